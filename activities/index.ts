@@ -1,0 +1,171 @@
+/**
+ * The activities of agentRun, built by a factory so the worker wires real dependencies (ledger,
+ * backends, state folder) and tests can pass their own real ones.
+ */
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { basename, resolve, join } from 'node:path';
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { fixtureSchema, type Fixture, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { okResult, errorResult } from '../core/contracts';
+import type { ApplyPatchArgs, ValidCall } from '../core/tools';
+import { BackendUnavailableError, type ExecBackend } from './backends/types';
+import type { HarnessConfig } from './config';
+import { loadReplay, replayDecide, ReplayFileError, type DecideInput, type DecideResult } from './decisions';
+import type { Ledger } from './ledger';
+import { runCandidateTests } from './test-runner';
+import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
+import type { ToolContext } from './tools/context';
+import { readFile } from './tools/read_file';
+import { search } from './tools/search';
+import { showDiff, workspaceDiff } from './tools/show_diff';
+import { verify as runVerifier } from './verifier';
+import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace } from './workspace';
+
+export interface ActivityDeps {
+  config: HarnessConfig;
+  ledger: Ledger;
+  backends: Partial<Record<'local' | 'docker', ExecBackend>>;
+}
+
+/** What the workflow passes to every run-scoped activity. */
+export interface RunRef {
+  run_id: string;
+  fixture: Fixture;
+  /** Absolute fixture folder on the worker's host. */
+  fixture_dir: string;
+  backend: 'local' | 'docker';
+}
+
+export type LoadRunResult =
+  | { ok: true; fixture: Fixture; fixture_dir: string; replay: string | null }
+  | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
+
+function infrastructure(err: unknown): never {
+  if (err instanceof BackendUnavailableError) {
+    throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true, details: [err.detail] });
+  }
+  throw err;
+}
+
+export function createActivities(deps: ActivityDeps) {
+  const { config, ledger } = deps;
+
+  const backendFor = (name: RunRef['backend']): ExecBackend => {
+    const backend = deps.backends[name];
+    if (!backend) {
+      throw ApplicationFailure.create({ type: 'InfrastructureError', message: `backend ${name} is not configured on this worker`, nonRetryable: true, details: ['runtime_unavailable'] });
+    }
+    return backend;
+  };
+
+  const toolContext = (ref: RunRef, timeoutMs: number): ToolContext => {
+    const ctx = Context.current();
+    return {
+      runId: ref.run_id,
+      paths: runPaths(config.stateDir, ref.run_id),
+      fixture: ref.fixture,
+      fixtureDir: ref.fixture_dir,
+      limits: config.limits,
+      ledger,
+      backend: backendFor(ref.backend),
+      timeoutMs,
+      signal: ctx.cancellationSignal,
+      heartbeat: () => ctx.heartbeat(),
+    };
+  };
+
+  return {
+    /** Reads and checks the fixture and the decision source; nothing is created yet. */
+    async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
+      const fixtureDir = resolve(input.fixture);
+      const fixtureFile = join(fixtureDir, 'fixture.json');
+      if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${input.fixture}` };
+      const parsed = fixtureSchema.safeParse(JSON.parse(readFileSync(fixtureFile, 'utf8')));
+      if (!parsed.success) {
+        return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}` };
+      }
+      for (const part of ['repo', 'acceptance']) {
+        if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory()) {
+          return { ok: false, reason: 'invalid_input', detail: `fixture has no ${part}/ folder` };
+        }
+      }
+      if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
+      try {
+        loadReplay(input.source.path);
+      } catch (err) {
+        if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
+        throw err;
+      }
+      // A replay can create test files that the test command then executes on the host.
+      if (input.backend === 'local' && !input.source.trusted) {
+        return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
+      }
+      return { ok: true, fixture: parsed.data, fixture_dir: fixtureDir, replay: basename(input.source.path).replace(/\.json$/, '') };
+    },
+
+    async prepareWorkspace(ref: { run_id: string; fixture_dir: string }): Promise<PreparedWorkspace> {
+      return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), join(ref.fixture_dir, 'repo'));
+    },
+
+    async decide(input: DecideInput): Promise<DecideResult> {
+      try {
+        return replayDecide(input);
+      } catch (err) {
+        if (err instanceof ReplayFileError) throw ApplicationFailure.create({ type: 'ReplayFileError', message: err.message, nonRetryable: true });
+        throw err;
+      }
+    },
+
+    /** The read-only tools: read_file, search, show_diff and run_tests. */
+    async executeTool(ref: RunRef, call: ValidCall, timeoutMs: number): Promise<ToolResult> {
+      const ctx = toolContext(ref, timeoutMs);
+      switch (call.name) {
+        case 'read_file':
+          return readFile(ctx, call.call_id, call.arguments);
+        case 'search':
+          return search(ctx, call.call_id, call.arguments);
+        case 'show_diff':
+          return showDiff(ctx, call.call_id);
+        case 'run_tests': {
+          const data = await runCandidateTests({
+            backend: ctx.backend,
+            fixture: ref.fixture,
+            workspaceDir: ctx.paths.workspace,
+            outRoot: join(ctx.paths.control, 'out'),
+            limits: config.limits,
+            timeoutMs,
+            signal: ctx.signal,
+            onProgress: ctx.heartbeat,
+          }).catch(infrastructure);
+          if (data.status === 'passed') return okResult(call.call_id, data);
+          return errorResult(call.call_id, data.status === 'failed' ? 'tests_failed' : 'tests_incomplete', data);
+        }
+        case 'apply_patch':
+          throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
+      }
+    },
+
+    async preparePatch(ref: RunRef, callId: string, args: ApplyPatchArgs): Promise<PrepareOutcome> {
+      return prepare(toolContext(ref, 0), callId, args);
+    },
+
+    async writePatch(ref: RunRef, action: PreparedAction, args: ApplyPatchArgs): Promise<WriteOutcome> {
+      return write(toolContext(ref, 0), action, args);
+    },
+
+    async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
+      const ctx = toolContext(ref, timeoutMs);
+      return runVerifier({ ...ctx, paths: ctx.paths, onProgress: ctx.heartbeat }).catch(infrastructure);
+    },
+
+    /** Changed paths of a run that ended before verification (empty when no workspace exists). */
+    async diffPaths(ref: { run_id: string }): Promise<string[]> {
+      const paths = runPaths(config.stateDir, ref.run_id);
+      if (!existsSync(join(paths.control, 'prepared.json'))) return [];
+      return workspaceDiff(paths, 0).paths;
+    },
+  };
+}
+
+export type Activities = ReturnType<typeof createActivities>;

@@ -1,0 +1,76 @@
+/**
+ * The host ledger: a SQLite file outside every workspace. For each write it holds the intent
+ * (recorded before the file is touched) and the receipt (recorded after the rename). Recovery
+ * reads both to tell "not written", "written but not recorded" and "something else" apart.
+ */
+import Database from 'better-sqlite3';
+import type { PreparedAction } from '../core/contracts';
+
+export interface Receipt {
+  action_id: string;
+  run_id: string;
+  path: string;
+  before: string;
+  after: string;
+  /** True when the receipt was recorded by recovery for a write that had already happened. */
+  recovered: boolean;
+}
+
+export class Ledger {
+  private readonly db: Database.Database;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = FULL');
+    this.db.pragma('busy_timeout = 5000');
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS intents (
+        action_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, path TEXT NOT NULL,
+        before TEXT NOT NULL, after TEXT NOT NULL, args_digest TEXT NOT NULL, workspace_digest TEXT NOT NULL);
+      CREATE TABLE IF NOT EXISTS receipts (
+        action_id TEXT PRIMARY KEY REFERENCES intents(action_id), run_id TEXT NOT NULL, path TEXT NOT NULL,
+        before TEXT NOT NULL, after TEXT NOT NULL, recovered INTEGER NOT NULL);
+    `);
+  }
+
+  recordIntent(runId: string, action: PreparedAction): void {
+    this.db
+      .prepare(`INSERT OR IGNORE INTO intents VALUES (?, ?, ?, ?, ?, ?, ?)`)
+      .run(action.action_id, runId, action.path, action.before, action.after, action.args_digest, action.workspace_digest);
+  }
+
+  hasIntent(actionId: string): boolean {
+    return this.db.prepare(`SELECT 1 FROM intents WHERE action_id = ?`).get(actionId) !== undefined;
+  }
+
+  recordReceipt(receipt: Receipt): void {
+    this.db
+      .prepare(`INSERT OR IGNORE INTO receipts VALUES (?, ?, ?, ?, ?, ?)`)
+      .run(receipt.action_id, receipt.run_id, receipt.path, receipt.before, receipt.after, receipt.recovered ? 1 : 0);
+  }
+
+  receipt(actionId: string): Receipt | null {
+    const row = this.db.prepare(`SELECT * FROM receipts WHERE action_id = ?`).get(actionId) as
+      | (Omit<Receipt, 'recovered'> & { recovered: number })
+      | undefined;
+    return row ? { ...row, recovered: row.recovered === 1 } : null;
+  }
+
+  receipts(runId: string): Receipt[] {
+    const rows = this.db.prepare(`SELECT * FROM receipts WHERE run_id = ? ORDER BY rowid`).all(runId) as (Omit<Receipt, 'recovered'> & {
+      recovered: number;
+    })[];
+    return rows.map((r) => ({ ...r, recovered: r.recovered === 1 }));
+  }
+
+  /** Number of ledger rows (intents and receipts) a run has; zero for a run that never wrote. */
+  entries(runId: string): number {
+    const q = (table: string) => (this.db.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE run_id = ?`).get(runId) as { n: number }).n;
+    return q('intents') + q('receipts');
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}

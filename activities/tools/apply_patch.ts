@@ -1,0 +1,175 @@
+/**
+ * apply_patch in two halves. `preparePatch` has no side effect: it checks the call against the
+ * workspace and returns the action with its digests, to be approved. `writePatch` performs the
+ * approved action exactly once, keyed by action_id, with the three-state recovery of SPEC 4.
+ */
+import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { createTwoFilesPatch } from 'diff';
+import { errorResult, type PreparedAction, type ToolResult } from '../../core/contracts';
+import { globMatches } from '../../core/paths';
+import type { ApplyPatchArgs } from '../../core/tools';
+import { digestJson, sha256 } from '../digest';
+import { faultPoint } from '../faults';
+import { resolveInWorkspace } from '../fs-safety';
+import { baselineManifest, fsyncDir, manifest, manifestDigest } from '../workspace';
+import { decodeText, type ToolContext } from './context';
+
+export type PrepareOutcome =
+  | { kind: 'prepared'; action: PreparedAction }
+  | { kind: 'already_written'; action_id: string; before: string; after: string }
+  | { kind: 'rejected'; result: ToolResult };
+
+export function actionId(runId: string, args: ApplyPatchArgs): string {
+  return digestJson({ run_id: runId, name: 'apply_patch', arguments: args });
+}
+
+function countOccurrences(text: string, needle: string): number {
+  let count = 0;
+  // Overlapping occurrences count too: "aa" occurs twice in "aaa".
+  for (let i = text.indexOf(needle); i !== -1; i = text.indexOf(needle, i + 1)) if (++count > 1) break;
+  return count;
+}
+
+export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, args: ApplyPatchArgs): PrepareOutcome {
+  const reject = (code: Parameters<typeof errorResult>[1], data: Record<string, unknown>): PrepareOutcome => ({
+    kind: 'rejected',
+    result: errorResult(callId, code, { path: args.path, ...data }),
+  });
+  const id = actionId(ctx.runId, args);
+  const receipt = ctx.ledger.receipt(id);
+  if (receipt) return { kind: 'already_written', action_id: id, before: receipt.before, after: receipt.after };
+
+  if (args.old === args.new) return reject('no_op', { reason: 'old and new are identical' });
+  if (Buffer.byteLength(args.new) > ctx.limits.patchBytes) return reject('too_large', { reason: 'new text is over the cap', limit: ctx.limits.patchBytes });
+
+  const resolved = resolveInWorkspace(ctx.paths.workspace, args.path);
+  if (!resolved.ok) return reject(resolved.error, { reason: resolved.reason });
+  if (resolved.stat?.isDirectory()) return reject('invalid_fields', { reason: 'path is a folder' });
+
+  let current: string;
+  let before: string;
+  if (args.version === 'absent') {
+    if (resolved.stat !== null) return reject('stale_version', { reason: 'the file exists; read it and pass its version' });
+    if (args.old !== '') return reject('invalid_fields', { reason: 'old must be empty when creating a file' });
+    const isNewFilePattern = ctx.fixture.new_files.some((p) => globMatches(p, args.path));
+    if (isNewFilePattern && !ctx.fixture.writable.includes(args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
+      return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
+    }
+    current = '';
+    before = 'absent';
+  } else {
+    if (resolved.stat === null) return reject('not_found', { reason: `${args.path} does not exist; use version "absent" to create it` });
+    if (!ctx.fixture.writable.includes(args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
+      return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
+    }
+    if (resolved.stat.size > ctx.limits.maxFileBytes) return reject('too_large', { size: resolved.stat.size, limit: ctx.limits.maxFileBytes });
+    const bytes = readFileSync(resolved.abs);
+    before = sha256(bytes);
+    if (before !== args.version) return reject('stale_version', { current_version: before });
+    const text = decodeText(bytes);
+    if (text === null) return reject('binary_file', {});
+    if (args.old === '') return reject('invalid_fields', { reason: 'old must not be empty when changing a file' });
+    const n = countOccurrences(text, args.old);
+    if (n === 0) return reject('no_match', { reason: 'old text not found; read the file again' });
+    if (n > 1) return reject('non_unique_match', { reason: 'old text occurs more than once; include more surrounding context' });
+    current = text;
+  }
+
+  const next = args.version === 'absent' ? args.new : current.replace(args.old, () => args.new);
+  let diff = createTwoFilesPatch(
+    args.version === 'absent' ? '/dev/null' : `a/${args.path}`,
+    `b/${args.path}`,
+    current,
+    next,
+    undefined,
+    undefined,
+    { context: 3 },
+  );
+  const diffTruncated = Buffer.byteLength(diff) > ctx.limits.diffBytes;
+  if (diffTruncated) diff = diff.slice(0, diff.lastIndexOf('\n', ctx.limits.diffBytes) + 1);
+  return {
+    kind: 'prepared',
+    action: {
+      action_id: id,
+      path: args.path,
+      before,
+      after: sha256(next),
+      args_digest: digestJson(args),
+      workspace_digest: manifestDigest(manifest(ctx.paths.workspace)),
+      diff,
+      diff_truncated: diffTruncated,
+    },
+  };
+}
+
+export type WriteOutcome =
+  | { kind: 'written'; recovered: false }
+  | { kind: 'receipt_recovered'; recovered: true }
+  | { kind: 'already_recorded'; recovered: boolean }
+  | { kind: 'approval_stale'; workspace_digest: string }
+  | { kind: 'recovery_uncertain'; current: string };
+
+function currentDigest(abs: string): string {
+  try {
+    return sha256(readFileSync(abs));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'absent';
+    throw err;
+  }
+}
+
+/**
+ * Performs an approved action. Safe to call any number of times for the same action: the ledger
+ * intent marks that a write may have started, the receipt that it finished.
+ */
+export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAction, args: ApplyPatchArgs): WriteOutcome {
+  const receipt = ctx.ledger.receipt(action.action_id);
+  if (receipt) return { kind: 'already_recorded', recovered: receipt.recovered };
+
+  faultPoint('before_write');
+  const resolved = resolveInWorkspace(ctx.paths.workspace, action.path);
+  if (!resolved.ok) {
+    // A link or a vanished folder appeared on the path after the approval.
+    return ctx.ledger.hasIntent(action.action_id)
+      ? { kind: 'recovery_uncertain', current: resolved.reason }
+      : { kind: 'approval_stale', workspace_digest: manifestDigest(manifest(ctx.paths.workspace)) };
+  }
+  const current = currentDigest(resolved.abs);
+
+  if (ctx.ledger.hasIntent(action.action_id)) {
+    // Recovery: a previous attempt may have written. Only the two known states are safe.
+    if (current === action.after) {
+      ctx.ledger.recordReceipt({ ...action, run_id: ctx.runId, recovered: true });
+      return { kind: 'receipt_recovered', recovered: true };
+    }
+    if (current !== action.before) return { kind: 'recovery_uncertain', current };
+  }
+  const now = manifestDigest(manifest(ctx.paths.workspace));
+  if (now !== action.workspace_digest) return { kind: 'approval_stale', workspace_digest: now };
+
+  const text = action.before === 'absent' ? '' : readFileSync(resolved.abs, 'utf8');
+  const next = action.before === 'absent' ? args.new : text.replace(args.old, () => args.new);
+  if (sha256(next) !== action.after) return { kind: 'recovery_uncertain', current };
+
+  ctx.ledger.recordIntent(ctx.runId, action);
+  const mode = resolved.stat ? resolved.stat.mode & 0o777 : 0o644;
+  mkdirSync(ctx.paths.tmp, { recursive: true });
+  const tmp = join(ctx.paths.tmp, `${action.action_id}.tmp`);
+  const fd = openSync(tmp, 'w', mode);
+  try {
+    writeFileSync(fd, next);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  faultPoint('after_temp_write');
+  mkdirSync(dirname(resolved.abs), { recursive: true });
+  if (lstatSync(dirname(resolved.abs)).isSymbolicLink()) throw new Error('parent folder became a symlink during the write');
+  renameSync(tmp, resolved.abs);
+  fsyncDir(dirname(resolved.abs));
+  faultPoint('after_rename');
+  ctx.ledger.recordReceipt({ ...action, run_id: ctx.runId, recovered: false });
+  faultPoint('after_receipt');
+  return { kind: 'written', recovered: false };
+}

@@ -1,0 +1,37 @@
+import type { Fixture } from '../../core/contracts';
+import type { ExecBackend } from '../backends/types';
+import type { Limits } from '../config';
+import type { Ledger } from '../ledger';
+import type { RunPaths } from '../workspace';
+
+/** What a tool handler may use: the run's folders, its fixture rules, the limits and the backend. */
+export interface ToolContext {
+  runId: string;
+  paths: RunPaths;
+  fixture: Fixture;
+  fixtureDir: string;
+  limits: Limits;
+  ledger: Ledger;
+  backend: ExecBackend;
+  /** Time the call may take, already the smaller of the time left and the per-call limit. */
+  timeoutMs: number;
+  signal: AbortSignal;
+  heartbeat: () => void;
+}
+
+/** Strict UTF-8 text, or null for binary / non-UTF-8 bytes. */
+export function decodeText(bytes: Buffer): string | null {
+  if (bytes.includes(0)) return null;
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    return null;
+  }
+}
+
+/** Splits text into lines that keep their line endings; a final newline adds no empty line. */
+export function splitLines(text: string): string[] {
+  if (text === '') return [];
+  const lines = text.split(/(?<=\n)/);
+  return lines;
+}

@@ -1,0 +1,65 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { createTwoFilesPatch } from 'diff';
+import { okResult, type ToolResult } from '../../core/contracts';
+import { baselineManifest, manifest, type ManifestEntry, type RunPaths } from '../workspace';
+import { decodeText, type ToolContext } from './context';
+
+/** Paths whose entry differs between two manifests (added, removed or changed), sorted. */
+export function changedPaths(before: ManifestEntry[], after: ManifestEntry[]): string[] {
+  const key = (e: ManifestEntry) => JSON.stringify(e);
+  const a = new Map(before.map((e) => [e.path, key(e)]));
+  const b = new Map(after.map((e) => [e.path, key(e)]));
+  const paths = new Set<string>();
+  for (const [p, k] of a) if (b.get(p) !== k) paths.add(p);
+  for (const [p, k] of b) if (a.get(p) !== k) paths.add(p);
+  return [...paths].sort();
+}
+
+/** Changed paths that are not folders: what a diff shows. */
+export function changedFiles(before: ManifestEntry[], after: ManifestEntry[]): string[] {
+  const dirs = new Set([...before, ...after].filter((e) => e.kind === 'dir').map((e) => e.path));
+  return changedPaths(before, after).filter((p) => !dirs.has(p));
+}
+
+function fileText(root: string, entries: Map<string, ManifestEntry>, path: string): string | null {
+  const entry = entries.get(path);
+  if (!entry) return '';
+  if (entry.kind === 'symlink') return `symlink -> ${entry.target}\n`;
+  if (entry.kind === 'dir') return '';
+  return decodeText(readFileSync(join(root, path)));
+}
+
+/** Unified diff of one path between the baseline and the workspace. */
+export function diffOf(paths: RunPaths, base: Map<string, ManifestEntry>, current: Map<string, ManifestEntry>, path: string): string {
+  const oldText = fileText(paths.baseline, base, path);
+  const newText = fileText(paths.workspace, current, path);
+  if (oldText === null || newText === null) return `Binary files a/${path} and b/${path} differ\n`;
+  const oldName = base.has(path) ? `a/${path}` : '/dev/null';
+  const newName = current.has(path) ? `b/${path}` : '/dev/null';
+  return createTwoFilesPatch(oldName, newName, oldText, newText, undefined, undefined, { context: 3 });
+}
+
+export function workspaceDiff(paths: RunPaths, capBytes: number): { diff: string; paths: string[]; truncated: boolean } {
+  const baseEntries = baselineManifest(paths);
+  const currentEntries = manifest(paths.workspace);
+  const changed = changedFiles(baseEntries, currentEntries);
+  const base = new Map(baseEntries.map((e) => [e.path, e]));
+  const current = new Map(currentEntries.map((e) => [e.path, e]));
+  let diff = '';
+  let truncated = false;
+  for (const path of changed) {
+    const part = diffOf(paths, base, current, path);
+    if (Buffer.byteLength(diff) + Buffer.byteLength(part) > capBytes) {
+      truncated = true; // whole file diffs only
+      break;
+    }
+    diff += part;
+  }
+  return { diff, paths: changed, truncated };
+}
+
+export function showDiff(ctx: ToolContext, callId: string): ToolResult {
+  const { diff, paths, truncated } = workspaceDiff(ctx.paths, ctx.limits.diffBytes);
+  return okResult(callId, { diff, paths }, truncated);
+}

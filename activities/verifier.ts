@@ -1,0 +1,131 @@
+/**
+ * The host verifier: the only thing that can make a run `completed`. Three checks, all recorded:
+ * protected paths unchanged against the baseline, the candidate tests passing with at least one
+ * test discovered, and the hidden acceptance cases compared with expected.json, which never
+ * leaves the host.
+ */
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { jsonEqual } from '../core/canonical';
+import type { Fixture, VerifierFindings } from '../core/contracts';
+import { globMatches } from '../core/paths';
+import type { ExecBackend } from './backends/types';
+import type { Limits } from './config';
+import { faultPoint } from './faults';
+import { runCandidateTests } from './test-runner';
+import { changedFiles, changedPaths } from './tools/show_diff';
+import { baselineManifest, manifest, type RunPaths } from './workspace';
+
+const acceptanceOutput = z.strictObject({
+  schema_version: z.literal(1),
+  cases: z.array(z.strictObject({ id: z.string().min(1), actual: z.json(), error: z.string().nullable() })),
+});
+
+const expectedFile = z.strictObject({ schema_version: z.literal(1), cases: z.record(z.string(), z.json()) });
+
+/** Paths the run may change: writable files, and new files that match new_files. */
+export function protectedChanges(fixture: Fixture, changed: string[], baselinePaths: Set<string>): string[] {
+  return changed.filter((path) => {
+    if (fixture.writable.includes(path)) return false;
+    const isNew = !baselinePaths.has(path);
+    if (isNew && fixture.new_files.some((p) => globMatches(p, path))) return false;
+    return true;
+  });
+}
+
+export type AcceptanceResult = { total: number; passed: number; failed: string[]; error: string | null };
+
+/** Strict protocol check of the acceptance command's output against expected.json. */
+export function judgeAcceptance(stdout: string, expectedJson: string): AcceptanceResult {
+  const expected = expectedFile.parse(JSON.parse(expectedJson));
+  const ids = Object.keys(expected.cases).sort();
+  const protocolError = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(stdout);
+  } catch {
+    return protocolError('acceptance output is not exactly one JSON object');
+  }
+  const out = acceptanceOutput.safeParse(parsed);
+  if (!out.success) return protocolError(`acceptance output has the wrong shape: ${out.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  const seen = new Set<string>();
+  for (const c of out.data.cases) {
+    if (seen.has(c.id)) return protocolError(`acceptance case ${c.id} is reported twice`);
+    seen.add(c.id);
+  }
+  const missing = ids.filter((id) => !seen.has(id));
+  const extra = [...seen].filter((id) => !(id in expected.cases)).sort();
+  if (missing.length || extra.length) return protocolError(`acceptance cases missing: [${missing.join(', ')}], unexpected: [${extra.join(', ')}]`);
+  const failed = out.data.cases
+    .filter((c) => c.error !== null || !jsonEqual(c.actual, expected.cases[c.id]))
+    .map((c) => c.id)
+    .sort();
+  return { total: ids.length, passed: ids.length - failed.length, failed, error: null };
+}
+
+export async function verify(opts: {
+  backend: ExecBackend;
+  fixture: Fixture;
+  fixtureDir: string;
+  paths: RunPaths;
+  limits: Limits;
+  timeoutMs: number;
+  signal: AbortSignal;
+  onProgress: () => void;
+}): Promise<VerifierFindings> {
+  const { fixture, paths } = opts;
+  faultPoint('in_verifier');
+  const base = baselineManifest(paths);
+  const current = manifest(paths.workspace);
+  const protectedChanged = protectedChanges(fixture, changedPaths(base, current), new Set(base.map((e) => e.path)));
+
+  const tests = await runCandidateTests({ ...opts, workspaceDir: paths.workspace, outRoot: join(paths.control, 'out') });
+
+  // The acceptance runner files, minus expected.json, in a fresh host folder mounted read-only.
+  mkdirSync(join(paths.control, 'out'), { recursive: true });
+  const scratch = mkdtempSync(join(paths.control, 'out', 'acceptance-'));
+  let acceptance: AcceptanceResult;
+  try {
+    const runnerDir = join(scratch, 'acceptance');
+    cpSync(join(opts.fixtureDir, 'acceptance'), runnerDir, { recursive: true, filter: (src) => !src.endsWith('/expected.json') });
+    const outDir = join(scratch, 'out');
+    mkdirSync(outDir);
+    const expectedJson = readFileSync(join(opts.fixtureDir, 'acceptance', 'expected.json'), 'utf8');
+    const result = await opts.backend.exec({
+      argv: fixture.acceptance.command,
+      workspaceDir: paths.workspace,
+      workspaceReadOnly: true,
+      outDir,
+      acceptanceDir: runnerDir,
+      timeoutMs: Math.min(opts.timeoutMs, fixture.acceptance.timeout_s * 1000),
+      outputCapBytes: opts.limits.execOutputBytes,
+      signal: opts.signal,
+      onProgress: opts.onProgress,
+    });
+    const ids = Object.keys(expectedFile.parse(JSON.parse(expectedJson)).cases).sort();
+    const failAll = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
+    if (result.cancelled) acceptance = failAll('acceptance run was cancelled');
+    else if (result.timedOut) acceptance = failAll('acceptance command timed out');
+    else if (result.stdoutTruncated) acceptance = failAll('acceptance output was truncated');
+    else if (result.exitCode !== 0) acceptance = failAll(`acceptance command exited ${result.exitCode}`);
+    else acceptance = judgeAcceptance(result.stdout, expectedJson);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+
+  const testsOk = tests.status === 'passed' && tests.discovered > 0;
+  return {
+    passed: protectedChanged.length === 0 && testsOk && acceptance.error === null && acceptance.failed.length === 0,
+    protected_changed: protectedChanged,
+    candidate_tests: {
+      status: tests.status,
+      discovered: tests.discovered,
+      passed: tests.passed,
+      failed: tests.failed,
+      error: testsOk ? null : (tests.detail ?? `candidate tests ${tests.status}`),
+    },
+    acceptance,
+    diff_paths: changedFiles(base, current),
+  };
+}

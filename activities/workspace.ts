@@ -1,0 +1,125 @@
+/**
+ * Run folders and manifests. Each run owns `<state>/runs/<run_id>/`:
+ *   workspace/   the candidate repository the tools act on (the only thing a sandbox sees)
+ *   control/     host-only: baseline copy and manifest, temporary files of writes, test reports
+ * The control folder sits beside the workspace on the same file system, so the rename of a
+ * temporary file into the workspace is atomic.
+ */
+import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync, copyFileSync, chmodSync, existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { digestJson, sha256 } from './digest';
+
+export interface RunPaths {
+  root: string;
+  workspace: string;
+  control: string;
+  baseline: string;
+  tmp: string;
+}
+
+export function runPaths(stateDir: string, runId: string): RunPaths {
+  if (!/^[A-Za-z0-9_.-]{1,128}$/.test(runId)) throw new Error(`invalid run id ${JSON.stringify(runId)}`);
+  const root = join(stateDir, 'runs', runId);
+  const control = join(root, 'control');
+  return { root, workspace: join(root, 'workspace'), control, baseline: join(control, 'baseline'), tmp: join(control, 'tmp') };
+}
+
+export type ManifestEntry =
+  | { path: string; kind: 'file'; digest: string; executable: boolean }
+  | { path: string; kind: 'symlink'; target: string }
+  | { path: string; kind: 'dir' };
+
+/** Every entry below `dir`, sorted by path. Symlinks are recorded, never followed. */
+export function manifest(dir: string): ManifestEntry[] {
+  const entries: ManifestEntry[] = [];
+  const walk = (rel: string): void => {
+    const names = readdirSync(rel === '' ? dir : join(dir, rel)).sort();
+    for (const name of names) {
+      const path = rel === '' ? name : `${rel}/${name}`;
+      const abs = join(dir, path);
+      const stat = lstatSync(abs);
+      if (stat.isSymbolicLink()) entries.push({ path, kind: 'symlink', target: readlinkSync(abs) });
+      else if (stat.isDirectory()) {
+        entries.push({ path, kind: 'dir' });
+        walk(path);
+      } else if (stat.isFile()) entries.push({ path, kind: 'file', digest: sha256(readFileSync(abs)), executable: (stat.mode & 0o111) !== 0 });
+      else throw new Error(`unsupported file type at ${path}`);
+    }
+  };
+  walk('');
+  return entries;
+}
+
+export function manifestDigest(entries: ManifestEntry[]): string {
+  return digestJson(entries);
+}
+
+/** Copies a tree with new inodes; symlinks are copied as links, never followed. */
+export function copyTree(from: string, to: string): void {
+  mkdirSync(to, { recursive: true });
+  for (const name of readdirSync(from).sort()) {
+    const src = join(from, name);
+    const dst = join(to, name);
+    const stat = lstatSync(src);
+    if (stat.isSymbolicLink()) symlinkSync(readlinkSync(src), dst);
+    else if (stat.isDirectory()) copyTree(src, dst);
+    else if (stat.isFile()) {
+      copyFileSync(src, dst);
+      chmodSync(dst, stat.mode & 0o777);
+    } else throw new Error(`cannot copy ${name}: not a file, folder or symlink`);
+  }
+}
+
+/** Writes a file durably: temporary file, fsync, rename, fsync of the folder. */
+export function writeFileAtomic(path: string, data: string | Buffer, tmpDir: string, mode = 0o644): void {
+  mkdirSync(tmpDir, { recursive: true });
+  const tmp = join(tmpDir, `${sha256(path)}.${process.pid}.tmp`);
+  const fd = openSync(tmp, 'w', mode);
+  try {
+    writeFileSync(fd, data);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path);
+  fsyncDir(dirname(path));
+}
+
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+export interface PreparedWorkspace {
+  workspace_digest: string;
+  files: number;
+}
+
+/**
+ * Creates the run's fresh workspace from the fixture repository, with a baseline copy and
+ * manifest in the control folder. Idempotent: `prepared.json` is written last, so a retry after
+ * a crash halfway through starts over, and a retry after success returns the same answer.
+ */
+export function prepareWorkspace(paths: RunPaths, repoDir: string): PreparedWorkspace {
+  const marker = join(paths.control, 'prepared.json');
+  if (existsSync(marker)) return JSON.parse(readFileSync(marker, 'utf8')) as PreparedWorkspace;
+  rmSync(paths.root, { recursive: true, force: true });
+  copyTree(repoDir, paths.workspace);
+  copyTree(repoDir, paths.baseline);
+  const entries = manifest(paths.workspace);
+  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(entries), paths.tmp);
+  const prepared: PreparedWorkspace = {
+    workspace_digest: manifestDigest(entries),
+    files: entries.filter((e) => e.kind === 'file').length,
+  };
+  writeFileAtomic(marker, JSON.stringify(prepared), paths.tmp);
+  return prepared;
+}
+
+export function baselineManifest(paths: RunPaths): ManifestEntry[] {
+  return JSON.parse(readFileSync(join(paths.control, 'baseline-manifest.json'), 'utf8')) as ManifestEntry[];
+}

@@ -1,0 +1,167 @@
+/**
+ * The data contracts of SPEC sections 2-8 as zod schemas. Everything here is pure and safe to
+ * import from workflow code.
+ */
+import { z } from 'zod';
+import type { ErrorCode } from './errors';
+
+const digest = z.string().regex(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 digest');
+export const CALL_ID = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+// ---- tool calls and results (section 3) ----
+
+/** The envelope of a proposed call. `arguments` is validated per tool afterwards. */
+export const toolCallEnvelope = z.strictObject({
+  call_id: z.string().regex(CALL_ID, 'call_id: 1-64 characters of [A-Za-z0-9_.:-]'),
+  name: z.string(),
+  arguments: z.record(z.string(), z.unknown()),
+});
+
+export interface ToolResult {
+  call_id: string;
+  ok: boolean;
+  data: unknown;
+  error: ErrorCode | null;
+  truncated: boolean;
+}
+
+export function okResult(call_id: string, data: unknown, truncated = false): ToolResult {
+  return { call_id, ok: true, data, error: null, truncated };
+}
+
+export function errorResult(call_id: string, error: ErrorCode, data: unknown = null, truncated = false): ToolResult {
+  return { call_id, ok: false, data, error, truncated };
+}
+
+// ---- budgets and fixtures (section 2) ----
+
+export const budgetsSchema = z.strictObject({
+  max_turns: z.int().min(1),
+  max_tool_calls: z.int().min(0),
+  deadline_s: z.number().positive(),
+  call_timeout_s: z.number().positive(),
+});
+export type Budgets = z.infer<typeof budgetsSchema>;
+
+const command = z.array(z.string().min(1)).min(1);
+
+export const fixtureSchema = z.strictObject({
+  schema_version: z.literal(1),
+  id: z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'fixture id: lowercase letters, digits, . _ -'),
+  task: z.string().min(1),
+  writable: z.array(z.string().min(1)),
+  new_files: z.array(z.string().min(1)),
+  tests: z.strictObject({
+    command,
+    format: z.enum(['pytest', 'node-test']),
+    timeout_s: z.number().positive(),
+  }),
+  acceptance: z.strictObject({ command, timeout_s: z.number().positive() }),
+  budgets: budgetsSchema,
+});
+export type Fixture = z.infer<typeof fixtureSchema>;
+
+// ---- decisions and replays (section 5) ----
+
+export const decisionSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('plan'), text: z.string() }),
+  // The call stays raw here: a malformed call is the model's mistake and becomes a tool result.
+  z.strictObject({ kind: z.literal('tool'), call: z.unknown() }),
+  z.strictObject({ kind: z.literal('model_error'), transient: z.boolean() }),
+  z.strictObject({ kind: z.literal('final'), text: z.string() }),
+]);
+export type Decision = z.infer<typeof decisionSchema>;
+
+export const replaySchema = z.strictObject({
+  schema_version: z.literal(1),
+  decisions: z.array(decisionSchema),
+});
+export type Replay = z.infer<typeof replaySchema>;
+
+/** Where decisions come from. Live providers name the environment variable holding their key. */
+export const decisionSourceSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('replay'), path: z.string().min(1), trusted: z.boolean() }),
+]);
+export type DecisionSource = z.infer<typeof decisionSourceSchema>;
+
+// ---- the run's input (section 1) ----
+
+export const approverSchema = z.union([z.literal('interactive'), z.string().regex(/^policy:[a-z0-9-]+$/)]);
+
+export const runInputSchema = z.strictObject({
+  /** Fixture folder, absolute or relative to the worker's working directory. */
+  fixture: z.string().min(1),
+  source: decisionSourceSchema,
+  backend: z.enum(['local', 'docker']).default('local'),
+  approver: approverSchema.default('interactive'),
+  budgets: budgetsSchema.partial().optional(),
+});
+export type RunInput = z.input<typeof runInputSchema>;
+export type ParsedRunInput = z.output<typeof runInputSchema>;
+
+// ---- approvals (section 4) ----
+
+export const approvalSignalSchema = z.strictObject({
+  action_id: digest,
+  decision: z.enum(['approve', 'reject']),
+  args_digest: digest,
+  workspace_digest: digest,
+  principal: z.string().min(1).max(200).optional(),
+  reason: z.string().max(2000).optional(),
+});
+export type ApprovalSignal = z.infer<typeof approvalSignalSchema>;
+
+/** A write that passed every check and waits for (or has) its approval. */
+export interface PreparedAction {
+  action_id: string;
+  path: string;
+  before: string; // digest, or "absent"
+  after: string;
+  args_digest: string;
+  workspace_digest: string;
+  /** Unified diff of this one action, capped. */
+  diff: string;
+  diff_truncated: boolean;
+}
+
+// ---- verification, statuses and the record (sections 6-7) ----
+
+export type RunStatus =
+  | 'running'
+  | 'awaiting_approval'
+  | 'verifying'
+  | 'completed'
+  | 'failed'
+  | 'cancelled'
+  | 'budget_exhausted';
+
+export const TERMINAL_STATUSES: ReadonlySet<RunStatus> = new Set(['completed', 'failed', 'cancelled', 'budget_exhausted']);
+
+export interface TestCounts {
+  discovered: number;
+  passed: number;
+  failed: number;
+}
+
+export interface VerifierFindings {
+  passed: boolean;
+  /** Protected paths that differ from the baseline (changed, deleted or created). */
+  protected_changed: string[];
+  candidate_tests: TestCounts & { status: string; error: string | null };
+  acceptance: { total: number; passed: number; failed: string[]; error: string | null };
+  diff_paths: string[];
+}
+
+export interface RunRecord {
+  fixture: string;
+  replay: string | null;
+  status: RunStatus;
+  reason: string | null;
+  writes: number;
+  receipts: number;
+  red_observed: boolean;
+  diff_paths: string[];
+  candidate_tests: TestCounts | null;
+  acceptance: { total: number; passed: number; failed: string[] } | null;
+  tool_errors: Partial<Record<ErrorCode, number>>;
+}

@@ -1,0 +1,53 @@
+/**
+ * What the `state` query returns and how a run's record (SPEC section 7) is derived from it.
+ */
+import type { Budgets, PreparedAction, RunRecord, RunStatus, VerifierFindings } from './contracts';
+import type { ErrorCode } from './errors';
+
+export interface PendingApproval extends PreparedAction {
+  call_id: string;
+}
+
+export interface RunView {
+  fixture: string | null;
+  replay: string | null;
+  backend: 'local' | 'docker';
+  approver: string;
+  status: RunStatus;
+  reason: string | null;
+  detail: string | null;
+  budgets: Budgets | null;
+  counters: {
+    turns: number;
+    tool_calls: number;
+    writes: number;
+    receipts: number;
+    model_retries: number;
+  };
+  tool_errors: Partial<Record<ErrorCode, number>>;
+  red_observed: boolean;
+  pending_approval: PendingApproval | null;
+  verification: VerifierFindings | null;
+  diff_paths: string[];
+  /** Summary from the wrap-up turn after the turn limit, when there was one. */
+  wrap_up: string | null;
+  /** True when the deadline passed, even if the run ended for another reason (cancellation). */
+  deadline_reached: boolean;
+}
+
+export function buildRecord(view: RunView): RunRecord {
+  const v = view.verification;
+  return {
+    fixture: view.fixture ?? '',
+    replay: view.replay,
+    status: view.status,
+    reason: view.reason,
+    writes: view.counters.writes,
+    receipts: view.counters.receipts,
+    red_observed: view.red_observed,
+    diff_paths: v ? v.diff_paths : view.diff_paths,
+    candidate_tests: v ? { discovered: v.candidate_tests.discovered, passed: v.candidate_tests.passed, failed: v.candidate_tests.failed } : null,
+    acceptance: v ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
+    tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
+  };
+}

@@ -1,0 +1,41 @@
+/**
+ * Strict validation of a proposed call, before any side effect: the envelope, the tool name,
+ * the arguments, and the lexical path rules. Paths in the returned call are normalised, so the
+ * same proposal always yields the same action_id.
+ */
+import { z } from 'zod';
+import { CALL_ID, errorResult, toolCallEnvelope, type ToolResult } from './contracts';
+import { normalizeRepoPath } from './paths';
+import { isToolName, TOOL_NAMES, TOOLS, type ValidCall } from './tools';
+
+export type Validation = { ok: true; call: ValidCall } | { ok: false; result: ToolResult };
+
+function issues(error: z.ZodError): { path: string; message: string }[] {
+  return error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
+}
+
+/** `fallbackCallId` names the result when the proposal has no usable call_id of its own. */
+export function validateCall(raw: unknown, fallbackCallId: string): Validation {
+  const rawId = (raw as { call_id?: unknown } | null)?.call_id;
+  const callId = typeof rawId === 'string' && CALL_ID.test(rawId) ? rawId : fallbackCallId;
+
+  const envelope = toolCallEnvelope.safeParse(raw);
+  if (!envelope.success) {
+    return { ok: false, result: errorResult(callId, 'invalid_fields', { issues: issues(envelope.error) }) };
+  }
+  const { name } = envelope.data;
+  if (!isToolName(name)) {
+    return { ok: false, result: errorResult(callId, 'unknown_tool', { name, tools: TOOL_NAMES }) };
+  }
+  const args = TOOLS[name].args.safeParse(envelope.data.arguments);
+  if (!args.success) {
+    return { ok: false, result: errorResult(callId, 'invalid_fields', { issues: issues(args.error) }) };
+  }
+  const parsed = args.data as Record<string, unknown>;
+  if (typeof parsed.path === 'string') {
+    const checked = normalizeRepoPath(parsed.path, name === 'search');
+    if (!checked.ok) return { ok: false, result: errorResult(callId, 'path_denied', { path: parsed.path, reason: checked.reason }) };
+    parsed.path = checked.path;
+  }
+  return { ok: true, call: { call_id: callId, name, arguments: parsed } as ValidCall };
+}

@@ -1,0 +1,11 @@
+/** Build step: bundles the workflow code once, so workers start without running webpack. */
+import { writeFileSync } from 'node:fs';
+import { bundleWorkflowCode } from '@temporalio/worker';
+import { WORKFLOW_BUNDLE } from '../worker';
+
+bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: { trace() {}, debug() {}, info() {}, warn() {}, error: console.error, log() {} } })
+  .then(({ code }) => writeFileSync(WORKFLOW_BUNDLE, code))
+  .catch((err) => {
+    console.error(err);
+    process.exit(1);
+  });

@@ -1,0 +1,50 @@
+/**
+ * Builds a worker for agentRun with real dependencies: the SQLite ledger under the state folder,
+ * the local backend, and the pre-built workflow bundle when there is one.
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { LocalBackend } from '../activities/backends/local';
+import { DEFAULT_LIMITS, type Limits } from '../activities/config';
+import { Ledger } from '../activities/ledger';
+
+export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
+
+let bundle: Promise<WorkflowBundleOption> | null = null;
+
+/** The workflow code, bundled once per process (or read from the build's pre-built bundle). */
+export function workflowBundle(): Promise<WorkflowBundleOption> {
+  if (existsSync(WORKFLOW_BUNDLE)) return Promise.resolve({ codePath: WORKFLOW_BUNDLE });
+  bundle ??= bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: quietLogger });
+  return bundle;
+}
+
+const quietLogger = { trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m), log() {} };
+
+export interface WorkerOptions {
+  connection: NativeConnection;
+  namespace?: string;
+  taskQueue: string;
+  stateDir: string;
+  limits?: Partial<Limits>;
+}
+
+export async function createWorker(options: WorkerOptions): Promise<{ worker: Worker; ledger: Ledger }> {
+  mkdirSync(options.stateDir, { recursive: true });
+  const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
+  const activities = createActivities({
+    config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits } },
+    ledger,
+    backends: { local: new LocalBackend() },
+  });
+  const worker = await Worker.create({
+    connection: options.connection,
+    namespace: options.namespace ?? 'default',
+    taskQueue: options.taskQueue,
+    workflowBundle: await workflowBundle(),
+    activities,
+  });
+  return { worker, ledger };
+}
