@@ -7,16 +7,15 @@ import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { fixtureSchema, type Fixture, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
-import { okResult, errorResult } from '../core/contracts';
 import type { ApplyPatchArgs, ValidCall } from '../core/tools';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { HarnessConfig } from './config';
 import { loadReplay, replayDecide, ReplayFileError, type DecideInput, type DecideResult } from './decisions';
 import type { Ledger } from './ledger';
-import { runCandidateTests } from './test-runner';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
 import { readFile } from './tools/read_file';
+import { runTests } from './tools/run_tests';
 import { search } from './tools/search';
 import { showDiff, workspaceDiff } from './tools/show_diff';
 import { verify as runVerifier } from './verifier';
@@ -127,20 +126,8 @@ export function createActivities(deps: ActivityDeps) {
           return search(ctx, call.call_id, call.arguments);
         case 'show_diff':
           return showDiff(ctx, call.call_id);
-        case 'run_tests': {
-          const data = await runCandidateTests({
-            backend: ctx.backend,
-            fixture: ref.fixture,
-            workspaceDir: ctx.paths.workspace,
-            outRoot: join(ctx.paths.control, 'out'),
-            limits: config.limits,
-            timeoutMs,
-            signal: ctx.signal,
-            onProgress: ctx.heartbeat,
-          }).catch(infrastructure);
-          if (data.status === 'passed') return okResult(call.call_id, data);
-          return errorResult(call.call_id, data.status === 'failed' ? 'tests_failed' : 'tests_incomplete', data);
-        }
+        case 'run_tests':
+          return runTests(ctx, call.call_id).catch(infrastructure);
         case 'apply_patch':
           throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
       }

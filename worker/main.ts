@@ -1,12 +1,13 @@
 /** `npm run worker`: a standalone worker for the configured cluster (or the embedded dev server). */
-import { NativeConnection } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import { ensureDevServer } from '../client/dev-server';
 import { readSettings } from './settings';
 import { createWorker } from './index';
 
 async function main(): Promise<void> {
+  Runtime.install({ logger: new DefaultLogger('WARN') });
   const settings = readSettings();
-  const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir })).address;
+  const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await NativeConnection.connect({ address });
   const { worker, ledger } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir });
   console.error(`worker polling task queue ${settings.taskQueue} on ${address} (state: ${settings.stateDir})`);

@@ -1,5 +1,5 @@
 /** Configuration read once from the environment, shared by the worker and the command line. */
-import { resolve } from 'node:path';
+import { relative, resolve, isAbsolute } from 'node:path';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
 export const DEFAULT_TASK_QUEUE = 'coding-agent';
@@ -10,6 +10,11 @@ export interface Settings {
   namespace: string;
   taskQueue: string;
   stateDir: string;
+  /** Ports of the embedded dev server and its Web UI. */
+  devServerPort: number;
+  devUiPort: number;
+  /** Folders whose replays the operator trusts without --trust-replay (the project's own fixtures). */
+  trustedReplayDirs: string[];
 }
 
 export function readSettings(env: NodeJS.ProcessEnv = process.env): Settings {
@@ -18,5 +23,17 @@ export function readSettings(env: NodeJS.ProcessEnv = process.env): Settings {
     namespace: env.TEMPORAL_NAMESPACE || 'default',
     taskQueue: env.AGENT_TASK_QUEUE || DEFAULT_TASK_QUEUE,
     stateDir: resolve(env.AGENT_STATE_DIR || resolve(PROJECT_ROOT, '.agent-state')),
+    devServerPort: Number(env.AGENT_DEV_SERVER_PORT || 7233),
+    devUiPort: Number(env.AGENT_DEV_UI_PORT || 8233),
+    trustedReplayDirs: (env.AGENT_TRUSTED_REPLAY_DIRS ?? resolve(PROJECT_ROOT, 'fixtures')).split(':').filter(Boolean).map((d) => resolve(d)),
   };
+}
+
+/** A replay is trusted when the operator says so, or when it lies in a folder the operator trusts. */
+export function replayTrusted(settings: Settings, replayPath: string, flag: boolean): boolean {
+  if (flag) return true;
+  return settings.trustedReplayDirs.some((dir) => {
+    const rel = relative(dir, resolve(replayPath));
+    return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
+  });
 }

@@ -1,0 +1,419 @@
+/**
+ * Measures, rather than assumes, the isolation of the docker backend: a probe runs inside a
+ * container started by `backend.exec` (the same code path and settings as every candidate-test
+ * and acceptance process) and tries things that must fail. The probe only reports facts; the
+ * verdicts are made here, against the limits the backend declares, so a weakened container
+ * (see `ProbeOptions.override`) is caught rather than trusted.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:net';
+import { networkInterfaces, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  DockerBackend,
+  engineError,
+  MOUNT_ACCEPTANCE,
+  MOUNT_OUT,
+  MOUNT_WORKSPACE,
+  type ContainerSettings,
+  type SettingsOverride,
+} from './docker';
+import { BackendUnavailableError } from './types';
+
+export interface IsolationCheck {
+  ok: boolean;
+  detail: string;
+}
+
+export interface IsolationReport {
+  verified: boolean;
+  checks: Record<string, IsolationCheck>;
+  image_id: string | null;
+  settings: ContainerSettings;
+  /** Set when no probe could run (e.g. `runtime_unavailable`, `image_missing`). */
+  reason_detail?: string;
+}
+
+export interface ProbeOptions {
+  /** Run the probe with weakened settings, to show that the probe notices. */
+  override?: SettingsOverride;
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+const SECRET_NAME = 'AGENT_PROBE_SECRET';
+
+/**
+ * The probe. argv[1] is a JSON object: {targets: [[host, port]...], pids_bound, memory_bound}.
+ * It prints exactly one JSON object of facts on its last stdout line.
+ */
+export const PROBE = String.raw`
+import errno, json, os, socket, subprocess, sys
+
+cfg = json.loads(sys.argv[1])
+facts = {}
+
+def err_name(e):
+    return errno.errorcode.get(e.errno, str(e.errno)) if isinstance(e, OSError) and e.errno else type(e).__name__
+
+def connect(host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect((host, port))
+        return 'connected'
+    except socket.timeout:
+        return 'timeout'
+    except OSError as e:
+        return err_name(e)
+    finally:
+        s.close()
+
+facts['net'] = [{'target': '%s:%d' % (h, p), 'result': connect(h, p)} for h, p in cfg['targets']]
+facts['interfaces'] = sorted(os.listdir('/sys/class/net'))
+
+def try_write(path):
+    try:
+        with open(path, 'w') as f:
+            f.write('probe')
+        os.unlink(path)
+        return 'written'
+    except OSError as e:
+        return err_name(e)
+
+facts['writes'] = {p: try_write(p) for p in ['/probe', '/usr/probe', '/workspace/probe', '/out/probe']}
+
+facts['environ'] = dict(os.environ)
+try:
+    with open('/proc/1/environ', 'rb') as f:
+        facts['proc1_environ'] = [e.decode('utf-8', 'replace') for e in f.read().split(b'\0') if e]
+except OSError as e:
+    facts['proc1_environ'] = 'unreadable:' + err_name(e)
+
+facts['docker_sock'] = {p: os.path.exists(p) for p in ['/var/run/docker.sock', '/run/docker.sock']}
+with open('/proc/self/mountinfo') as f:
+    facts['mounts'] = sorted({line.split()[4] for line in f})
+
+status = {}
+with open('/proc/self/status') as f:
+    for line in f:
+        k, _, v = line.partition(':')
+        status[k] = v.strip()
+facts['ids'] = {'uid': os.getuid(), 'euid': os.geteuid(), 'gid': os.getgid(), 'egid': os.getegid(),
+                'groups': os.getgroups()}
+facts['status'] = {k: status.get(k) for k in ['NoNewPrivs', 'CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'Seccomp']}
+
+# Bounded fork loop: children block on a pipe until the parent closes it.
+r, w = os.pipe()
+kids, stop = [], 'bound'
+for _ in range(cfg['pids_bound']):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        stop = err_name(e)
+        break
+    if pid == 0:
+        os.close(w)
+        try:
+            os.read(r, 1)
+        finally:
+            os._exit(0)
+    kids.append(pid)
+os.close(w)
+for pid in kids:
+    os.waitpid(pid, 0)
+os.close(r)
+facts['pids'] = {'forked': len(kids), 'stopped_by': stop}
+
+# Bounded allocation in a child, so this probe survives the OOM kill and can report it. The
+# child volunteers as the OOM killer's first choice.
+ALLOC = r'''
+import sys
+try:
+    with open('/proc/self/oom_score_adj', 'w') as f:
+        f.write('1000')
+except OSError:
+    pass
+step, bound, held, n = 16 << 20, int(sys.argv[1]), [], 0
+while n < bound:
+    held.append(b'\x01' * step)
+    n += step
+    print(n, flush=True)
+print('bound', flush=True)
+'''
+try:
+    p = subprocess.run([sys.executable, '-c', ALLOC, str(cfg['memory_bound'])],
+                       capture_output=True, text=True, timeout=60)
+    lines = p.stdout.split()
+    allocated = max([int(x) for x in lines if x.isdigit()] or [0])
+    outcome = 'bound' if 'bound' in lines else ('MemoryError' if 'MemoryError' in p.stderr else 'exit:%d' % p.returncode)
+    facts['memory'] = {'allocated': allocated, 'outcome': outcome, 'returncode': p.returncode}
+except Exception as e:
+    facts['memory'] = {'allocated': 0, 'outcome': 'probe_error:' + type(e).__name__, 'returncode': None}
+
+print(json.dumps(facts))
+`;
+
+interface ProbeFacts {
+  net: { target: string; result: string }[];
+  interfaces: string[];
+  writes: Record<string, string>;
+  environ: Record<string, string>;
+  proc1_environ: string[] | string;
+  docker_sock: Record<string, boolean>;
+  mounts: string[];
+  ids: { uid: number; euid: number; gid: number; egid: number; groups: number[] };
+  status: Record<string, string | null>;
+  pids: { forked: number; stopped_by: string };
+  memory: { allocated: number; outcome: string; returncode: number | null };
+}
+
+/**
+ * Connect targets: a public address, the host's default gateway, the engine's bridge gateway
+ * (the host as seen from a bridged container; its interface is down, and so not listed by
+ * networkInterfaces(), while no container is attached) and every other host address.
+ */
+async function connectTargets(backend: DockerBackend, listenerPort: number): Promise<[string, number][]> {
+  const targets: [string, number][] = [['1.1.1.1', 53]];
+  const gateway = await defaultGateway();
+  if (gateway) targets.push([gateway, 53], [gateway, listenerPort]);
+  const hosts = new Set<string>(await bridgeGateways(backend));
+  for (const list of Object.values(networkInterfaces())) {
+    for (const a of list ?? []) {
+      if (a.family === 'IPv4' && !a.internal) hosts.add(a.address);
+    }
+  }
+  for (const host of hosts) targets.push([host, listenerPort]);
+  return targets;
+}
+
+async function bridgeGateways(backend: DockerBackend): Promise<string[]> {
+  try {
+    const info = (await backend.engine().getNetwork('bridge').inspect()) as {
+      IPAM?: { Config?: { Gateway?: string; Subnet?: string }[] };
+    };
+    // The default bridge often lists only its subnet; the engine then gives the gateway the
+    // subnet's first address.
+    return (info.IPAM?.Config ?? [])
+      .map((c) => c.Gateway ?? firstHost(c.Subnet ?? ''))
+      .filter((g): g is string => g !== null && /^\d+\.\d+\.\d+\.\d+$/.test(g));
+  } catch (err) {
+    // An engine without a default bridge network has no such gateway to probe.
+    if ((err as { statusCode?: number }).statusCode === 404) return [];
+    throw engineError(err);
+  }
+}
+
+function firstHost(cidr: string): string | null {
+  const m = /^(\d+)\.(\d+)\.(\d+)\.(\d+)\/(\d+)$/.exec(cidr);
+  if (!m) return null;
+  const bits = Number(m[5]);
+  const addr = ((Number(m[1]) << 24) | (Number(m[2]) << 16) | (Number(m[3]) << 8) | Number(m[4])) >>> 0;
+  const mask = bits === 0 ? 0 : (0xffffffff << (32 - bits)) >>> 0;
+  const host = (((addr & mask) >>> 0) + 1) >>> 0;
+  return [host >>> 24, (host >>> 16) & 255, (host >>> 8) & 255, host & 255].join('.');
+}
+
+async function defaultGateway(): Promise<string | null> {
+  const table = await readFile('/proc/net/route', 'utf8').catch(() => '');
+  for (const line of table.split('\n').slice(1)) {
+    const [, dest, gw, flags] = line.trim().split(/\s+/);
+    if (dest === '00000000' && (parseInt(flags, 16) & 2) !== 0) {
+      const n = parseInt(gw, 16); // little-endian
+      return [n & 255, (n >>> 8) & 255, (n >>> 16) & 255, (n >>> 24) & 255].join('.');
+    }
+  }
+  return null;
+}
+
+/** A host listener: any connection it accepts proves the sandbox reached the host. */
+function listen(): Promise<{ server: Server; port: number; accepted: () => number }> {
+  return new Promise((resolve, reject) => {
+    let count = 0;
+    const server = createServer((socket) => {
+      count++;
+      socket.destroy();
+    });
+    server.once('error', reject);
+    server.listen(0, '0.0.0.0', () => {
+      const address = server.address();
+      if (address === null || typeof address === 'string') return reject(new Error('listener has no port'));
+      resolve({ server, port: address.port, accepted: () => count });
+    });
+  });
+}
+
+const ENGINE_MOUNTS = new Set(['/etc/hostname', '/etc/hosts', '/etc/resolv.conf']);
+
+function mountAllowed(target: string): boolean {
+  const under = (root: string) => target === root || target.startsWith(root + '/');
+  return (
+    target === '/' ||
+    target === '/tmp' ||
+    ENGINE_MOUNTS.has(target) ||
+    [MOUNT_WORKSPACE, MOUNT_OUT, MOUNT_ACCEPTANCE].includes(target) ||
+    under('/proc') ||
+    under('/dev') ||
+    under('/sys')
+  );
+}
+
+function judge(
+  facts: ProbeFacts,
+  expected: ContainerSettings,
+  secret: string,
+  rawOutput: string,
+  accepted: number,
+): Record<string, IsolationCheck> {
+  const checks: Record<string, IsolationCheck> = {};
+  const set = (name: string, ok: boolean, detail: string) => (checks[name] = { ok, detail });
+  const reached = facts.net.filter((n) => n.result === 'connected' || n.result === 'ECONNREFUSED');
+  set(
+    'network',
+    facts.net.length > 0 && reached.length === 0,
+    facts.net.map((n) => `${n.target} ${n.result}`).join(', '),
+  );
+  set('interfaces', facts.interfaces.every((i) => i === 'lo'), facts.interfaces.join(','));
+  set('host_listener', accepted === 0, `${accepted} connection(s) accepted by the host listener`);
+  const refused = (p: string) => facts.writes[p] !== 'written';
+  set('write_root', refused('/probe'), `/probe: ${facts.writes['/probe']}`);
+  set('write_usr', refused('/usr/probe'), `/usr/probe: ${facts.writes['/usr/probe']}`);
+  set('write_workspace_ro', refused('/workspace/probe'), `/workspace/probe: ${facts.writes['/workspace/probe']}`);
+  set('out_writable', facts.writes['/out/probe'] === 'written', `/out/probe: ${facts.writes['/out/probe']}`);
+
+  const proc1 = Array.isArray(facts.proc1_environ) ? facts.proc1_environ : [];
+  const leaked =
+    rawOutput.includes(secret) ||
+    SECRET_NAME in facts.environ ||
+    proc1.some((e) => e.startsWith(`${SECRET_NAME}=`) || e.includes(secret));
+  set(
+    'env_secret',
+    !leaked && Array.isArray(facts.proc1_environ),
+    leaked
+      ? `${SECRET_NAME} from the host environment is visible in the sandbox`
+      : Array.isArray(facts.proc1_environ)
+        ? `${SECRET_NAME} not visible in environ nor /proc/1/environ`
+        : `/proc/1/environ ${facts.proc1_environ}`,
+  );
+  const allowedNames = new Set([...expected.env.map((e) => e.split('=')[0]), 'HOSTNAME']);
+  const names = [...new Set([...Object.keys(facts.environ), ...proc1.map((e) => e.split('=')[0])])].sort();
+  const extra = names.filter((n) => !allowedNames.has(n));
+  set('env_minimal', extra.length === 0, extra.length ? `unexpected: ${extra.join(',')}` : names.join(','));
+
+  const socks = Object.entries(facts.docker_sock).filter(([, present]) => present);
+  const sockMounts = facts.mounts.filter((m) => m.includes('docker.sock'));
+  set(
+    'docker_socket',
+    socks.length === 0 && sockMounts.length === 0,
+    socks.length || sockMounts.length
+      ? `visible: ${[...socks.map(([p]) => p), ...sockMounts].join(',')}`
+      : 'no docker.sock visible',
+  );
+  const strange = facts.mounts.filter((m) => !mountAllowed(m));
+  set('mounts', strange.length === 0, strange.length ? `unexpected: ${strange.join(',')}` : facts.mounts.join(','));
+
+  const pidsLimit = expected.hostConfig.PidsLimit;
+  set(
+    'pids_limit',
+    facts.pids.stopped_by === 'EAGAIN' && facts.pids.forked < pidsLimit,
+    `${facts.pids.forked} forks, then ${facts.pids.stopped_by} (limit ${pidsLimit})`,
+  );
+  const memLimit = expected.hostConfig.Memory;
+  const mib = (n: number) => `${Math.round(n / 1048576)} MiB`;
+  set(
+    'memory_limit',
+    facts.memory.outcome !== 'bound' &&
+      !facts.memory.outcome.startsWith('probe_error') &&
+      facts.memory.returncode !== 0 &&
+      facts.memory.allocated <= memLimit,
+    `allocator stopped by ${facts.memory.outcome} (rc ${facts.memory.returncode}) after ${mib(facts.memory.allocated)} (limit ${mib(memLimit)})`,
+  );
+
+  const { uid, euid, gid, egid } = facts.ids;
+  set('uid', uid !== 0 && euid !== 0 && gid !== 0 && egid !== 0, `uid ${uid} euid ${euid} gid ${gid} egid ${egid}`);
+  set('no_new_privs', facts.status.NoNewPrivs === '1', `NoNewPrivs ${facts.status.NoNewPrivs}`);
+  const zero = (v: string | null) => v !== null && /^0+$/.test(v);
+  set(
+    'capabilities',
+    zero(facts.status.CapEff) && zero(facts.status.CapPrm) && zero(facts.status.CapBnd) && zero(facts.status.CapAmb),
+    `CapEff ${facts.status.CapEff} CapPrm ${facts.status.CapPrm} CapBnd ${facts.status.CapBnd} CapAmb ${facts.status.CapAmb}`,
+  );
+  set('seccomp', facts.status.Seccomp === '2', `Seccomp mode ${facts.status.Seccomp}`);
+  return checks;
+}
+
+function parseFacts(stdout: string): ProbeFacts | null {
+  const last = stdout.trim().split('\n').pop() ?? '';
+  try {
+    const value = JSON.parse(last) as ProbeFacts;
+    return typeof value === 'object' && value !== null && Array.isArray(value.net) ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Runs the probe in a container with the backend's settings (or `options.override` on top) and
+ * judges the facts against the backend's declared settings. Never throws for an unusable
+ * engine: that is `{verified: false, reason_detail}`.
+ */
+export async function probeIsolation(backend: DockerBackend, options: ProbeOptions = {}): Promise<IsolationReport> {
+  const expected = backend.settings();
+  const probed = options.override ? backend.withOverride(options.override) : backend;
+  const settings = probed.settings();
+  let imageId: string;
+  try {
+    imageId = await probed.imageId();
+  } catch (err) {
+    if (err instanceof BackendUnavailableError) {
+      return { verified: false, checks: {}, image_id: null, settings, reason_detail: err.detail };
+    }
+    throw err;
+  }
+
+  const scratch = await mkdtemp(join(tmpdir(), 'isolation-probe-'));
+  await mkdir(join(scratch, 'workspace'));
+  const listener = await listen();
+  // The secret is planted in this process's environment, where a leaky backend would pick it
+  // up; it is never passed to the probe.
+  const secret = randomBytes(16).toString('hex');
+  const previous = process.env[SECRET_NAME];
+  process.env[SECRET_NAME] = secret;
+  try {
+    const config = {
+      targets: await connectTargets(probed, listener.port),
+      pids_bound: expected.hostConfig.PidsLimit + 64,
+      memory_bound: expected.hostConfig.Memory + 256 * 1048576,
+    };
+    const result = await probed.exec({
+      argv: ['python3', '-c', PROBE, JSON.stringify(config)],
+      workspaceDir: join(scratch, 'workspace'),
+      workspaceReadOnly: true,
+      outDir: join(scratch, 'out'),
+      timeoutMs: options.timeoutMs ?? 120_000,
+      outputCapBytes: 1024 * 1024,
+      signal: options.signal ?? new AbortController().signal,
+    });
+    const facts = result.exitCode === 0 && !result.stdoutTruncated ? parseFacts(result.stdout) : null;
+    const checks: Record<string, IsolationCheck> = facts
+      ? judge(facts, expected, secret, result.stdout + result.stderr, listener.accepted())
+      : {
+          probe: {
+            ok: false,
+            detail: `probe produced no report (exit ${result.exitCode}, timedOut ${result.timedOut}, cancelled ${result.cancelled}): ${result.stderr.slice(-2000)}`,
+          },
+        };
+    return { verified: Object.values(checks).every((c) => c.ok), checks, image_id: imageId, settings };
+  } catch (err) {
+    if (err instanceof BackendUnavailableError) {
+      return { verified: false, checks: {}, image_id: imageId, settings, reason_detail: err.detail };
+    }
+    throw err;
+  } finally {
+    if (previous === undefined) delete process.env[SECRET_NAME];
+    else process.env[SECRET_NAME] = previous;
+    await new Promise<void>((resolve) => listener.server.close(() => resolve()));
+    await rm(scratch, { recursive: true, force: true });
+  }
+}

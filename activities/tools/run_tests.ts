@@ -1,0 +1,20 @@
+import { join } from 'node:path';
+import { errorResult, okResult, type ToolResult } from '../../core/contracts';
+import { runCandidateTests } from '../test-runner';
+import type { ToolContext } from './context';
+
+/** run_tests: passed is ok; failing tests are `tests_failed`; anything unusable is `tests_incomplete`. */
+export async function runTests(ctx: ToolContext, callId: string): Promise<ToolResult> {
+  const data = await runCandidateTests({
+    backend: ctx.backend,
+    fixture: ctx.fixture,
+    workspaceDir: ctx.paths.workspace,
+    outRoot: join(ctx.paths.control, 'out'),
+    limits: ctx.limits,
+    timeoutMs: ctx.timeoutMs,
+    signal: ctx.signal,
+    onProgress: ctx.heartbeat,
+  });
+  if (data.status === 'passed') return okResult(callId, data);
+  return errorResult(callId, data.status === 'failed' ? 'tests_failed' : 'tests_incomplete', data);
+}

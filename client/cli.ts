@@ -1,0 +1,226 @@
+/**
+ * `npm run agent -- <command>`: the one entry point (SPEC section 8).
+ */
+import { randomBytes } from 'node:crypto';
+import { userInfo } from 'node:os';
+import { basename, resolve } from 'node:path';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import type { WorkflowHandle } from '@temporalio/client';
+import type { RunInput } from '../core/contracts';
+import { buildRecord, type RunView } from '../core/run-view';
+import type { TraceEvent } from '../core/trace';
+import { approvalFor, describeEvent, describePending, followRun, StdinClosed } from './follow';
+import { replayTrusted } from '../worker/settings';
+import { openSession, type Session } from './session';
+
+class UsageError extends Error {}
+
+interface Command {
+  usage: string;
+  summary: string;
+  options: NonNullable<ParseArgsConfig['options']>;
+  run(session: Session, positionals: string[], values: Record<string, any>): Promise<number>;
+}
+
+const json = { type: 'boolean' } as const;
+const principal = () => `user:${userInfo().username}`;
+const out = (value: unknown) => process.stdout.write(`${typeof value === 'string' ? value : JSON.stringify(value, null, 2)}\n`);
+
+function handleFor(session: Session, positionals: string[]): WorkflowHandle {
+  const id = positionals[0];
+  if (!id) throw new UsageError('missing <workflow-id>');
+  return session.client.workflow.getHandle(id);
+}
+
+async function signalApproval(session: Session, positionals: string[], values: Record<string, any>, decision: 'approve' | 'reject'): Promise<number> {
+  const handle = handleFor(session, positionals);
+  const view = await session.withWorker(() => handle.query<RunView>('state'));
+  const pending = view.pending_approval;
+  if (!pending) {
+    process.stderr.write(`no approval is pending for ${handle.workflowId} (status ${view.status})\n`);
+    return 2;
+  }
+  if (positionals[1] && positionals[1] !== pending.action_id) {
+    process.stderr.write(`action ${positionals[1]} is not the pending action; pending is ${pending.action_id} (${pending.path})\n`);
+    return 2;
+  }
+  const signal = approvalFor(pending, decision, values.principal ?? principal(), values.reason);
+  await handle.signal('approval', signal);
+  if (values.json) out(signal);
+  else out(`${decision === 'approve' ? 'approved' : 'rejected'} ${pending.action_id} (apply_patch ${pending.path})`);
+  return 0;
+}
+
+const COMMANDS: Record<string, Command> = {
+  run: {
+    usage: 'run <fixture-dir> --replay FILE [--backend local|docker] [--trust-replay] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S]',
+    summary:
+      'start an agentRun; print its workflow id; with --wait follow it to the end.\nOn the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).',
+    options: {
+      replay: { type: 'string' },
+      backend: { type: 'string', default: 'local' },
+      'trust-replay': { type: 'boolean', default: false },
+      approver: { type: 'string', default: 'interactive' },
+      wait: { type: 'boolean', default: false },
+      id: { type: 'string' },
+      'max-turns': { type: 'string' },
+      'max-tool-calls': { type: 'string' },
+      'deadline-s': { type: 'string' },
+      json,
+    },
+    async run(session, positionals, values) {
+      const fixture = positionals[0];
+      if (!fixture) throw new UsageError('missing <fixture-dir>');
+      if (!values.replay) throw new UsageError('--replay FILE is required (the replay is the decision source)');
+      if (values.backend !== 'local' && values.backend !== 'docker') throw new UsageError('--backend must be local or docker');
+      const num = (name: string) => (values[name] === undefined ? undefined : Number(values[name]));
+      const budgets = Object.fromEntries(
+        Object.entries({ max_turns: num('max-turns'), max_tool_calls: num('max-tool-calls'), deadline_s: num('deadline-s') }).filter(([, v]) => v !== undefined),
+      );
+      const input: RunInput = {
+        fixture: resolve(fixture),
+        source: { kind: 'replay', path: resolve(values.replay), trusted: replayTrusted(session.settings, values.replay, values['trust-replay']) },
+        backend: values.backend,
+        approver: values.approver,
+        ...(Object.keys(budgets).length ? { budgets } : {}),
+      };
+      const workflowId = values.id ?? `agent-${basename(resolve(fixture))}-${randomBytes(4).toString('hex')}`;
+      const start = () => session.client.workflow.start('agentRun', { taskQueue: session.settings.taskQueue, workflowId, args: [input] });
+      if (!values.wait) {
+        const handle = await start();
+        if (await session.ensureBackgroundWorker()) process.stderr.write('started a background worker (log in the state folder: worker.log)\n');
+        out(values.json ? { workflow_id: handle.workflowId, run_id: handle.firstExecutionRunId } : handle.workflowId);
+        return 0;
+      }
+      return session.withWorker(async () => {
+        const handle = await start();
+        const log = (line: string) => (values.json ? process.stderr : process.stdout).write(`${line}\n`);
+        log(`workflow ${handle.workflowId}`);
+        try {
+          const record = await followRun(handle, { interactive: values.approver === 'interactive', principal: principal(), log });
+          if (values.json) out(JSON.stringify(record));
+          else log(`\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}`);
+          return record.status === 'completed' ? 0 : 1;
+        } catch (err) {
+          if (!(err instanceof StdinClosed)) throw err;
+          process.stderr.write(`${err.message}\nthe run keeps waiting; approve with: npm run agent -- approve ${handle.workflowId}\n`);
+          return 3;
+        }
+      });
+    },
+  },
+  approve: {
+    usage: 'approve <workflow-id> [<action-id>] [--principal NAME] [--json]',
+    summary: 'send the approval Signal for the pending action, with its digests',
+    options: { principal: { type: 'string' }, json },
+    run: (session, positionals, values) => signalApproval(session, positionals, values, 'approve'),
+  },
+  reject: {
+    usage: 'reject <workflow-id> [<action-id>] [--reason TEXT] [--principal NAME] [--json]',
+    summary: 'send a rejecting approval Signal for the pending action',
+    options: { reason: { type: 'string' }, principal: { type: 'string' }, json },
+    run: (session, positionals, values) => signalApproval(session, positionals, values, 'reject'),
+  },
+  status: {
+    usage: 'status <workflow-id> [--json]',
+    summary: 'status, reason, pending approval (action, path, diff) and counters',
+    options: { json },
+    async run(session, positionals, values) {
+      const handle = handleFor(session, positionals);
+      const view = await session.withWorker(() => handle.query<RunView>('state'));
+      if (values.json) {
+        out(view);
+        return 0;
+      }
+      const c = view.counters;
+      out(`${handle.workflowId}: ${view.status}${view.reason ? ` (${view.reason})` : ''}${view.detail ? `: ${view.detail}` : ''}`);
+      out(`fixture ${view.fixture ?? '?'}, replay ${view.replay ?? '?'}, backend ${view.backend}, approver ${view.approver}`);
+      out(`turns ${c.turns}, tool calls ${c.tool_calls}, writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}`);
+      if (view.pending_approval) out(`\npending approval:\n${describePending(view.pending_approval)}`);
+      if (view.verification) out(`\nrecord: ${JSON.stringify(buildRecord(view))}`);
+      return 0;
+    },
+  },
+  trace: {
+    usage: 'trace <workflow-id> [--json]',
+    summary: 'the trace events of a run',
+    options: { json },
+    async run(session, positionals, values) {
+      const handle = handleFor(session, positionals);
+      const events = await session.withWorker(() => handle.query<TraceEvent[]>('trace'));
+      if (values.json) out(events);
+      else for (const e of events) out(describeEvent(e));
+      return 0;
+    },
+  },
+  steer: {
+    usage: 'steer <workflow-id> <message>',
+    summary: 'add a user message to the next decision (Signal steer)',
+    options: {},
+    async run(session, positionals) {
+      if (!positionals[1]) throw new UsageError('missing <message>');
+      await handleFor(session, positionals).signal('steer', { message: positionals.slice(1).join(' ') });
+      return 0;
+    },
+  },
+  interrupt: {
+    usage: 'interrupt <workflow-id> [--reason TEXT]',
+    summary: 'stop the current turn at the next step boundary (Signal interrupt)',
+    options: { reason: { type: 'string' } },
+    async run(session, positionals, values) {
+      await handleFor(session, positionals).signal('interrupt', values.reason ? { reason: values.reason } : {});
+      return 0;
+    },
+  },
+};
+
+function help(): string {
+  const lines = ['usage: npm run agent -- <command> [options]', '', 'commands:'];
+  for (const [name, c] of Object.entries(COMMANDS)) lines.push(`  ${name.padEnd(10)} ${c.summary}`);
+  lines.push('', 'Each command has --help. With TEMPORAL_ADDRESS unset, a local Temporal dev server is started or reused', '(Web UI on http://localhost:8233) with state under .agent-state/ (AGENT_STATE_DIR).');
+  return lines.join('\n');
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [name, ...rest] = argv;
+  if (!name || name === '--help' || name === '-h' || name === 'help') {
+    out(help());
+    return name ? 0 : 2;
+  }
+  const command = COMMANDS[name];
+  if (!command) {
+    process.stderr.write(`unknown command ${JSON.stringify(name)}\n${help()}\n`);
+    return 2;
+  }
+  let parsed;
+  try {
+    parsed = parseArgs({ args: rest, options: { ...command.options, help: { type: 'boolean', short: 'h' } }, allowPositionals: true, strict: true });
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\nusage: npm run agent -- ${command.usage}\n`);
+    return 2;
+  }
+  if (parsed.values.help) {
+    out(`usage: npm run agent -- ${command.usage}\n\n${command.summary}`);
+    return 0;
+  }
+  const session = await openSession();
+  try {
+    return await command.run(session, parsed.positionals, parsed.values);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      process.stderr.write(`${err.message}\nusage: npm run agent -- ${command.usage}\n`);
+      return 2;
+    }
+    throw err;
+  } finally {
+    await session.close();
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (err) => {
+    process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,113 @@
+import { canonicalJson, jsonEqual } from '../core/canonical';
+import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
+import { globMatches, normalizeRepoPath } from '../core/paths';
+import { evaluatePolicy } from '../core/policy';
+import { toolDefinitions } from '../core/tools';
+import { validateCall } from '../core/validate';
+
+const scope = { writable: ['src/linkcheck.py'], new_files: ['tests/test_agent_*.py'] };
+
+describe('path rules', () => {
+  it.each([
+    ['../etc/passwd', 'path contains ..'],
+    ['src/../../x', 'path contains ..'],
+    ['/etc/passwd', 'absolute paths are not allowed'],
+    ['C:/Windows', 'absolute paths are not allowed'],
+    ['a\\b', 'use / as the separator; backslash is not allowed'],
+    ['src/a\0b', 'path contains NUL'],
+    ['CON', 'reserved device name "CON"'],
+    ['docs/aux.txt', 'reserved device name "aux.txt"'],
+    ['lpt1', 'reserved device name "lpt1"'],
+    ['x'.repeat(300), 'a path segment is longer than 255 bytes'],
+    [`${'abc/'.repeat(300)}x`, 'path is longer than 1024 bytes'],
+    ['', 'path is empty'],
+  ])('denies %j', (path, reason) => {
+    expect(normalizeRepoPath(path)).toEqual({ ok: false, reason });
+  });
+
+  it('normalises ./ and doubled slashes', () => {
+    expect(normalizeRepoPath('./src//linkcheck.py')).toEqual({ ok: true, path: 'src/linkcheck.py' });
+    expect(normalizeRepoPath('.', true)).toEqual({ ok: true, path: '' });
+  });
+
+  it('matches * within one segment only', () => {
+    expect(globMatches('tests/test_agent_*.py', 'tests/test_agent_nested.py')).toBe(true);
+    expect(globMatches('tests/test_agent_*.py', 'tests/sub/test_agent_x.py')).toBe(false);
+    expect(globMatches('tests/test_agent_*.py', 'tests/test_agent_x.pyc')).toBe(false);
+    expect(globMatches('a.b', 'axb')).toBe(false);
+  });
+});
+
+describe('policy', () => {
+  const call = (path: string) => ({ call_id: 'c', name: 'apply_patch' as const, arguments: { path, version: 'absent', old: '', new: 'x' } });
+
+  it('allows reads, asks for writable and new files, denies the rest', () => {
+    expect(evaluatePolicy({ call_id: 'c', name: 'read_file', arguments: { path: 'notes.txt' } }, null, scope).decision).toBe('allow');
+    expect(evaluatePolicy(call('src/linkcheck.py'), 'src/linkcheck.py', scope).decision).toBe('ask');
+    expect(evaluatePolicy(call('tests/test_agent_x.py'), 'tests/test_agent_x.py', scope).decision).toBe('ask');
+    const denied = evaluatePolicy(call('notes.txt'), 'notes.txt', scope);
+    expect(denied.decision).toBe('deny');
+    expect(denied.matched.map((r) => r.id)).toEqual(['protected-path']);
+  });
+});
+
+describe('validateCall', () => {
+  it('accepts a well-formed call and normalises its path', () => {
+    const v = validateCall({ call_id: 'read-1', name: 'read_file', arguments: { path: './src/linkcheck.py', start: 1 } }, 'x');
+    expect(v).toEqual({ ok: true, call: { call_id: 'read-1', name: 'read_file', arguments: { path: 'src/linkcheck.py', start: 1 } } });
+  });
+
+  it.each([
+    ['an unknown tool', { call_id: 'a', name: 'delete_file', arguments: {} }, 'unknown_tool'],
+    ['an extra top-level field', { call_id: 'a', name: 'read_file', arguments: { path: 'x' }, extra: 1 }, 'invalid_fields'],
+    ['an extra argument', { call_id: 'a', name: 'read_file', arguments: { path: 'x', mode: 'r' } }, 'invalid_fields'],
+    ['a missing argument', { call_id: 'a', name: 'read_file', arguments: {} }, 'invalid_fields'],
+    ['a mistyped argument', { call_id: 'a', name: 'read_file', arguments: { path: 7 } }, 'invalid_fields'],
+    ['an out-of-range argument', { call_id: 'a', name: 'search', arguments: { query: 'x', max_results: 201 } }, 'invalid_fields'],
+    ['end before start', { call_id: 'a', name: 'read_file', arguments: { path: 'x', start: 5, end: 2 } }, 'invalid_fields'],
+    ['a non-integer line', { call_id: 'a', name: 'read_file', arguments: { path: 'x', start: 1.5 } }, 'invalid_fields'],
+    ['a bad version', { call_id: 'a', name: 'apply_patch', arguments: { path: 'x', version: 'v1', old: 'a', new: 'b' } }, 'invalid_fields'],
+    ['an unknown preset', { call_id: 'a', name: 'run_tests', arguments: { preset: 'all' } }, 'invalid_fields'],
+    ['a bad call_id', { call_id: 'has space', name: 'show_diff', arguments: {} }, 'invalid_fields'],
+    ['a path with ..', { call_id: 'a', name: 'read_file', arguments: { path: '../x' } }, 'path_denied'],
+  ])('rejects %s', (_what, raw, code) => {
+    const v = validateCall(raw, 'fallback-1');
+    expect(v.ok).toBe(false);
+    if (!v.ok) {
+      expect(v.result.error).toBe(code);
+      expect(v.result.ok).toBe(false);
+    }
+  });
+
+  it('names the result with a fallback id when the call_id is unusable', () => {
+    const v = validateCall({ call_id: 'bad id!', name: 'show_diff', arguments: {} }, 'call-3');
+    expect(!v.ok && v.result.call_id).toBe('call-3');
+  });
+});
+
+describe('canonical JSON and budgets', () => {
+  it('sorts keys at every depth and compares values, not key order', () => {
+    expect(canonicalJson({ b: 1, a: [{ d: 2, c: 1 }] })).toBe('{"a":[{"c":1,"d":2}],"b":1}');
+    expect(jsonEqual({ a: 1, b: 2 }, { b: 2, a: 1 })).toBe(true);
+    expect(jsonEqual([1, 2], [2, 1])).toBe(false);
+  });
+
+  it('checks limits before a decision and caps call time by the time left', () => {
+    const b = effectiveBudgets({ max_turns: 20, max_tool_calls: 40, deadline_s: 900, call_timeout_s: 120 }, { max_turns: 2 });
+    expect(b.max_turns).toBe(2);
+    expect(budgetStop(b, { turns: 2, tool_calls: 0 }, 1000)).toBe('max_turns');
+    expect(budgetStop(b, { turns: 0, tool_calls: 40 }, 1000)).toBe('max_tool_calls');
+    expect(budgetStop(b, { turns: 0, tool_calls: 0 }, 0)).toBe('deadline');
+    expect(budgetStop(b, { turns: 1, tool_calls: 1 }, 1000)).toBeNull();
+    expect(callTimeoutMs(b, 30_000)).toBe(30_000);
+    expect(callTimeoutMs(b, 300_000)).toBe(120_000);
+  });
+
+  it('generates a JSON schema per tool from the validating schemas', () => {
+    const defs = toolDefinitions();
+    expect(defs.map((d) => d.name)).toEqual(['read_file', 'search', 'apply_patch', 'run_tests', 'show_diff']);
+    const patch = defs.find((d) => d.name === 'apply_patch')!.parameters as { required: string[]; additionalProperties: boolean };
+    expect(patch.required).toEqual(['path', 'version', 'old', 'new']);
+    expect(patch.additionalProperties).toBe(false);
+  });
+});

@@ -1,0 +1,66 @@
+/** A real run folder in a temp directory, prepared from a small repository, for activity tests. */
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { LocalBackend } from '../../activities/backends/local';
+import { DEFAULT_LIMITS, type Limits } from '../../activities/config';
+import { Ledger } from '../../activities/ledger';
+import type { ToolContext } from '../../activities/tools/context';
+import { manifest, manifestDigest, prepareWorkspace, runPaths } from '../../activities/workspace';
+import { fixtureSchema, type Fixture } from '../../core/contracts';
+
+export const PROJECT_ROOT = resolve(__dirname, '..', '..', '..');
+export const LINKCHECK = join(PROJECT_ROOT, 'fixtures', 'linkcheck-nested');
+
+export function linkcheckFixture(): Fixture {
+  return fixtureSchema.parse(JSON.parse(readFileSync(join(LINKCHECK, 'fixture.json'), 'utf8')));
+}
+
+export function tempDir(prefix: string): string {
+  return mkdtempSync(join(tmpdir(), `${prefix}-`));
+}
+
+export function writeFiles(root: string, files: Record<string, string>): void {
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(dirname(join(root, path)), { recursive: true });
+    writeFileSync(join(root, path), text);
+  }
+}
+
+export interface TestRun {
+  ctx: ToolContext;
+  ledger: Ledger;
+  workspace: string;
+  /** Digest of the workspace manifest: equal before and after means nothing changed. */
+  digest(): string;
+}
+
+/** `repo` is either a folder to copy or files to create; `before` may add links before preparing. */
+export function prepareRun(opts: { repo: string | Record<string, string>; fixture?: Partial<Fixture>; limits?: Partial<Limits>; runId?: string }): TestRun {
+  const state = tempDir('agent-state');
+  let repoDir: string;
+  if (typeof opts.repo === 'string') repoDir = opts.repo;
+  else {
+    repoDir = join(tempDir('agent-repo'), 'repo');
+    mkdirSync(repoDir);
+    writeFiles(repoDir, opts.repo);
+  }
+  const runId = opts.runId ?? 'run-1';
+  const paths = runPaths(state, runId);
+  prepareWorkspace(paths, repoDir);
+  const ledger = new Ledger(join(state, 'ledger.sqlite'));
+  const controller = new AbortController();
+  const ctx: ToolContext = {
+    runId,
+    paths,
+    fixture: { ...linkcheckFixture(), ...opts.fixture },
+    fixtureDir: LINKCHECK,
+    limits: { ...DEFAULT_LIMITS, ...opts.limits },
+    ledger,
+    backend: new LocalBackend(),
+    timeoutMs: 60_000,
+    signal: controller.signal,
+    heartbeat: () => undefined,
+  };
+  return { ctx, ledger, workspace: paths.workspace, digest: () => manifestDigest(manifest(paths.workspace)) };
+}

@@ -1,0 +1,95 @@
+/** A real Temporal dev server for workflow tests, and helpers to drive runs through it. */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import type { WorkflowHandle } from '@temporalio/client';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { temporalBinary } from '../../client/temporal-bin';
+import type { RunInput } from '../../core/contracts';
+import type { RunView } from '../../core/run-view';
+import { SEARCH_ATTRIBUTES } from '../../core/search-attributes';
+import type { TraceEvent } from '../../core/trace';
+import { createWorker } from '../../worker';
+import { LINKCHECK, PROJECT_ROOT } from './run-dir';
+
+let runtimeInstalled = false;
+
+export async function startServer(): Promise<TestWorkflowEnvironment> {
+  if (!runtimeInstalled) {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+    runtimeInstalled = true;
+  }
+  return TestWorkflowEnvironment.createLocal({
+    server: { executable: { type: 'existing-path', path: temporalBinary() }, searchAttributes: SEARCH_ATTRIBUTES, ip: '127.0.0.1' },
+  });
+}
+
+let queues = 0;
+export const uniqueQueue = (name: string) => `${name}-${process.pid}-${++queues}`;
+
+export function canonicalInput(replay: string, overrides: Partial<RunInput> = {}): RunInput {
+  return {
+    fixture: LINKCHECK,
+    source: { kind: 'replay', path: join(LINKCHECK, 'replays', `${replay}.json`), trusted: true },
+    backend: 'local',
+    approver: 'policy:approve-writable',
+    ...overrides,
+  };
+}
+
+export async function inProcessWorker(env: TestWorkflowEnvironment, taskQueue: string, stateDir: string) {
+  return createWorker({ connection: env.nativeConnection, taskQueue, stateDir });
+}
+
+export async function waitFor<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe().catch(() => null);
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** Waits for the next pending approval and returns it (the run is then awaiting_approval). */
+export function pendingApproval(handle: WorkflowHandle, notActionId?: string) {
+  return waitFor('a pending approval', async () => {
+    const view = await handle.query<RunView>('state');
+    const p = view.status === 'awaiting_approval' ? view.pending_approval : null;
+    return p && p.action_id !== notActionId ? p : null;
+  });
+}
+
+/** Approves every pending action through the real `approval` Signal until the run closes. */
+export async function approveAll(handle: WorkflowHandle, principal = 'user:test'): Promise<number> {
+  let approved = 0;
+  let last: string | undefined;
+  while ((await handle.describe()).status.name === 'RUNNING') {
+    const view = await handle.query<RunView>('state').catch(() => null);
+    const next = view?.status === 'awaiting_approval' ? view.pending_approval : null;
+    if (next && next.action_id !== last) {
+      await handle.signal('approval', { action_id: next.action_id, decision: 'approve', args_digest: next.args_digest, workspace_digest: next.workspace_digest, principal });
+      last = next.action_id;
+      approved++;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return approved;
+}
+
+export const traceOf = (handle: WorkflowHandle) => handle.query<TraceEvent[]>('trace');
+
+/** A real worker process (`node dist/worker/main.js`), for tests that kill it. */
+export function spawnWorker(env: TestWorkflowEnvironment, taskQueue: string, stateDir: string, extraEnv: Record<string, string> = {}): ChildProcess {
+  return spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
+    env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_TASK_QUEUE: taskQueue, AGENT_STATE_DIR: stateDir, ...extraEnv },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+}
+
+export function killed(child: ChildProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    child.once('exit', () => resolve());
+  });
+}

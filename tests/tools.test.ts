@@ -1,0 +1,244 @@
+import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { sha256 } from '../activities/digest';
+import { preparePatch, writePatch } from '../activities/tools/apply_patch';
+import { readFile } from '../activities/tools/read_file';
+import { search } from '../activities/tools/search';
+import { showDiff } from '../activities/tools/show_diff';
+import { runTests } from '../activities/tools/run_tests';
+import { prepareRun, tempDir, type TestRun } from './helpers/run-dir';
+
+const SRC = 'def check(root):\n    return root / target\n\n\ndef other():\n    return 1\n';
+
+function run(extra: Record<string, string> = {}): TestRun {
+  return prepareRun({ repo: { 'src/linkcheck.py': SRC, 'notes.txt': 'my notes\n', 'tests/test_a.py': 'def test_a():\n    assert True\n', ...extra } });
+}
+
+/** Asserts a rejection: the code, an unchanged workspace and no ledger entry. */
+function expectRejected(t: TestRun, outcome: ReturnType<typeof preparePatch>, code: string, digestBefore: string) {
+  expect(outcome.kind).toBe('rejected');
+  if (outcome.kind === 'rejected') expect(outcome.result.error).toBe(code);
+  expect(t.digest()).toBe(digestBefore);
+  expect(t.ledger.entries(t.ctx.runId)).toBe(0);
+}
+
+describe('read_file', () => {
+  it('returns the text, the whole-file version and line bounds', () => {
+    const t = run();
+    const r = readFile(t.ctx, 'r', { path: 'src/linkcheck.py', start: 2, end: 2 });
+    expect(r).toEqual({
+      call_id: 'r',
+      ok: true,
+      error: null,
+      truncated: false,
+      data: { text: '    return root / target\n', version: sha256(SRC), total_lines: 6, start: 2, end: 2 },
+    });
+  });
+
+  it('cuts at whole lines under the cap and says so', () => {
+    const t = prepareRun({ repo: { 'big.txt': 'x'.repeat(99) + '\n' + 'y'.repeat(99) + '\n' + 'z'.repeat(99) + '\n' }, limits: { readBytes: 256 } });
+    const r = readFile(t.ctx, 'r', { path: 'big.txt' });
+    expect(r.truncated).toBe(true);
+    expect(r.data).toMatchObject({ start: 1, end: 2, total_lines: 3 });
+    expect(Buffer.byteLength((r.data as { text: string }).text)).toBeLessThanOrEqual(256);
+  });
+
+  it('reports not_found, too_large and binary_file', () => {
+    const t = prepareRun({ repo: { 'a.bin': '\u0000\u0001', 'big.txt': 'x'.repeat(2000) }, limits: { maxFileBytes: 1000 } });
+    expect(readFile(t.ctx, 'r', { path: 'missing.py' }).error).toBe('not_found');
+    expect(readFile(t.ctx, 'r', { path: 'big.txt' }).error).toBe('too_large');
+    expect(readFile(t.ctx, 'r', { path: 'a.bin' }).error).toBe('binary_file');
+  });
+});
+
+describe('path safety on disk', () => {
+  it('denies a symlink inside the repo pointing outside it, and a symlink chain', () => {
+    const outside = tempDir('outside');
+    writeFileSync(join(outside, 'secret.txt'), 'secret\n');
+    const repo = join(tempDir('repo'), 'repo');
+    mkdirSync(join(repo, 'docs'), { recursive: true });
+    writeFileSync(join(repo, 'docs', 'a.md'), 'hello\n');
+    symlinkSync(join(outside, 'secret.txt'), join(repo, 'leak.txt'));
+    symlinkSync('leak.txt', join(repo, 'chain.txt'));
+    symlinkSync(outside, join(repo, 'outdir'));
+    const t = prepareRun({ repo });
+    // The fixture's links are copied as links, never followed.
+    expect(readFileSync(join(t.workspace, 'docs', 'a.md'), 'utf8')).toBe('hello\n');
+    for (const path of ['leak.txt', 'chain.txt', 'outdir/secret.txt']) {
+      const r = readFile(t.ctx, 'r', { path });
+      expect(r.error).toBe('path_denied');
+      expect(JSON.stringify(r)).not.toContain('secret\\n');
+    }
+    expect(search(t.ctx, 's', { query: 'secret' }).data).toEqual({
+      matches: [],
+      skipped: [
+        { path: 'chain.txt', reason: 'symlink' },
+        { path: 'leak.txt', reason: 'symlink' },
+        { path: 'outdir', reason: 'symlink' },
+      ],
+    });
+  });
+
+  it('denies a hardlink to a file outside the workspace', () => {
+    const t = run();
+    const outside = join(tempDir('outside'), 'secret.txt');
+    writeFileSync(outside, 'secret\n');
+    linkSync(outside, join(t.workspace, 'hard.txt'));
+    expect(readFile(t.ctx, 'r', { path: 'hard.txt' }).error).toBe('path_denied');
+    const before = t.digest();
+    expectRejected(t, preparePatch(t.ctx, 'p', { path: 'hard.txt', version: sha256('secret\n'), old: 'secret', new: 'x' }), 'path_denied', before);
+  });
+});
+
+describe('search', () => {
+  it('finds literal matches sorted by path and line, skipping binary files', () => {
+    const t = run({ 'data.bin': 'return \u0000' });
+    const r = search(t.ctx, 's', { query: 'return' });
+    expect(r.data).toEqual({
+      matches: [
+        { path: 'src/linkcheck.py', line: 2, text: '    return root / target' },
+        { path: 'src/linkcheck.py', line: 6, text: '    return 1' },
+      ],
+      skipped: [{ path: 'data.bin', reason: 'binary or not UTF-8' }],
+    });
+    expect(search(t.ctx, 's', { query: 'x', path: 'nope' }).error).toBe('not_found');
+  });
+
+  it('keeps whole matches under a small cap and marks the result truncated', () => {
+    const lines = Array.from({ length: 40 }, (_, i) => `needle ${i}`).join('\n');
+    const t = prepareRun({ repo: { 'a.txt': lines }, limits: { searchBytes: 256 } });
+    const r = search(t.ctx, 's', { query: 'needle' });
+    expect(r.truncated).toBe(true);
+    const data = r.data as { matches: { text: string }[] };
+    expect(Buffer.byteLength(JSON.stringify(data.matches))).toBeLessThanOrEqual(256);
+    for (const m of data.matches) expect(m.text).toMatch(/^needle \d+$/);
+  });
+});
+
+describe('apply_patch prepare and write', () => {
+  const v = sha256(SRC);
+
+  it.each([
+    ['a stale version', { path: 'src/linkcheck.py', version: sha256('other'), old: 'root / target', new: 'x' }, 'stale_version'],
+    ['old not found', { path: 'src/linkcheck.py', version: v, old: 'nothing like this', new: 'x' }, 'no_match'],
+    ['old found twice', { path: 'src/linkcheck.py', version: v, old: 'return', new: 'yield' }, 'non_unique_match'],
+    ['old == new', { path: 'src/linkcheck.py', version: v, old: 'root', new: 'root' }, 'no_op'],
+    ['a missing file', { path: 'src/missing.py', version: v, old: 'a', new: 'b' }, 'not_found'],
+    ['creating an existing file', { path: 'src/linkcheck.py', version: 'absent', old: '', new: 'x' }, 'stale_version'],
+    ['a folder', { path: 'src', version: v, old: 'a', new: 'b' }, 'invalid_fields'],
+  ])('rejects %s with no side effect', (_what, args, code) => {
+    const t = run();
+    expectRejected(t, preparePatch(t.ctx, 'p', args), code, t.digest());
+  });
+
+  it('rejects a new text over the cap as too_large', () => {
+    const t = prepareRun({ repo: { 'src/linkcheck.py': SRC }, limits: { patchBytes: 10 } });
+    expectRejected(t, preparePatch(t.ctx, 'p', { path: 'src/linkcheck.py', version: v, old: 'root', new: 'x'.repeat(11) }), 'too_large', t.digest());
+  });
+
+  it('prepares without writing, then writes once and records intent and receipt', () => {
+    const t = run();
+    const args = { path: 'src/linkcheck.py', version: v, old: 'root / target', new: 'document.parent / target' };
+    const before = t.digest();
+    const prepared = preparePatch(t.ctx, 'p', args);
+    expect(prepared.kind).toBe('prepared');
+    if (prepared.kind !== 'prepared') return;
+    expect(t.digest()).toBe(before);
+    expect(prepared.action).toMatchObject({ path: 'src/linkcheck.py', before: v, after: sha256(SRC.replace('root / target', 'document.parent / target')), workspace_digest: before });
+    expect(prepared.action.diff).toContain('+    return document.parent / target');
+    // The same proposal gives the same action_id.
+    expect((preparePatch(t.ctx, 'p2', args) as typeof prepared).action.action_id).toBe(prepared.action.action_id);
+
+    expect(writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'written', recovered: false });
+    expect(sha256(readFileSync(join(t.workspace, 'src/linkcheck.py')))).toBe(prepared.action.after);
+    expect(t.ledger.receipts('run-1')).toHaveLength(1);
+    // A retry of the write is a no-op; a re-proposal is recognised as already written.
+    expect(writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'already_recorded', recovered: false });
+    expect(preparePatch(t.ctx, 'p3', args).kind).toBe('already_written');
+    expect(t.ledger.receipts('run-1')).toHaveLength(1);
+  });
+
+  it('observes approval_stale when the workspace changed after the approval, keeping the change', () => {
+    const t = run();
+    const args = { path: 'src/linkcheck.py', version: v, old: 'root / target', new: 'document.parent / target' };
+    const prepared = preparePatch(t.ctx, 'p', args);
+    if (prepared.kind !== 'prepared') throw new Error('not prepared');
+    writeFileSync(join(t.workspace, 'src/linkcheck.py'), SRC + '# edited by a person\n');
+    expect(writePatch(t.ctx, prepared.action, args).kind).toBe('approval_stale');
+    expect(readFileSync(join(t.workspace, 'src/linkcheck.py'), 'utf8')).toContain('# edited by a person');
+    expect(t.ledger.entries('run-1')).toBe(0);
+  });
+
+  it('recovers: records only the receipt when the target already has the after digest', () => {
+    const t = run();
+    const args = { path: 'src/linkcheck.py', version: v, old: 'root / target', new: 'document.parent / target' };
+    const prepared = preparePatch(t.ctx, 'p', args);
+    if (prepared.kind !== 'prepared') throw new Error('not prepared');
+    // A crash after the rename and before the receipt leaves the intent and the new content.
+    t.ledger.recordIntent('run-1', prepared.action);
+    writeFileSync(join(t.workspace, 'src/linkcheck.py'), SRC.replace('root / target', 'document.parent / target'));
+    expect(writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'receipt_recovered', recovered: true });
+    expect(t.ledger.receipts('run-1')).toEqual([expect.objectContaining({ recovered: true })]);
+  });
+
+  it('refuses to write when recovery finds neither the before nor the after digest', () => {
+    const t = run();
+    const args = { path: 'src/linkcheck.py', version: v, old: 'root / target', new: 'document.parent / target' };
+    const prepared = preparePatch(t.ctx, 'p', args);
+    if (prepared.kind !== 'prepared') throw new Error('not prepared');
+    t.ledger.recordIntent('run-1', prepared.action);
+    writeFileSync(join(t.workspace, 'src/linkcheck.py'), 'something else\n');
+    expect(writePatch(t.ctx, prepared.action, args).kind).toBe('recovery_uncertain');
+    expect(readFileSync(join(t.workspace, 'src/linkcheck.py'), 'utf8')).toBe('something else\n');
+    expect(t.ledger.receipts('run-1')).toHaveLength(0);
+  });
+
+  it('creates an allowed new file and shows it in the diff', () => {
+    const t = run();
+    const args = { path: 'tests/test_agent_x.py', version: 'absent', old: '', new: 'def test_x():\n    pass\n' };
+    const prepared = preparePatch(t.ctx, 'p', args);
+    if (prepared.kind !== 'prepared') throw new Error('not prepared');
+    expect(prepared.action.before).toBe('absent');
+    expect(writePatch(t.ctx, prepared.action, args).kind).toBe('written');
+    const diff = showDiff(t.ctx, 'd');
+    expect(diff.data).toMatchObject({ paths: ['tests/test_agent_x.py'] });
+    expect((diff.data as { diff: string }).diff).toContain('+def test_x():');
+  });
+});
+
+describe('run_tests', () => {
+  it('counts from the JUnit report: red, green, and zero tests as no_tests', async () => {
+    const t = prepareRun({ repo: { 'tests/test_a.py': 'def test_a():\n    assert True\n\ndef test_b():\n    assert 1 == 2\n' } });
+    const red = await runTests(t.ctx, 't');
+    expect(red).toMatchObject({ ok: false, error: 'tests_failed', data: { status: 'failed', discovered: 2, passed: 1, failed: 1 } });
+    expect((red.data as { failures: { test: string }[] }).failures[0].test).toBe('tests.test_a::test_b');
+
+    const empty = prepareRun({ repo: { 'tests/readme.txt': 'no tests here\n' } });
+    expect(await runTests(empty.ctx, 't')).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'no_tests', discovered: 0 } });
+  });
+
+  it('reports a missing test runtime as an infrastructure error, never as no tests', async () => {
+    const t = prepareRun({ repo: { 'tests/test_a.py': 'def test_a():\n    pass\n' }, fixture: { tests: { command: ['python-does-not-exist', '-m', 'pytest'], format: 'pytest', timeout_s: 30 } } });
+    await expect(runTests(t.ctx, 't')).rejects.toThrow(/runtime not found: python-does-not-exist/);
+  });
+
+  it('stops a test that runs past its timeout and kills its process tree', async () => {
+    const t = prepareRun({
+      repo: { 'tests/test_slow.py': 'import subprocess, time\n\ndef test_slow():\n    subprocess.Popen(["sleep", "300"])\n    time.sleep(300)\n' },
+      fixture: { tests: { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests'], format: 'pytest', timeout_s: 2 } },
+    });
+    const r = await runTests(t.ctx, 't');
+    expect(r).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'timeout' } });
+    const { execFileSync } = require('node:child_process');
+    const left = execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' }).split('\n').filter((l: string) => l === 'sleep 300');
+    expect(left).toEqual([]);
+  });
+
+  it('supports node:test through its JUnit reporter', async () => {
+    const t = prepareRun({
+      repo: { 'test/a.test.js': "const test = require('node:test');\nconst assert = require('node:assert');\ntest('one', () => assert.ok(true));\ntest('two', () => assert.equal(1, 2));\n" },
+      fixture: { tests: { command: ['node', '--test', 'test/'], format: 'node-test', timeout_s: 30 } },
+    });
+    expect(await runTests(t.ctx, 't')).toMatchObject({ error: 'tests_failed', data: { discovered: 2, passed: 1, failed: 1 } });
+  });
+});
