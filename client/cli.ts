@@ -9,6 +9,7 @@ import type { WorkflowHandle } from '@temporalio/client';
 import type { RunInput } from '../core/contracts';
 import { buildRecord, type RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
+import type { RunOutcome } from '../workflows';
 import { approvalFor, describeEvent, describePending, followRun, StdinClosed } from './follow';
 import { replayTrusted } from '../worker/settings';
 import { openSession, type Session } from './session';
@@ -32,9 +33,25 @@ function handleFor(session: Session, positionals: string[]): WorkflowHandle {
   return session.client.workflow.getHandle(id);
 }
 
+/** State and trace of a run: from its result once closed (no worker needed), else by query. */
+async function readRun(session: Session, handle: WorkflowHandle): Promise<{ view: RunView; trace: TraceEvent[] }> {
+  if ((await handle.describe()).status.name !== 'RUNNING') {
+    const outcome = (await handle.result()) as RunOutcome;
+    return { view: outcome.state, trace: outcome.trace };
+  }
+  const query = async () => ({ view: await handle.query<RunView>('state'), trace: await handle.query<TraceEvent[]>('trace') });
+  try {
+    return await session.client.withDeadline(Date.now() + 5000, query);
+  } catch (err) {
+    // Embedded default: nobody may be running a worker; answer with one in this process.
+    if (session.embedded) return session.withWorker(query);
+    throw new Error(`no worker answered the query on task queue ${session.settings.taskQueue}; start one with npm run worker (${(err as Error).message})`);
+  }
+}
+
 async function signalApproval(session: Session, positionals: string[], values: Record<string, any>, decision: 'approve' | 'reject'): Promise<number> {
   const handle = handleFor(session, positionals);
-  const view = await session.withWorker(() => handle.query<RunView>('state'));
+  const { view } = await readRun(session, handle);
   const pending = view.pending_approval;
   if (!pending) {
     process.stderr.write(`no approval is pending for ${handle.workflowId} (status ${view.status})\n`);
@@ -127,7 +144,7 @@ const COMMANDS: Record<string, Command> = {
     options: { json },
     async run(session, positionals, values) {
       const handle = handleFor(session, positionals);
-      const view = await session.withWorker(() => handle.query<RunView>('state'));
+      const { view } = await readRun(session, handle);
       if (values.json) {
         out(view);
         return 0;
@@ -147,7 +164,7 @@ const COMMANDS: Record<string, Command> = {
     options: { json },
     async run(session, positionals, values) {
       const handle = handleFor(session, positionals);
-      const events = await session.withWorker(() => handle.query<TraceEvent[]>('trace'));
+      const { trace: events } = await readRun(session, handle);
       if (values.json) out(events);
       else for (const e of events) out(describeEvent(e));
       return 0;

@@ -3,9 +3,9 @@
  * interactive approver, each pending write shown with its path, diff and digests and a y/N prompt.
  */
 import { createInterface } from 'node:readline';
-import { WorkflowFailedError, type WorkflowHandle } from '@temporalio/client';
+import type { WorkflowHandle } from '@temporalio/client';
 import type { ApprovalSignal, RunRecord } from '../core/contracts';
-import { buildRecord, type PendingApproval, type RunView } from '../core/run-view';
+import type { PendingApproval, RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 
 const short = (digest: unknown) => (typeof digest === 'string' ? digest.slice(0, 12) : String(digest));
@@ -118,12 +118,7 @@ export async function followRun(
     }
     await new Promise((r) => setTimeout(r, opts.pollMs ?? 300));
   }
-  await flush();
-  try {
-    return ((await handle.result()) as { record: RunRecord }).record;
-  } catch (err) {
-    // A cancelled run ends as Cancelled in Temporal; its record is still in the state query.
-    if (err instanceof WorkflowFailedError) return buildRecord(await handle.query<RunView>('state'));
-    throw err;
-  }
+  const outcome = (await handle.result()) as { record: RunRecord; trace: TraceEvent[] };
+  for (const e of outcome.trace.slice(printed)) opts.log(describeEvent(e));
+  return outcome.record;
 }

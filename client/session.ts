@@ -1,11 +1,10 @@
 /**
  * A command's connection to Temporal. With TEMPORAL_ADDRESS set it connects there and expects
  * workers on that cluster. Without it (the embedded default) it starts or reuses the local dev
- * server, and runs a worker in this process when the task queue has no poller, so queries and
- * runs make progress.
+ * server, and runs a worker in this process while it follows a run, so the run makes progress.
  */
 import { spawn } from 'node:child_process';
-import { openSync } from 'node:fs';
+import { existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime, type Worker } from '@temporalio/worker';
@@ -18,9 +17,9 @@ export interface Session {
   client: Client;
   address: string;
   embedded: boolean;
-  /** Runs `fn` with a worker in this process when no other worker polls the task queue. */
+  /** Runs `fn` with a worker in this process (embedded default only). */
   withWorker<T>(fn: () => Promise<T>): Promise<T>;
-  /** Starts a detached background worker when no worker polls the task queue (embedded only). */
+  /** Starts a detached background worker unless the one it started before is alive (embedded only). */
   ensureBackgroundWorker(): Promise<boolean>;
   close(): Promise<void>;
 }
@@ -32,22 +31,13 @@ export async function openSession(settings: Settings = readSettings()): Promise<
   const connection = await Connection.connect({ address });
   const client = new Client({ connection, namespace: settings.namespace });
 
-  const hasPoller = async (): Promise<boolean> => {
-    const response = await connection.workflowService.describeTaskQueue({
-      namespace: settings.namespace,
-      taskQueue: { name: settings.taskQueue, kind: 1 /* NORMAL */ },
-      taskQueueType: 1 /* WORKFLOW */,
-    });
-    return (response.pollers ?? []).length > 0;
-  };
-
   return {
     settings,
     client,
     address,
     embedded,
     async withWorker<T>(fn: () => Promise<T>): Promise<T> {
-      if (!embedded || (await hasPoller())) return fn();
+      if (!embedded) return fn();
       const nativeConnection = await NativeConnection.connect({ address });
       let worker: Worker | null = null;
       const created = await createWorker({ connection: nativeConnection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir });
@@ -60,9 +50,12 @@ export async function openSession(settings: Settings = readSettings()): Promise<
       }
     },
     async ensureBackgroundWorker(): Promise<boolean> {
-      if (!embedded || (await hasPoller())) return false;
+      if (!embedded) return false;
+      const pidFile = join(settings.stateDir, 'worker.pid');
+      if (existsSync(pidFile) && alive(Number(readFileSync(pidFile, 'utf8')))) return false;
       const log = openSync(join(settings.stateDir, 'worker.log'), 'a');
       const child = spawn(process.execPath, [join(__dirname, '..', 'worker', 'main.js')], { detached: true, stdio: ['ignore', log, log], env: process.env });
+      writeFileSync(pidFile, String(child.pid));
       child.unref();
       return true;
     },
@@ -70,4 +63,13 @@ export async function openSession(settings: Settings = readSettings()): Promise<
       await connection.close();
     },
   };
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
 }

@@ -40,15 +40,17 @@ export const steerSignal = wf.defineSignal<[{ message: string }]>('steer');
 export const stateQuery = wf.defineQuery<RunView>('state');
 export const traceQuery = wf.defineQuery<TraceEvent[]>('trace');
 
+/** The workflow's result: everything `status` and `trace` show, readable without a worker. */
 export interface RunOutcome {
   record: RunRecord;
   state: RunView;
+  trace: TraceEvent[];
 }
 
 const MAX_MODEL_RETRIES = 2;
 
 const quick = wf.proxyActivities<Activities>({
-  startToCloseTimeout: '20 seconds',
+  startToCloseTimeout: '10 seconds',
   retry: { initialInterval: '500 milliseconds', maximumInterval: '5 seconds' },
 });
 
@@ -378,8 +380,12 @@ class AgentRun {
     }
   }
 
+  /**
+   * Records the terminal status. A cancelled run also returns normally (Temporal shows it as
+   * completed, the AgentStatus search attribute as cancelled), so its record and trace stay in
+   * its result.
+   */
   async finish(stop: RunStop): Promise<RunOutcome> {
-    const externallyCancelled = stop.status === 'cancelled';
     await wf.CancellationScope.nonCancellable(async () => {
       if (this.view.verification === null && this.ref) this.view.diff_paths = await quick.diffPaths({ run_id: this.ref.run_id });
     });
@@ -389,9 +395,7 @@ class AgentRun {
     this.setStatus(stop.status);
     const record = buildRecord(this.view);
     this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached });
-    // A cancelled run ends as Cancelled in Temporal too; its record stays readable via the state query.
-    if (externallyCancelled) throw new wf.CancelledFailure('run cancelled');
-    return { record, state: this.view };
+    return { record, state: this.view, trace: this.trace.events };
   }
 
   // ---- small helpers ----

@@ -1,0 +1,99 @@
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { temporalBinary } from '../client/temporal-bin';
+import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
+
+const exec = promisify(execFile);
+const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+    server.on('error', reject);
+  });
+}
+
+describe('npm run agent on the embedded default', () => {
+  let stateDir: string;
+  let env: NodeJS.ProcessEnv;
+  let port: number;
+  let uiPort: number;
+
+  beforeAll(async () => {
+    stateDir = tempDir('agent-cli');
+    port = await freePort();
+    uiPort = await freePort();
+    env = { ...process.env, AGENT_STATE_DIR: stateDir, AGENT_DEV_SERVER_PORT: String(port), AGENT_DEV_UI_PORT: String(uiPort) };
+    delete env.TEMPORAL_ADDRESS;
+  });
+
+  afterAll(() => {
+    const pid = Number(readFileSync(join(stateDir, 'temporal-server.pid'), 'utf8'));
+    process.kill(pid, 'SIGTERM');
+  });
+
+  const cli = (...args: string[]) => exec(process.execPath, [CLI, ...args], { env, cwd: PROJECT_ROOT, maxBuffer: 16 * 1024 * 1024 });
+
+  it('runs the canonical fixture end to end and prints the run record', async () => {
+    const { stdout, stderr } = await cli(
+      'run', 'fixtures/linkcheck-nested',
+      '--replay', 'fixtures/linkcheck-nested/replays/canonical.json',
+      '--approver', 'policy:approve-writable', '--wait', '--json', '--id', 'cli-canonical',
+    );
+    expect(JSON.parse(stdout)).toEqual({
+      fixture: 'linkcheck-nested',
+      replay: 'canonical',
+      status: 'completed',
+      reason: null,
+      writes: 2,
+      receipts: 2,
+      red_observed: true,
+      diff_paths: ['src/linkcheck.py', 'tests/test_agent_nested.py'],
+      candidate_tests: { discovered: 3, passed: 3, failed: 0 },
+      acceptance: { total: 5, passed: 5, failed: [] },
+      tool_errors: { tests_failed: 1 },
+    });
+    // Progress is shown event by event on stderr while the run goes.
+    expect(stderr).toMatch(/#1 run_started/);
+    expect(stderr).toMatch(/approval_recorded .*approve by policy:approve-writable/);
+
+    // The temporal CLI finds the run by its status search attribute, and the Web UI answers.
+    const listed = await exec(temporalBinary(), ['workflow', 'list', '--address', `127.0.0.1:${port}`, '--query', 'AgentStatus="completed"', '-o', 'json']);
+    expect(listed.stdout).toContain('cli-canonical');
+    const ui = await fetch(`http://127.0.0.1:${uiPort}/`);
+    expect(ui.status).toBe(200);
+
+    const status = await cli('status', 'cli-canonical', '--json');
+    expect(JSON.parse(status.stdout)).toMatchObject({ status: 'completed', counters: { writes: 2, receipts: 2 } });
+    const trace = JSON.parse((await cli('trace', 'cli-canonical', '--json')).stdout) as { seq: number; type: string }[];
+    expect(trace[0]).toMatchObject({ seq: 1, type: 'run_started' });
+    expect(trace.at(-1)!.type).toBe('run_finished');
+  });
+
+  it('exits non-zero for a run that does not complete', async () => {
+    await expect(cli('run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/no-work.json', '--approver', 'policy:approve-writable', '--wait', '--json')).rejects.toMatchObject({ code: 1 });
+  });
+
+  it('refuses an untrusted replay outside the trusted folders on the local backend', async () => {
+    const replay = join(tempDir('replay'), 'outside.json');
+    require('node:fs').copyFileSync(join(PROJECT_ROOT, 'fixtures/linkcheck-nested/replays/canonical.json'), replay);
+    const failed = await cli('run', 'fixtures/linkcheck-nested', '--replay', replay, '--approver', 'policy:approve-writable', '--wait', '--json').catch((e) => e);
+    expect(failed.code).toBe(1);
+    expect(JSON.parse(failed.stdout)).toMatchObject({ status: 'failed', reason: 'replay_untrusted', writes: 0 });
+  });
+
+  it('explains usage errors precisely', async () => {
+    expect((await cli('run', '--help')).stdout).toContain('usage: npm run agent -- run <fixture-dir>');
+    await expect(cli('frobnicate')).rejects.toMatchObject({ code: 2 });
+    const missing = await cli('run', 'fixtures/linkcheck-nested').catch((e) => e);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('--replay FILE is required');
+  });
+});
