@@ -42,9 +42,9 @@ export function loadReplay(path: string): Replay {
 }
 
 /** The replay's cursor is the number of decisions already taken, which the history records. */
-export function replayDecide(input: DecideInput): DecideResult {
-  const replay = loadReplay(input.source.path);
-  const taken = input.history.filter((h) => 'decision' in h).length;
+export function replayDecide(path: string, history: HistoryEntry[]): DecideResult {
+  const replay = loadReplay(path);
+  const taken = history.filter((h) => 'decision' in h).length;
   const next = replay.decisions[taken];
   return next === undefined ? { kind: 'exhausted' } : { kind: 'decision', decision: next };
 }

@@ -6,7 +6,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { fixtureSchema, type Fixture, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { fixtureSchema, type Fixture, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { ApplyPatchArgs, ValidCall } from '../core/tools';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { HarnessConfig } from './config';
@@ -25,13 +25,15 @@ export interface ActivityDeps {
   config: HarnessConfig;
   ledger: Ledger;
   backends: Partial<Record<'local' | 'docker', ExecBackend>>;
+  /** The docker backend's isolation evidence (measured once per worker, then reused). */
+  isolation?: () => Promise<IsolationEvidence>;
 }
 
 /** What the workflow passes to every run-scoped activity. */
 export interface RunRef {
   run_id: string;
   fixture: Fixture;
-  /** Absolute fixture folder on the worker's host. */
+  /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory. */
   fixture_dir: string;
   backend: 'local' | 'docker';
 }
@@ -64,7 +66,7 @@ export function createActivities(deps: ActivityDeps) {
       runId: ref.run_id,
       paths: runPaths(config.stateDir, ref.run_id),
       fixture: ref.fixture,
-      fixtureDir: ref.fixture_dir,
+      fixtureDir: resolve(ref.fixture_dir),
       limits: config.limits,
       ledger,
       backend: backendFor(ref.backend),
@@ -78,9 +80,16 @@ export function createActivities(deps: ActivityDeps) {
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
       const fixtureDir = resolve(input.fixture);
+      const source = input.source;
       const fixtureFile = join(fixtureDir, 'fixture.json');
       if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${input.fixture}` };
-      const parsed = fixtureSchema.safeParse(JSON.parse(readFileSync(fixtureFile, 'utf8')));
+      let raw: unknown;
+      try {
+        raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
+      } catch (err) {
+        return { ok: false, reason: 'invalid_input', detail: `fixture.json is not JSON: ${(err as Error).message}` };
+      }
+      const parsed = fixtureSchema.safeParse(raw);
       if (!parsed.success) {
         return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}` };
       }
@@ -90,26 +99,38 @@ export function createActivities(deps: ActivityDeps) {
         }
       }
       if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
+      if (source.kind !== 'replay') return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null };
       try {
-        loadReplay(input.source.path);
+        loadReplay(source.path);
       } catch (err) {
         if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
         throw err;
       }
       // A replay can create test files that the test command then executes on the host.
-      if (input.backend === 'local' && !input.source.trusted) {
+      if (input.backend === 'local' && !source.trusted) {
         return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
       }
-      return { ok: true, fixture: parsed.data, fixture_dir: fixtureDir, replay: basename(input.source.path).replace(/\.json$/, '') };
+      return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: basename(source.path).replace(/\.json$/, '') };
+    },
+
+    /** The isolation evidence of the docker backend; never throws for a missing engine. */
+    async checkIsolation(): Promise<IsolationEvidence> {
+      if (!deps.backends.docker || !deps.isolation) {
+        return { verified: false, checks: {}, image_id: null, settings: null, reason_detail: 'runtime_unavailable' };
+      }
+      return deps.isolation();
     },
 
     async prepareWorkspace(ref: { run_id: string; fixture_dir: string }): Promise<PreparedWorkspace> {
-      return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), join(ref.fixture_dir, 'repo'));
+      return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), join(resolve(ref.fixture_dir), 'repo'));
     },
 
     async decide(input: DecideInput): Promise<DecideResult> {
+      if (input.source.kind !== 'replay') {
+        throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `live provider ${input.source.provider} is not available in this version`, nonRetryable: true });
+      }
       try {
-        return replayDecide(input);
+        return replayDecide(input.source.path, input.history);
       } catch (err) {
         if (err instanceof ReplayFileError) throw ApplicationFailure.create({ type: 'ReplayFileError', message: err.message, nonRetryable: true });
         throw err;

@@ -78,9 +78,19 @@ export const replaySchema = z.strictObject({
 });
 export type Replay = z.infer<typeof replaySchema>;
 
-/** Where decisions come from. Live providers name the environment variable holding their key. */
+/**
+ * Where decisions come from. A live provider names the environment variable that holds its key;
+ * the key itself never enters the run's input or history.
+ */
 export const decisionSourceSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('replay'), path: z.string().min(1), trusted: z.boolean() }),
+  z.strictObject({
+    kind: z.literal('provider'),
+    provider: z.enum(['openai-compatible', 'anthropic']),
+    model: z.string().min(1),
+    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'the name of an environment variable'),
+    base_url: z.string().optional(),
+  }),
 ]);
 export type DecisionSource = z.infer<typeof decisionSourceSchema>;
 
@@ -122,6 +132,16 @@ export interface PreparedAction {
   /** Unified diff of this one action, capped. */
   diff: string;
   diff_truncated: boolean;
+}
+
+/** Isolation evidence of the docker backend, measured by a probe with the run's exact settings. */
+export interface IsolationEvidence {
+  verified: boolean;
+  checks: Record<string, { ok: boolean; detail: string }>;
+  image_id: string | null;
+  settings: unknown;
+  /** Why no probe could run, e.g. `runtime_unavailable`. */
+  reason_detail?: string;
 }
 
 // ---- verification, statuses and the record (sections 6-7) ----

@@ -1,7 +1,7 @@
 /**
  * What the `state` query returns and how a run's record (SPEC section 7) is derived from it.
  */
-import type { Budgets, PreparedAction, RunRecord, RunStatus, VerifierFindings } from './contracts';
+import type { Budgets, IsolationEvidence, PreparedAction, RunRecord, RunStatus, VerifierFindings } from './contracts';
 import type { ErrorCode } from './errors';
 
 export interface PendingApproval extends PreparedAction {
@@ -28,6 +28,8 @@ export interface RunView {
   red_observed: boolean;
   pending_approval: PendingApproval | null;
   verification: VerifierFindings | null;
+  /** The docker backend's isolation evidence, for runs on it. */
+  isolation: IsolationEvidence | null;
   diff_paths: string[];
   /** Summary from the wrap-up turn after the turn limit, when there was one. */
   wrap_up: string | null;

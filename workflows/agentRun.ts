@@ -49,6 +49,13 @@ export interface RunOutcome {
 
 const MAX_MODEL_RETRIES = 2;
 
+/** Reasons for non-retryable activity failures, by ApplicationFailure type. */
+const ACTIVITY_FAILURE_REASONS: Record<string, string> = {
+  InfrastructureError: 'infrastructure_error',
+  ReplayFileError: 'model_error',
+  ProviderUnavailable: 'model_error',
+};
+
 const quick = wf.proxyActivities<Activities>({
   startToCloseTimeout: '10 seconds',
   retry: { initialInterval: '500 milliseconds', maximumInterval: '5 seconds' },
@@ -89,6 +96,7 @@ class AgentRun {
     red_observed: false,
     pending_approval: null,
     verification: null,
+    isolation: null,
     diff_paths: [],
     wrap_up: null,
     deadline_reached: false,
@@ -127,9 +135,22 @@ class AgentRun {
     if (policyName !== null && !(policyName in APPROVAL_POLICIES)) {
       return this.finish(new RunStop('failed', 'invalid_input', `unknown approval policy ${input.approver}`));
     }
-    // Nothing is created before the fixture, the decision source and the trust gate check out.
+    // Nothing is created, and no key is read, before the fixture, the decision source, the trust
+    // gate and the sandbox check out.
     const loaded = await quick.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
+    if (input.backend === 'docker') {
+      const evidence = await quick.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, []);
+      this.view.isolation = evidence;
+      this.trace.add('isolation_checked', evidence);
+      if (!evidence.verified) {
+        const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name]) => name);
+        return this.finish(new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join(', ')}`));
+      }
+    }
+    if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
+      return this.finish(new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation'));
+    }
     this.view.fixture = loaded.fixture.id;
     this.view.replay = loaded.replay;
     this.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
@@ -371,8 +392,10 @@ class AgentRun {
         if (wf.CancellationScope.current().consideredCancelled) return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
         if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
       }
-      if (err instanceof wf.ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'InfrastructureError') {
-        return new RunStop('failed', 'infrastructure_error', err.cause.message);
+      // A non-retryable activity failure still ends the run with a status and a reason.
+      if (err instanceof wf.ActivityFailure && err.cause instanceof ApplicationFailure) {
+        const reason = ACTIVITY_FAILURE_REASONS[err.cause.type ?? ''] ?? 'activity_failed';
+        return new RunStop('failed', reason, err.cause.message);
       }
       throw err;
     } finally {
