@@ -9,6 +9,7 @@ import type { RunInput } from '../../core/contracts';
 import type { RunView } from '../../core/run-view';
 import { SEARCH_ATTRIBUTES } from '../../core/search-attributes';
 import type { TraceEvent } from '../../core/trace';
+import type { Limits } from '../../activities/config';
 import { createWorker } from '../../worker';
 import { LINKCHECK, PROJECT_ROOT } from './run-dir';
 
@@ -37,8 +38,8 @@ export function canonicalInput(replay: string, overrides: Partial<RunInput> = {}
   };
 }
 
-export async function inProcessWorker(env: TestWorkflowEnvironment, taskQueue: string, stateDir: string) {
-  return createWorker({ connection: env.nativeConnection, taskQueue, stateDir });
+export async function inProcessWorker(env: TestWorkflowEnvironment, taskQueue: string, stateDir: string, limits?: Partial<Limits>) {
+  return createWorker({ connection: env.nativeConnection, taskQueue, stateDir, limits });
 }
 
 export async function waitFor<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 60_000): Promise<T> {
