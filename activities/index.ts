@@ -5,7 +5,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { fixtureSchema, type Fixture, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { ApplyPatchArgs, ValidCall } from '../core/tools';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
@@ -147,8 +147,12 @@ export function createActivities(deps: ActivityDeps) {
           return search(ctx, call.call_id, call.arguments);
         case 'show_diff':
           return showDiff(ctx, call.call_id);
-        case 'run_tests':
-          return runTests(ctx, call.call_id).catch(infrastructure);
+        case 'run_tests': {
+          const result = await runTests(ctx, call.call_id).catch(infrastructure);
+          // A cancelled activity must say so, or the workflow would take the partial result.
+          if (ctx.signal.aborted) throw new CancelledFailure('run_tests was cancelled');
+          return result;
+        }
         case 'apply_patch':
           throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
       }
@@ -164,7 +168,9 @@ export function createActivities(deps: ActivityDeps) {
 
     async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
       const ctx = toolContext(ref, timeoutMs);
-      return runVerifier({ ...ctx, paths: ctx.paths, onProgress: ctx.heartbeat }).catch(infrastructure);
+      const findings = await runVerifier({ ...ctx, paths: ctx.paths, onProgress: ctx.heartbeat }).catch(infrastructure);
+      if (ctx.signal.aborted) throw new CancelledFailure('verification was cancelled');
+      return findings;
     },
 
     /** Changed paths of a run that ended before verification (empty when no workspace exists). */

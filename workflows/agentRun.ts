@@ -181,13 +181,16 @@ class AgentRun {
       }
       this.view.counters.turns++;
       const decision = await this.decide(true);
+      // An interrupt stops the turn it arrived in: a tool call it proposed is not executed.
+      const interrupted = this.interrupted;
+      this.interrupted = null;
       switch (decision.kind) {
         case 'plan':
           this.trace.add('plan_recorded', { text: decision.text });
           this.history.push({ decision });
           break;
         case 'tool': {
-          const result = await this.toolCall(decision.call);
+          const result = await this.toolCall(decision.call, interrupted);
           this.history.push({ decision, result });
           break;
         }
@@ -201,8 +204,9 @@ class AgentRun {
   /** Asks the decision source, retrying transient provider errors at most twice. */
   private async decide(toolsEnabled: boolean): Promise<Exclude<Decision, { kind: 'model_error' }>> {
     for (let retries = 0; ; retries++) {
-      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled });
-      for (const message of this.steering.splice(0)) this.history.push({ message });
+      const messages = this.steering.splice(0);
+      for (const message of messages) this.history.push({ message });
+      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages });
       const result: DecideResult = await quick.decide.executeWithOptions(
         { startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()), summary: `decide turn ${this.view.counters.turns}` },
         [{ source: this.input.source, task: this.ref.fixture.task, tools: toolsEnabled ? toolDefinitions() : [], history: this.history, tools_enabled: toolsEnabled }],
@@ -235,14 +239,14 @@ class AgentRun {
 
   // ---- tool calls ----
 
-  private async toolCall(raw: unknown): Promise<ToolResult> {
+  private async toolCall(raw: unknown, interrupted: string | null): Promise<ToolResult> {
     this.view.counters.tool_calls++;
     const validation = validateCall(raw, `call-${this.view.counters.turns}`);
     const callId = validation.ok ? validation.call.call_id : validation.result.call_id;
     this.trace.add('tool_proposed', { call: raw }, { call_id: callId });
     if (!validation.ok) return this.observe(validation.result);
     const call = validation.call;
-    if (this.interrupted !== null) return this.observe(this.interruptedResult(callId));
+    if (interrupted !== null) return this.observe(this.interruptedResult(callId, interrupted));
     if (call.name === 'apply_patch') return this.observe(await this.patch(call.call_id, call.arguments, evaluatePolicy(call, call.arguments.path, this.ref.fixture)));
     const timeout = callTimeoutMs(this.budgets, this.msLeft());
     const result = await quick.executeTool.executeWithOptions(
@@ -258,9 +262,7 @@ class AgentRun {
     return this.observe(result);
   }
 
-  private interruptedResult(callId: string): ToolResult {
-    const reason = this.interrupted ?? 'interrupted';
-    this.interrupted = null;
+  private interruptedResult(callId: string, reason: string): ToolResult {
     return errorResult(callId, 'interrupted', { reason: `not executed: ${reason}` });
   }
 
@@ -283,7 +285,11 @@ class AgentRun {
     }
     const action = prepared.action;
     const decision = await this.awaitApproval(callId, action, policy);
-    if (decision === 'interrupted') return this.interruptedResult(callId);
+    if (decision === 'interrupted') {
+      const reason = this.interrupted ?? 'interrupted';
+      this.interrupted = null;
+      return this.interruptedResult(callId, reason);
+    }
     if (decision.decision === 'reject') {
       return errorResult(callId, 'approval_rejected', { action_id: action.action_id, principal: decision.principal ?? null, reason: decision.reason ?? null });
     }

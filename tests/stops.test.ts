@@ -1,0 +1,116 @@
+import { execFile, execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { temporalBinary } from '../client/temporal-bin';
+import type { RunInput } from '../core/contracts';
+import type { RunOutcome } from '../workflows';
+import { tempDir, writeFiles } from './helpers/run-dir';
+import { approveAll, canonicalInput, inProcessWorker, pendingApproval, startServer, uniqueQueue, waitFor } from './helpers/temporal';
+
+let env: TestWorkflowEnvironment;
+beforeAll(async () => {
+  env = await startServer();
+});
+afterAll(async () => {
+  await env?.teardown();
+});
+
+type Handle = Awaited<ReturnType<typeof env.client.workflow.start>>;
+
+async function runOnce(input: RunInput, drive?: (h: Handle) => Promise<unknown>) {
+  const stateDir = tempDir('agent-state');
+  const taskQueue = uniqueQueue('stops');
+  const { worker, ledger } = await inProcessWorker(env, taskQueue, stateDir);
+  try {
+    return await worker.runUntil(async () => {
+      const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
+      await (drive ? drive(handle) : Promise.resolve());
+      return { handle, outcome: (await handle.result()) as RunOutcome };
+    });
+  } finally {
+    ledger.close();
+  }
+}
+
+function replayFile(decisions: unknown[]): string {
+  const file = join(tempDir('replay'), 'scripted.json');
+  writeFileSync(file, JSON.stringify({ schema_version: 1, decisions }));
+  return file;
+}
+
+const runTests = (id: string) => ({ kind: 'tool', call: { call_id: id, name: 'run_tests', arguments: { preset: 'candidate_tests' } } });
+const MARKER = 'agent-sleep-marker';
+
+/** A fixture whose only test starts a child process and sleeps far past any limit. */
+function sleepyFixture(): string {
+  const dir = tempDir('sleepy');
+  writeFiles(dir, {
+    'fixture.json': JSON.stringify({
+      schema_version: 1,
+      id: 'sleepy',
+      task: 'Wait.',
+      writable: [],
+      new_files: [],
+      tests: { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests'], format: 'pytest', timeout_s: 300 },
+      acceptance: { command: ['python3', '-c', 'print(1)'], timeout_s: 10 },
+      budgets: { max_turns: 10, max_tool_calls: 10, deadline_s: 600, call_timeout_s: 300 },
+    }),
+    'repo/tests/test_sleep.py': `import subprocess, time\n\ndef test_sleep():\n    subprocess.Popen(["bash", "-c", "exec -a ${MARKER} sleep 300"])\n    time.sleep(300)\n`,
+    'acceptance/expected.json': JSON.stringify({ schema_version: 1, cases: {} }),
+  });
+  mkdirSync(join(dir, 'replays'));
+  return dir;
+}
+
+const sleepersLeft = () => execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' }).split('\n').filter((l) => l.startsWith(MARKER));
+
+describe('stops', () => {
+  it('ends at max_tool_calls with budget_exhausted', async () => {
+    const path = replayFile([runTests('a'), runTests('b'), runTests('c'), { kind: 'final', text: 'x' }]);
+    const { outcome } = await runOnce(canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, budgets: { max_tool_calls: 2 } }));
+    expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'max_tool_calls' });
+    expect(outcome.state.counters.tool_calls).toBe(2);
+  });
+
+  it('ends at the deadline with budget_exhausted and kills the running test process tree', async () => {
+    const fixture = sleepyFixture();
+    const path = replayFile([runTests('sleep'), { kind: 'final', text: 'x' }]);
+    const { outcome } = await runOnce({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable', budgets: { deadline_s: 6 } }, () =>
+      waitFor('the test process to run', async () => sleepersLeft().length > 0, 6_000),
+    );
+    expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'deadline' });
+    expect(outcome.state.deadline_reached).toBe(true);
+    await waitFor('the sleeping test tree to be gone', async () => sleepersLeft().length === 0, 10_000);
+  });
+
+  it('is cancelled with `temporal workflow cancel`, killing the running test process tree', async () => {
+    const fixture = sleepyFixture();
+    const path = replayFile([runTests('sleep'), { kind: 'final', text: 'x' }]);
+    const { outcome } = await runOnce({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' }, async (h) => {
+      await waitFor('the test process to run', async () => sleepersLeft().length > 0, 30_000);
+      await promisify(execFile)(temporalBinary(), ['workflow', 'cancel', '--address', env.address, '--workflow-id', h.workflowId]);
+    });
+    expect(outcome.record).toMatchObject({ status: 'cancelled', reason: 'cancelled' });
+    expect(outcome.state.deadline_reached).toBe(false);
+    // The cancelled call was not left without a result, and nothing half done remains.
+    expect(outcome.trace.at(-1)).toMatchObject({ type: 'run_finished', data: { status: 'cancelled' } });
+    await waitFor('the sleeping test tree to be gone', async () => sleepersLeft().length === 0, 10_000);
+  });
+
+  it('interrupt gives the pending call an interrupted result; steer reaches the next decision', async () => {
+    const { outcome } = await runOnce(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
+      const first = await pendingApproval(h);
+      expect(first.path).toBe('tests/test_agent_nested.py');
+      await h.signal('steer', { message: 'skip the new test, fix the source' });
+      await h.signal('interrupt', { reason: 'changed my mind' });
+      await approveAll(h);
+    });
+    const observed = outcome.trace.find((e) => e.type === 'tool_observed' && e.call_id === 'add-test')!;
+    expect(observed.data).toMatchObject({ ok: false, error: 'interrupted', data: { reason: 'not executed: changed my mind' } });
+    const next = outcome.trace.find((e) => e.type === 'model_requested' && e.seq > observed.seq)!;
+    expect(next.data).toMatchObject({ messages: ['skip the new test, fix the source'] });
+    expect(outcome.record).toMatchObject({ status: 'completed', writes: 1, diff_paths: ['src/linkcheck.py'], tool_errors: { interrupted: 1 } });
+  });
+});
