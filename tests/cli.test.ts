@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -75,6 +75,32 @@ describe('npm run agent on the embedded default', () => {
     const trace = JSON.parse((await cli('trace', 'cli-canonical', '--json')).stdout) as { seq: number; type: string }[];
     expect(trace[0]).toMatchObject({ seq: 1, type: 'run_started' });
     expect(trace.at(-1)!.type).toBe('run_finished');
+  });
+
+  it('asks at the terminal for each write, showing the action, the path, the diff and the digests', async () => {
+    const child = spawn(process.execPath, [CLI, 'run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/canonical.json', '--wait'], { env, cwd: PROJECT_ROOT });
+    let output = '';
+    let answered = 0;
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const asked = output.split('Approve this write? [y/N]').length - 1;
+      while (answered < asked) {
+        child.stdin.write('y\n');
+        answered++;
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(code).toBe(0);
+    expect(answered).toBe(2);
+    expect(output).toContain('apply_patch tests/test_agent_nested.py');
+    expect(output).toContain('apply_patch src/linkcheck.py');
+    expect(output).toMatch(/action_id +[0-9a-f]{64}/);
+    expect(output).toMatch(/workspace_digest [0-9a-f]{64}/);
+    expect(output).toContain('+            candidate = document.parent / target');
+    expect(output).toMatch(/approve by user:/);
+    expect(output).toMatch(/completed: 2 writes, 2 receipts/);
   });
 
   it('exits non-zero for a run that does not complete', async () => {
