@@ -2,11 +2,13 @@
  * `npm run agent -- <command>`: the one entry point (SPEC section 8).
  */
 import { randomBytes } from 'node:crypto';
-import { userInfo } from 'node:os';
-import { basename, resolve } from 'node:path';
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpus, userInfo } from 'node:os';
+import { basename, join, resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { RunInput } from '../core/contracts';
+import { reportJson, reportMarkdown, type EvalReport } from '../core/report';
 import { buildRecord, type RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import type { RunOutcome } from '../workflows';
@@ -170,6 +172,57 @@ const COMMANDS: Record<string, Command> = {
       return 0;
     },
   },
+  eval: {
+    usage: 'eval <fixtures-dir>... [--out DIR] [--concurrency N] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--json]',
+    summary:
+      'batch evaluation as a parent workflow: every replay of every fixture, approved by a named policy;\nwrites report.json, report.md and timings.json to --out (default eval-out)',
+    options: {
+      out: { type: 'string', default: 'eval-out' },
+      concurrency: { type: 'string', default: '2' },
+      backend: { type: 'string', default: 'local' },
+      'trust-replay': { type: 'boolean', default: false },
+      approver: { type: 'string', default: 'policy:approve-writable' },
+      json,
+    },
+    async run(session, positionals, values) {
+      if (positionals.length === 0) throw new UsageError('missing <fixtures-dir>');
+      if (values.backend !== 'local' && values.backend !== 'docker') throw new UsageError('--backend must be local or docker');
+      if (!String(values.approver).startsWith('policy:')) throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
+      const concurrency = Number(values.concurrency);
+      if (!Number.isInteger(concurrency) || concurrency < 1) throw new UsageError('--concurrency must be a positive integer');
+      const runs: RunInput[] = findFixtures(positionals).flatMap((fixture) =>
+        replaysOf(fixture).map((replay) => ({
+          fixture,
+          source: { kind: 'replay' as const, path: replay, trusted: replayTrusted(session.settings, replay, values['trust-replay']) },
+          backend: values.backend,
+          approver: values.approver,
+        })),
+      );
+      if (runs.length === 0) throw new UsageError(`no fixture with replays found in ${positionals.join(', ')}`);
+      const started = new Date();
+      const report = await session.withWorker(async () => {
+        const handle = await session.client.workflow.start('agentEval', {
+          taskQueue: session.settings.taskQueue,
+          workflowId: `eval-${randomBytes(4).toString('hex')}`,
+          args: [{ runs, concurrency }],
+        });
+        process.stderr.write(`workflow ${handle.workflowId}: ${runs.length} runs, ${concurrency} at a time\n`);
+        return (await handle.result()) as EvalReport;
+      });
+      const finished = new Date();
+      const outDir = resolve(values.out);
+      mkdirSync(outDir, { recursive: true });
+      writeFileSync(join(outDir, 'report.json'), reportJson(report));
+      writeFileSync(join(outDir, 'report.md'), reportMarkdown(report));
+      writeFileSync(
+        join(outDir, 'timings.json'),
+        `${JSON.stringify({ started_at: started.toISOString(), finished_at: finished.toISOString(), duration_s: (finished.getTime() - started.getTime()) / 1000, runs: runs.length, concurrency, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length }, null, 2)}\n`,
+      );
+      if (values.json) out(reportJson(report).trimEnd());
+      else out(`${reportMarkdown(report)}\nwritten to ${outDir}/report.json and report.md`);
+      return 0;
+    },
+  },
   steer: {
     usage: 'steer <workflow-id> <message>',
     summary: 'add a user message to the next decision (Signal steer)',
@@ -190,6 +243,23 @@ const COMMANDS: Record<string, Command> = {
     },
   },
 };
+
+/** Each argument is a fixture folder (with fixture.json) or a folder of fixture folders. */
+function findFixtures(dirs: string[]): string[] {
+  const found = new Set<string>();
+  for (const dir of dirs.map((d) => resolve(d))) {
+    if (!existsSync(dir)) throw new UsageError(`no such folder: ${dir}`);
+    if (existsSync(join(dir, 'fixture.json'))) found.add(dir);
+    else for (const name of readdirSync(dir).sort()) if (existsSync(join(dir, name, 'fixture.json'))) found.add(join(dir, name));
+  }
+  return [...found].sort();
+}
+
+function replaysOf(fixture: string): string[] {
+  const dir = join(fixture, 'replays');
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir).filter((f) => f.endsWith('.json')).sort().map((f) => join(dir, f));
+}
 
 function help(): string {
   const lines = ['usage: npm run agent -- <command> [options]', '', 'commands:'];

@@ -30,7 +30,7 @@ export function describeEvent(e: TraceEvent): string {
         return `${head} ok ${detail}${d.truncated ? ' (truncated)' : ''}`;
       }
       const data = d.data as Record<string, any> | null;
-      const why = data?.reason ?? (data?.status ? `${data.status}: ${data.failed} of ${data.discovered} failed` : '');
+      const why = data?.reason ?? (data?.status ? `${data.failed} of ${data.discovered} failed (${data.status})` : '');
       return `${head} ${d.error}${why ? `: ${why}` : ''}`;
     }
     case 'approval_requested':

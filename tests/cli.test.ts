@@ -115,6 +115,25 @@ describe('npm run agent on the embedded default', () => {
     expect(JSON.parse(failed.stdout)).toMatchObject({ status: 'failed', reason: 'replay_untrusted', writes: 0 });
   });
 
+  it('evaluates a batch as a parent workflow with a byte-identical report.json for the same inputs', async () => {
+    const outA = tempDir('eval-a');
+    const outB = tempDir('eval-b');
+    await cli('eval', 'fixtures/linkcheck-nested', 'fixtures/wordcount-node', '--out', outA, '--concurrency', '3');
+    await cli('eval', 'fixtures/wordcount-node', 'fixtures/linkcheck-nested', '--out', outB, '--concurrency', '1');
+    const a = readFileSync(join(outA, 'report.json'), 'utf8');
+    expect(readFileSync(join(outB, 'report.json'), 'utf8')).toBe(a);
+    const report = JSON.parse(a);
+    expect(report.runs.map((r: { fixture: string; replay: string; status: string }) => [r.fixture, r.replay, r.status])).toEqual([
+      ['linkcheck-nested', 'always-empty', 'failed'],
+      ['linkcheck-nested', 'canonical', 'completed'],
+      ['linkcheck-nested', 'no-work', 'failed'],
+      ['wordcount-node', 'canonical', 'completed'],
+    ]);
+    expect(report.summary).toEqual({ runs: 4, completed: 2, failed: 2 });
+    expect(readFileSync(join(outA, 'report.md'), 'utf8')).toContain('| linkcheck-nested | canonical | completed |');
+    expect(JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8'))).toMatchObject({ runs: 4, concurrency: 3 });
+  });
+
   it('explains usage errors precisely', async () => {
     expect((await cli('run', '--help')).stdout).toContain('usage: npm run agent -- run <fixture-dir>');
     await expect(cli('frobnicate')).rejects.toMatchObject({ code: 2 });

@@ -1,1 +1,2 @@
 export * from './agentRun';
+export * from './agentEval';
