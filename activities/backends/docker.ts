@@ -9,6 +9,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { lstat, lchown, chmod, mkdir, readdir } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import Dockerode from 'dockerode';
@@ -16,6 +17,12 @@ import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSp
 
 export const SANDBOX_LABEL = 'coding-agent';
 export const SANDBOX_LABEL_VALUE = 'sandbox';
+/**
+ * Which worker process created a container: `<hostname>:<pid>`. Kept out of `settings()` (and so
+ * out of the recorded evidence); used only to find containers orphaned by a killed worker.
+ */
+export const OWNER_LABEL = 'coding-agent.owner';
+const OWNER = `${hostname()}:${process.pid}`;
 export const SANDBOX_UID = 10001;
 export const SANDBOX_GID = 10001;
 
@@ -79,7 +86,8 @@ export interface ContainerSettings {
 export interface SettingsOverride {
   user?: string;
   env?: string[];
-  hostConfig?: Partial<SandboxHostConfig>;
+  /** `Binds` exists only to weaken a container on purpose (e.g. mount the engine socket). */
+  hostConfig?: Partial<SandboxHostConfig> & { Binds?: string[] };
 }
 
 export interface DockerBackendOptions {
@@ -285,6 +293,31 @@ export class DockerBackend implements ExecBackend {
     };
   }
 
+  /**
+   * Removes sandbox containers left behind by a worker process of this host that no longer
+   * exists (killed between create and remove). Containers of live processes, of other hosts and
+   * without an owner label are never touched. Returns how many were removed.
+   */
+  async removeOrphans(): Promise<number> {
+    let listed: Dockerode.ContainerInfo[];
+    try {
+      listed = await this.docker.listContainers({ all: true, filters: { label: [`${SANDBOX_LABEL}=${SANDBOX_LABEL_VALUE}`] } });
+    } catch (err) {
+      throw engineError(err);
+    }
+    let removed = 0;
+    for (const info of listed) {
+      const owner = info.Labels?.[OWNER_LABEL] ?? '';
+      const sep = owner.lastIndexOf(':');
+      const pid = Number(owner.slice(sep + 1));
+      if (sep < 0 || owner.slice(0, sep) !== hostname() || !Number.isInteger(pid) || pid <= 0) continue;
+      if (pid === process.pid || processAlive(pid)) continue;
+      await removeContainer(this.docker.getContainer(info.Id));
+      removed++;
+    }
+    return removed;
+  }
+
   async exec(spec: ExecSpec): Promise<ExecResult> {
     if (spec.argv.some((a) => a.includes('{acceptance}')) && spec.acceptanceDir === undefined) {
       throw new Error('argv uses {acceptance} but the ExecSpec has no acceptanceDir');
@@ -320,7 +353,7 @@ export class DockerBackend implements ExecBackend {
         WorkingDir: s.workingDir,
         Hostname: s.hostname,
         Env: s.env,
-        Labels: s.labels,
+        Labels: { ...s.labels, [OWNER_LABEL]: OWNER },
         Tty: false,
         OpenStdin: false,
         AttachStdin: false,
@@ -450,6 +483,15 @@ function startError(err: unknown, command: string): unknown {
     return new BackendUnavailableError(`command not found in the sandbox image: ${command}`, 'runtime_missing');
   }
   return err;
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code !== 'ESRCH'; // EPERM: alive, someone else's
+  }
 }
 
 async function removeContainer(container: Dockerode.Container): Promise<void> {
