@@ -1,6 +1,7 @@
 /**
  * Builds a worker for agentRun with real dependencies: the SQLite ledger under the state folder,
- * the local backend, and the pre-built workflow bundle when there is one.
+ * the local backend, the docker backend with its isolation evidence, and the pre-built workflow
+ * bundle when there is one.
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -9,6 +10,7 @@ import { createActivities } from '../activities';
 import { LocalBackend } from '../activities/backends/local';
 import { DEFAULT_LIMITS, type Limits } from '../activities/config';
 import { Ledger } from '../activities/ledger';
+import { createSandbox, type SandboxOptions } from './sandbox';
 
 export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
 
@@ -29,15 +31,24 @@ export interface WorkerOptions {
   taskQueue: string;
   stateDir: string;
   limits?: Partial<Limits>;
+  /**
+   * The docker backend (default: image `AGENT_SANDBOX_IMAGE`, else `coding-agent-sandbox:1`, on the
+   * engine named by `DOCKER_HOST`, else the local socket). `false`: no docker backend, so docker
+   * runs end `isolation_unverified` / `runtime_unavailable`.
+   */
+  docker?: SandboxOptions | false;
 }
 
 export async function createWorker(options: WorkerOptions): Promise<{ worker: Worker; ledger: Ledger }> {
   mkdirSync(options.stateDir, { recursive: true });
+  // Built before the ledger opens, so a malformed DOCKER_HOST fails with nothing to close.
+  const sandbox = options.docker === false ? null : createSandbox(options.docker);
   const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
   const activities = createActivities({
     config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits } },
     ledger,
-    backends: { local: new LocalBackend() },
+    backends: sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() },
+    isolation: sandbox?.isolation,
   });
   const worker = await Worker.create({
     connection: options.connection,
@@ -46,5 +57,8 @@ export async function createWorker(options: WorkerOptions): Promise<{ worker: Wo
     workflowBundle: await workflowBundle(),
     activities,
   });
+  // The probe runs when the worker starts, in the background; a run on the docker backend waits
+  // for it (or probes again if it found no engine).
+  sandbox?.warmUp();
   return { worker, ledger };
 }
