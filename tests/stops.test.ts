@@ -99,6 +99,18 @@ describe('stops', () => {
     await waitFor('the sleeping test tree to be gone', async () => sleepersLeft().length === 0, 10_000);
   });
 
+  it('reports a missing test runtime as an infrastructure error, never as no tests', async () => {
+    const fixture = sleepyFixture();
+    const config = JSON.parse(require('node:fs').readFileSync(join(fixture, 'fixture.json'), 'utf8'));
+    config.tests.command = ['python3-is-not-installed', '-m', 'pytest'];
+    writeFileSync(join(fixture, 'fixture.json'), JSON.stringify(config));
+    const path = replayFile([runTests('missing'), { kind: 'final', text: 'x' }]);
+    const { outcome } = await runOnce({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'infrastructure_error' });
+    expect(outcome.state.detail).toBe('runtime not found: python3-is-not-installed');
+    expect(outcome.record.tool_errors).toEqual({});
+  });
+
   it('interrupt gives the pending call an interrupted result; steer reaches the next decision', async () => {
     const { outcome } = await runOnce(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
       const first = await pendingApproval(h);

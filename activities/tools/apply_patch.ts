@@ -164,7 +164,7 @@ export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
     closeSync(fd);
   }
   faultPoint('after_temp_write');
-  mkdirSync(dirname(resolved.abs), { recursive: true });
+  // resolveInWorkspace checked the parent a moment ago; a link swapped in since would be followed.
   if (lstatSync(dirname(resolved.abs)).isSymbolicLink()) throw new Error('parent folder became a symlink during the write');
   renameSync(tmp, resolved.abs);
   fsyncDir(dirname(resolved.abs));
