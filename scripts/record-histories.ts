@@ -6,7 +6,8 @@
  *
  * Hazard: a history is only a useful guard if it is portable. Inputs therefore name the fixture
  * and replays relative to the project root (the worker's working directory), and every payload is
- * checked for absolute machine paths before anything is written.
+ * decoded and searched for absolute machine paths before anything is written: a project, home or
+ * input path refuses the recording; the worker's throwaway state folder is reported as a warning.
  */
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
