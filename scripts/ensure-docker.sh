@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Makes the container backend usable on this machine: a Docker engine that answers (installing
+# Debian's docker.io and starting dockerd when needed) and the sandbox image built from
+# debootstrap (reused when its inputs have not changed). For CI before `npm test`, and for users.
+#
+#   usage: scripts/ensure-docker.sh
+#   stdout: only the image's content id (sha256:...); progress goes to stderr.
+#   Needs root when no engine answers or the image must be built. Fails (non-zero) rather than
+#   letting the docker tests skip: they need the engine and the image.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash docker/ensure-engine.sh >&2
+id="$(bash docker/build-image.sh)"
+case "$id" in
+  sha256:*) ;;
+  *) echo "ensure-docker: docker/build-image.sh printed no image id (got '$id')" >&2; exit 1 ;;
+esac
+echo "$id"
