@@ -61,9 +61,11 @@ export async function runCandidateTests(opts: {
       signal: opts.signal,
       onProgress: opts.onProgress,
     });
+    // Host paths stay out of results (and so out of the trace, history and the model's view).
+    const scrub = (text: string) => text.split(outDir).join('<out>').split(opts.workspaceDir).join('<workspace>');
     const base = {
       exit_code: result.exitCode,
-      output_tail: tail(result.stdout + (result.stderr ? `\n${result.stderr}` : ''), opts.limits.outputTailBytes),
+      output_tail: scrub(tail(result.stdout + (result.stderr ? `\n${result.stderr}` : ''), opts.limits.outputTailBytes)),
     };
     const zero = { discovered: 0, passed: 0, failed: 0, failures: [] };
     if (result.cancelled) return { status: 'cancelled', ...base, ...zero };
@@ -83,7 +85,8 @@ export async function runCandidateTests(opts: {
     } catch (err) {
       return { status: 'error', ...base, ...zero, detail: `unreadable test report: ${(err as Error).message}` };
     }
-    const data = { ...base, discovered: counts.discovered, passed: counts.passed, failed: counts.failed, failures: counts.failures };
+    const failures = counts.failures.map((f) => ({ test: f.test, message: scrub(f.message) }));
+    const data = { ...base, discovered: counts.discovered, passed: counts.passed, failed: counts.failed, failures };
     if (counts.discovered === 0) return { status: 'no_tests', ...data };
     if (counts.failed > 0) return { status: 'failed', ...data };
     // Every test passed according to the report: the exit code must agree, or the output is unusable.

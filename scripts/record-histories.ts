@@ -6,15 +6,15 @@
  *
  * Hazard: a history is only a useful guard if it is portable. Inputs therefore name the fixture
  * and replays relative to the project root (the worker's working directory), and every payload is
- * decoded and searched for absolute machine paths before anything is written: a project, home or
- * input path refuses the recording; the worker's throwaway state folder is reported as a warning.
+ * decoded and searched for absolute machine paths before anything is written: any one of them
+ * (project, home, temp or the worker's state folder) refuses the recording.
  */
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { RunInput, RunRecord } from '../core/contracts';
-import { historyToJSON } from '../tests/helpers/history-json';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { tempDir } from '../tests/helpers/run-dir';
 import { approveAll, startServer } from '../tests/helpers/temporal';
 import type { RunOutcome } from '../workflows';
@@ -128,18 +128,11 @@ async function record(): Promise<void> {
       return out;
     });
 
-    // A path from the project, the home folder or the inputs means a recording that only works on
-    // this machine: refuse it. The worker's throwaway state folder can still surface through tool
-    // output (pytest prints tmp_path, which lies in the run's control folder); that is an activity
-    // matter, reported here by event so it stays visible until the activity redacts it.
-    const fatal = recorded.flatMap((r) => r.leaks.filter((l) => l.prefix !== stateDir).map((l) => ({ name: r.name, ...l })));
+    // An absolute path means a recording that only works on this machine: refuse it.
+    const fatal = recorded.flatMap((r) => r.leaks.map((l) => ({ name: r.name, ...l })));
     if (fatal.length > 0) {
       throw new Error(`absolute machine paths in the histories; nothing was written:\n${fatal.map((l) => `  ${l.name}: ${l.where}: ...${l.excerpt}...`).join('\n')}`);
     }
-    for (const r of recorded) {
-      for (const l of r.leaks) console.error(`warning: ${r.name}: ${l.where} carries the worker's state folder: ...${JSON.stringify(l.excerpt)}...`);
-    }
-
     // Replace the whole set, so a recording that was dropped from the list does not linger.
     mkdirSync(HISTORIES, { recursive: true });
     for (const file of readdirSync(HISTORIES)) if (file.endsWith('.json')) rmSync(join(HISTORIES, file));

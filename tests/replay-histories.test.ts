@@ -8,7 +8,7 @@ import { basename, join } from 'node:path';
 import { DefaultLogger, Runtime, Worker, type ReplayWorkerOptions } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { workflowBundle } from '../worker';
-import { historyFromJSON } from './helpers/history-json';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { PROJECT_ROOT } from './helpers/run-dir';
 
 type HistoryEvent = Record<string, any>;
