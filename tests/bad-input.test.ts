@@ -1,12 +1,10 @@
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Limits } from '../activities/config';
-import { Ledger } from '../activities/ledger';
 import { manifest, manifestDigest, runPaths } from '../activities/workspace';
 import type { ToolResult } from '../core/contracts';
-import type { RunOutcome } from '../workflows';
-import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
-import { inProcessWorker, startServer, uniqueQueue } from './helpers/temporal';
+import { PROJECT_ROOT } from './helpers/run-dir';
+import { runOnce, startServer } from './helpers/temporal';
 
 const CORPUS = join(PROJECT_ROOT, 'fixtures', 'path-corpus');
 
@@ -19,24 +17,10 @@ afterAll(async () => {
 });
 
 async function runReplay(replay: string, limits?: Partial<Limits>) {
-  const stateDir = tempDir('agent-state');
-  const taskQueue = uniqueQueue('bad');
-  const { worker, ledger } = await inProcessWorker(env, taskQueue, stateDir, limits);
-  try {
-    return await worker.runUntil(async () => {
-      const handle = await env.client.workflow.start('agentRun', {
-        taskQueue,
-        workflowId: `${taskQueue}-run`,
-        args: [{ fixture: CORPUS, source: { kind: 'replay', path: join(CORPUS, 'replays', `${replay}.json`), trusted: true }, approver: 'policy:approve-writable' }],
-      });
-      const outcome = (await handle.result()) as RunOutcome;
-      const paths = runPaths(stateDir, handle.firstExecutionRunId);
-      const baseline = manifestDigest(manifest(paths.baseline));
-      return { outcome, ledgerEntries: ledger.entries(handle.firstExecutionRunId), unchanged: manifestDigest(manifest(paths.workspace)) === baseline };
-    });
-  } finally {
-    ledger.close();
-  }
+  const input = { fixture: CORPUS, source: { kind: 'replay', path: join(CORPUS, 'replays', `${replay}.json`), trusted: true }, approver: 'policy:approve-writable' };
+  const run = await runOnce(env, input, { limits });
+  const paths = runPaths(run.stateDir, run.runId);
+  return { ...run, unchanged: manifestDigest(manifest(paths.workspace)) === manifestDigest(manifest(paths.baseline)) };
 }
 
 describe('bad input fails for its own reason, before any side effect', () => {

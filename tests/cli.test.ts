@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../client/temporal-bin';
 import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { CANONICAL_RECORD } from './helpers/temporal';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
@@ -47,19 +48,7 @@ describe('npm run agent on the embedded default', () => {
       '--replay', 'fixtures/linkcheck-nested/replays/canonical.json',
       '--approver', 'policy:approve-writable', '--wait', '--json', '--id', 'cli-canonical',
     );
-    expect(JSON.parse(stdout)).toEqual({
-      fixture: 'linkcheck-nested',
-      replay: 'canonical',
-      status: 'completed',
-      reason: null,
-      writes: 2,
-      receipts: 2,
-      red_observed: true,
-      diff_paths: ['src/linkcheck.py', 'tests/test_agent_nested.py'],
-      candidate_tests: { discovered: 3, passed: 3, failed: 0 },
-      acceptance: { total: 5, passed: 5, failed: [] },
-      tool_errors: { tests_failed: 1 },
-    });
+    expect(JSON.parse(stdout)).toEqual(CANONICAL_RECORD);
     // Progress is shown event by event on stderr while the run goes.
     expect(stderr).toMatch(/#1 run_started/);
     expect(stderr).toMatch(/approval_recorded .*approve by policy:approve-writable/);

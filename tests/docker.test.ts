@@ -15,13 +15,11 @@ import { DockerBackend, OWNER_LABEL, SANDBOX_ENV, type SettingsOverride } from '
 import { probeIsolation, type IsolationReport } from '../activities/backends/isolation';
 import { LocalBackend } from '../activities/backends/local';
 import type { ExecBackend, ExecSpec } from '../activities/backends/types';
-import type { Limits } from '../activities/config';
 import type { TraceEvent } from '../core/trace';
-import { createWorker } from '../worker';
-import { createSandbox, DEFAULT_SANDBOX_IMAGE, type SandboxOptions } from '../worker/sandbox';
+import { createSandbox, DEFAULT_SANDBOX_IMAGE } from '../worker/sandbox';
 import type { RunOutcome } from '../workflows';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
-import { canonicalInput, startServer, uniqueQueue } from './helpers/temporal';
+import { CANONICAL_RECORD, canonicalInput, runOnce, startServer, type RunOnceOptions } from './helpers/temporal';
 
 const LABEL = 'label=coding-agent=sandbox';
 /** Containers created by this process carry this owner label (other processes may share the engine). */
@@ -51,35 +49,7 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-interface RunOpts {
-  docker?: SandboxOptions | false;
-  limits?: Partial<Limits>;
-  /** Called while the run goes on (e.g. to watch containers); awaited after the run. */
-  watch?: (running: () => boolean) => Promise<unknown>;
-}
-
-/** Runs one workflow on a fresh worker and state folder. */
-async function runOnce(input: object, opts: RunOpts = {}) {
-  const stateDir = tempDir('agent-state');
-  const taskQueue = uniqueQueue('docker');
-  const { worker, ledger } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, docker: opts.docker, limits: opts.limits });
-  try {
-    return await worker.runUntil(async () => {
-      const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
-      let done = false;
-      const watched = opts.watch?.(() => !done) ?? Promise.resolve();
-      try {
-        const outcome = (await handle.result()) as RunOutcome;
-        return { outcome, trace: outcome.trace, stateDir, runId: handle.firstExecutionRunId, receipts: ledger.receipts(handle.firstExecutionRunId) };
-      } finally {
-        done = true;
-        await watched;
-      }
-    });
-  } finally {
-    ledger.close();
-  }
-}
+const run = (input: object, opts?: RunOnceOptions) => runOnce(env, input, opts);
 
 const dockerInput = (replay: string) => canonicalInput(replay, { backend: 'docker' });
 
@@ -187,25 +157,13 @@ const observed = (trace: TraceEvent[], callId: string) =>
 
 describe('runs on the docker backend', () => {
   it('completes the canonical replay in containers with the same record as on the local backend', async () => {
-    const local = await runOnce(canonicalInput('canonical'));
+    const local = await run(canonicalInput('canonical'));
     const started = Date.now();
-    const docker = await runOnce(dockerInput('canonical'));
+    const docker = await run(dockerInput('canonical'));
     const ended = Date.now();
 
     expect(docker.outcome.record).toEqual(local.outcome.record);
-    expect(docker.outcome.record).toEqual({
-      fixture: 'linkcheck-nested',
-      replay: 'canonical',
-      status: 'completed',
-      reason: null,
-      writes: 2,
-      receipts: 2,
-      red_observed: true,
-      diff_paths: ['src/linkcheck.py', 'tests/test_agent_nested.py'],
-      candidate_tests: { discovered: 3, passed: 3, failed: 0 },
-      acceptance: { total: 5, passed: 5, failed: [] },
-      tool_errors: { tests_failed: 1 },
-    });
+    expect(docker.outcome.record).toEqual(CANONICAL_RECORD);
     expect(docker.receipts.map((r) => r.path)).toEqual(['tests/test_agent_nested.py', 'src/linkcheck.py']);
 
     // The evidence is in the state and the trace, names the image by content id, and holds no host path.
@@ -227,7 +185,7 @@ describe('runs on the docker backend', () => {
   });
 
   it('rejects the always-empty implementation by acceptance run in the container', async () => {
-    const { outcome } = await runOnce(dockerInput('always-empty'));
+    const { outcome } = await run(dockerInput('always-empty'));
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', candidate_tests: { discovered: 2, passed: 2, failed: 0 } });
     expect(outcome.record.acceptance!.failed).toContain('nested_missing');
     expect(outcome.state.verification!.acceptance.error).toBeNull(); // judged, not a protocol error
@@ -280,7 +238,7 @@ describe('the isolation probe against the real engine', () => {
   });
 
   it('refuses the docker run of a worker whose sandbox has the network enabled, before any workspace', async () => {
-    const { outcome, stateDir } = await runOnce(dockerInput('canonical'), { docker: { override: { hostConfig: { NetworkMode: 'bridge' } } } });
+    const { outcome, stateDir } = await run(dockerInput('canonical'), { docker: { override: { hostConfig: { NetworkMode: 'bridge' } } } });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'isolation_unverified', writes: 0 });
     expect(outcome.state.detail).toMatch(/^probe checks failed: .*network/);
     expect(outcome.state.isolation).toMatchObject({ verified: false, settings: { hostConfig: { NetworkMode: 'bridge' } } });
@@ -298,7 +256,7 @@ describe('containment of candidate tests', () => {
     });
     const seen = new Set<string>();
     const started = Date.now();
-    const { trace, outcome } = await runOnce(fixture.input('docker'), { watch: watchContainers(seen) });
+    const { trace, outcome } = await run(fixture.input('docker'), { drive: (_h, running) => watchContainers(seen)(running) });
 
     const result = observed(trace, 'run');
     expect(result).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'timeout', exit_code: null, discovered: 0 } });
@@ -332,8 +290,8 @@ describe('containment of candidate tests', () => {
       command: ['python3', '-m', 'pytest', '-q', '-s', '-p', 'no:cacheprovider', 'tests'],
       timeout_s: 60,
     });
-    const onDocker = await runOnce(fixture.input('docker'));
-    const onHost = await runOnce(fixture.input('local'));
+    const onDocker = await run(fixture.input('docker'));
+    const onHost = await run(fixture.input('local'));
     const dockerResult = observed(onDocker.trace, 'run');
     expect(dockerResult).toMatchObject({ ok: false, error: 'tests_failed', data: { status: 'failed', exit_code: 1, discovered: 3, passed: 2, failed: 1 } });
     expect((dockerResult.data.failures as { test: string }[]).map((f) => f.test)).toEqual([expect.stringContaining('test_fails')]);
@@ -375,14 +333,14 @@ describe('without an engine', () => {
   it('ends a docker run isolation_unverified / runtime_unavailable and runs nothing on the host', async () => {
     const previous = process.env.DOCKER_HOST;
     process.env.DOCKER_HOST = 'unix:///nonexistent.sock';
-    let run: Awaited<ReturnType<typeof runOnce>>;
+    let result: Awaited<ReturnType<typeof runOnce>>;
     try {
-      run = await runOnce(dockerInput('canonical'));
+      result = await run(dockerInput('canonical'));
     } finally {
       if (previous === undefined) delete process.env.DOCKER_HOST;
       else process.env.DOCKER_HOST = previous;
     }
-    const { outcome, trace, stateDir } = run;
+    const { outcome, trace, stateDir } = result;
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'isolation_unverified', writes: 0, candidate_tests: null, acceptance: null });
     expect(outcome.state.detail).toBe('runtime_unavailable');
     expect(outcome.state.isolation).toMatchObject({ verified: false, reason_detail: 'runtime_unavailable', image_id: null, checks: {} });
@@ -391,7 +349,7 @@ describe('without an engine', () => {
   });
 
   it('ends a docker run the same way on a worker with no docker backend at all', async () => {
-    const { outcome, stateDir } = await runOnce(dockerInput('canonical'), { docker: false });
+    const { outcome, stateDir } = await run(dockerInput('canonical'), { docker: false });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'isolation_unverified' });
     expect(outcome.state.detail).toBe('runtime_unavailable');
     expect(existsSync(join(stateDir, 'runs'))).toBe(false);

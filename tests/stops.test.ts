@@ -5,9 +5,8 @@ import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { temporalBinary } from '../client/temporal-bin';
 import type { RunInput } from '../core/contracts';
-import type { RunOutcome } from '../workflows';
 import { tempDir, writeFiles } from './helpers/run-dir';
-import { approveAll, canonicalInput, inProcessWorker, pendingApproval, startServer, uniqueQueue, waitFor } from './helpers/temporal';
+import { approveAll, canonicalInput, pendingApproval, runOnce, startServer, waitFor, writeReplay, type RunOnceOptions } from './helpers/temporal';
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
@@ -17,28 +16,7 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-type Handle = Awaited<ReturnType<typeof env.client.workflow.start>>;
-
-async function runOnce(input: RunInput, drive?: (h: Handle) => Promise<unknown>) {
-  const stateDir = tempDir('agent-state');
-  const taskQueue = uniqueQueue('stops');
-  const { worker, ledger } = await inProcessWorker(env, taskQueue, stateDir);
-  try {
-    return await worker.runUntil(async () => {
-      const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
-      await (drive ? drive(handle) : Promise.resolve());
-      return { handle, outcome: (await handle.result()) as RunOutcome };
-    });
-  } finally {
-    ledger.close();
-  }
-}
-
-function replayFile(decisions: unknown[]): string {
-  const file = join(tempDir('replay'), 'scripted.json');
-  writeFileSync(file, JSON.stringify({ schema_version: 1, decisions }));
-  return file;
-}
+const run = (input: RunInput, drive?: RunOnceOptions['drive']) => runOnce(env, input, { drive });
 
 const runTests = (id: string) => ({ kind: 'tool', call: { call_id: id, name: 'run_tests', arguments: { preset: 'candidate_tests' } } });
 const MARKER = 'agent-sleep-marker';
@@ -68,16 +46,16 @@ const sleepersLeft = () => execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8
 
 describe('stops', () => {
   it('ends at max_tool_calls with budget_exhausted', async () => {
-    const path = replayFile([runTests('a'), runTests('b'), runTests('c'), { kind: 'final', text: 'x' }]);
-    const { outcome } = await runOnce(canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, budgets: { max_tool_calls: 2 } }));
+    const path = writeReplay([runTests('a'), runTests('b'), runTests('c'), { kind: 'final', text: 'x' }]);
+    const { outcome } = await run(canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, budgets: { max_tool_calls: 2 } }));
     expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'max_tool_calls' });
     expect(outcome.state.counters.tool_calls).toBe(2);
   });
 
   it('ends at the deadline with budget_exhausted and kills the running test process tree', async () => {
     const fixture = sleepyFixture();
-    const path = replayFile([runTests('sleep'), { kind: 'final', text: 'x' }]);
-    const { outcome } = await runOnce({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable', budgets: { deadline_s: 6 } }, () =>
+    const path = writeReplay([runTests('sleep'), { kind: 'final', text: 'x' }]);
+    const { outcome } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable', budgets: { deadline_s: 6 } }, () =>
       waitFor('the test process to run', async () => sleepersLeft().length > 0, 6_000),
     );
     expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'deadline' });
@@ -87,8 +65,8 @@ describe('stops', () => {
 
   it('is cancelled with `temporal workflow cancel`, killing the running test process tree', async () => {
     const fixture = sleepyFixture();
-    const path = replayFile([runTests('sleep'), { kind: 'final', text: 'x' }]);
-    const { outcome } = await runOnce({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' }, async (h) => {
+    const path = writeReplay([runTests('sleep'), { kind: 'final', text: 'x' }]);
+    const { outcome } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' }, async (h) => {
       await waitFor('the test process to run', async () => sleepersLeft().length > 0, 30_000);
       await promisify(execFile)(temporalBinary(), ['workflow', 'cancel', '--address', env.address, '--workflow-id', h.workflowId]);
     });
@@ -104,15 +82,15 @@ describe('stops', () => {
     const config = JSON.parse(require('node:fs').readFileSync(join(fixture, 'fixture.json'), 'utf8'));
     config.tests.command = ['python3-is-not-installed', '-m', 'pytest'];
     writeFileSync(join(fixture, 'fixture.json'), JSON.stringify(config));
-    const path = replayFile([runTests('missing'), { kind: 'final', text: 'x' }]);
-    const { outcome } = await runOnce({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
+    const path = writeReplay([runTests('missing'), { kind: 'final', text: 'x' }]);
+    const { outcome } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'infrastructure_error' });
     expect(outcome.state.detail).toBe('runtime not found: python3-is-not-installed');
     expect(outcome.record.tool_errors).toEqual({});
   });
 
   it('interrupt gives the pending call an interrupted result; steer reaches the next decision', async () => {
-    const { outcome } = await runOnce(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
+    const { outcome } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
       const first = await pendingApproval(h);
       expect(first.path).toBe('tests/test_agent_nested.py');
       await h.signal('steer', { message: 'skip the new test, fix the source' });

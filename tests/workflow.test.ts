@@ -1,11 +1,10 @@
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Ledger } from '../activities/ledger';
 import { runPaths } from '../activities/workspace';
-import type { RunOutcome } from '../workflows';
-import { LINKCHECK, tempDir } from './helpers/run-dir';
-import { approveAll, canonicalInput, inProcessWorker, pendingApproval, startServer, traceOf, uniqueQueue } from './helpers/temporal';
+import { LINKCHECK } from './helpers/run-dir';
+import { approveAll, CANONICAL_RECORD, canonicalInput, pendingApproval, runOnce, startServer, writeReplay, type RunOnceOptions } from './helpers/temporal';
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
@@ -15,47 +14,12 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-/** Runs one workflow on a fresh worker and state folder; `drive` may signal it while it runs. */
-async function runOnce(input: object, drive?: (h: Awaited<ReturnType<typeof env.client.workflow.start>>) => Promise<unknown>) {
-  const stateDir = tempDir('agent-state');
-  const taskQueue = uniqueQueue('wf');
-  const { worker, ledger } = await inProcessWorker(env, taskQueue, stateDir);
-  try {
-    return await worker.runUntil(async () => {
-      const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
-      const driven = drive ? drive(handle) : Promise.resolve();
-      const outcome = (await handle.result()) as RunOutcome;
-      await driven;
-      const trace = await traceOf(handle);
-      return { handle, outcome, trace, stateDir, runId: handle.firstExecutionRunId, receipts: ledger.receipts(handle.firstExecutionRunId) };
-    });
-  } finally {
-    ledger.close();
-  }
-}
-
-function writeReplay(decisions: unknown[]): string {
-  const file = join(tempDir('replay'), 'scripted.json');
-  writeFileSync(file, JSON.stringify({ schema_version: 1, decisions }));
-  return file;
-}
+const run = (input: object, opts?: RunOnceOptions) => runOnce(env, input, opts);
 
 describe('agentRun on a real Temporal server', () => {
   it('completes the canonical replay with approvals given through the real Signal', async () => {
-    const { outcome, trace, receipts } = await runOnce(canonicalInput('canonical', { approver: 'interactive' }), (h) => approveAll(h));
-    expect(outcome.record).toEqual({
-      fixture: 'linkcheck-nested',
-      replay: 'canonical',
-      status: 'completed',
-      reason: null,
-      writes: 2,
-      receipts: 2,
-      red_observed: true,
-      diff_paths: ['src/linkcheck.py', 'tests/test_agent_nested.py'],
-      candidate_tests: { discovered: 3, passed: 3, failed: 0 },
-      acceptance: { total: 5, passed: 5, failed: [] },
-      tool_errors: { tests_failed: 1 },
-    });
+    const { outcome, trace, receipts } = await run(canonicalInput('canonical', { approver: 'interactive' }), { drive: (h) => approveAll(h) });
+    expect(outcome.record).toEqual(CANONICAL_RECORD);
     expect(receipts.map((r) => r.path)).toEqual(['tests/test_agent_nested.py', 'src/linkcheck.py']);
 
     // Exactly one red run_tests before the source fix.
@@ -78,7 +42,7 @@ describe('agentRun on a real Temporal server', () => {
   });
 
   it('fails the always-empty implementation on acceptance although its tests pass', async () => {
-    const { outcome } = await runOnce(canonicalInput('always-empty'));
+    const { outcome } = await run(canonicalInput('always-empty'));
     expect(outcome.record.status).toBe('failed');
     expect(outcome.record.reason).toBe('verification_failed');
     expect(outcome.record.acceptance!.failed).toContain('nested_missing');
@@ -86,7 +50,7 @@ describe('agentRun on a real Temporal server', () => {
   });
 
   it('never completes a final with no work', async () => {
-    const { outcome, trace } = await runOnce(canonicalInput('no-work'));
+    const { outcome, trace } = await run(canonicalInput('no-work'));
     expect(outcome.record.status).not.toBe('completed');
     expect(outcome.record.writes).toBe(0);
     expect(trace.some((e) => e.type === 'verification_started')).toBe(true);
@@ -94,19 +58,21 @@ describe('agentRun on a real Temporal server', () => {
 
   it('refuses an untrusted replay on the local backend before creating the workspace', async () => {
     const input = canonicalInput('canonical');
-    const { outcome, stateDir, runId } = await runOnce({ ...input, source: { ...input.source, trusted: false } });
+    const { outcome, stateDir, runId } = await run({ ...input, source: { ...input.source, trusted: false } });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'replay_untrusted', writes: 0 });
     expect(existsSync(runPaths(stateDir, runId).root)).toBe(false);
   });
 
   it('records and ignores approvals with wrong digests or for no pending action, and writes once', async () => {
-    const { outcome, trace, receipts } = await runOnce(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
-      const first = await pendingApproval(h);
-      await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: first.workspace_digest });
-      await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
-      // The same approval again, after it was accepted: recorded as ignored.
-      await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
-      await approveAll(h);
+    const { outcome, trace, receipts } = await run(canonicalInput('canonical', { approver: 'interactive' }), {
+      drive: async (h) => {
+        const first = await pendingApproval(h);
+        await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: first.workspace_digest });
+        await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
+        // The same approval again, after it was accepted: recorded as ignored.
+        await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
+        await approveAll(h);
+      },
     });
     expect(outcome.record.status).toBe('completed');
     expect(outcome.record.writes).toBe(2);
@@ -116,10 +82,12 @@ describe('agentRun on a real Temporal server', () => {
   });
 
   it('lets the model observe a rejection as approval_rejected and writes nothing for it', async () => {
-    const { outcome, trace } = await runOnce(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
-      const first = await pendingApproval(h);
-      await h.signal('approval', { action_id: first.action_id, decision: 'reject', args_digest: first.args_digest, workspace_digest: first.workspace_digest, reason: 'not this test' });
-      await approveAll(h);
+    const { outcome, trace } = await run(canonicalInput('canonical', { approver: 'interactive' }), {
+      drive: async (h) => {
+        const first = await pendingApproval(h);
+        await h.signal('approval', { action_id: first.action_id, decision: 'reject', args_digest: first.args_digest, workspace_digest: first.workspace_digest, reason: 'not this test' });
+        await approveAll(h);
+      },
     });
     const observed = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'add-test')!;
     expect(observed.data).toMatchObject({ ok: false, error: 'approval_rejected', data: { reason: 'not this test' } });
@@ -129,37 +97,37 @@ describe('agentRun on a real Temporal server', () => {
   });
 
   it('retries transient model errors at most twice, then fails with model_error', async () => {
-    const retried = await runOnce(
+    const retried = await run(
       canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'model_error', transient: true }, { kind: 'model_error', transient: true }, { kind: 'final', text: 'done' }]) } }),
     );
     expect(retried.trace.filter((e) => e.type === 'model_retry')).toHaveLength(2);
     expect(retried.outcome.record.reason).toBe('verification_failed');
 
-    const three = await runOnce(
+    const three = await run(
       canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([1, 2, 3].map(() => ({ kind: 'model_error', transient: true }))) } }),
     );
     expect(three.outcome.record).toMatchObject({ status: 'failed', reason: 'model_error' });
 
-    const permanent = await runOnce(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'model_error', transient: false }]) } }));
+    const permanent = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'model_error', transient: false }]) } }));
     expect(permanent.outcome.record).toMatchObject({ status: 'failed', reason: 'model_error' });
     expect(permanent.trace.filter((e) => e.type === 'model_retry')).toHaveLength(0);
   });
 
   it('fails with replay_exhausted when the decisions run out', async () => {
-    const { outcome } = await runOnce(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'plan', text: 'think' }]) } }));
+    const { outcome } = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'plan', text: 'think' }]) } }));
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'replay_exhausted' });
   });
 
   it('stops at max_turns with budget_exhausted after a wrap-up turn without tools', async () => {
     const path = writeReplay([{ kind: 'plan', text: 'one' }, { kind: 'plan', text: 'two' }, { kind: 'final', text: 'summary of what was done' }]);
-    const { outcome, trace } = await runOnce(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path }, budgets: { max_turns: 2 } }));
+    const { outcome, trace } = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path }, budgets: { max_turns: 2 } }));
     expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'max_turns' });
     expect(outcome.state.wrap_up).toBe('summary of what was done');
     expect(trace.filter((e) => e.type === 'model_requested').at(-1)!.data).toMatchObject({ tools_enabled: false });
   });
 
   it('keeps the ledger outside the workspace', async () => {
-    const { stateDir, runId } = await runOnce(canonicalInput('always-empty'));
+    const { stateDir, runId } = await run(canonicalInput('always-empty'));
     const ledger = new Ledger(join(stateDir, 'ledger.sqlite'));
     expect(ledger.receipts(runId)).toHaveLength(1);
     ledger.close();

@@ -1,5 +1,6 @@
 /** A real Temporal dev server for workflow tests, and helpers to drive runs through it. */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -11,7 +12,9 @@ import { SEARCH_ATTRIBUTES } from '../../core/search-attributes';
 import type { TraceEvent } from '../../core/trace';
 import type { Limits } from '../../activities/config';
 import { createWorker } from '../../worker';
-import { LINKCHECK, PROJECT_ROOT } from './run-dir';
+import type { SandboxOptions } from '../../worker/sandbox';
+import type { RunOutcome } from '../../workflows';
+import { LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
 
 let runtimeInstalled = false;
 
@@ -36,6 +39,59 @@ export function canonicalInput(replay: string, overrides: Partial<RunInput> = {}
     approver: 'policy:approve-writable',
     ...overrides,
   };
+}
+
+/** The record of the canonical replay, completed: the same on every backend and entry point. */
+export const CANONICAL_RECORD = {
+  fixture: 'linkcheck-nested',
+  replay: 'canonical',
+  status: 'completed',
+  reason: null,
+  writes: 2,
+  receipts: 2,
+  red_observed: true,
+  diff_paths: ['src/linkcheck.py', 'tests/test_agent_nested.py'],
+  candidate_tests: { discovered: 3, passed: 3, failed: 0 },
+  acceptance: { total: 5, passed: 5, failed: [] },
+  tool_errors: { tests_failed: 1 },
+};
+
+/** A replay file in a temp folder (trusted by the caller's input). */
+export function writeReplay(decisions: unknown[]): string {
+  const file = join(tempDir('replay'), 'scripted.json');
+  writeFileSync(file, JSON.stringify({ schema_version: 1, decisions }));
+  return file;
+}
+
+export interface RunOnceOptions {
+  limits?: Partial<Limits>;
+  docker?: SandboxOptions | false;
+  /** Drives the run while it goes on (signals, watching); `running()` turns false at its end. */
+  drive?: (handle: WorkflowHandle, running: () => boolean) => Promise<unknown>;
+}
+
+/** Runs one agentRun on a fresh in-process worker and state folder, and collects what tests check. */
+export async function runOnce(env: TestWorkflowEnvironment, input: object, opts: RunOnceOptions = {}) {
+  const stateDir = tempDir('agent-state');
+  const taskQueue = uniqueQueue('run');
+  const { worker, ledger } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, limits: opts.limits, docker: opts.docker });
+  try {
+    return await worker.runUntil(async () => {
+      const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
+      let done = false;
+      const driven = opts.drive?.(handle, () => !done) ?? Promise.resolve();
+      try {
+        const outcome = (await handle.result()) as RunOutcome;
+        const runId = handle.firstExecutionRunId;
+        return { handle, outcome, trace: outcome.trace, stateDir, runId, receipts: ledger.receipts(runId), ledgerEntries: ledger.entries(runId) };
+      } finally {
+        done = true;
+        await driven;
+      }
+    });
+  } finally {
+    ledger.close();
+  }
 }
 
 export async function inProcessWorker(env: TestWorkflowEnvironment, taskQueue: string, stateDir: string, limits?: Partial<Limits>) {
