@@ -2,10 +2,18 @@
  * The trusted-local backend: the process runs on the host with the host's rights, in its own
  * process group, with a minimal environment. A read-only workspace is honoured by running in a
  * throwaway copy, so an acceptance command cannot change the candidate workspace.
+ *
+ * Crash hazard: the group is detached from the worker, so a worker killed with SIGKILL leaves the
+ * whole test tree running. Each running group is therefore recorded in a host-wide folder with
+ * its owning worker, and every exec first reaps the groups whose owner is dead (see
+ * ProcessGroups). A group whose owner is alive is never touched.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { faultPoint } from '../faults';
 import { copyTree } from '../workspace';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 
@@ -38,10 +46,176 @@ function killGroup(pid: number | undefined): void {
   }
 }
 
+/** The environment variable that marks every process of a group this backend started. */
+const GROUP_MARK = 'AGENT_EXEC_GROUP';
+
+/** A process as identified on Linux: pid plus start time, so a reused pid is not mistaken for it. */
+interface ProcessIdentity {
+  pid: number;
+  /** Start time in clock ticks since boot (/proc/<pid>/stat field 22); null without /proc. */
+  start: number | null;
+}
+
+/** What the record file `<pgid>-<token>.json` holds while a group runs. */
+interface GroupRecord {
+  pgid: number;
+  /** Carried in the environment of every process of the group as GROUP_MARK=<token>. */
+  token: string;
+  owner: ProcessIdentity;
+  command: string;
+}
+
+const HAS_PROC = existsSync('/proc/self/stat');
+
+/** Fields of /proc/<pid>/stat, or null when the process is gone. The command name may hold spaces. */
+function procStat(pid: number): { state: string; pgid: number; start: number } | null {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
+  const fields = text.slice(text.lastIndexOf(')') + 2).split(' '); // fields 3.. of stat(5)
+  return { state: fields[0], pgid: Number(fields[2]), start: Number(fields[19]) };
+}
+
+function selfIdentity(): ProcessIdentity {
+  return { pid: process.pid, start: HAS_PROC ? (procStat(process.pid)?.start ?? null) : null };
+}
+
+function isAlive(owner: ProcessIdentity): boolean {
+  try {
+    process.kill(owner.pid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return false;
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') throw err;
+  }
+  if (!HAS_PROC) return true;
+  const stat = procStat(owner.pid);
+  // A zombie is dead (killed, not yet reaped by its parent); another start time is another process.
+  return stat !== null && stat.state !== 'Z' && stat.state !== 'X' && (owner.start === null || stat.start === owner.start);
+}
+
+/** Pids of the processes in group `pgid` whose environment carries GROUP_MARK=<token>. */
+function markedMembers(pgid: number, token: string): number[] {
+  const mark = Buffer.from(`${GROUP_MARK}=${token}\0`);
+  const members: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name) || procStat(Number(name))?.pgid !== pgid) continue;
+    try {
+      const environ = readFileSync(`/proc/${name}/environ`);
+      if (environ.indexOf(mark) !== -1) members.push(Number(name));
+    } catch {
+      // exited meanwhile, or not ours to read: not a member we may kill
+    }
+  }
+  return members;
+}
+
+/**
+ * The host-wide record of the process groups the local backends of all workers have running.
+ * A record is written right after the spawn and removed when the group has been ended. Reaping
+ * kills a recorded group only when its owner is dead and a process of that group still carries
+ * the record's token, so neither a reused worker pid nor a reused group id can make it kill a
+ * stranger (a group id is not reused while any process of the group lives).
+ */
+export class ProcessGroups {
+  private readonly owner = selfIdentity();
+
+  constructor(readonly dir: string) {}
+
+  /**
+   * Records a group this process just started, whose processes carry GROUP_MARK=<token>. The
+   * token is in the file name, so a record never replaces another group's, even one that
+   * reused the same group id.
+   */
+  add(pgid: number, token: string, command: string): void {
+    this.ensureDir();
+    const record: GroupRecord = { pgid, token, owner: this.owner, command };
+    const file = this.file(pgid, token);
+    writeFileSync(`${file}.tmp`, JSON.stringify(record));
+    renameSync(`${file}.tmp`, file); // never a half-written record
+  }
+
+  remove(pgid: number, token: string): void {
+    rmSync(this.file(pgid, token), { force: true });
+  }
+
+  private file(pgid: number, token: string): string {
+    return join(this.dir, `${pgid}-${token}.json`);
+  }
+
+  /** Kills the groups whose owning worker is dead; returns their group ids. */
+  reapOrphans(): number[] {
+    this.ensureDir();
+    const reaped: number[] = [];
+    for (const name of readdirSync(this.dir)) {
+      if (!/^\d+-[0-9a-f-]+\.json$/.test(name)) continue;
+      const file = join(this.dir, name);
+      let record: GroupRecord;
+      try {
+        record = JSON.parse(readFileSync(file, 'utf8')) as GroupRecord;
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // removed by its owner meanwhile
+        throw err;
+      }
+      if (isAlive(record.owner)) continue;
+      if (!HAS_PROC) {
+        // Without /proc the group cannot be told apart from a stranger that reused its id.
+        if (!groupExists(record.pgid)) rmSync(file, { force: true });
+        continue;
+      }
+      if (markedMembers(record.pgid, record.token).length > 0) {
+        killGroup(record.pgid);
+        reaped.push(record.pgid);
+      }
+      rmSync(file, { force: true });
+    }
+    return reaped;
+  }
+
+  ensureDir(): void {
+    mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    const stat = lstatSync(this.dir);
+    // Records decide which processes get killed: the folder must be this user's own.
+    if (!stat.isDirectory() || (process.getuid && stat.uid !== process.getuid())) {
+      throw new Error(`process-group folder ${this.dir} is not a folder owned by this user`);
+    }
+  }
+}
+
+function groupExists(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export interface LocalBackendOptions {
+  /**
+   * Folder of the running-group records, shared by every worker of this user on this host.
+   * Default: `agent-process-groups-<uid>` under the OS temp folder.
+   */
+  processDir?: string;
+}
+
+export function defaultProcessDir(): string {
+  return join(tmpdir(), `agent-process-groups-${process.getuid?.() ?? 'user'}`);
+}
+
 export class LocalBackend implements ExecBackend {
   readonly name = 'local' as const;
+  readonly groups: ProcessGroups;
+
+  constructor(options: LocalBackendOptions = {}) {
+    this.groups = new ProcessGroups(options.processDir ?? defaultProcessDir());
+  }
 
   async exec(spec: ExecSpec): Promise<ExecResult> {
+    // A worker that died mid-test left its group running, possibly in this very workspace.
+    this.groups.reapOrphans();
     let cwd = spec.workspaceDir;
     let snapshot: string | null = null;
     if (spec.workspaceReadOnly) {
@@ -65,6 +239,7 @@ export class LocalBackend implements ExecBackend {
       const stderr = new CappedBuffer(spec.outputCapBytes);
       let timedOut = false;
       let cancelled = false;
+      const token = randomUUID();
       const child = spawn(argv[0], argv.slice(1), {
         cwd,
         detached: true, // own process group, so the whole tree can be killed
@@ -76,8 +251,23 @@ export class LocalBackend implements ExecBackend {
           LANG: 'C.UTF-8',
           PYTHONDONTWRITEBYTECODE: '1',
           NO_COLOR: '1',
+          [GROUP_MARK]: token,
         },
       });
+      const pgid = child.pid;
+      if (pgid !== undefined) {
+        // Hazard: a SIGKILL between the spawn and this record leaves the group unrecorded. The
+        // window is a few synchronous statements; a record written before the spawn could not
+        // name the group.
+        try {
+          this.groups.add(pgid, token, argv[0]);
+        } catch (err) {
+          killGroup(pgid);
+          reject(err);
+          return;
+        }
+        if (!spec.workspaceReadOnly) faultPoint('during_tests');
+      }
       child.stdout.on('data', (c: Buffer) => stdout.push(c));
       child.stderr.on('data', (c: Buffer) => stderr.push(c));
       const timer = setTimeout(() => {
@@ -102,7 +292,10 @@ export class LocalBackend implements ExecBackend {
         else reject(err);
       });
       // Children that outlive the parent would hold the pipes open: end the group on exit.
-      child.on('exit', () => killGroup(child.pid));
+      child.on('exit', () => {
+        killGroup(pgid);
+        if (pgid !== undefined) this.groups.remove(pgid, token);
+      });
       child.on('close', (code) => {
         cleanup();
         resolve({
