@@ -17,7 +17,7 @@ wait_s="${ENGINE_WAIT_S:-60}"
 
 engine_answers() { docker info >/dev/null 2>&1; }
 
-if command -v docker >/dev/null 2>&1 && engine_answers; then
+if command -v docker >/dev/null 2>&1 && engine_answers && command -v ip >/dev/null 2>&1; then
   echo "docker engine: already running"
   exit 0
 fi
@@ -27,13 +27,21 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-if ! command -v dockerd >/dev/null 2>&1; then
+# iproute2's `ip` lists the host's interface addresses for the docker suite's network checks.
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   # Refresh the package lists only when apt knows no candidate for docker.io.
   if ! apt-cache policy docker.io 2>/dev/null | grep -q 'Candidate: [0-9]'; then
     apt-get update
   fi
-  apt-get install -y --no-install-recommends docker.io
+  apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+if engine_answers; then
+  echo "docker engine: already running"
+  exit 0
 fi
 
 mkdir -p "$state_dir"

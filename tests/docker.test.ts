@@ -7,12 +7,12 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { connect, createServer, type Socket } from 'node:net';
-import { hostname, tmpdir } from 'node:os';
+import { hostname, networkInterfaces, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import Dockerode from 'dockerode';
 import { DockerBackend, OWNER_LABEL, SANDBOX_ENV, type SettingsOverride } from '../activities/backends/docker';
-import { probeIsolation, type IsolationReport } from '../activities/backends/isolation';
+import { connectTargets, probeIsolation, type IsolationReport } from '../activities/backends/isolation';
 import { LocalBackend } from '../activities/backends/local';
 import type { ExecBackend, ExecSpec } from '../activities/backends/types';
 import type { TraceEvent } from '../core/trace';
@@ -28,10 +28,19 @@ const engine = new Dockerode();
 
 /** Every check the probe makes; a check added or dropped must show up here. */
 const CHECKS = [
-  'network', 'interfaces', 'host_listener', 'write_root', 'write_usr', 'write_workspace_ro', 'out_writable',
+  'network', 'interfaces', 'routes', 'resolver', 'host_listener', 'write_root', 'write_usr', 'write_workspace_ro', 'out_writable',
   'env_secret', 'env_minimal', 'docker_socket', 'mounts', 'pids_limit', 'memory_limit', 'uid', 'no_new_privs',
   'capabilities', 'seccomp',
 ].sort();
+
+/** IPv4 addresses of this machine's interfaces, down ones included (the engine's bridge), from `ip`. */
+function machineAddresses(): Map<string, string> {
+  const out = execFileSync('ip', ['-o', '-4', 'addr', 'show'], { encoding: 'utf8' });
+  return new Map(out.split('\n').filter((l) => l.trim() !== '').map((l) => {
+    const [, iface, , cidr] = l.split(/\s+/);
+    return [cidr.split('/')[0], iface] as [string, string];
+  }));
+}
 
 const failing = (r: IsolationReport | RunOutcome['state']['isolation']) =>
   Object.entries(r?.checks ?? {}).filter(([, c]) => !c.ok).map(([name]) => name).sort();
@@ -219,11 +228,29 @@ describe('the isolation probe against the real engine', () => {
     expect({ name, ...reports.default.checks[name] }).toMatchObject({ name, ok: true });
   });
 
-  it('notices the network: no connection may succeed and only the loopback interface may exist', () => {
+  it('notices the network from the interfaces, the routes, the resolver and the host listener reached through the bridge', () => {
     expect(reports.network.verified).toBe(false);
-    const failed = failing(reports.network);
-    expect(failed).toEqual(expect.arrayContaining(['network', 'interfaces']));
-    expect(failed.filter((c) => !['network', 'interfaces', 'host_listener'].includes(c))).toEqual([]);
+    expect(failing(reports.network)).toEqual(['host_listener', 'interfaces', 'network', 'resolver', 'routes']);
+    expect(reports.network.checks.routes.detail).toMatch(/^routes beyond loopback: ipv4 0\.0\.0\.0\/0\.0\.0\.0 dev eth0/);
+    expect(reports.network.checks.resolver.detail).toMatch(/routed through eth0/);
+    const gateway = [...machineAddresses()].find(([, iface]) => iface === 'docker0')![0];
+    expect(reports.network.checks.network.detail).toContain(`${gateway}:`);
+    expect(reports.network.checks.network.detail).toMatch(new RegExp(`${gateway.replace(/\./g, '\\.')}:\\d+ connected`));
+    expect(reports.default.checks.routes.detail).toMatch(/all on lo$/);
+    expect(reports.default.checks.resolver.detail).toMatch(/unreachable|no nameserver/);
+  });
+
+  it('connects only to addresses of this machine: the engine bridge gateway and its own interfaces', async () => {
+    const own = new Set([...machineAddresses().keys(), ...Object.values(networkInterfaces()).flatMap((l) => (l ?? []).map((a) => a.address))]);
+    const onThisMachine = (host: string) => /^127\./.test(host) || host === '::1' || own.has(host);
+    const targets = await connectTargets(backend, 1);
+    expect(targets.length).toBeGreaterThan(0);
+    expect(targets.map(([host]) => host).filter((h) => !onThisMachine(h))).toEqual([]);
+    // What the probes actually tried, as reported in their evidence.
+    for (const report of Object.values(reports)) {
+      const tried = report.checks.network.detail.split(', ').map((t) => t.split(':')[0]);
+      expect(tried.filter((h) => !onThisMachine(h))).toEqual([]);
+    }
   });
 
   it('notices root, a writable root file system, capabilities, new privileges and no seccomp', () => {
@@ -242,7 +269,7 @@ describe('the isolation probe against the real engine', () => {
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'isolation_unverified', writes: 0 });
     expect(outcome.state.detail).toMatch(/^probe checks failed: .*network/);
     expect(outcome.state.isolation).toMatchObject({ verified: false, settings: { hostConfig: { NetworkMode: 'bridge' } } });
-    expect(failing(outcome.state.isolation)).toEqual(expect.arrayContaining(['network', 'interfaces']));
+    expect(failing(outcome.state.isolation)).toEqual(['host_listener', 'interfaces', 'network', 'resolver', 'routes']);
     expect(existsSync(join(stateDir, 'runs'))).toBe(false);
   });
 });

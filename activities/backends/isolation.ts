@@ -6,7 +6,7 @@
  * (see `ProbeOptions.override`) is caught rather than trusted.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -72,6 +72,46 @@ def connect(host, port):
 
 facts['net'] = [{'target': '%s:%d' % (h, p), 'result': connect(h, p)} for h, p in cfg['targets']]
 facts['interfaces'] = sorted(os.listdir('/sys/class/net'))
+
+# Routes and resolvers are read, never used: nothing is sent to learn them.
+def read_lines(path):
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+def hex4(h):
+    n = int(h, 16)  # little-endian
+    return '%d.%d.%d.%d' % (n & 255, (n >> 8) & 255, (n >> 16) & 255, (n >> 24) & 255)
+
+def hex6(h):
+    return ':'.join(h[i:i + 4] for i in range(0, 32, 4))
+
+routes = []
+for line in read_lines('/proc/net/route')[1:]:
+    f = line.split()
+    if len(f) >= 8:
+        routes.append({'family': 'ipv4', 'iface': f[0], 'dest': hex4(f[1]), 'mask': hex4(f[7])})
+for line in read_lines('/proc/net/ipv6_route'):
+    f = line.split()
+    if len(f) >= 10:
+        routes.append({'family': 'ipv6', 'iface': f[9], 'dest': hex6(f[0]), 'mask': str(int(f[1], 16))})
+facts['routes'] = routes
+
+def sockets(path, proto, wanted_state, decode):
+    out = []
+    for line in read_lines(path)[1:]:
+        f = line.split()
+        if len(f) >= 4 and f[3] == wanted_state:
+            addr, port = f[1].split(':')
+            out.append('%s:%d/%s' % (decode(addr), int(port, 16), proto))
+    return out
+
+six = lambda a: hex6(''.join(a[i:i + 8][j:j + 2] for i in range(0, 32, 8) for j in (6, 4, 2, 0)))
+facts['sockets'] = (sockets('/proc/net/tcp', 'tcp', '0A', hex4) + sockets('/proc/net/tcp6', 'tcp', '0A', six)
+                    + sockets('/proc/net/udp', 'udp', '07', hex4) + sockets('/proc/net/udp6', 'udp', '07', six))
+facts['nameservers'] = [l.split()[1] for l in read_lines('/etc/resolv.conf') if l.startswith('nameserver') and len(l.split()) > 1]
 
 def try_write(path):
     try:
@@ -158,6 +198,10 @@ print(json.dumps(facts))
 interface ProbeFacts {
   net: { target: string; result: string }[];
   interfaces: string[];
+  routes: { family: 'ipv4' | 'ipv6'; iface: string; dest: string; mask: string }[];
+  /** Listening TCP and bound UDP sockets of the sandbox's network namespace, `addr:port/proto`. */
+  sockets: string[];
+  nameservers: string[];
   writes: Record<string, string>;
   environ: Record<string, string>;
   proc1_environ: string[] | string;
@@ -170,22 +214,20 @@ interface ProbeFacts {
 }
 
 /**
- * Connect targets: a public address, the host's default gateway, the engine's bridge gateway
- * (the host as seen from a bridged container; its interface is down, and so not listed by
- * networkInterfaces(), while no container is attached) and every other host address.
+ * Where the probe connects: only to the host listener, through addresses of this machine: the
+ * engine's bridge gateway (the host as seen from a bridged container; its interface is down, and
+ * so not listed by networkInterfaces(), while no container is attached) and the host's own
+ * interface addresses. No address off this machine is ever a target; "no way out" is shown by
+ * the interface, route and resolver checks, which read the sandbox's tables and send nothing.
  */
-async function connectTargets(backend: DockerBackend, listenerPort: number): Promise<[string, number][]> {
-  const targets: [string, number][] = [['1.1.1.1', 53]];
-  const gateway = await defaultGateway();
-  if (gateway) targets.push([gateway, 53], [gateway, listenerPort]);
+export async function connectTargets(backend: DockerBackend, listenerPort: number): Promise<[string, number][]> {
   const hosts = new Set<string>(await bridgeGateways(backend));
   for (const list of Object.values(networkInterfaces())) {
     for (const a of list ?? []) {
       if (a.family === 'IPv4' && !a.internal) hosts.add(a.address);
     }
   }
-  for (const host of hosts) targets.push([host, listenerPort]);
-  return targets;
+  return [...hosts].map((host): [string, number] => [host, listenerPort]);
 }
 
 async function bridgeGateways(backend: DockerBackend): Promise<string[]> {
@@ -213,18 +255,6 @@ function firstHost(cidr: string): string | null {
   const mask = bits === 0 ? 0 : (0xffffffff << (32 - bits)) >>> 0;
   const host = (((addr & mask) >>> 0) + 1) >>> 0;
   return [host >>> 24, (host >>> 16) & 255, (host >>> 8) & 255, host & 255].join('.');
-}
-
-async function defaultGateway(): Promise<string | null> {
-  const table = await readFile('/proc/net/route', 'utf8').catch(() => '');
-  for (const line of table.split('\n').slice(1)) {
-    const [, dest, gw, flags] = line.trim().split(/\s+/);
-    if (dest === '00000000' && (parseInt(flags, 16) & 2) !== 0) {
-      const n = parseInt(gw, 16); // little-endian
-      return [n & 255, (n >>> 8) & 255, (n >>> 16) & 255, (n >>> 24) & 255].join('.');
-    }
-  }
-  return null;
 }
 
 /** A host listener: any connection it accepts proves the sandbox reached the host. */
@@ -275,6 +305,18 @@ function judge(
     facts.net.map((n) => `${n.target} ${n.result}`).join(', '),
   );
   set('interfaces', facts.interfaces.every((i) => i === 'lo'), facts.interfaces.join(','));
+  const outward = facts.routes.filter((r) => r.iface !== 'lo');
+  set(
+    'routes',
+    outward.length === 0,
+    outward.length ? `routes beyond loopback: ${outward.map((r) => `${r.family} ${r.dest}/${r.mask} dev ${r.iface}`).join(', ')}` : `${facts.routes.length} route(s), all on lo`,
+  );
+  const resolvers = facts.nameservers.map((ns) => ({ ns, path: resolverPath(ns, facts) }));
+  set(
+    'resolver',
+    resolvers.every((r) => r.path === null),
+    resolvers.map((r) => `${r.ns}: ${r.path ?? 'unreachable (no route, nothing bound)'}`).join(', ') || 'no nameserver configured',
+  );
   set('host_listener', accepted === 0, `${accepted} connection(s) accepted by the host listener`);
   const refused = (p: string) => facts.writes[p] !== 'written';
   set('write_root', refused('/probe'), `/probe: ${facts.writes['/probe']}`);
@@ -341,6 +383,24 @@ function judge(
   );
   set('seccomp', facts.status.Seccomp === '2', `Seccomp mode ${facts.status.Seccomp}`);
   return checks;
+}
+
+const isLoopback = (addr: string) => /^127\./.test(addr) || addr === '::1';
+
+/**
+ * How a nameserver could answer, or null when it cannot: only through a route beyond loopback
+ * or, on a loopback address, through a socket bound inside the sandbox (on any port: an engine's
+ * embedded resolver redirects port 53 to one of its own).
+ */
+function resolverPath(ns: string, facts: ProbeFacts): string | null {
+  const v6 = ns.includes(':');
+  if (isLoopback(ns)) {
+    const wildcard = v6 ? '0000:0000:0000:0000:0000:0000:0000:0000:' : '0.0.0.0:';
+    const bound = facts.sockets.filter((s) => s.startsWith(`${ns}:`) || s.startsWith(wildcard));
+    return bound.length ? `sockets bound in the sandbox: ${bound.join(' ')}` : null;
+  }
+  const routes = facts.routes.filter((r) => r.family === (v6 ? 'ipv6' : 'ipv4') && r.iface !== 'lo');
+  return routes.length ? `routed through ${[...new Set(routes.map((r) => r.iface))].join(',')}` : null;
 }
 
 function parseFacts(stdout: string): ProbeFacts | null {
