@@ -1,27 +1,33 @@
 /**
- * Decision sources. The activity receives everything a live model would need (the task, the tool
- * definitions generated from the zod schemas, and the run's history of decisions and results);
- * a replay simply takes its next recorded decision and ignores the rest.
+ * Decision sources. A replay is read once, when the run starts, and kept in the host store: the
+ * run uses that content to its end (continue-as-new included), whatever happens to the file.
+ * The `decide` activity gets the transcript by reference, never the run's history itself.
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import type { Decision, DecisionSource, ToolResult } from '../core/contracts';
+import type { Decision } from '../core/contracts';
 import { replaySchema, type Replay } from '../core/contracts';
-import type { ToolDefinition } from '../core/tools';
+import { formatIssues } from '../core/validate';
+import type { DecisionView, PendingEntry } from '../core/transcript';
 
-/** One step of the run as a model sees it: a decision (with its tool result), or a user message. */
-export type HistoryEntry = { decision: Decision; result?: ToolResult } | { message: string };
+/** The decision source as the workflow passes it to `decide`: a replay by digest, or a provider. */
+export type SourceRef =
+  | { kind: 'replay'; digest: string }
+  | { kind: 'provider'; provider: string; model: string; api_key_env: string; base_url?: string };
 
 export interface DecideInput {
-  source: DecisionSource;
-  task: string;
-  tools: ToolDefinition[];
-  history: HistoryEntry[];
+  run_id: string;
+  source: SourceRef;
+  /** Decisions already taken (the replay's cursor). */
+  cursor: number;
+  turn: number;
   /** False for the wrap-up turn after the turn limit: the source may only summarise. */
   tools_enabled: boolean;
+  /** The transcript so far: its stored head and the entries not stored yet. */
+  transcript: { head: string | null; append: PendingEntry[] };
 }
 
-export type DecideResult = { kind: 'decision'; decision: Decision } | { kind: 'exhausted' };
+export type DecideResult = { kind: 'decision'; decision: DecisionView; head: string | null } | { kind: 'exhausted'; head: string | null };
 
 export class ReplayFileError extends Error {
   override name = 'ReplayFileError';
@@ -35,16 +41,11 @@ export function loadReplay(path: string): Replay {
     throw new ReplayFileError(`cannot read replay ${path}: ${(err as Error).message}`);
   }
   const parsed = replaySchema.safeParse(raw);
-  if (!parsed.success) {
-    throw new ReplayFileError(`replay ${path} is invalid: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
-  }
+  if (!parsed.success) throw new ReplayFileError(`replay ${path} is invalid: ${formatIssues(parsed.error)}`);
   return parsed.data;
 }
 
-/** The replay's cursor is the number of decisions already taken, which the history records. */
-export function replayDecide(path: string, history: HistoryEntry[]): DecideResult {
-  const replay = loadReplay(path);
-  const taken = history.filter((h) => 'decision' in h).length;
-  const next = replay.decisions[taken];
-  return next === undefined ? { kind: 'exhausted' } : { kind: 'decision', decision: next };
+/** The replay's next decision after `cursor` decisions taken, or undefined when it has run out. */
+export function replayNext(replay: Replay, cursor: number): Decision | undefined {
+  return replay.decisions[cursor];
 }

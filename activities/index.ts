@@ -6,12 +6,16 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { fixtureSchema, type Fixture, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
-import type { ApplyPatchArgs, ValidCall } from '../core/tools';
+import { fixtureSchema, type Decision, type Fixture, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import type { TraceEvent } from '../core/trace';
+import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
+import type { ValidCall } from '../core/tools';
+import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { HarnessConfig } from './config';
-import { loadReplay, replayDecide, ReplayFileError, type DecideInput, type DecideResult } from './decisions';
+import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from './decisions';
 import type { Ledger } from './ledger';
+import type { Store } from './store';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
 import { readFile } from './tools/read_file';
@@ -24,6 +28,7 @@ import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspa
 export interface ActivityDeps {
   config: HarnessConfig;
   ledger: Ledger;
+  store: Store;
   backends: Partial<Record<'local' | 'docker', ExecBackend>>;
   /** The docker backend's isolation evidence (measured once per worker, then reused). */
   isolation?: () => Promise<IsolationEvidence>;
@@ -39,7 +44,7 @@ export interface RunRef {
 }
 
 export type LoadRunResult =
-  | { ok: true; fixture: Fixture; fixture_dir: string; replay: string | null }
+  | { ok: true; fixture: Fixture; fixture_dir: string; replay: string | null; source: SourceRef }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
 function infrastructure(err: unknown): never {
@@ -50,7 +55,45 @@ function infrastructure(err: unknown): never {
 }
 
 export function createActivities(deps: ActivityDeps) {
-  const { config, ledger } = deps;
+  const { config, ledger, store } = deps;
+
+  /** Stores the entries the workflow has not stored yet; results it made itself go in whole. */
+  const appendTranscript = (transcript: { head: string | null; append: PendingEntry[] }): string | null =>
+    store.appendTranscript(
+      transcript.head,
+      transcript.append.map((e): TranscriptEntry => {
+        if ('message' in e) return e;
+        if (e.result === undefined) return { decision: e.decision };
+        return { decision: e.decision, result: 'ref' in e.result ? e.result.ref : store.put('result', e.result.inline) };
+      }),
+    );
+
+  const storedCall = <N extends ValidCall['name']>(call: CallView, name: N): Extract<ValidCall, { name: N }> => {
+    const full = store.get<ValidCall>(call.ref);
+    if (full.name !== name || full.call_id !== call.call_id) {
+      throw ApplicationFailure.nonRetryable(`stored call ${call.ref} is not the ${name} call ${call.call_id}`, 'ProtocolError');
+    }
+    return full as Extract<ValidCall, { name: N }>;
+  };
+
+  /** A decision as the workflow sees it: validated here, stored whole, carried by digest. */
+  const decisionView = (decision: Decision, turn: number): DecisionView => {
+    const ref = store.put('decision', decision);
+    switch (decision.kind) {
+      case 'plan':
+      case 'final':
+        return { kind: decision.kind, text: brief(decision.text) as string, ref };
+      case 'model_error':
+        return { kind: 'model_error', transient: decision.transient, ref };
+      case 'tool': {
+        const validation = validateCall(decision.call, `call-${turn}`);
+        if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result };
+        const call = validation.call;
+        const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
+        return { kind: 'tool', ref, raw: brief(decision.call), call: { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) }, invalid: null };
+      }
+    }
+  };
 
   const backendFor = (name: RunRef['backend']): ExecBackend => {
     const backend = deps.backends[name];
@@ -91,7 +134,7 @@ export function createActivities(deps: ActivityDeps) {
       }
       const parsed = fixtureSchema.safeParse(raw);
       if (!parsed.success) {
-        return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}` };
+        return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${formatIssues(parsed.error)}` };
       }
       for (const part of ['repo', 'acceptance']) {
         if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory()) {
@@ -99,9 +142,13 @@ export function createActivities(deps: ActivityDeps) {
         }
       }
       if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
-      if (source.kind !== 'replay') return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null };
+      if (source.kind !== 'replay') {
+        const { kind, provider, model, api_key_env, base_url } = source;
+        return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null, source: { kind, provider, model, api_key_env, base_url } };
+      }
+      let replay;
       try {
-        loadReplay(source.path);
+        replay = loadReplay(source.path);
       } catch (err) {
         if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
         throw err;
@@ -110,7 +157,9 @@ export function createActivities(deps: ActivityDeps) {
       if (input.backend === 'local' && !source.trusted) {
         return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
       }
-      return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: basename(source.path).replace(/\.json$/, '') };
+      // Read once: the run uses this content to its end, whatever happens to the file.
+      const digest = store.put('replay', replay);
+      return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: basename(source.path).replace(/\.json$/, ''), source: { kind: 'replay', digest } };
     },
 
     /** The isolation evidence of the docker backend; never throws for a missing engine. */
@@ -126,44 +175,35 @@ export function createActivities(deps: ActivityDeps) {
     },
 
     async decide(input: DecideInput): Promise<DecideResult> {
+      const head = appendTranscript(input.transcript);
       if (input.source.kind !== 'replay') {
         throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `live provider ${input.source.provider} is not available in this version`, nonRetryable: true });
       }
-      try {
-        return replayDecide(input.source.path, input.history);
-      } catch (err) {
-        if (err instanceof ReplayFileError) throw ApplicationFailure.create({ type: 'ReplayFileError', message: err.message, nonRetryable: true });
-        throw err;
-      }
+      store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
+      const next = replayNext(store.get(input.source.digest), input.cursor);
+      return next === undefined ? { kind: 'exhausted', head } : { kind: 'decision', decision: decisionView(next, input.turn), head };
     },
 
-    /** The read-only tools: read_file, search, show_diff and run_tests. */
-    async executeTool(ref: RunRef, call: ValidCall, timeoutMs: number): Promise<ToolResult> {
+    /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
+    async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] } }): Promise<string | null> {
+      store.appendTrace(input.run_id, input.trace);
+      return appendTranscript(input.transcript);
+    },
+
+    /** The read-only tools: read_file, search, show_diff and run_tests. The full result stays in the store. */
+    async executeTool(ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> {
       const ctx = toolContext(ref, timeoutMs);
-      switch (call.name) {
-        case 'read_file':
-          return readFile(ctx, call.call_id, call.arguments);
-        case 'search':
-          return search(ctx, call.call_id, call.arguments);
-        case 'show_diff':
-          return showDiff(ctx, call.call_id);
-        case 'run_tests': {
-          const result = await runTests(ctx, call.call_id).catch(infrastructure);
-          // A cancelled activity must say so, or the workflow would take the partial result.
-          if (ctx.signal.aborted) throw new CancelledFailure('run_tests was cancelled');
-          return result;
-        }
-        case 'apply_patch':
-          throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
-      }
+      const call = storedCall(view, view.name);
+      const result = await runTool(ctx, call);
+      return resultView(result, store.put('result', result));
     },
 
-    async preparePatch(ref: RunRef, callId: string, args: ApplyPatchArgs): Promise<PrepareOutcome> {
-      return prepare(toolContext(ref, 0), callId, args);
+    async preparePatch(ref: RunRef, view: CallView): Promise<PrepareOutcome> {
+      return prepare(toolContext(ref, 0), view.call_id, storedCall(view, 'apply_patch').arguments);
     },
 
-    async writePatch(ref: RunRef, action: PreparedAction, args: ApplyPatchArgs): Promise<WriteOutcome> {
-      return write(toolContext(ref, 0), action, args);
+    async writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome> {
+      return write(toolContext(ref, 0), action, storedCall(view, 'apply_patch').arguments);
     },
 
     async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
@@ -180,6 +220,25 @@ export function createActivities(deps: ActivityDeps) {
       return workspaceDiff(paths, 0).paths;
     },
   };
+}
+
+async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
+  switch (call.name) {
+    case 'read_file':
+      return readFile(ctx, call.call_id, call.arguments);
+    case 'search':
+      return search(ctx, call.call_id, call.arguments);
+    case 'show_diff':
+      return showDiff(ctx, call.call_id);
+    case 'run_tests': {
+      const result = await runTests(ctx, call.call_id).catch(infrastructure);
+      // A cancelled activity must say so, or the workflow would take the partial result.
+      if (ctx.signal.aborted) throw new CancelledFailure('run_tests was cancelled');
+      return result;
+    }
+    case 'apply_patch':
+      throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
+  }
 }
 
 export type Activities = ReturnType<typeof createActivities>;

@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { jsonEqual } from '../core/canonical';
 import type { Fixture, VerifierFindings } from '../core/contracts';
 import { globMatches } from '../core/paths';
+import { formatIssues } from '../core/validate';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from './config';
 import { faultPoint } from './faults';
@@ -48,7 +49,7 @@ export function judgeAcceptance(stdout: string, expectedJson: string): Acceptanc
     return protocolError('acceptance output is not exactly one JSON object');
   }
   const out = acceptanceOutput.safeParse(parsed);
-  if (!out.success) return protocolError(`acceptance output has the wrong shape: ${out.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  if (!out.success) return protocolError(`acceptance output has the wrong shape: ${formatIssues(out.error)}`);
   const seen = new Set<string>();
   for (const c of out.data.cases) {
     if (seen.has(c.id)) return protocolError(`acceptance case ${c.id} is reported twice`);

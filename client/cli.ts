@@ -12,6 +12,7 @@ import { reportJson, reportMarkdown, type EvalReport } from '../core/report';
 import { buildRecord, type RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import type { RunOutcome } from '../workflows';
+import { fullEvent, mergeTrace, openStore, storedTrace } from './stored-trace';
 import { approvalFor, describeEvent, describePending, followRun, StdinClosed } from './follow';
 import { replayTrusted } from '../worker/settings';
 import { openSession, type Session } from './session';
@@ -35,11 +36,27 @@ function handleFor(session: Session, positionals: string[]): WorkflowHandle {
   return session.client.workflow.getHandle(id);
 }
 
-/** State and trace of a run: from its result once closed (no worker needed), else by query. */
-async function readRun(session: Session, handle: WorkflowHandle): Promise<{ view: RunView; trace: TraceEvent[] }> {
+/**
+ * State and trace of a run: the state from its result once closed (no worker needed), else by
+ * query; the trace from the host store (this machine's state folder), merged with the events the
+ * running segment holds. `full` resolves the references in events to the stored contents.
+ */
+async function readRun(session: Session, handle: WorkflowHandle, full = false): Promise<{ view: RunView; trace: TraceEvent[] }> {
+  const live = await liveRun(session, handle);
+  const store = openStore(session.settings.stateDir);
+  if (store === null) return { view: live.view, trace: live.trace };
+  try {
+    const trace = mergeTrace(storedTrace(store, live.view.run_id), live.trace);
+    return { view: live.view, trace: full ? trace.map((e) => fullEvent(store, e)) : trace };
+  } finally {
+    store.close();
+  }
+}
+
+async function liveRun(session: Session, handle: WorkflowHandle): Promise<{ view: RunView; trace: TraceEvent[] }> {
   if ((await handle.describe()).status.name !== 'RUNNING') {
     const outcome = (await handle.result()) as RunOutcome;
-    return { view: outcome.state, trace: outcome.trace };
+    return { view: outcome.state, trace: [] };
   }
   const query = async () => ({ view: await handle.query<RunView>('state'), trace: await handle.query<TraceEvent[]>('trace') });
   try {
@@ -116,7 +133,15 @@ const COMMANDS: Record<string, Command> = {
         const log = (line: string) => (values.json ? process.stderr : process.stdout).write(`${line}\n`);
         log(`workflow ${handle.workflowId}`);
         try {
-          const record = await followRun(handle, { interactive: values.approver === 'interactive', principal: principal(), log });
+          const stored = (runId: string) => {
+            const store = openStore(session.settings.stateDir);
+            try {
+              return store ? storedTrace(store, runId) : [];
+            } finally {
+              store?.close();
+            }
+          };
+          const record = await followRun(handle, { interactive: values.approver === 'interactive', principal: principal(), log, stored });
           if (values.json) out(JSON.stringify(record));
           else log(`\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}`);
           return record.status === 'completed' ? 0 : 1;
@@ -161,12 +186,12 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   trace: {
-    usage: 'trace <workflow-id> [--json]',
-    summary: 'the trace events of a run',
-    options: { json },
+    usage: 'trace <workflow-id> [--full] [--json]',
+    summary: 'the trace events of a run (from the host store of this machine);\n--full resolves references: whole tool results, calls and plans',
+    options: { full: { type: 'boolean', default: false }, json },
     async run(session, positionals, values) {
       const handle = handleFor(session, positionals);
-      const { trace: events } = await readRun(session, handle);
+      const { trace: events } = await readRun(session, handle, values.full);
       if (values.json) out(events);
       else for (const e of events) out(describeEvent(e));
       return 0;

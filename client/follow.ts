@@ -91,14 +91,29 @@ export class StdinClosed extends Error {}
  */
 export async function followRun(
   handle: WorkflowHandle,
-  opts: { interactive: boolean; principal: string; log: (line: string) => void; pollMs?: number },
+  opts: {
+    interactive: boolean;
+    principal: string;
+    log: (line: string) => void;
+    pollMs?: number;
+    /** The run's stored trace (host store), for the events the last query did not show. */
+    stored?: (runId: string) => TraceEvent[];
+  },
 ): Promise<RunRecord> {
-  let printed = 0;
+  let printed = 0; // the highest seq printed
   let asked: string | null = null;
+  const print = (events: TraceEvent[]) => {
+    for (const e of events) {
+      if (e.seq <= printed) continue;
+      opts.log(describeEvent(e));
+      printed = e.seq;
+    }
+  };
+  // The query shows the running segment's events; earlier segments' events are in the store.
   const flush = async () => {
     const events = await handle.query<TraceEvent[]>('trace');
-    for (const e of events.slice(printed)) opts.log(describeEvent(e));
-    printed = events.length;
+    if (events.length > 0 && events[0].seq > printed + 1 && opts.stored) print(opts.stored((await handle.query<RunView>('state')).run_id));
+    print(events);
   };
   for (;;) {
     const description = await handle.describe();
@@ -118,7 +133,7 @@ export async function followRun(
     }
     await new Promise((r) => setTimeout(r, opts.pollMs ?? 300));
   }
-  const outcome = (await handle.result()) as { record: RunRecord; trace: TraceEvent[] };
-  for (const e of outcome.trace.slice(printed)) opts.log(describeEvent(e));
+  const outcome = (await handle.result()) as { record: RunRecord; trace: { run_id: string } };
+  print(opts.stored?.(outcome.trace.run_id) ?? []);
   return outcome.record;
 }

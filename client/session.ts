@@ -45,7 +45,7 @@ export async function openSession(settings: Settings = readSettings()): Promise<
       try {
         return await worker.runUntil(fn);
       } finally {
-        created.ledger.close();
+        created.close();
         await nativeConnection.close();
       }
     },

@@ -4,7 +4,12 @@
  * matched and why, so a denial can be explained.
  */
 import { globMatches } from './paths';
-import type { ValidCall } from './tools';
+import type { ToolName } from './tools';
+
+/** What the policy looks at of a call: its tool; the target path is passed beside it. */
+export interface PolicyCall {
+  name: ToolName;
+}
 
 export type PolicyDecision = 'allow' | 'ask' | 'deny';
 
@@ -18,7 +23,7 @@ interface Rule {
   decision: PolicyDecision;
   why: string;
   /** `path` is the normalised target path for apply_patch, null for other tools. */
-  matches(call: ValidCall, path: string | null, scope: PolicyScope): boolean;
+  matches(call: PolicyCall, path: string | null, scope: PolicyScope): boolean;
 }
 
 export const RULES: readonly Rule[] = [
@@ -58,7 +63,7 @@ export interface PolicyEvaluation {
   matched: { id: string; decision: PolicyDecision; why: string }[];
 }
 
-export function evaluatePolicy(call: ValidCall, path: string | null, scope: PolicyScope): PolicyEvaluation {
+export function evaluatePolicy(call: PolicyCall, path: string | null, scope: PolicyScope): PolicyEvaluation {
   const matched = RULES.filter((r) => r.matches(call, path, scope)).map(({ id, decision, why }) => ({ id, decision, why }));
   const decision = matched.reduce<PolicyDecision | null>(
     (worst, r) => (worst === null || STRICTNESS[r.decision] > STRICTNESS[worst] ? r.decision : worst),

@@ -9,8 +9,14 @@ export interface PendingApproval extends PreparedAction {
 }
 
 export interface RunView {
+  /** The first execution's run id: names the workspace, the ledger rows and the stored trace. */
+  run_id: string;
   fixture: string | null;
   replay: string | null;
+  /** Digest of the replay's content as read when the run started; the run uses only that. */
+  replay_digest: string | null;
+  /** 1, plus one for each continue-as-new. */
+  segment: number;
   backend: 'local' | 'docker';
   approver: string;
   status: RunStatus;

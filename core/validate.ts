@@ -10,8 +10,16 @@ import { isToolName, TOOL_NAMES, TOOLS, type ValidCall } from './tools';
 
 export type Validation = { ok: true; call: ValidCall } | { ok: false; result: ToolResult };
 
+/** At most this many issues are reported for one call; a flood of unknown fields stays small. */
+const MAX_ISSUES = 20;
+
 function issues(error: z.ZodError): { path: string; message: string }[] {
-  return error.issues.map((i) => ({ path: i.path.join('.'), message: i.message }));
+  return error.issues.slice(0, MAX_ISSUES).map((i) => ({ path: i.path.join('.').slice(0, 200), message: i.message.slice(0, 400) }));
+}
+
+/** One line for people: `path: message; path: message`. */
+export function formatIssues(error: z.ZodError): string {
+  return error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
 }
 
 /** `fallbackCallId` names the result when the proposal has no usable call_id of its own. */
@@ -25,7 +33,7 @@ export function validateCall(raw: unknown, fallbackCallId: string): Validation {
   }
   const { name } = envelope.data;
   if (!isToolName(name)) {
-    return { ok: false, result: errorResult(callId, 'unknown_tool', { name, tools: TOOL_NAMES }) };
+    return { ok: false, result: errorResult(callId, 'unknown_tool', { name: name.slice(0, 64), tools: TOOL_NAMES }) };
   }
   const args = TOOLS[name].args.safeParse(envelope.data.arguments);
   if (!args.success) {

@@ -108,7 +108,7 @@ async function record(): Promise<void> {
   const stateDir = tempDir('record-histories');
   const forbidden = [...new Set([PROJECT_ROOT, stateDir, tmpdir(), homedir(), '/work/', '/root/', '/tmp/'])];
   const env = await startServer();
-  const { worker, ledger } = await createWorker({ connection: env.nativeConnection, taskQueue: TASK_QUEUE, stateDir });
+  const { worker, close } = await createWorker({ connection: env.nativeConnection, taskQueue: TASK_QUEUE, stateDir });
   try {
     const recorded = await worker.runUntil(async () => {
       const out: Array<{ name: string; json: string; leaks: Leak[] }> = [];
@@ -141,7 +141,7 @@ async function record(): Promise<void> {
       console.log(`fixtures/histories/${name}.json (${Buffer.byteLength(json) + 1} bytes)`);
     }
   } finally {
-    ledger.close();
+    close();
     await env.teardown();
     rmSync(stateDir, { recursive: true, force: true });
   }

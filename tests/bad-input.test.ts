@@ -25,8 +25,7 @@ async function runReplay(replay: string, limits?: Partial<Limits>) {
 
 describe('bad input fails for its own reason, before any side effect', () => {
   it('gives each call of the bad-input replay exactly the code its call_id names', async () => {
-    const { outcome, ledgerEntries, unchanged } = await runReplay('bad-inputs');
-    const { trace } = outcome;
+    const { outcome, trace, ledgerEntries, unchanged } = await runReplay('bad-inputs');
     const observed = trace.filter((e) => e.type === 'tool_observed').map((e) => e.data as ToolResult);
     expect(observed).toHaveLength(28);
     for (const result of observed) {
@@ -56,8 +55,8 @@ describe('bad input fails for its own reason, before any side effect', () => {
   });
 
   it('caps oversized outputs at 256 bytes with whole entries and truncated: true', async () => {
-    const { outcome } = await runReplay('oversized', { readBytes: 256, searchBytes: 256 });
-    const results = Object.fromEntries(outcome.trace.filter((e) => e.type === 'tool_observed').map((e) => [e.call_id, e.data as ToolResult]));
+    const { trace } = await runReplay('oversized', { readBytes: 256, searchBytes: 256 });
+    const results = Object.fromEntries(trace.filter((e) => e.type === 'tool_observed').map((e) => [e.call_id, e.data as ToolResult]));
     const read = results['read-big'].data as { text: string; end: number; total_lines: number };
     expect(results['read-big'].truncated).toBe(true);
     expect(Buffer.byteLength(read.text)).toBeLessThanOrEqual(256);

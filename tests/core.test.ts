@@ -39,13 +39,13 @@ describe('path rules', () => {
 });
 
 describe('policy', () => {
-  const call = (path: string) => ({ call_id: 'c', name: 'apply_patch' as const, arguments: { path, version: 'absent', old: '', new: 'x' } });
+  const patch = { name: 'apply_patch' as const };
 
   it('allows reads, asks for writable and new files, denies the rest', () => {
-    expect(evaluatePolicy({ call_id: 'c', name: 'read_file', arguments: { path: 'notes.txt' } }, null, scope).decision).toBe('allow');
-    expect(evaluatePolicy(call('src/linkcheck.py'), 'src/linkcheck.py', scope).decision).toBe('ask');
-    expect(evaluatePolicy(call('tests/test_agent_x.py'), 'tests/test_agent_x.py', scope).decision).toBe('ask');
-    const denied = evaluatePolicy(call('notes.txt'), 'notes.txt', scope);
+    expect(evaluatePolicy({ name: 'read_file' }, null, scope).decision).toBe('allow');
+    expect(evaluatePolicy(patch, 'src/linkcheck.py', scope).decision).toBe('ask');
+    expect(evaluatePolicy(patch, 'tests/test_agent_x.py', scope).decision).toBe('ask');
+    const denied = evaluatePolicy(patch, 'notes.txt', scope);
     expect(denied.decision).toBe('deny');
     expect(denied.matched.map((r) => r.id)).toEqual(['protected-path']);
   });

@@ -28,7 +28,7 @@ import {
   workspaceOf,
 } from './helpers/faults';
 import { LINKCHECK, tempDir } from './helpers/run-dir';
-import { canonicalInput, pendingApproval, startServer, uniqueQueue, waitFor } from './helpers/temporal';
+import { canonicalInput, pendingApproval, startServer, traceIn, uniqueQueue, waitFor } from './helpers/temporal';
 
 const ADDED_TEST = 'tests/test_agent_nested.py'; // the canonical run's first write (a new file)
 const SOURCE = 'src/linkcheck.py'; // its second write
@@ -127,7 +127,7 @@ describe('each crash window recovers on a fresh worker with exactly two writes a
       [SOURCE, false],
     ]);
     expect(receipts[0].after).toBe(writtenDigest); // the file was not written a second time
-    const written = outcome.trace.filter((e) => e.type === 'action_written').map((e) => e.data as { path: string; recovered: boolean });
+    const written = traceIn(crash.stateDir, crash.runId).filter((e) => e.type === 'action_written').map((e) => e.data as { path: string; recovered: boolean });
     expect(written.map((d) => [d.path, d.recovered])).toEqual([
       [ADDED_TEST, true],
       [SOURCE, false],
@@ -144,7 +144,7 @@ describe('each crash window recovers on a fresh worker with exactly two writes a
     const outcome = await finishOnFreshWorker(crash);
     expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
     expect(await attemptsOf(crash, 'writePatch')).toEqual([2, 1]);
-    expect(outcome.trace.filter((e) => e.type === 'action_written').map((e) => (e.data as { recovered: boolean }).recovered)).toEqual([false, false]);
+    expect(traceIn(crash.stateDir, crash.runId).filter((e) => e.type === 'action_written').map((e) => (e.data as { recovered: boolean }).recovered)).toEqual([false, false]);
   });
 
   it('in_verifier: killed after the model said final; recovery re-enters the verifier and consumes no decision', async () => {
@@ -154,7 +154,7 @@ describe('each crash window recovers on a fresh worker with exactly two writes a
 
     const outcome = await finishOnFreshWorker(crash);
     expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
-    const count = (type: string) => outcome.trace.filter((e) => e.type === type).length;
+    const count = (type: string) => traceIn(crash.stateDir, crash.runId).filter((e) => e.type === type).length;
     // An uninterrupted canonical run asks once per decision of the replay.
     expect(count('model_requested')).toBe(CANONICAL_DECISIONS);
     expect(await attemptsOf(crash, 'decide')).toEqual(new Array(CANONICAL_DECISIONS).fill(1));
@@ -204,9 +204,9 @@ describe('the third recovery state', () => {
       await approve(second);
 
       const outcome = (await handle.result()) as RunOutcome;
-      const observed = outcome.trace.find((e) => e.type === 'tool_observed' && e.call_id === 'fix-source');
+      const observed = traceIn(stateDir, handle.firstExecutionRunId).find((e) => e.type === 'tool_observed' && e.call_id === 'fix-source');
       expect(observed?.data).toMatchObject({ ok: false, error: 'approval_stale', data: { action_id: second.action_id, path: SOURCE } });
-      expect(outcome.trace.filter((e) => e.type === 'approval_recorded' && e.action_id === second.action_id)).toHaveLength(1);
+      expect(traceIn(stateDir, handle.firstExecutionRunId).filter((e) => e.type === 'approval_recorded' && e.action_id === second.action_id)).toHaveLength(1);
       expect(readFileSync(file, 'utf8')).toBe(edited);
       // The hand-made fix is what the verifier then checks, and it passes.
       expect(outcome.record).toMatchObject({ status: 'completed', writes: 1, receipts: 1, tool_errors: { approval_stale: 1 } });
@@ -229,7 +229,7 @@ describe('the third recovery state', () => {
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'recovery_uncertain', writes: 0, receipts: 0 });
     expect(readFileSync(file, 'utf8')).toBe(foreign);
     expect(ledgerReceipts(crash.stateDir, crash.runId)).toEqual([]);
-    expect(outcome.trace.filter((e) => e.type === 'action_written')).toEqual([]);
+    expect(traceIn(crash.stateDir, crash.runId).filter((e) => e.type === 'action_written')).toEqual([]);
   });
 });
 

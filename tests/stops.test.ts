@@ -5,6 +5,7 @@ import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { temporalBinary } from '../client/temporal-bin';
 import type { RunInput } from '../core/contracts';
+import type { TraceEvent } from '../core/trace';
 import { tempDir, writeFiles } from './helpers/run-dir';
 import { approveAll, canonicalInput, pendingApproval, runOnce, startServer, waitFor, writeReplay, type RunOnceOptions } from './helpers/temporal';
 
@@ -42,6 +43,14 @@ function sleepyFixture(): string {
   return dir;
 }
 
+/** The result of `callId` must be the harness's synthesized one, right before run_finished. */
+function expectSynthesized(trace: TraceEvent[], callId: string, runEnd: string): void {
+  const results = trace.filter((e) => e.type === 'tool_observed' && e.call_id === callId);
+  expect(results).toHaveLength(1);
+  expect(results[0].data).toMatchObject({ ok: false, error: 'interrupted', data: { run_end: runEnd } });
+  expect(trace[trace.indexOf(results[0]) + 1]).toMatchObject({ type: 'run_finished' });
+}
+
 const sleepersLeft = () => execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' }).split('\n').filter((l) => l.startsWith(MARKER));
 
 describe('stops', () => {
@@ -55,25 +64,27 @@ describe('stops', () => {
   it('ends at the deadline with budget_exhausted and kills the running test process tree', async () => {
     const fixture = sleepyFixture();
     const path = writeReplay([runTests('sleep'), { kind: 'final', text: 'x' }]);
-    const { outcome } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable', budgets: { deadline_s: 6 } }, () =>
+    const { outcome, trace } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable', budgets: { deadline_s: 6 } }, () =>
       waitFor('the test process to run', async () => sleepersLeft().length > 0, 6_000),
     );
     expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'deadline' });
     expect(outcome.state.deadline_reached).toBe(true);
+    expectSynthesized(trace, 'sleep', 'deadline');
     await waitFor('the sleeping test tree to be gone', async () => sleepersLeft().length === 0, 10_000);
   });
 
   it('is cancelled with `temporal workflow cancel`, killing the running test process tree', async () => {
     const fixture = sleepyFixture();
     const path = writeReplay([runTests('sleep'), { kind: 'final', text: 'x' }]);
-    const { outcome } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' }, async (h) => {
+    const { outcome, trace } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' }, async (h) => {
       await waitFor('the test process to run', async () => sleepersLeft().length > 0, 30_000);
       await promisify(execFile)(temporalBinary(), ['workflow', 'cancel', '--address', env.address, '--workflow-id', h.workflowId]);
     });
     expect(outcome.record).toMatchObject({ status: 'cancelled', reason: 'cancelled' });
     expect(outcome.state.deadline_reached).toBe(false);
     // The cancelled call was not left without a result, and nothing half done remains.
-    expect(outcome.trace.at(-1)).toMatchObject({ type: 'run_finished', data: { status: 'cancelled' } });
+    expect(trace.at(-1)).toMatchObject({ type: 'run_finished', data: { status: 'cancelled' } });
+    expectSynthesized(trace, 'sleep', 'cancelled');
     await waitFor('the sleeping test tree to be gone', async () => sleepersLeft().length === 0, 10_000);
   });
 
@@ -83,23 +94,25 @@ describe('stops', () => {
     config.tests.command = ['python3-is-not-installed', '-m', 'pytest'];
     writeFileSync(join(fixture, 'fixture.json'), JSON.stringify(config));
     const path = writeReplay([runTests('missing'), { kind: 'final', text: 'x' }]);
-    const { outcome } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
+    const { outcome, trace } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'infrastructure_error' });
     expect(outcome.state.detail).toBe('runtime not found: python3-is-not-installed');
+    // The call still has its one result, made by the harness and not counted as a tool error.
+    expectSynthesized(trace, 'missing', 'infrastructure_error');
     expect(outcome.record.tool_errors).toEqual({});
   });
 
   it('interrupt gives the pending call an interrupted result; steer reaches the next decision', async () => {
-    const { outcome } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
+    const { outcome, trace } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
       const first = await pendingApproval(h);
       expect(first.path).toBe('tests/test_agent_nested.py');
       await h.signal('steer', { message: 'skip the new test, fix the source' });
       await h.signal('interrupt', { reason: 'changed my mind' });
       await approveAll(h);
     });
-    const observed = outcome.trace.find((e) => e.type === 'tool_observed' && e.call_id === 'add-test')!;
+    const observed = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'add-test')!;
     expect(observed.data).toMatchObject({ ok: false, error: 'interrupted', data: { reason: 'not executed: changed my mind' } });
-    const next = outcome.trace.find((e) => e.type === 'model_requested' && e.seq > observed.seq)!;
+    const next = trace.find((e) => e.type === 'model_requested' && e.seq > observed.seq)!;
     expect(next.data).toMatchObject({ messages: ['skip the new test, fix the source'] });
     expect(outcome.record).toMatchObject({ status: 'completed', writes: 1, diff_paths: ['src/linkcheck.py'], tool_errors: { interrupted: 1 } });
   });

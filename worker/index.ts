@@ -10,6 +10,8 @@ import { createActivities } from '../activities';
 import { LocalBackend } from '../activities/backends/local';
 import { DEFAULT_LIMITS, type Limits } from '../activities/config';
 import { Ledger } from '../activities/ledger';
+import { Store } from '../activities/store';
+import { PayloadSizeGuard } from './payload-guard';
 import { createSandbox, type SandboxOptions } from './sandbox';
 
 export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
@@ -39,12 +41,22 @@ export interface WorkerOptions {
   docker?: SandboxOptions | false;
 }
 
-export async function createWorker(options: WorkerOptions): Promise<{ worker: Worker; ledger: Ledger }> {
+export interface HarnessWorker {
+  worker: Worker;
+  ledger: Ledger;
+  store: Store;
+  /** Closes the ledger and the store (after the worker has stopped). */
+  close(): void;
+}
+
+export async function createWorker(options: WorkerOptions): Promise<HarnessWorker> {
   mkdirSync(options.stateDir, { recursive: true });
   // Built before the ledger opens, so a malformed DOCKER_HOST fails with nothing to close.
   const sandbox = options.docker === false ? null : createSandbox(options.docker);
   const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
+  const store = new Store(join(options.stateDir, 'store.sqlite'));
   const activities = createActivities({
+    store,
     config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits } },
     ledger,
     backends: sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() },
@@ -56,9 +68,18 @@ export async function createWorker(options: WorkerOptions): Promise<{ worker: Wo
     taskQueue: options.taskQueue,
     workflowBundle: await workflowBundle(),
     activities,
+    dataConverter: { payloadCodecs: [new PayloadSizeGuard()] },
   });
   // The probe runs when the worker starts, in the background; a run on the docker backend waits
   // for it (or probes again if it found no engine).
   sandbox?.warmUp();
-  return { worker, ledger };
+  return {
+    worker,
+    ledger,
+    store,
+    close() {
+      ledger.close();
+      store.close();
+    },
+  };
 }

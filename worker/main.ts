@@ -9,12 +9,12 @@ async function main(): Promise<void> {
   const settings = readSettings();
   const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await NativeConnection.connect({ address });
-  const { worker, ledger } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir });
+  const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir });
   console.error(`worker polling task queue ${settings.taskQueue} on ${address} (state: ${settings.stateDir})`);
   try {
     await worker.run(); // ends on SIGINT / SIGTERM
   } finally {
-    ledger.close();
+    close();
     await connection.close();
   }
 }

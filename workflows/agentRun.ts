@@ -10,7 +10,7 @@
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
 import type { Activities, RunRef } from '../activities';
-import type { DecideResult, HistoryEntry } from '../activities/decisions';
+import type { DecideResult, SourceRef } from '../activities/decisions';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import {
   approvalSignalSchema,
@@ -20,7 +20,6 @@ import {
   TERMINAL_STATUSES,
   type ApprovalSignal,
   type Budgets,
-  type Decision,
   type ParsedRunInput,
   type PreparedAction,
   type RunRecord,
@@ -30,9 +29,9 @@ import {
 import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
-import { toolDefinitions, type ApplyPatchArgs, type ValidCall } from '../core/tools';
 import { Trace, type TraceEvent } from '../core/trace';
-import { validateCall } from '../core/validate';
+import { brief, resultView, type CallView, type DecisionView, type PendingEntry } from '../core/transcript';
+import { formatIssues } from '../core/validate';
 
 export const approvalSignal = wf.defineSignal<[unknown]>('approval');
 export const interruptSignal = wf.defineSignal<[{ reason?: string }?]>('interrupt');
@@ -40,12 +39,50 @@ export const steerSignal = wf.defineSignal<[{ message: string }]>('steer');
 export const stateQuery = wf.defineQuery<RunView>('state');
 export const traceQuery = wf.defineQuery<TraceEvent[]>('trace');
 
-/** The workflow's result: everything `status` and `trace` show, readable without a worker. */
+/**
+ * The workflow's result: the record and the final state, readable without a worker. The trace
+ * is in the host store under `trace.run_id` (`npm run agent -- trace`).
+ */
 export interface RunOutcome {
   record: RunRecord;
   state: RunView;
-  trace: TraceEvent[];
+  trace: { run_id: string; events: number };
 }
+
+/** A write waiting for its approval when the run continued as new. */
+interface PendingWrite {
+  decision_ref: string;
+  call: CallView;
+  action: PreparedAction;
+  policy: PolicyEvaluation;
+}
+
+/** What one segment of a run hands to the next at continue-as-new: state, never contents. */
+export interface Carried {
+  ref: RunRef;
+  view: RunView;
+  source: SourceRef;
+  deadline_at: number;
+  next_seq: number;
+  /** Trace events that arrived (with signals) while the segment was storing its trace. */
+  unstored_trace: TraceEvent[];
+  cursor: number;
+  transcript: { head: string | null; append: PendingEntry[] };
+  approval: ApprovalSignal | null;
+  interrupted: string | null;
+  steering: string[];
+  wrote_writable: boolean;
+  pending_write: PendingWrite | null;
+}
+
+/** Trace events go to the host store in batches of at most this many bytes of JSON. */
+const TRACE_BATCH_BYTES = 48 * 1024;
+/** The run stores its trace once this much is held in workflow memory only. */
+const TRACE_FLUSH_BYTES = 32 * 1024;
+/** At most this much unstored trace is carried into the next segment. */
+const TRACE_CARRY_BYTES = 16 * 1024;
+/** A steering message is kept to this many characters. */
+const MAX_STEER_CHARS = 4000;
 
 const MAX_MODEL_RETRIES = 2;
 
@@ -70,47 +107,58 @@ class RunStop {
   ) {}
 }
 
-export async function agentRun(rawInput: unknown): Promise<RunOutcome> {
-  const run = new AgentRun();
+export async function agentRun(rawInput: unknown, carried?: Carried): Promise<RunOutcome> {
+  const run = new AgentRun(carried);
   const parsed = runInputSchema.safeParse(rawInput);
   if (!parsed.success) {
-    return run.finish(new RunStop('failed', 'invalid_input', parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')));
+    return run.finish(new RunStop('failed', 'invalid_input', formatIssues(parsed.error)));
   }
-  return run.execute(parsed.data);
+  return carried ? run.resume(parsed.data, carried) : run.execute(parsed.data);
 }
 
 class AgentRun {
-  private readonly trace = new Trace();
-  private readonly history: HistoryEntry[] = [];
-  private readonly view: RunView = {
-    fixture: null,
-    replay: null,
-    backend: 'local',
-    approver: 'interactive',
-    status: 'running',
-    reason: null,
-    detail: null,
-    budgets: null,
-    counters: { turns: 0, tool_calls: 0, writes: 0, receipts: 0, model_retries: 0 },
-    tool_errors: {},
-    red_observed: false,
-    pending_approval: null,
-    verification: null,
-    isolation: null,
-    diff_paths: [],
-    wrap_up: null,
-    deadline_reached: false,
-  };
+  private readonly trace: Trace;
+  private readonly view: RunView;
   private input!: ParsedRunInput;
   private ref!: RunRef;
+  private source!: SourceRef;
   private budgets!: Budgets;
   private deadlineAt = 0;
+  /** Decisions taken so far: the replay's cursor. */
+  private cursor = 0;
+  /** The transcript's stored head and the entries not stored yet. */
+  private transcript: { head: string | null; append: PendingEntry[] } = { head: null, append: [] };
   private approval: ApprovalSignal | null = null;
   private interrupted: string | null = null;
   private steering: string[] = [];
   private wroteWritable = false;
+  /** The proposed call that has no result yet: it gets a synthesized one if the run ends first. */
+  private inFlight: { call_id: string; decision_ref: string } | null = null;
 
-  constructor() {
+  constructor(carried?: Carried) {
+    this.trace = new Trace(carried?.unstored_trace ?? [], carried?.next_seq ?? 1);
+    this.view = carried?.view ?? {
+      run_id: wf.workflowInfo().runId,
+      fixture: null,
+      replay: null,
+      replay_digest: null,
+      segment: 1,
+      backend: 'local',
+      approver: 'interactive',
+      status: 'running',
+      reason: null,
+      detail: null,
+      budgets: null,
+      counters: { turns: 0, tool_calls: 0, writes: 0, receipts: 0, model_retries: 0 },
+      tool_errors: {},
+      red_observed: false,
+      pending_approval: null,
+      verification: null,
+      isolation: null,
+      diff_paths: [],
+      wrap_up: null,
+      deadline_reached: false,
+    };
     wf.setHandler(stateQuery, () => this.view);
     wf.setHandler(traceQuery, () => this.trace.events);
     wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
@@ -119,7 +167,7 @@ class AgentRun {
       this.trace.add('interrupt_received', { reason: this.interrupted });
     });
     wf.setHandler(steerSignal, (payload) => {
-      const message = typeof payload?.message === 'string' ? payload.message : '';
+      const message = typeof payload?.message === 'string' ? payload.message.slice(0, MAX_STEER_CHARS) : '';
       if (message === '') return;
       this.steering.push(message);
       this.trace.add('steer_received', { message });
@@ -136,7 +184,7 @@ class AgentRun {
       return this.finish(new RunStop('failed', 'invalid_input', `unknown approval policy ${input.approver}`));
     }
     // Nothing is created, and no key is read, before the fixture, the decision source, the trust
-    // gate and the sandbox check out.
+    // gate and the sandbox check out. The replay is read here, once, into the host store.
     const loaded = await quick.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
     if (input.backend === 'docker') {
@@ -151,12 +199,14 @@ class AgentRun {
     if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
       return this.finish(new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation'));
     }
+    this.source = loaded.source;
     this.view.fixture = loaded.fixture.id;
     this.view.replay = loaded.replay;
+    this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
     this.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
     this.view.budgets = this.budgets;
     this.deadlineAt = Date.now() + this.budgets.deadline_s * 1000;
-    this.ref = { run_id: wf.workflowInfo().runId, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend };
+    this.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     this.setStatus('running');
 
@@ -165,6 +215,29 @@ class AgentRun {
         { startToCloseTimeout: '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
         [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir }],
       );
+      return this.loop();
+    });
+    return this.finish(stop);
+  }
+
+  /** The next segment of a run that continued as new: same workspace, counters, deadline and trace numbering. */
+  async resume(input: ParsedRunInput, carried: Carried): Promise<RunOutcome> {
+    this.input = input;
+    this.ref = carried.ref;
+    this.source = carried.source;
+    this.budgets = carried.view.budgets!;
+    this.deadlineAt = carried.deadline_at;
+    this.cursor = carried.cursor;
+    this.transcript = carried.transcript;
+    this.approval = carried.approval;
+    this.interrupted = carried.interrupted;
+    this.steering = carried.steering;
+    this.wroteWritable = carried.wrote_writable;
+    const pending = carried.pending_write;
+    if (pending) this.inFlight = { call_id: pending.call.call_id, decision_ref: pending.decision_ref };
+    this.setStatus(carried.view.status);
+    const stop = await this.withDeadline(async () => {
+      if (pending) this.observe(await this.approveAndWrite(pending));
       return this.loop();
     });
     return this.finish(stop);
@@ -179,6 +252,8 @@ class AgentRun {
         if (limit === 'max_turns') await this.wrapUp();
         return new RunStop('budget_exhausted', limit);
       }
+      if (wf.workflowInfo().continueAsNewSuggested) await this.continueAsNew(null);
+      if (this.trace.unstoredBytes() > TRACE_FLUSH_BYTES) await this.storeTrace();
       this.view.counters.turns++;
       const decision = await this.decide(true);
       // An interrupt stops the turn it arrived in: a tool call it proposed is not executed.
@@ -186,35 +261,35 @@ class AgentRun {
       this.interrupted = null;
       switch (decision.kind) {
         case 'plan':
-          this.trace.add('plan_recorded', { text: decision.text });
-          this.history.push({ decision });
+          this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
+          this.transcript.append.push({ decision: decision.ref });
           break;
-        case 'tool': {
-          const result = await this.toolCall(decision.call, interrupted);
-          this.history.push({ decision, result });
+        case 'tool':
+          this.observe(await this.toolCall(decision, interrupted));
           break;
-        }
         case 'final':
-          this.history.push({ decision });
+          this.transcript.append.push({ decision: decision.ref });
           return this.verify(decision.text);
       }
     }
   }
 
   /** Asks the decision source, retrying transient provider errors at most twice. */
-  private async decide(toolsEnabled: boolean): Promise<Exclude<Decision, { kind: 'model_error' }>> {
+  private async decide(toolsEnabled: boolean): Promise<Exclude<DecisionView, { kind: 'model_error' }>> {
     for (let retries = 0; ; retries++) {
       const messages = this.steering.splice(0);
-      for (const message of messages) this.history.push({ message });
+      for (const message of messages) this.transcript.append.push({ message });
       this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages });
       const result: DecideResult = await quick.decide.executeWithOptions(
         { startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()), summary: `decide turn ${this.view.counters.turns}` },
-        [{ source: this.input.source, task: this.ref.fixture.task, tools: toolsEnabled ? toolDefinitions() : [], history: this.history, tools_enabled: toolsEnabled }],
+        [{ run_id: this.ref.run_id, source: this.source, cursor: this.cursor, turn: this.view.counters.turns, tools_enabled: toolsEnabled, transcript: this.transcript }],
       );
+      this.transcript = { head: result.head, append: [] };
       if (result.kind === 'exhausted') throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
+      this.cursor++;
       const decision = result.decision;
       if (decision.kind !== 'model_error') return decision;
-      this.history.push({ decision });
+      this.transcript.append.push({ decision: decision.ref });
       if (!decision.transient) throw new RunStop('failed', 'model_error', 'the decision source failed permanently');
       if (retries >= MAX_MODEL_RETRIES) throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries`);
       this.view.counters.model_retries++;
@@ -226,10 +301,8 @@ class AgentRun {
   private async wrapUp(): Promise<void> {
     try {
       const decision = await this.decide(false);
-      if (decision.kind === 'final') {
-        this.view.wrap_up = decision.text;
-        this.history.push({ decision });
-      }
+      if (decision.kind === 'final') this.view.wrap_up = decision.text;
+      this.transcript.append.push({ decision: decision.ref });
       this.trace.add('wrap_up_recorded', { summary: this.view.wrap_up });
     } catch (err) {
       if (!(err instanceof RunStop)) throw err;
@@ -239,16 +312,18 @@ class AgentRun {
 
   // ---- tool calls ----
 
-  private async toolCall(raw: unknown, interrupted: string | null): Promise<ToolResult> {
+  private async toolCall(decision: Extract<DecisionView, { kind: 'tool' }>, interrupted: string | null): Promise<ToolResult> {
     this.view.counters.tool_calls++;
-    const validation = validateCall(raw, `call-${this.view.counters.turns}`);
-    const callId = validation.ok ? validation.call.call_id : validation.result.call_id;
-    this.trace.add('tool_proposed', { call: raw }, { call_id: callId });
-    if (!validation.ok) return this.observe(validation.result);
-    const call = validation.call;
-    if (interrupted !== null) return this.observe(this.interruptedResult(callId, interrupted));
-    if (call.name === 'apply_patch') return this.observe(await this.patch(call.call_id, call.arguments, evaluatePolicy(call, call.arguments.path, this.ref.fixture)));
-    const timeout = callTimeoutMs(this.budgets, this.msLeft());
+    const callId = decision.call?.call_id ?? decision.invalid!.call_id;
+    this.trace.add('tool_proposed', { call: decision.raw, ref: decision.ref }, { call_id: callId });
+    this.inFlight = { call_id: callId, decision_ref: decision.ref };
+    if (decision.call === null) return decision.invalid;
+    const call = decision.call;
+    if (interrupted !== null) return this.interruptedResult(callId, interrupted);
+    if (call.name === 'apply_patch') return this.patch(decision.ref, call, evaluatePolicy(call, call.path, this.ref.fixture));
+    // The call's own limit only: the deadline is the workflow timer's, which cancels the call, so
+    // a call cut by the deadline gets the harness's result rather than a tool timeout.
+    const timeout = this.budgets.call_timeout_s * 1000;
     const result = await quick.executeTool.executeWithOptions(
       {
         startToCloseTimeout: timeout + 5000,
@@ -259,73 +334,95 @@ class AgentRun {
       [this.ref, call, timeout],
     );
     if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.wroteWritable) this.view.red_observed = true;
-    return this.observe(result);
+    return result;
   }
 
   private interruptedResult(callId: string, reason: string): ToolResult {
     return errorResult(callId, 'interrupted', { reason: `not executed: ${reason}` });
   }
 
-  private observe(result: ToolResult): ToolResult {
-    if (result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
-    this.trace.add('tool_observed', result, { call_id: result.call_id });
-    return result;
+  /**
+   * The one result of the call in flight: traced and added to the transcript, and counted in
+   * `tool_errors` unless the harness made it up because the run ended (the model never saw it).
+   */
+  private observe(result: ToolResult & { ref?: string | null }, counted = true): void {
+    if (counted && result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
+    const view = resultView(result, result.ref ?? null);
+    this.trace.add('tool_observed', view, { call_id: result.call_id });
+    const decision = this.inFlight?.decision_ref;
+    this.inFlight = null;
+    if (decision !== undefined) this.transcript.append.push({ decision, result: view.ref !== null ? { ref: view.ref } : { inline: result } });
   }
 
   /** prepare -> approve -> write, each write keyed by its action_id. */
-  private async patch(callId: string, args: ApplyPatchArgs, policy: PolicyEvaluation): Promise<ToolResult> {
+  private async patch(decisionRef: string, call: CallView, policy: PolicyEvaluation): Promise<ToolResult> {
+    const path = call.path!;
     if (policy.decision === 'deny') {
-      return errorResult(callId, 'write_denied', { path: args.path, rules: policy.matched.filter((r) => r.decision === 'deny') });
+      return errorResult(call.call_id, 'write_denied', { path, rules: policy.matched.filter((r) => r.decision === 'deny') });
     }
-    const prepared = await quick.preparePatch.executeWithOptions({ summary: `prepare apply_patch ${args.path}` }, [this.ref, callId, args]);
+    const prepared = await quick.preparePatch.executeWithOptions({ summary: `prepare apply_patch ${path}` }, [this.ref, call]);
     if (prepared.kind === 'rejected') return prepared.result;
     if (prepared.kind === 'already_written') {
       const { action_id, before, after } = prepared;
-      return okResult(callId, { action_id, path: args.path, before, after, already_written: true });
+      return okResult(call.call_id, { action_id, path, before, after, already_written: true });
     }
-    const action = prepared.action;
-    const decision = await this.awaitApproval(callId, action, policy);
+    const { action } = prepared;
+    const { action_id, before, after, args_digest, workspace_digest } = action;
+    this.trace.add(
+      'approval_requested',
+      { path, before, after, args_digest, workspace_digest, diff: brief(action.diff), diff_bytes: action.diff.length },
+      { call_id: call.call_id, action_id },
+    );
+    return this.approveAndWrite({ decision_ref: decisionRef, call, action, policy });
+  }
+
+  private async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
+    const { call, action } = pending;
+    const decision = await this.awaitApproval(pending);
     if (decision === 'interrupted') {
       const reason = this.interrupted ?? 'interrupted';
       this.interrupted = null;
-      return this.interruptedResult(callId, reason);
+      return this.interruptedResult(call.call_id, reason);
     }
     if (decision.decision === 'reject') {
-      return errorResult(callId, 'approval_rejected', { action_id: action.action_id, principal: decision.principal ?? null, reason: decision.reason ?? null });
+      return errorResult(call.call_id, 'approval_rejected', { action_id: action.action_id, principal: decision.principal ?? null, reason: decision.reason ?? null });
     }
-    const outcome = await quick.writePatch.executeWithOptions({ summary: `apply_patch ${args.path}` }, [this.ref, action, args]);
-    const ids = { call_id: callId, action_id: action.action_id };
+    const outcome = await quick.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
+    const ids = { call_id: call.call_id, action_id: action.action_id };
     switch (outcome.kind) {
       case 'approval_stale':
-        return errorResult(callId, 'approval_stale', { action_id: action.action_id, path: args.path });
+        return errorResult(call.call_id, 'approval_stale', { action_id: action.action_id, path: action.path });
       case 'recovery_uncertain':
-        throw new RunStop('failed', 'recovery_uncertain', `${args.path} matches neither the digest before nor after action ${action.action_id}`);
+        throw new RunStop('failed', 'recovery_uncertain', `${action.path} matches neither the digest before nor after action ${action.action_id}`);
       default:
         this.view.counters.writes++;
         this.trace.add('action_written', { path: action.path, before: action.before, after: action.after, recovered: outcome.recovered }, ids);
         this.view.counters.receipts++;
         this.trace.add('action_receipt', { path: action.path }, ids);
         if (this.ref.fixture.writable.includes(action.path)) this.wroteWritable = true;
-        return okResult(callId, { action_id: action.action_id, path: action.path, before: action.before, after: action.after });
+        return okResult(call.call_id, { action_id: action.action_id, path: action.path, before: action.before, after: action.after });
     }
   }
 
   /** Waits durably for the Signal bound to this action, or asks the named policy. */
-  private async awaitApproval(callId: string, action: PreparedAction, policy: PolicyEvaluation): Promise<ApprovalSignal | 'interrupted'> {
-    const { action_id, path, before, after, args_digest, workspace_digest } = action;
-    this.trace.add('approval_requested', { path, before, after, args_digest, workspace_digest, diff: action.diff }, { call_id: callId, action_id });
+  private async awaitApproval(pending: PendingWrite): Promise<ApprovalSignal | 'interrupted'> {
+    const { call, action, policy } = pending;
+    const { action_id, args_digest, workspace_digest } = action;
     const approver = this.input.approver;
     if (approver.startsWith('policy:')) {
       const decision = APPROVAL_POLICIES[approver.slice('policy:'.length)](policy);
       const signal: ApprovalSignal = { action_id, decision, args_digest, workspace_digest, principal: approver };
-      this.trace.add('approval_recorded', { decision, principal: approver, args_digest, workspace_digest }, { call_id: callId, action_id });
+      this.trace.add('approval_recorded', { decision, principal: approver, args_digest, workspace_digest }, { call_id: call.call_id, action_id });
       return signal;
     }
-    this.approval = null;
-    this.view.pending_approval = { ...action, call_id: callId };
+    this.view.pending_approval = { ...action, call_id: call.call_id };
     this.setStatus('awaiting_approval');
     // No worker resources are held while waiting: this is a durable condition on workflow state.
-    await wf.condition(() => this.approval !== null || this.interrupted !== null);
+    // A wait can be long and signals (ignored approvals, steering) grow its history: when Temporal
+    // suggests continue-as-new, the next segment waits instead, with the pending action carried.
+    const answered = () => this.approval !== null || this.interrupted !== null;
+    await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested);
+    if (!answered()) await this.continueAsNew(pending);
     const decision = this.approval;
     this.view.pending_approval = null;
     this.approval = null;
@@ -337,7 +434,7 @@ class AgentRun {
     const parsed = approvalSignalSchema.safeParse(payload);
     const pending = this.view.pending_approval;
     const ignore = (why: string, actionId?: string) => this.trace.add('approval_ignored', { reason: why }, actionId ? { action_id: actionId } : {});
-    if (!parsed.success) return void ignore(`invalid approval payload: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+    if (!parsed.success) return void ignore(`invalid approval payload: ${formatIssues(parsed.error)}`);
     const signal = parsed.data;
     if (pending === null || this.approval !== null) return void ignore('no approval is pending', signal.action_id);
     if (signal.action_id !== pending.action_id) return void ignore('action_id does not match the pending action', signal.action_id);
@@ -352,7 +449,7 @@ class AgentRun {
     );
   }
 
-  // ---- verification and the end ----
+  // ---- verification, continue-as-new and the end ----
 
   private async verify(finalText: string): Promise<RunStop> {
     this.setStatus('verifying');
@@ -374,6 +471,58 @@ class AgentRun {
     }
     this.trace.add('verification_failed', findings);
     return new RunStop('failed', findings.acceptance.error !== null ? 'verification_error' : 'verification_failed', findings.acceptance.error);
+  }
+
+  /**
+   * Continues as new under the same workflow id: the trace and transcript are stored first, and
+   * the next segment gets the state (counters, budgets, deadline, pending write, an approval
+   * already received) but no contents.
+   */
+  private async continueAsNew(pendingWrite: PendingWrite | null): Promise<never> {
+    const info = wf.workflowInfo();
+    this.trace.add('continued_as_new', {
+      segment: this.view.segment,
+      history_events: info.historyLength,
+      history_bytes: info.historySize,
+      pending_action: pendingWrite?.action.action_id ?? null,
+    });
+    await this.storeTrace();
+    await wf.condition(wf.allHandlersFinished);
+    // Signals that arrived while storing are in workflow state now, and are carried, with their
+    // trace events (stored again first if a burst of them made those many).
+    while (this.trace.unstoredBytes() > TRACE_CARRY_BYTES) await this.storeTrace();
+    this.view.segment++;
+    const carried: Carried = {
+      ref: this.ref,
+      view: this.view,
+      source: this.source,
+      deadline_at: this.deadlineAt,
+      next_seq: this.trace.next,
+      unstored_trace: this.trace.unstored(),
+      cursor: this.cursor,
+      transcript: this.transcript,
+      approval: this.approval,
+      interrupted: this.interrupted,
+      steering: this.steering,
+      wrote_writable: this.wroteWritable,
+      pending_write: pendingWrite,
+    };
+    return wf.continueAsNew<typeof agentRun>(this.input, carried);
+  }
+
+  /** Stores the trace events held only here, and the transcript entries not stored yet. */
+  private async storeTrace(): Promise<void> {
+    const batches = this.trace.flushable(TRACE_BATCH_BYTES);
+    if (batches.length === 0) batches.push([]);
+    for (const [i, events] of batches.entries()) {
+      const last = i === batches.length - 1;
+      const head = await quick.persist.executeWithOptions(
+        { summary: `store ${events.length} trace events` },
+        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.transcript : { head: this.transcript.head, append: [] } }],
+      );
+      this.trace.markStored(events.length);
+      if (last) this.transcript = { head, append: [] };
+    }
   }
 
   /**
@@ -410,21 +559,25 @@ class AgentRun {
   }
 
   /**
-   * Records the terminal status. A cancelled run also returns normally (Temporal shows it as
-   * completed, the AgentStatus search attribute as cancelled), so its record and trace stay in
-   * its result.
+   * Records the terminal status. A call still without a result gets one now, so no proposed call
+   * is left unanswered. A cancelled run also returns normally (Temporal shows it as completed,
+   * the AgentStatus search attribute as cancelled), so its record stays in its result.
    */
   async finish(stop: RunStop): Promise<RunOutcome> {
-    await wf.CancellationScope.nonCancellable(async () => {
-      if (this.view.verification === null && this.ref) this.view.diff_paths = await quick.diffPaths({ run_id: this.ref.run_id });
-    });
+    if (this.inFlight !== null) {
+      this.observe(errorResult(this.inFlight.call_id, 'interrupted', { reason: `not completed: the run ended (${stop.reason})`, run_end: stop.reason }), false);
+    }
     this.view.pending_approval = null;
     this.view.reason = stop.reason === '' ? null : stop.reason;
     this.view.detail = stop.detail;
+    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached });
+    await wf.CancellationScope.nonCancellable(async () => {
+      if (this.view.verification === null && this.ref) this.view.diff_paths = await quick.diffPaths({ run_id: this.ref.run_id });
+      await this.storeTrace();
+    });
     this.setStatus(stop.status);
     const record = buildRecord(this.view);
-    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached });
-    return { record, state: this.view, trace: this.trace.events };
+    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 } };
   }
 
   // ---- small helpers ----
@@ -442,13 +595,6 @@ class AgentRun {
   }
 }
 
-function summarize(call: ValidCall): string {
-  switch (call.name) {
-    case 'read_file':
-      return `read_file ${call.arguments.path}`;
-    case 'search':
-      return `search ${JSON.stringify(call.arguments.query).slice(0, 60)}`;
-    default:
-      return call.name;
-  }
+function summarize(call: CallView): string {
+  return call.path !== null ? `${call.name} ${call.path}` : call.name;
 }

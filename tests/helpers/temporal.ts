@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { openStore, storedTrace } from '../../client/stored-trace';
 import { temporalBinary } from '../../client/temporal-bin';
 import type { RunInput } from '../../core/contracts';
 import type { RunView } from '../../core/run-view';
@@ -18,13 +19,14 @@ import { LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
 
 let runtimeInstalled = false;
 
-export async function startServer(): Promise<TestWorkflowEnvironment> {
+/** `extraArgs` go to `temporal server start-dev`, e.g. dynamic configuration values. */
+export async function startServer(extraArgs: string[] = []): Promise<TestWorkflowEnvironment> {
   if (!runtimeInstalled) {
     Runtime.install({ logger: new DefaultLogger('WARN') });
     runtimeInstalled = true;
   }
   return TestWorkflowEnvironment.createLocal({
-    server: { executable: { type: 'existing-path', path: temporalBinary() }, searchAttributes: SEARCH_ATTRIBUTES, ip: '127.0.0.1' },
+    server: { executable: { type: 'existing-path', path: temporalBinary() }, searchAttributes: SEARCH_ATTRIBUTES, ip: '127.0.0.1', extraArgs },
   });
 }
 
@@ -74,7 +76,7 @@ export interface RunOnceOptions {
 export async function runOnce(env: TestWorkflowEnvironment, input: object, opts: RunOnceOptions = {}) {
   const stateDir = tempDir('agent-state');
   const taskQueue = uniqueQueue('run');
-  const { worker, ledger } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, limits: opts.limits, docker: opts.docker });
+  const { worker, ledger, store, close } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, limits: opts.limits, docker: opts.docker });
   try {
     return await worker.runUntil(async () => {
       const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
@@ -83,14 +85,27 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
       try {
         const outcome = (await handle.result()) as RunOutcome;
         const runId = handle.firstExecutionRunId;
-        return { handle, outcome, trace: outcome.trace, stateDir, runId, receipts: ledger.receipts(runId), ledgerEntries: ledger.entries(runId) };
+        // The whole trace from the host store, references resolved (as `trace --full` shows it).
+        const trace = storedTrace(store, runId, true);
+        return { handle, outcome, trace, stateDir, runId, receipts: ledger.receipts(runId), ledgerEntries: ledger.entries(runId) };
       } finally {
         done = true;
         await driven;
       }
     });
   } finally {
-    ledger.close();
+    close();
+  }
+}
+
+/** The whole stored trace of a run in a state folder, references resolved. */
+export function traceIn(stateDir: string, runId: string): TraceEvent[] {
+  const store = openStore(stateDir);
+  if (store === null) throw new Error('no host store in that state folder');
+  try {
+    return storedTrace(store, runId, true);
+  } finally {
+    store.close();
   }
 }
 

@@ -1,0 +1,91 @@
+/**
+ * The host store: a content-addressed SQLite file beside the ledger, outside every workspace.
+ * It holds what a run's Temporal history only references: replays, decisions, validated calls,
+ * tool results, the transcript (a hash chain of call/result groups) and the trace. Every row is
+ * written with `synchronous = FULL` before the activity that wrote it returns, so a digest that
+ * reached history always resolves here.
+ */
+import Database from 'better-sqlite3';
+import { canonicalJson } from '../core/canonical';
+import type { TraceEvent } from '../core/trace';
+import type { TranscriptEntry } from '../core/transcript';
+import { sha256 } from './digest';
+
+export type BlobKind = 'replay' | 'decision' | 'call' | 'result' | 'transcript' | 'model_request' | 'model_response';
+
+/** One link of a run's transcript: the entry and the digest of the link before it. */
+export interface TranscriptNode {
+  prev: string | null;
+  entry: TranscriptEntry;
+}
+
+export class StoreError extends Error {
+  override name = 'StoreError';
+}
+
+export class Store {
+  private readonly db: Database.Database;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = FULL');
+    this.db.pragma('busy_timeout = 5000');
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, kind TEXT NOT NULL, bytes INTEGER NOT NULL, body TEXT NOT NULL);
+      CREATE TABLE IF NOT EXISTS trace (run_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (run_id, seq));
+    `);
+  }
+
+  /** Stores a JSON value under the digest of its canonical form and returns that digest. */
+  put(kind: BlobKind, value: unknown): string {
+    const body = canonicalJson(value);
+    const digest = sha256(body);
+    this.db.prepare(`INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?)`).run(digest, kind, Buffer.byteLength(body), body);
+    return digest;
+  }
+
+  /** The value stored under `digest`; a missing one is an error, never an empty value. */
+  get<T = unknown>(digest: string): T {
+    const row = this.db.prepare(`SELECT body FROM blobs WHERE digest = ?`).get(digest) as { body: string } | undefined;
+    if (!row) throw new StoreError(`nothing is stored under ${digest}`);
+    return JSON.parse(row.body) as T;
+  }
+
+  has(digest: string): boolean {
+    return this.db.prepare(`SELECT 1 FROM blobs WHERE digest = ?`).get(digest) !== undefined;
+  }
+
+  /** Appends entries to the transcript whose last link is `head`; returns the new head. */
+  appendTranscript(head: string | null, entries: TranscriptEntry[]): string | null {
+    return this.db.transaction(() => entries.reduce<string | null>((prev, entry) => this.put('transcript', { prev, entry } satisfies TranscriptNode), head))();
+  }
+
+  /** The transcript ending at `head`, oldest entry first. */
+  transcript(head: string | null): TranscriptEntry[] {
+    const entries: TranscriptEntry[] = [];
+    for (let at = head; at !== null; ) {
+      const node = this.get<TranscriptNode>(at);
+      entries.push(node.entry);
+      at = node.prev;
+    }
+    return entries.reverse();
+  }
+
+  /** Records trace events; a retried append of the same events changes nothing. */
+  appendTrace(runId: string, events: TraceEvent[]): void {
+    const insert = this.db.prepare(`INSERT OR IGNORE INTO trace VALUES (?, ?, ?)`);
+    this.db.transaction(() => {
+      for (const e of events) insert.run(runId, e.seq, JSON.stringify(e));
+    })();
+  }
+
+  trace(runId: string): TraceEvent[] {
+    const rows = this.db.prepare(`SELECT event FROM trace WHERE run_id = ? ORDER BY seq`).all(runId) as { event: string }[];
+    return rows.map((r) => JSON.parse(r.event) as TraceEvent);
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}
