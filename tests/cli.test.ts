@@ -64,6 +64,18 @@ describe('npm run agent on the embedded default', () => {
     const trace = JSON.parse((await cli('trace', 'cli-canonical', '--json')).stdout) as { seq: number; type: string }[];
     expect(trace[0]).toMatchObject({ seq: 1, type: 'run_started' });
     expect(trace.at(-1)!.type).toBe('run_finished');
+
+    // The trace carries views of tool results; --full resolves them from the host store.
+    const source = readFileSync(join(PROJECT_ROOT, 'fixtures/linkcheck-nested/repo/src/linkcheck.py'), 'utf8');
+    const readOf = (events: { type: string; call_id?: string; data: any }[]) => events.find((e) => e.type === 'tool_observed' && e.call_id === 'read-source')!.data;
+    const brief = readOf(trace as never);
+    expect(brief.data.text).toMatch(/… \[\d+ more characters\]$/);
+    expect(brief.ref).toMatch(/^[0-9a-f]{64}$/);
+    const full = JSON.parse((await cli('trace', 'cli-canonical', '--full', '--json')).stdout);
+    expect(readOf(full)).toMatchObject({ call_id: 'read-source', ok: true, data: { text: source, total_lines: source.split('\n').length - 1 }, ref: brief.ref });
+    expect(full.map((e: { seq: number }) => e.seq)).toEqual(trace.map((e) => e.seq));
+    const printed = (await cli('trace', 'cli-canonical', '--full')).stdout;
+    expect(printed).toMatch(/#\d+ tool_observed \[read-source\] ok lines 1-\d+ of \d+/);
   });
 
   it('asks at the terminal for each write, showing the action, the path, the diff and the digests', async () => {

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Ledger } from '../activities/ledger';
@@ -18,8 +18,15 @@ const run = (input: object, opts?: RunOnceOptions) => runOnce(env, input, opts);
 
 describe('agentRun on a real Temporal server', () => {
   it('completes the canonical replay with approvals given through the real Signal', async () => {
-    const { outcome, trace, receipts } = await run(canonicalInput('canonical', { approver: 'interactive' }), { drive: (h) => approveAll(h) });
+    const { outcome, trace, receipts, transcript } = await run(canonicalInput('canonical', { approver: 'interactive' }), { drive: (h) => approveAll(h) });
     expect(outcome.record).toEqual(CANONICAL_RECORD);
+    // The host-side transcript: every decision in order, each tool call with its one result.
+    const replay = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions;
+    expect(transcript.map((e) => ('decision' in e ? e.decision : e))).toEqual(replay);
+    for (const e of transcript) {
+      if (!('decision' in e) || e.decision.kind !== 'tool') continue;
+      expect(e.result).toMatchObject({ call_id: (e.decision.call as { call_id: string }).call_id });
+    }
     expect(receipts.map((r) => r.path)).toEqual(['tests/test_agent_nested.py', 'src/linkcheck.py']);
 
     // Exactly one red run_tests before the source fix.

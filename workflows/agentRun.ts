@@ -47,6 +47,8 @@ export interface RunOutcome {
   record: RunRecord;
   state: RunView;
   trace: { run_id: string; events: number };
+  /** Head of the run's transcript in the host store: every decision with its one result. */
+  transcript: string | null;
 }
 
 /** A write waiting for its approval when the run continued as new. */
@@ -577,7 +579,7 @@ class AgentRun {
     });
     this.setStatus(stop.status);
     const record = buildRecord(this.view);
-    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 } };
+    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.transcript.head };
   }
 
   // ---- small helpers ----

@@ -7,7 +7,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { openStore, storedTrace } from '../../client/stored-trace';
 import { temporalBinary } from '../../client/temporal-bin';
-import type { RunInput } from '../../core/contracts';
+import type { Decision, RunInput, ToolResult } from '../../core/contracts';
 import type { RunView } from '../../core/run-view';
 import { SEARCH_ATTRIBUTES } from '../../core/search-attributes';
 import type { TraceEvent } from '../../core/trace';
@@ -87,7 +87,10 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
         const runId = handle.firstExecutionRunId;
         // The whole trace from the host store, references resolved (as `trace --full` shows it).
         const trace = storedTrace(store, runId, true);
-        return { handle, outcome, trace, stateDir, runId, receipts: ledger.receipts(runId), ledgerEntries: ledger.entries(runId) };
+        const transcript = store.transcript(outcome.transcript).map((e) =>
+          'message' in e ? e : { decision: store.get<Decision>(e.decision), result: e.result === undefined ? undefined : store.get<ToolResult>(e.result) },
+        );
+        return { handle, outcome, trace, transcript, stateDir, runId, receipts: ledger.receipts(runId), ledgerEntries: ledger.entries(runId) };
       } finally {
         done = true;
         await driven;

@@ -1,0 +1,74 @@
+/**
+ * The host store on a real SQLite file, the bounded views that history carries, and the payload
+ * guard that keeps every history payload under its cap.
+ */
+import { join } from 'node:path';
+import { Store, StoreError } from '../activities/store';
+import { canonicalJson } from '../core/canonical';
+import { brief, BRIEF_STRING } from '../core/transcript';
+import { MAX_PAYLOAD_BYTES, PayloadSizeGuard } from '../worker/payload-guard';
+import { tempDir } from './helpers/run-dir';
+
+describe('the host store', () => {
+  const file = () => join(tempDir('store'), 'store.sqlite');
+
+  it('stores a value under the digest of its canonical JSON, once, and keeps it across reopening', () => {
+    const path = file();
+    const store = new Store(path);
+    const a = store.put('result', { b: 1, a: 'x' });
+    expect(store.put('result', { a: 'x', b: 1 })).toBe(a);
+    expect(a).toBe(require('node:crypto').createHash('sha256').update(canonicalJson({ a: 'x', b: 1 })).digest('hex'));
+    store.close();
+    const again = new Store(path);
+    expect(again.get(a)).toEqual({ a: 'x', b: 1 });
+    again.close();
+  });
+
+  it('fails loudly on a digest it does not hold, never answering with an empty value', () => {
+    const store = new Store(file());
+    expect(() => store.get('0'.repeat(64))).toThrow(StoreError);
+    store.close();
+  });
+
+  it('chains transcript entries in order and gives the same head for the same entries', () => {
+    const store = new Store(file());
+    const d1 = store.put('decision', { kind: 'plan', text: 'p' });
+    const d2 = store.put('decision', { kind: 'final', text: 'f' });
+    const head1 = store.appendTranscript(null, [{ decision: d1 }, { message: 'steer' }]);
+    const head2 = store.appendTranscript(head1, [{ decision: d2 }]);
+    expect(store.appendTranscript(null, [{ decision: d1 }, { message: 'steer' }, { decision: d2 }])).toBe(head2);
+    expect(store.transcript(head2)).toEqual([{ decision: d1 }, { message: 'steer' }, { decision: d2 }]);
+    expect(store.transcript(null)).toEqual([]);
+    store.close();
+  });
+
+  it('records trace events by seq, so a retried append changes nothing', () => {
+    const store = new Store(file());
+    const events = [1, 2, 3].map((seq) => ({ seq, type: 'run_started' as const, data: { seq } }));
+    store.appendTrace('run-a', events.slice(0, 2));
+    store.appendTrace('run-a', events);
+    store.appendTrace('run-b', events.slice(0, 1));
+    expect(store.trace('run-a')).toEqual(events);
+    expect(store.trace('run-b')).toHaveLength(1);
+    store.close();
+  });
+});
+
+describe('views carried in history', () => {
+  it('keeps short values whole and bounds long strings, long arrays, many fields and deep nesting', () => {
+    expect(brief({ a: 'short', n: 3, ok: true, none: null })).toEqual({ a: 'short', n: 3, ok: true, none: null });
+    const text = 'x'.repeat(50_000);
+    expect(brief(text)).toBe(`${'x'.repeat(BRIEF_STRING)}… [${50_000 - BRIEF_STRING} more characters]`);
+    expect(brief(Array.from({ length: 100 }, (_, i) => i))).toEqual([0, 1, 2, 3, 4, 5, 6, 7, '… 92 more']);
+    const wide = Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`k${i}`, text]));
+    expect(JSON.stringify(brief(wide)).length).toBeLessThan(8 * 1024);
+    expect(brief({ a: { b: { c: { d: { e: 1 } } } } })).toEqual({ a: { b: { c: { d: '…' } } } });
+  });
+
+  it('refuses to encode a payload over the cap and passes one at the cap', async () => {
+    const guard = new PayloadSizeGuard();
+    const at = { metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES) };
+    await expect(guard.encode([at])).resolves.toEqual([at]);
+    await expect(guard.encode([{ metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES + 1) }])).rejects.toThrow(/exceeds the 65536-byte cap/);
+  });
+});
