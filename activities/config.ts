@@ -33,4 +33,8 @@ export interface HarnessConfig {
   /** Project state folder: run workspaces, control folders and the ledger live below it. */
   stateDir: string;
   limits: Limits;
+  /** Model prices in US dollars per million tokens (`AGENT_PRICES_FILE`); a model not listed costs null. */
+  prices?: Record<string, { input: number; output: number; cached_input?: number }>;
+  /** Timeout of one provider HTTP request (default 120 s). */
+  modelTimeoutMs?: number;
 }

@@ -8,12 +8,13 @@ import { resolve } from 'node:path';
 import type { Decision } from '../core/contracts';
 import { replaySchema, type Replay } from '../core/contracts';
 import { formatIssues } from '../core/validate';
+import type { RunFacts } from '../core/context';
 import type { DecisionView, PendingEntry } from '../core/transcript';
 
 /** The decision source as the workflow passes it to `decide`: a replay by digest, or a provider. */
 export type SourceRef =
   | { kind: 'replay'; digest: string }
-  | { kind: 'provider'; provider: string; model: string; api_key_env: string; base_url?: string };
+  | { kind: 'provider'; provider: 'openai' | 'anthropic'; model: string; api_key_env: string; base_url?: string };
 
 export interface DecideInput {
   run_id: string;
@@ -21,13 +22,46 @@ export interface DecideInput {
   /** Decisions already taken (the replay's cursor). */
   cursor: number;
   turn: number;
+  /** Retries of this turn so far: part of a live request's identity. */
+  retry: number;
   /** False for the wrap-up turn after the turn limit: the source may only summarise. */
   tools_enabled: boolean;
   /** The transcript so far: its stored head and the entries not stored yet. */
   transcript: { head: string | null; append: PendingEntry[] };
+  /** The authoritative facts a live context is rebuilt from (null for a replay). */
+  facts: RunFacts | null;
 }
 
-export type DecideResult = { kind: 'decision'; decision: DecisionView; head: string | null } | { kind: 'exhausted'; head: string | null };
+/** What one model call cost. */
+export interface UsageStep {
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+  /** Null when the model has no price in the configuration: never guessed. */
+  cost_usd: number | null;
+  /** True when the context had to be compacted after the provider said it was too long. */
+  compacted: boolean;
+  /** The response came from the host store: a retried activity, not a new provider request. */
+  from_store: boolean;
+}
+
+export type DecideResult =
+  | { kind: 'decisions'; decisions: DecisionView[]; cursor: number; head: string | null; usage: UsageStep | null }
+  | { kind: 'exhausted'; head: string | null; usage: null }
+  | {
+      kind: 'model_error';
+      transient: boolean;
+      retry_after_ms: number | null;
+      detail: string;
+      /** The reply was cut off by the output limit (none of its calls ran). */
+      cut_off: boolean;
+      /** The replay's model_error decision, to be kept in the transcript; null for a live failure. */
+      ref: string | null;
+      cursor: number;
+      head: string | null;
+      usage: UsageStep | null;
+    }
+  | { kind: 'refused'; detail: string; head: string | null; usage: UsageStep | null };
 
 export class ReplayFileError extends Error {
   override name = 'ReplayFileError';

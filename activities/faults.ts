@@ -15,6 +15,8 @@ export const FAULT_POINTS = [
   'in_verifier',
   /** Local backend: a candidate-test process group has just been spawned and recorded. */
   'during_tests',
+  /** decide (live provider): the provider answered and the response is stored; the activity has not completed. */
+  'after_model_response',
 ] as const;
 
 export type FaultPoint = (typeof FAULT_POINTS)[number];

@@ -15,6 +15,7 @@ import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { HarnessConfig } from './config';
 import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from './decisions';
 import type { Ledger } from './ledger';
+import { liveDecide } from './live';
 import type { Store } from './store';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
@@ -77,20 +78,18 @@ export function createActivities(deps: ActivityDeps) {
   };
 
   /** A decision as the workflow sees it: validated here, stored whole, carried by digest. */
-  const decisionView = (decision: Decision, turn: number): DecisionView => {
+  const decisionView = (decision: Exclude<Decision, { kind: 'model_error' }>, turn: number, reply: string | null): DecisionView => {
     const ref = store.put('decision', decision);
     switch (decision.kind) {
       case 'plan':
       case 'final':
-        return { kind: decision.kind, text: brief(decision.text) as string, ref };
-      case 'model_error':
-        return { kind: 'model_error', transient: decision.transient, ref };
+        return { kind: decision.kind, text: brief(decision.text) as string, ref, reply };
       case 'tool': {
         const validation = validateCall(decision.call, `call-${turn}`);
-        if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result };
+        if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result, reply };
         const call = validation.call;
         const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
-        return { kind: 'tool', ref, raw: brief(decision.call), call: { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) }, invalid: null };
+        return { kind: 'tool', ref, raw: brief(decision.call), call: { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) }, invalid: null, reply };
       }
     }
   };
@@ -176,12 +175,26 @@ export function createActivities(deps: ActivityDeps) {
 
     async decide(input: DecideInput): Promise<DecideResult> {
       const head = appendTranscript(input.transcript);
-      if (input.source.kind !== 'replay') {
-        throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `live provider ${input.source.provider} is not available in this version`, nonRetryable: true });
+      if (input.source.kind === 'provider') {
+        const ctx = Context.current();
+        const source = input.source;
+        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), env: process.env };
+        return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
+          kind: 'decisions',
+          decisions: decisions.filter((d) => d.kind !== 'model_error').map((d) => decisionView(d as Exclude<Decision, { kind: 'model_error' }>, input.turn, reply)),
+          cursor: input.cursor,
+          head,
+          usage: null,
+        }));
       }
       store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
       const next = replayNext(store.get(input.source.digest), input.cursor);
-      return next === undefined ? { kind: 'exhausted', head } : { kind: 'decision', decision: decisionView(next, input.turn), head };
+      if (next === undefined) return { kind: 'exhausted', head, usage: null };
+      if (next.kind === 'model_error') {
+        const ref = store.put('decision', next);
+        return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
+      }
+      return { kind: 'decisions', decisions: [decisionView(next, input.turn, null)], cursor: input.cursor + 1, head, usage: null };
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */

@@ -34,6 +34,7 @@ export class Store {
     this.db.exec(`
       CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, kind TEXT NOT NULL, bytes INTEGER NOT NULL, body TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS trace (run_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (run_id, seq));
+      CREATE TABLE IF NOT EXISTS model_calls (request TEXT PRIMARY KEY, response TEXT NOT NULL REFERENCES blobs(digest));
     `);
   }
 
@@ -70,6 +71,24 @@ export class Store {
       at = node.prev;
     }
     return entries.reverse();
+  }
+
+  /**
+   * The raw response stored for a model request, or null. A retried `decide` finds the answer
+   * here instead of paying the provider again.
+   */
+  modelResponse(requestDigest: string): { digest: string; raw: unknown } | null {
+    const row = this.db.prepare(`SELECT response FROM model_calls WHERE request = ?`).get(requestDigest) as { response: string } | undefined;
+    return row ? { digest: row.response, raw: this.get(row.response) } : null;
+  }
+
+  /** Stores a provider's raw response under its request; returns the response's digest. */
+  recordModelResponse(requestDigest: string, raw: unknown): string {
+    return this.db.transaction(() => {
+      const digest = this.put('model_response', raw);
+      this.db.prepare(`INSERT OR IGNORE INTO model_calls VALUES (?, ?)`).run(requestDigest, digest);
+      return digest;
+    })();
   }
 
   /** Records trace events; a retried append of the same events changes nothing. */

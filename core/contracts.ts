@@ -40,6 +40,12 @@ export const budgetsSchema = z.strictObject({
   max_tool_calls: z.int().min(0),
   deadline_s: z.number().positive(),
   call_timeout_s: z.number().positive(),
+  /** Live sources: tokens in and out over the whole run. */
+  max_model_tokens: z.int().min(1).optional(),
+  /** Live sources: the context of one request, tool definitions and reserved output included. */
+  context_budget_tokens: z.int().min(1000).optional(),
+  /** Live sources: the output limit of one reply. */
+  max_output_tokens: z.int().min(16).optional(),
 });
 export type Budgets = z.infer<typeof budgetsSchema>;
 
@@ -86,10 +92,10 @@ export const decisionSourceSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('replay'), path: z.string().min(1), trusted: z.boolean() }),
   z.strictObject({
     kind: z.literal('provider'),
-    provider: z.enum(['openai-compatible', 'anthropic']),
+    provider: z.enum(['openai', 'anthropic']),
     model: z.string().min(1),
     api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'the name of an environment variable'),
-    base_url: z.string().optional(),
+    base_url: z.url().optional(),
   }),
 ]);
 export type DecisionSource = z.infer<typeof decisionSourceSchema>;
@@ -172,6 +178,16 @@ export interface VerifierFindings {
   diff_paths: string[];
 }
 
+/** Model usage of a run with a live source (SPEC section 7). */
+export interface Usage {
+  model_calls: number;
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+  /** Null when the model's price is not configured: never guessed. */
+  cost_usd: number | null;
+}
+
 export interface RunRecord {
   fixture: string;
   replay: string | null;
@@ -184,4 +200,5 @@ export interface RunRecord {
   candidate_tests: TestCounts | null;
   acceptance: { total: number; passed: number; failed: string[] } | null;
   tool_errors: Partial<Record<ErrorCode, number>>;
+  usage?: Usage;
 }

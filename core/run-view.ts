@@ -1,7 +1,7 @@
 /**
  * What the `state` query returns and how a run's record (SPEC section 7) is derived from it.
  */
-import type { Budgets, IsolationEvidence, PreparedAction, RunRecord, RunStatus, VerifierFindings } from './contracts';
+import type { Budgets, IsolationEvidence, PreparedAction, RunRecord, RunStatus, Usage, VerifierFindings } from './contracts';
 import type { ErrorCode } from './errors';
 
 export interface PendingApproval extends PreparedAction {
@@ -41,6 +41,8 @@ export interface RunView {
   wrap_up: string | null;
   /** True when the deadline passed, even if the run ended for another reason (cancellation). */
   deadline_reached: boolean;
+  /** Model usage of a live source; null for a replay. */
+  usage: Usage | null;
 }
 
 export function buildRecord(view: RunView): RunRecord {
@@ -57,5 +59,6 @@ export function buildRecord(view: RunView): RunRecord {
     candidate_tests: v ? { discovered: v.candidate_tests.discovered, passed: v.candidate_tests.passed, failed: v.candidate_tests.failed } : null,
     acceptance: v ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
     tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
+    ...(view.usage !== null ? { usage: view.usage } : {}),
   };
 }

@@ -22,17 +22,20 @@ export interface ResultView extends ToolResult {
 }
 
 /** A decision as the workflow sees it; the raw decision is in the store under `ref`. */
-export type DecisionView =
+export type DecisionView = (
   | { kind: 'plan' | 'final'; text: string; ref: string }
-  | { kind: 'model_error'; transient: boolean; ref: string }
   | { kind: 'tool'; ref: string; raw: unknown; call: CallView; invalid: null }
-  | { kind: 'tool'; ref: string; raw: unknown; call: null; invalid: ToolResult };
+  | { kind: 'tool'; ref: string; raw: unknown; call: null; invalid: ToolResult }
+) & {
+  /** Digest of the provider's raw response this decision came in (several calls share one), or null for a replay. */
+  reply: string | null;
+};
 
 /** A transcript entry as stored: every part by digest, except user messages. */
-export type TranscriptEntry = { decision: string; result?: string } | { message: string };
+export type TranscriptEntry = { decision: string; result?: string; reply?: string | null } | { message: string };
 
 /** A transcript entry on its way to the store: a result the workflow made itself goes inline. */
-export type PendingEntry = { decision: string; result?: { ref: string } | { inline: ToolResult } } | { message: string };
+export type PendingEntry = { decision: string; result?: { ref: string } | { inline: ToolResult }; reply?: string | null } | { message: string };
 
 export const BRIEF_STRING = 240;
 const BRIEF_ITEMS = 8;

@@ -3,7 +3,10 @@
  * the local backend, the docker backend with its isolation evidence, and the pre-built workflow
  * bundle when there is one.
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { z } from 'zod';
+import type { PriceTable } from '../activities/live';
+import { formatIssues } from '../core/validate';
 import { join } from 'node:path';
 import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities } from '../activities';
@@ -13,6 +16,8 @@ import { Ledger } from '../activities/ledger';
 import { Store } from '../activities/store';
 import { PayloadSizeGuard } from './payload-guard';
 import { createSandbox, type SandboxOptions } from './sandbox';
+
+const priceTableSchema = z.record(z.string(), z.strictObject({ input: z.number().min(0), output: z.number().min(0), cached_input: z.number().min(0).optional() }));
 
 export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
 
@@ -39,6 +44,16 @@ export interface WorkerOptions {
    * runs end `isolation_unverified` / `runtime_unavailable`.
    */
   docker?: SandboxOptions | false;
+  /** Timeout of one provider HTTP request (default 120 s). */
+  modelTimeoutMs?: number;
+}
+
+/** The price table (US dollars per million tokens by model), or none: costs are then null, never guessed. */
+function loadPrices(file: string | undefined): PriceTable {
+  if (!file) return {};
+  const parsed = priceTableSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
+  if (!parsed.success) throw new Error(`AGENT_PRICES_FILE ${file}: ${formatIssues(parsed.error)}`);
+  return parsed.data;
 }
 
 export interface HarnessWorker {
@@ -57,7 +72,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   const store = new Store(join(options.stateDir, 'store.sqlite'));
   const activities = createActivities({
     store,
-    config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits } },
+    config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits }, prices: loadPrices(process.env.AGENT_PRICES_FILE), modelTimeoutMs: options.modelTimeoutMs },
     ledger,
     backends: sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() },
     isolation: sandbox?.isolation,

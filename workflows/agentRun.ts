@@ -10,7 +10,8 @@
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
 import type { Activities, RunRef } from '../activities';
-import type { DecideResult, SourceRef } from '../activities/decisions';
+import type { DecideResult, SourceRef, UsageStep } from '../activities/decisions';
+import { runFacts, type RunFacts } from '../core/context';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import {
   approvalSignalSchema,
@@ -54,6 +55,7 @@ export interface RunOutcome {
 /** A write waiting for its approval when the run continued as new. */
 interface PendingWrite {
   decision_ref: string;
+  reply: string | null;
   call: CallView;
   action: PreparedAction;
   policy: PolicyEvaluation;
@@ -75,6 +77,8 @@ export interface Carried {
   steering: string[];
   wrote_writable: boolean;
   pending_write: PendingWrite | null;
+  plan: string | null;
+  format_errors: number;
 }
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
@@ -87,6 +91,8 @@ const TRACE_CARRY_BYTES = 16 * 1024;
 const MAX_STEER_CHARS = 4000;
 
 const MAX_MODEL_RETRIES = 2;
+/** A live model's malformed calls in a row before the run ends `model_error`. */
+const MAX_FORMAT_ERRORS = 3;
 
 /** Reasons for non-retryable activity failures, by ApplicationFailure type. */
 const ACTIVITY_FAILURE_REASONS: Record<string, string> = {
@@ -135,7 +141,13 @@ class AgentRun {
   private steering: string[] = [];
   private wroteWritable = false;
   /** The proposed call that has no result yet: it gets a synthesized one if the run ends first. */
-  private inFlight: { call_id: string; decision_ref: string } | null = null;
+  private inFlight: { call_id: string; decision_ref: string; reply: string | null } | null = null;
+  /** The latest plan the model stated (live context). */
+  private plan: string | null = null;
+  /** A note for the next live request (e.g. the previous reply was cut off). */
+  private notice: string | null = null;
+  /** Malformed calls in a row from a live model. */
+  private formatErrors = 0;
 
   constructor(carried?: Carried) {
     this.trace = new Trace(carried?.unstored_trace ?? [], carried?.next_seq ?? 1);
@@ -160,6 +172,7 @@ class AgentRun {
       diff_paths: [],
       wrap_up: null,
       deadline_reached: false,
+      usage: null,
     };
     wf.setHandler(stateQuery, () => this.view);
     wf.setHandler(traceQuery, () => this.trace.events);
@@ -236,7 +249,9 @@ class AgentRun {
     this.steering = carried.steering;
     this.wroteWritable = carried.wrote_writable;
     const pending = carried.pending_write;
-    if (pending) this.inFlight = { call_id: pending.call.call_id, decision_ref: pending.decision_ref };
+    if (pending) this.inFlight = { call_id: pending.call.call_id, decision_ref: pending.decision_ref, reply: pending.reply };
+    this.plan = carried.plan;
+    this.formatErrors = carried.format_errors;
     this.setStatus(carried.view.status);
     const stop = await this.withDeadline(async () => {
       if (pending) this.observe(await this.approveAndWrite(pending));
@@ -249,7 +264,7 @@ class AgentRun {
 
   private async loop(): Promise<RunStop> {
     for (;;) {
-      const limit = budgetStop(this.budgets, this.view.counters, this.msLeft());
+      const limit = budgetStop(this.budgets, this.view.counters, this.msLeft(), this.view.usage);
       if (limit !== null) {
         if (limit === 'max_turns') await this.wrapUp();
         return new RunStop('budget_exhausted', limit);
@@ -257,54 +272,131 @@ class AgentRun {
       if (wf.workflowInfo().continueAsNewSuggested) await this.continueAsNew(null);
       if (this.trace.unstoredBytes() > TRACE_FLUSH_BYTES) await this.storeTrace();
       this.view.counters.turns++;
-      const decision = await this.decide(true);
+      const decisions = await this.decide(true);
       // An interrupt stops the turn it arrived in: a tool call it proposed is not executed.
       const interrupted = this.interrupted;
       this.interrupted = null;
-      switch (decision.kind) {
-        case 'plan':
-          this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
-          this.transcript.append.push({ decision: decision.ref });
-          break;
-        case 'tool':
-          this.observe(await this.toolCall(decision, interrupted));
-          break;
-        case 'final':
-          this.transcript.append.push({ decision: decision.ref });
-          return this.verify(decision.text);
+      for (const decision of decisions) {
+        switch (decision.kind) {
+          case 'plan':
+            this.plan = decision.text;
+            this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
+            this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+            break;
+          case 'tool':
+            this.observe(await this.toolCall(decision, interrupted));
+            this.countFormatError(decision);
+            break;
+          case 'final':
+            this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+            return this.verify(decision.text);
+        }
       }
     }
   }
 
-  /** Asks the decision source, retrying transient provider errors at most twice. */
-  private async decide(toolsEnabled: boolean): Promise<Exclude<DecisionView, { kind: 'model_error' }>> {
+  /** A live model that keeps sending calls that do not parse is stopped after three in a row. */
+  private countFormatError(decision: Extract<DecisionView, { kind: 'tool' }>): void {
+    if (this.source.kind !== 'provider') return;
+    const format = decision.invalid !== null && (decision.invalid.error === 'invalid_fields' || decision.invalid.error === 'unknown_tool');
+    this.formatErrors = format ? this.formatErrors + 1 : 0;
+    if (this.formatErrors > MAX_FORMAT_ERRORS) throw new RunStop('failed', 'model_error', `more than ${MAX_FORMAT_ERRORS} malformed calls in a row`);
+  }
+
+  /**
+   * Asks the decision source for the next reply (one decision for a replay, one or more for a
+   * live model), retrying transient errors at most twice, after the delay the provider asked for.
+   */
+  private async decide(toolsEnabled: boolean): Promise<DecisionView[]> {
+    const live = this.source.kind === 'provider';
     for (let retries = 0; ; retries++) {
       const messages = this.steering.splice(0);
       for (const message of messages) this.transcript.append.push({ message });
-      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages });
+      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages, ...(retries > 0 ? { retry: retries } : {}) });
       const result: DecideResult = await quick.decide.executeWithOptions(
-        { startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()), summary: `decide turn ${this.view.counters.turns}` },
-        [{ run_id: this.ref.run_id, source: this.source, cursor: this.cursor, turn: this.view.counters.turns, tools_enabled: toolsEnabled, transcript: this.transcript }],
+        {
+          startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
+          summary: `decide turn ${this.view.counters.turns}`,
+          // A live request heartbeats, so a cancelled run aborts it.
+          ...(live ? { heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED } : {}),
+        },
+        [
+          {
+            run_id: this.ref.run_id,
+            source: this.source,
+            cursor: this.cursor,
+            turn: this.view.counters.turns,
+            retry: retries,
+            tools_enabled: toolsEnabled,
+            transcript: this.transcript,
+            facts: live ? this.facts(toolsEnabled) : null,
+          },
+        ],
       );
       this.transcript = { head: result.head, append: [] };
-      if (result.kind === 'exhausted') throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
-      this.cursor++;
-      const decision = result.decision;
-      if (decision.kind !== 'model_error') return decision;
-      this.transcript.append.push({ decision: decision.ref });
-      if (!decision.transient) throw new RunStop('failed', 'model_error', 'the decision source failed permanently');
-      if (retries >= MAX_MODEL_RETRIES) throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries`);
-      this.view.counters.model_retries++;
-      this.trace.add('model_retry', { attempt: retries + 1 });
+      if (result.usage) this.addUsage(result.usage);
+      switch (result.kind) {
+        case 'exhausted':
+          throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
+        case 'refused':
+          throw new RunStop('failed', 'model_refused', result.detail);
+        case 'decisions':
+          this.cursor = result.cursor;
+          this.notice = null;
+          return result.decisions;
+        case 'model_error': {
+          this.cursor = result.cursor;
+          if (result.ref !== null) this.transcript.append.push({ decision: result.ref });
+          if (!result.transient) throw new RunStop('failed', 'model_error', result.detail);
+          if (retries >= MAX_MODEL_RETRIES) throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries: ${result.detail}`);
+          this.view.counters.model_retries++;
+          const delay = result.retry_after_ms ?? (live ? 500 * 2 ** retries : 0);
+          this.trace.add('model_retry', { attempt: retries + 1, detail: result.detail, delay_ms: delay });
+          this.notice = result.cut_off ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter' : null;
+          if (delay > 0) await wf.sleep(delay);
+        }
+      }
     }
+  }
+
+  /** The authoritative facts a live model's context is rebuilt from. */
+  private facts(toolsEnabled: boolean): RunFacts {
+    const v = this.view.verification;
+    const pending = this.view.pending_approval;
+    return runFacts(this.ref.fixture, {
+      status: this.view.status,
+      turn: this.view.counters.turns,
+      counters: { turns: this.view.counters.turns, tool_calls: this.view.counters.tool_calls, writes: this.view.counters.writes },
+      budgets: this.budgets,
+      plan: this.plan,
+      pending_action: pending ? { action_id: pending.action_id, path: pending.path, before: pending.before, after: pending.after } : null,
+      verification: v ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance } : null,
+      notice: toolsEnabled ? this.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
+    });
+  }
+
+  private addUsage(step: UsageStep): void {
+    const u = (this.view.usage ??= { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: 0 });
+    u.model_calls++;
+    u.input_tokens += step.input_tokens;
+    u.output_tokens += step.output_tokens;
+    u.cached_tokens += step.cached_tokens;
+    u.cost_usd = u.cost_usd === null || step.cost_usd === null ? null : u.cost_usd + step.cost_usd;
   }
 
   /** After the turn limit: one more decision with tools disabled, kept as the run's summary. */
   private async wrapUp(): Promise<void> {
     try {
-      const decision = await this.decide(false);
-      if (decision.kind === 'final') this.view.wrap_up = decision.text;
-      this.transcript.append.push({ decision: decision.ref });
+      for (const decision of await this.decide(false)) {
+        if (decision.kind === 'final') this.view.wrap_up = decision.text;
+        if (decision.kind !== 'tool') {
+          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          continue;
+        }
+        // Tools are disabled: a call still gets its one result, and does not run.
+        this.inFlight = { call_id: decision.call?.call_id ?? decision.invalid!.call_id, decision_ref: decision.ref, reply: decision.reply };
+        this.observe(errorResult(this.inFlight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }), false);
+      }
       this.trace.add('wrap_up_recorded', { summary: this.view.wrap_up });
     } catch (err) {
       if (!(err instanceof RunStop)) throw err;
@@ -315,14 +407,16 @@ class AgentRun {
   // ---- tool calls ----
 
   private async toolCall(decision: Extract<DecisionView, { kind: 'tool' }>, interrupted: string | null): Promise<ToolResult> {
-    this.view.counters.tool_calls++;
     const callId = decision.call?.call_id ?? decision.invalid!.call_id;
     this.trace.add('tool_proposed', { call: decision.raw, ref: decision.ref }, { call_id: callId });
-    this.inFlight = { call_id: callId, decision_ref: decision.ref };
+    this.inFlight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
+    // A reply with more calls than the budget has left: the rest get a result and do not run.
+    if (this.view.counters.tool_calls >= this.budgets.max_tool_calls) return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
+    this.view.counters.tool_calls++;
     if (decision.call === null) return decision.invalid;
     const call = decision.call;
     if (interrupted !== null) return this.interruptedResult(callId, interrupted);
-    if (call.name === 'apply_patch') return this.patch(decision.ref, call, evaluatePolicy(call, call.path, this.ref.fixture));
+    if (call.name === 'apply_patch') return this.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
     // The call's own limit only: the deadline is the workflow timer's, which cancels the call, so
     // a call cut by the deadline gets the harness's result rather than a tool timeout.
     const timeout = this.budgets.call_timeout_s * 1000;
@@ -351,13 +445,15 @@ class AgentRun {
     if (counted && result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
     const view = resultView(result, result.ref ?? null);
     this.trace.add('tool_observed', view, { call_id: result.call_id });
-    const decision = this.inFlight?.decision_ref;
+    const inFlight = this.inFlight;
     this.inFlight = null;
-    if (decision !== undefined) this.transcript.append.push({ decision, result: view.ref !== null ? { ref: view.ref } : { inline: result } });
+    if (inFlight !== null) {
+      this.transcript.append.push({ decision: inFlight.decision_ref, reply: inFlight.reply, result: view.ref !== null ? { ref: view.ref } : { inline: result } });
+    }
   }
 
   /** prepare -> approve -> write, each write keyed by its action_id. */
-  private async patch(decisionRef: string, call: CallView, policy: PolicyEvaluation): Promise<ToolResult> {
+  private async patch(decisionRef: string, reply: string | null, call: CallView, policy: PolicyEvaluation): Promise<ToolResult> {
     const path = call.path!;
     if (policy.decision === 'deny') {
       return errorResult(call.call_id, 'write_denied', { path, rules: policy.matched.filter((r) => r.decision === 'deny') });
@@ -375,7 +471,7 @@ class AgentRun {
       { path, before, after, args_digest, workspace_digest, diff: brief(action.diff), diff_bytes: action.diff.length },
       { call_id: call.call_id, action_id },
     );
-    return this.approveAndWrite({ decision_ref: decisionRef, call, action, policy });
+    return this.approveAndWrite({ decision_ref: decisionRef, reply, call, action, policy });
   }
 
   private async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
@@ -508,6 +604,8 @@ class AgentRun {
       steering: this.steering,
       wrote_writable: this.wroteWritable,
       pending_write: pendingWrite,
+      plan: this.plan,
+      format_errors: this.formatErrors,
     };
     return wf.continueAsNew<typeof agentRun>(this.input, carried);
   }

@@ -1,0 +1,146 @@
+/**
+ * `decide` for a live provider. The request is rebuilt from the run's authoritative facts and the
+ * stored transcript; it is identified by a digest of (provider, model, run, turn, retry, body).
+ * The raw response is stored under that digest before the activity returns, so an activity that
+ * Temporal retries after the provider answered (a worker killed at the wrong moment) finds the
+ * answer in the store and does not pay for it again.
+ */
+import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
+import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
+import type { Decision, ToolResult } from '../core/contracts';
+import type { TranscriptEntry } from '../core/transcript';
+import type { DecideInput, DecideResult, SourceRef, UsageStep } from './decisions';
+import { digestJson } from './digest';
+import { faultPoint } from './faults';
+import { anthropicAdapter } from './providers/anthropic';
+import { classify } from './providers/errors';
+import { openaiAdapter } from './providers/openai';
+import { SYSTEM_PROMPT } from './providers/prompt';
+import type { ProviderAdapter, Usage } from './providers/types';
+import type { Store } from './store';
+
+export const DEFAULT_CONTEXT_BUDGET_TOKENS = 60_000;
+export const DEFAULT_MAX_OUTPUT_TOKENS = 4_096;
+
+/** Prices in US dollars per million tokens, by model name. */
+export type PriceTable = Record<string, { input: number; output: number; cached_input?: number }>;
+
+export interface LiveContext {
+  store: Store;
+  prices: PriceTable;
+  /** Timeout of one HTTP request. */
+  timeoutMs: number;
+  signal: AbortSignal;
+  heartbeat: () => void;
+  env: NodeJS.ProcessEnv;
+}
+
+const ADAPTERS: Record<'openai' | 'anthropic', ProviderAdapter> = { openai: openaiAdapter, anthropic: anthropicAdapter };
+
+export function adapterFor(source: Extract<SourceRef, { kind: 'provider' }>): ProviderAdapter {
+  return ADAPTERS[source.provider];
+}
+
+/** The stored transcript as conversation groups: each model reply's calls with their results. */
+export function transcriptGroups(store: Store, entries: TranscriptEntry[]): ContextGroup[] {
+  const groups: ContextGroup[] = [];
+  let current: { reply: string | null; group: Extract<ContextGroup, { kind: 'reply' }> } | null = null;
+  for (const entry of entries) {
+    if ('message' in entry) {
+      groups.push({ kind: 'message', text: entry.message });
+      current = null;
+      continue;
+    }
+    const decision = store.get<Decision>(entry.decision);
+    if (decision.kind === 'model_error') continue;
+    const reply = entry.reply ?? null;
+    if (current === null || reply === null || current.reply !== reply) {
+      current = { reply, group: { kind: 'reply', text: null, calls: [] } };
+      groups.push(current.group);
+    }
+    const group = current.group;
+    if (decision.kind === 'tool') {
+      const call = (decision.call ?? {}) as { call_id?: unknown; name?: unknown; arguments?: unknown };
+      const result = entry.result !== undefined ? store.get<ToolResult>(entry.result) : null;
+      // A call without its result cannot go to a provider; the workflow never leaves one behind.
+      if (result === null) throw ApplicationFailure.nonRetryable(`transcript call ${String(call.call_id)} has no result`, 'ProtocolError');
+      const c: ContextCall = { id: String(call.call_id ?? result.call_id), name: String(call.name ?? ''), arguments: call.arguments ?? {}, result };
+      group.calls.push(c);
+    } else {
+      group.text = group.text ? `${group.text}\n${decision.text}` : decision.text;
+    }
+  }
+  return groups;
+}
+
+function cost(prices: PriceTable, model: string, usage: Usage): number | null {
+  const p = prices[model];
+  if (!p) return null;
+  const fresh = Math.max(0, usage.input_tokens - usage.cached_tokens);
+  const cached = p.cached_input ?? p.input;
+  return (fresh * p.input + usage.cached_tokens * cached + usage.output_tokens * p.output) / 1_000_000;
+}
+
+export async function liveDecide(
+  ctx: LiveContext,
+  input: DecideInput & { source: Extract<SourceRef, { kind: 'provider' }> },
+  head: string | null,
+  toView: (decisions: Decision[], reply: string) => DecideResult & { kind: 'decisions' },
+): Promise<DecideResult> {
+  const { store, signal } = ctx;
+  const source = input.source;
+  const facts: RunFacts = input.facts!;
+  const adapter = adapterFor(source);
+  const budget = facts.budgets.context_budget_tokens ?? DEFAULT_CONTEXT_BUDGET_TOKENS;
+  const maxOutput = facts.budgets.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
+  const groups = transcriptGroups(store, store.transcript(head));
+  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools()) - maxOutput) * factor);
+
+  // Read only here, inside the activity; never returned, logged or stored.
+  const apiKey = ctx.env[source.api_key_env];
+  if (!apiKey) {
+    throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `the environment variable ${source.api_key_env} is not set on the worker`, nonRetryable: true });
+  }
+
+  let compacted = false;
+  for (let factor = 1; ; factor /= 2) {
+    const context = buildContext(facts, groups, room(factor));
+    const body = adapter.body(source.model, SYSTEM_PROMPT, context, maxOutput);
+    const request = digestJson({ provider: source.provider, model: source.model, run_id: input.run_id, turn: input.turn, retry: input.retry, body });
+    let stored = store.modelResponse(request);
+    const fromStore = stored !== null;
+    if (stored === null) {
+      store.put('model_request', body);
+      const beat = setInterval(ctx.heartbeat, 1000);
+      let raw: unknown;
+      try {
+        ctx.heartbeat();
+        raw = await adapter.send(body, { apiKey, baseURL: source.base_url, timeoutMs: ctx.timeoutMs, signal });
+      } catch (err) {
+        if (signal.aborted) throw new CancelledFailure('the model request was cancelled');
+        const failure = classify(err);
+        if (failure === null) throw err;
+        if (failure.context_overflow && !compacted) {
+          compacted = true;
+          continue; // compact to half the room and try once more
+        }
+        return { kind: 'model_error', transient: failure.transient, cut_off: false, retry_after_ms: failure.retry_after_ms, detail: failure.detail, ref: null, cursor: input.cursor, head, usage: null };
+      } finally {
+        clearInterval(beat);
+      }
+      // Stored before anything else happens: from here on, a retry of this activity is free.
+      stored = { digest: store.recordModelResponse(request, raw), raw };
+      faultPoint('after_model_response');
+    }
+    const reply = adapter.parse(stored.raw);
+    const usage: UsageStep = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage), compacted, from_store: fromStore };
+    switch (reply.kind) {
+      case 'refused':
+        return { kind: 'refused', detail: reply.detail, head, usage };
+      case 'truncated':
+        return { kind: 'model_error', transient: true, cut_off: true, retry_after_ms: null, detail: 'the reply was cut off by the output limit; none of its calls ran', ref: null, cursor: input.cursor, head, usage };
+      case 'decisions':
+        return { ...toView(reply.decisions, stored.digest), usage };
+    }
+  }
+}

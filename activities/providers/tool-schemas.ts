@@ -1,0 +1,36 @@
+/**
+ * Tool definitions for the providers, generated from the same zod schemas that validate calls.
+ * OpenAI's strict function calling needs every field required, so an optional field goes out as
+ * required and nullable; a null argument then means "not given" and is dropped before validation.
+ */
+import { zodFunction } from 'openai/helpers/zod';
+import { z } from 'zod';
+import { TOOL_NAMES, TOOLS } from '../../core/tools';
+
+function strictWire(schema: z.ZodObject): z.ZodObject {
+  const shape = Object.fromEntries(
+    Object.entries(schema.shape).map(([key, field]) => {
+      const f = field as z.ZodType;
+      return [key, f instanceof z.ZodOptional ? (f.unwrap() as z.ZodType).nullable().describe(f.description ?? '') : f];
+    }),
+  );
+  return z.strictObject(shape);
+}
+
+export function openaiTools(): unknown[] {
+  // Round-tripped through JSON: the helper attaches parse functions that are not part of the wire format.
+  return TOOL_NAMES.map((name) => JSON.parse(JSON.stringify(zodFunction({ name, description: TOOLS[name].description, parameters: strictWire(TOOLS[name].args as unknown as z.ZodObject) }))));
+}
+
+export function anthropicTools(): unknown[] {
+  return TOOL_NAMES.map((name) => {
+    const { $schema: _drop, ...schema } = z.toJSONSchema(TOOLS[name].args, { io: 'input' }) as Record<string, unknown>;
+    return { name, description: TOOLS[name].description, input_schema: schema };
+  });
+}
+
+/** Arguments from the wire: nulls stand for fields not given. */
+export function dropNulls(args: unknown): unknown {
+  if (args === null || typeof args !== 'object' || Array.isArray(args)) return args;
+  return Object.fromEntries(Object.entries(args).filter(([, v]) => v !== null));
+}

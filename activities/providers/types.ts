@@ -1,0 +1,50 @@
+/**
+ * What a provider adapter does: turn the context into the exact request body of its API, send it
+ * through the official SDK (its own retries off: the workflow's retry rule is the only one), and
+ * turn the raw response into decisions. Errors are classified here, never by string matching on
+ * free text alone.
+ */
+import type { BuiltContext } from '../../core/context';
+import type { Decision } from '../../core/contracts';
+
+export interface Usage {
+  input_tokens: number;
+  output_tokens: number;
+  cached_tokens: number;
+}
+
+export type ParsedReply =
+  | { kind: 'decisions'; decisions: Decision[]; usage: Usage }
+  /** Cut off by the output limit: no call of it may run. */
+  | { kind: 'truncated'; usage: Usage }
+  | { kind: 'refused'; detail: string; usage: Usage };
+
+export interface SendOptions {
+  apiKey: string;
+  baseURL?: string;
+  timeoutMs: number;
+  signal: AbortSignal;
+}
+
+export interface ProviderAdapter {
+  readonly name: 'openai' | 'anthropic';
+  /** The tool definitions exactly as sent. */
+  tools(): unknown[];
+  body(model: string, system: string, context: BuiltContext, maxOutputTokens: number): Record<string, unknown>;
+  /** Sends the body; resolves to the raw JSON response. */
+  send(body: Record<string, unknown>, options: SendOptions): Promise<unknown>;
+  parse(raw: unknown): ParsedReply;
+}
+
+/** A provider failure, classified: what the workflow does next depends only on these fields. */
+export interface ProviderFailure {
+  transient: boolean;
+  /** From `retry-after-ms` / `retry-after`, capped at 60 s; null when not given. */
+  retry_after_ms: number | null;
+  /** The context did not fit the model's window: compact and try once more. */
+  context_overflow: boolean;
+  status: number | null;
+  detail: string;
+}
+
+export const MAX_RETRY_AFTER_MS = 60_000;
