@@ -64,8 +64,9 @@ export function createActivities(deps: ActivityDeps) {
       transcript.head,
       transcript.append.map((e): TranscriptEntry => {
         if ('message' in e) return e;
-        if (e.result === undefined) return { decision: e.decision };
-        return { decision: e.decision, result: 'ref' in e.result ? e.result.ref : store.put('result', e.result.inline) };
+        const reply = e.reply ?? null;
+        if (e.result === undefined) return { decision: e.decision, reply };
+        return { decision: e.decision, reply, result: 'ref' in e.result ? e.result.ref : store.put('result', e.result.inline) };
       }),
     );
 

@@ -12,6 +12,7 @@ import { reportJson, reportMarkdown, type EvalReport } from '../core/report';
 import { buildRecord, type RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import type { RunOutcome } from '../workflows';
+import { exportReplay } from './export-replay';
 import { fullEvent, mergeTrace, openStore, storedTrace } from './stored-trace';
 import { approvalFor, describeEvent, describePending, followRun, StdinClosed } from './follow';
 import { replayTrusted } from '../worker/settings';
@@ -89,11 +90,17 @@ async function signalApproval(session: Session, positionals: string[], values: R
 
 const COMMANDS: Record<string, Command> = {
   run: {
-    usage: 'run <fixture-dir> --replay FILE [--backend local|docker] [--trust-replay] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S]',
+    usage:
+      'run <fixture-dir> (--replay FILE | --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR]) [--backend local|docker] [--trust-replay] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--max-model-tokens N]',
     summary:
       'start an agentRun; print its workflow id; with --wait follow it to the end.\nOn the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).',
     options: {
       replay: { type: 'string' },
+      provider: { type: 'string' },
+      model: { type: 'string' },
+      'base-url': { type: 'string' },
+      'api-key-env': { type: 'string' },
+      'max-model-tokens': { type: 'string' },
       backend: { type: 'string', default: 'local' },
       'trust-replay': { type: 'boolean', default: false },
       approver: { type: 'string', default: 'interactive' },
@@ -107,15 +114,26 @@ const COMMANDS: Record<string, Command> = {
     async run(session, positionals, values) {
       const fixture = positionals[0];
       if (!fixture) throw new UsageError('missing <fixture-dir>');
-      if (!values.replay) throw new UsageError('--replay FILE is required (the replay is the decision source)');
+      if (!values.replay && !values.provider) throw new UsageError('--replay FILE or --provider NAME is required (the decision source)');
+      if (values.replay && values.provider) throw new UsageError('give --replay or --provider, not both');
+      if (values.provider && values.provider !== 'openai' && values.provider !== 'anthropic') throw new UsageError('--provider must be openai or anthropic');
+      if (values.provider && !values.model) throw new UsageError('--model NAME is required with --provider');
       if (values.backend !== 'local' && values.backend !== 'docker') throw new UsageError('--backend must be local or docker');
       const num = (name: string) => (values[name] === undefined ? undefined : Number(values[name]));
       const budgets = Object.fromEntries(
-        Object.entries({ max_turns: num('max-turns'), max_tool_calls: num('max-tool-calls'), deadline_s: num('deadline-s') }).filter(([, v]) => v !== undefined),
+        Object.entries({ max_turns: num('max-turns'), max_tool_calls: num('max-tool-calls'), deadline_s: num('deadline-s'), max_model_tokens: num('max-model-tokens') }).filter(([, v]) => v !== undefined),
       );
       const input: RunInput = {
         fixture: resolve(fixture),
-        source: { kind: 'replay', path: resolve(values.replay), trusted: replayTrusted(session.settings, values.replay, values['trust-replay']) },
+        source: values.provider
+          ? {
+              kind: 'provider',
+              provider: values.provider,
+              model: values.model,
+              api_key_env: values['api-key-env'] ?? (values.provider === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY'),
+              ...(values['base-url'] ? { base_url: values['base-url'] } : {}),
+            }
+          : { kind: 'replay', path: resolve(values.replay), trusted: replayTrusted(session.settings, values.replay, values['trust-replay']) },
         backend: values.backend,
         approver: values.approver,
         ...(Object.keys(budgets).length ? { budgets } : {}),
@@ -194,6 +212,30 @@ const COMMANDS: Record<string, Command> = {
       const { trace: events } = await readRun(session, handle, values.full);
       if (values.json) out(events);
       else for (const e of events) out(describeEvent(e));
+      return 0;
+    },
+  },
+  'export-replay': {
+    usage: 'export-replay <workflow-id>',
+    summary: "print a finished run's decisions as a replay (SPEC section 5), from the host store of this machine",
+    options: {},
+    async run(session, positionals) {
+      const handle = handleFor(session, positionals);
+      if ((await handle.describe()).status.name === 'RUNNING') {
+        process.stderr.write(`${handle.workflowId} is still running; export it when it has finished\n`);
+        return 2;
+      }
+      const outcome = (await handle.result()) as RunOutcome;
+      const store = openStore(session.settings.stateDir);
+      if (store === null) {
+        process.stderr.write(`no host store in ${session.settings.stateDir}: run this on the worker host that ran ${handle.workflowId}\n`);
+        return 1;
+      }
+      try {
+        out(JSON.stringify(exportReplay(store, outcome.transcript), null, 2));
+      } finally {
+        store.close();
+      }
       return 0;
     },
   },

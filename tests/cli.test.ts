@@ -140,6 +140,6 @@ describe('npm run agent on the embedded default', () => {
     await expect(cli('frobnicate')).rejects.toMatchObject({ code: 2 });
     const missing = await cli('run', 'fixtures/linkcheck-nested').catch((e) => e);
     expect(missing.code).toBe(2);
-    expect(missing.stderr).toContain('--replay FILE is required');
+    expect(missing.stderr).toContain('--replay FILE or --provider NAME is required');
   });
 });

@@ -67,6 +67,8 @@ export function writeReplay(decisions: unknown[]): string {
 
 export interface RunOnceOptions {
   limits?: Partial<Limits>;
+  /** Timeout of one provider HTTP request. */
+  modelTimeoutMs?: number;
   docker?: SandboxOptions | false;
   /** Drives the run while it goes on (signals, watching); `running()` turns false at its end. */
   drive?: (handle: WorkflowHandle, running: () => boolean) => Promise<unknown>;
@@ -76,7 +78,7 @@ export interface RunOnceOptions {
 export async function runOnce(env: TestWorkflowEnvironment, input: object, opts: RunOnceOptions = {}) {
   const stateDir = tempDir('agent-state');
   const taskQueue = uniqueQueue('run');
-  const { worker, ledger, store, close } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, limits: opts.limits, docker: opts.docker });
+  const { worker, ledger, store, close } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, limits: opts.limits, docker: opts.docker, modelTimeoutMs: opts.modelTimeoutMs });
   try {
     return await worker.runUntil(async () => {
       const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
