@@ -1,10 +1,11 @@
 import { execFile, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../client/temporal-bin';
 import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { ProviderServer, reply } from './helpers/provider-server';
 import { CANONICAL_RECORD } from './helpers/temporal';
 
 const exec = promisify(execFile);
@@ -31,7 +32,7 @@ describe('npm run agent on the embedded default', () => {
     stateDir = tempDir('agent-cli');
     port = await freePort();
     uiPort = await freePort();
-    env = { ...process.env, AGENT_STATE_DIR: stateDir, AGENT_DEV_SERVER_PORT: String(port), AGENT_DEV_UI_PORT: String(uiPort) };
+    env = { ...process.env, AGENT_TEST_CLI_KEY: 'sk-test-cli', AGENT_STATE_DIR: stateDir, AGENT_DEV_SERVER_PORT: String(port), AGENT_DEV_UI_PORT: String(uiPort) };
     delete env.TEMPORAL_ADDRESS;
   });
 
@@ -76,6 +77,30 @@ describe('npm run agent on the embedded default', () => {
     expect(full.map((e: { seq: number }) => e.seq)).toEqual(trace.map((e) => e.seq));
     const printed = (await cli('trace', 'cli-canonical', '--full')).stdout;
     expect(printed).toMatch(/#\d+ tool_observed \[read-source\] ok lines 1-\d+ of \d+/);
+  });
+
+  it.each(['openai', 'anthropic'] as const)('runs the canonical fixture with --provider %s against a local server, then exports it as a replay that re-runs alike', async (api) => {
+    const canonical = JSON.parse(readFileSync(join(PROJECT_ROOT, 'fixtures/linkcheck-nested/replays/canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
+    const replies = canonical.filter((d) => d.kind !== 'plan').map((d) => (d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text }));
+    const server = await new ProviderServer((_req, i) => ({ body: reply(api, replies[i] ?? { text: 'done' }) })).start();
+    try {
+      const id = `cli-live-${api}`;
+      const { stdout } = await cli(
+        'run', 'fixtures/linkcheck-nested', '--provider', api, '--model', 'test-model',
+        '--base-url', api === 'openai' ? `${server.url}/v1` : server.url, '--api-key-env', 'AGENT_TEST_CLI_KEY',
+        '--backend', 'docker', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', id,
+      );
+      const record = JSON.parse(stdout);
+      expect(record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
+      expect(server.count()).toBe(7);
+
+      const exported = join(tempDir('exported'), `${id}.json`);
+      writeFileSync(exported, (await cli('export-replay', id)).stdout);
+      const again = JSON.parse((await cli('run', 'fixtures/linkcheck-nested', '--replay', exported, '--trust-replay', '--approver', 'policy:approve-writable', '--wait', '--json')).stdout);
+      expect(again).toEqual({ ...CANONICAL_RECORD, replay: id });
+    } finally {
+      await server.close();
+    }
   });
 
   it('asks at the terminal for each write, showing the action, the path, the diff and the digests', async () => {
