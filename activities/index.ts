@@ -16,14 +16,14 @@ import type { HarnessConfig } from './config';
 import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from './decisions';
 import type { Ledger } from './ledger';
 import { liveDecide } from './live';
-import type { Store } from './store';
+import { StoreError, type Store } from './store';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
 import { readFile } from './tools/read_file';
 import { runTests } from './tools/run_tests';
 import { search } from './tools/search';
 import { showDiff, workspaceDiff } from './tools/show_diff';
-import { verify as runVerifier } from './verifier';
+import { expectedFile, verify as runVerifier } from './verifier';
 import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace } from './workspace';
 
 export interface ActivityDeps {
@@ -119,7 +119,7 @@ export function createActivities(deps: ActivityDeps) {
     };
   };
 
-  return {
+  return withDeterministicFailures({
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
       const fixtureDir = resolve(input.fixture);
@@ -142,6 +142,13 @@ export function createActivities(deps: ActivityDeps) {
         }
       }
       if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
+      // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
+      try {
+        const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
+        if (!expected.success) return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
+      } catch (err) {
+        return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
+      }
       if (source.kind !== 'replay') {
         const { kind, provider, model, api_key_env, base_url } = source;
         return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null, source: { kind, provider, model, api_key_env, base_url } };
@@ -216,8 +223,10 @@ export function createActivities(deps: ActivityDeps) {
       return prepare(toolContext(ref, 0), view.call_id, storedCall(view, 'apply_patch').arguments);
     },
 
-    async writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome> {
-      return write(toolContext(ref, 0), action, storedCall(view, 'apply_patch').arguments);
+    /** The write, and whether the ledger holds its receipt now: the run counts receipts from the ledger, not beside writes. */
+    async writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & { receipted: boolean }> {
+      const outcome = write(toolContext(ref, 0), action, storedCall(view, 'apply_patch').arguments);
+      return { ...outcome, receipted: ledger.receipt(action.action_id) !== null };
     },
 
     async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
@@ -233,7 +242,7 @@ export function createActivities(deps: ActivityDeps) {
       if (!existsSync(join(paths.control, 'prepared.json'))) return [];
       return workspaceDiff(paths, 0).paths;
     },
-  };
+  });
 }
 
 async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
@@ -253,6 +262,42 @@ async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
     case 'apply_patch':
       throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
   }
+}
+
+/** errno codes that the same call would meet again: retrying cannot help. */
+const DETERMINISTIC_ERRNO = new Set(['EACCES', 'EPERM', 'EROFS', 'EISDIR', 'ENOTDIR', 'ELOOP', 'ENAMETOOLONG']);
+
+/**
+ * Turns a failure that would repeat on every attempt into a non-retryable ApplicationFailure
+ * with its own type, so the run ends at once with a reason instead of retrying to its deadline.
+ * Everything else (a lost engine, a busy database, a crash) stays retryable, within the
+ * activity's bounded attempts.
+ */
+export function deterministicFailure(name: string, err: unknown): unknown {
+  if (err instanceof ApplicationFailure || err instanceof CancelledFailure) return err;
+  const e = err as NodeJS.ErrnoException;
+  if (typeof e?.code === 'string' && DETERMINISTIC_ERRNO.has(e.code)) {
+    return ApplicationFailure.create({ type: 'InfrastructureError', message: `${name}: ${e.message}`, nonRetryable: true, details: [e.code] });
+  }
+  if (err instanceof SyntaxError || err instanceof StoreError || (err as Error)?.name === 'ZodError') {
+    return ApplicationFailure.create({ type: 'DataError', message: `${name}: ${(err as Error).message}`, nonRetryable: true });
+  }
+  return err;
+}
+
+function withDeterministicFailures<T extends Record<string, (...args: never[]) => Promise<unknown>>>(activities: T): T {
+  return Object.fromEntries(
+    Object.entries(activities).map(([name, fn]) => [
+      name,
+      async (...args: never[]) => {
+        try {
+          return await fn(...args);
+        } catch (err) {
+          throw deterministicFailure(name, err);
+        }
+      },
+    ]),
+  ) as T;
 }
 
 export type Activities = ReturnType<typeof createActivities>;

@@ -23,7 +23,7 @@ const acceptanceOutput = z.strictObject({
   cases: z.array(z.strictObject({ id: z.string().min(1), actual: z.json(), error: z.string().nullable() })),
 });
 
-const expectedFile = z.strictObject({ schema_version: z.literal(1), cases: z.record(z.string(), z.json()) });
+export const expectedFile = z.strictObject({ schema_version: z.literal(1), cases: z.record(z.string(), z.json()) });
 
 /** Paths the run may change: writable files, and new files that match new_files. */
 export function protectedChanges(fixture: Fixture, changed: string[], baselinePaths: Set<string>): string[] {

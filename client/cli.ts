@@ -1,5 +1,6 @@
+#!/usr/bin/env node
 /**
- * `npm run agent -- <command>`: the one entry point (SPEC section 8).
+ * `npm run agent -- <command>` (or the package's `coding-agent` bin): the one entry point (SPEC section 8).
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
@@ -119,7 +120,12 @@ const COMMANDS: Record<string, Command> = {
       if (values.provider && values.provider !== 'openai' && values.provider !== 'anthropic') throw new UsageError('--provider must be openai or anthropic');
       if (values.provider && !values.model) throw new UsageError('--model NAME is required with --provider');
       if (values.backend !== 'local' && values.backend !== 'docker') throw new UsageError('--backend must be local or docker');
-      const num = (name: string) => (values[name] === undefined ? undefined : Number(values[name]));
+      const num = (name: string) => {
+        if (values[name] === undefined) return undefined;
+        const value = Number(values[name]);
+        if (!(value > 0) || (name !== 'deadline-s' && !Number.isInteger(value))) throw new UsageError(`--${name} must be a positive ${name === 'deadline-s' ? 'number' : 'integer'}, got ${JSON.stringify(values[name])}`);
+        return value;
+      };
       const budgets = Object.fromEntries(
         Object.entries({ max_turns: num('max-turns'), max_tool_calls: num('max-tool-calls'), deadline_s: num('deadline-s'), max_model_tokens: num('max-model-tokens') }).filter(([, v]) => v !== undefined),
       );

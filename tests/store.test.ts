@@ -3,6 +3,7 @@
  * guard that keeps every history payload under its cap.
  */
 import { join } from 'node:path';
+import { deterministicFailure } from '../activities';
 import { Store, StoreError } from '../activities/store';
 import { canonicalJson } from '../core/canonical';
 import { brief, BRIEF_STRING } from '../core/transcript';
@@ -51,6 +52,17 @@ describe('the host store', () => {
     expect(store.trace('run-a')).toEqual(events);
     expect(store.trace('run-b')).toHaveLength(1);
     store.close();
+  });
+});
+
+describe('failures that would repeat on every attempt', () => {
+  it('become non-retryable with their own type; transient ones stay retryable', () => {
+    const denied = Object.assign(new Error("EACCES: permission denied, open 'junit.xml'"), { code: 'EACCES' });
+    expect(deterministicFailure('executeTool', denied)).toMatchObject({ type: 'InfrastructureError', nonRetryable: true, details: ['EACCES'] });
+    expect(deterministicFailure('verify', new SyntaxError('Unexpected end of JSON input'))).toMatchObject({ type: 'DataError', nonRetryable: true });
+    expect(deterministicFailure('decide', new StoreError('nothing is stored under x'))).toMatchObject({ type: 'DataError', nonRetryable: true });
+    const busy = Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' });
+    expect(deterministicFailure('persist', busy)).toBe(busy);
   });
 });
 

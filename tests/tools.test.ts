@@ -113,6 +113,14 @@ describe('search', () => {
     expect(Buffer.byteLength(JSON.stringify(data.matches))).toBeLessThanOrEqual(256);
     for (const m of data.matches) expect(m.text).toMatch(/^needle \d+$/);
   });
+
+  it('marks the result truncated when it cuts a long matching line at 400 characters', () => {
+    const t = prepareRun({ repo: { 'short.txt': 'needle\n', 'long.txt': `needle ${'x'.repeat(1000)}\n` } });
+    const r = search(t.ctx, 's', { query: 'needle' });
+    expect(r.truncated).toBe(true);
+    expect((r.data as { matches: { path: string; text: string }[] }).matches.map((m) => [m.path, m.text.length])).toEqual([['long.txt', 400], ['short.txt', 6]]);
+    expect(search(t.ctx, 's', { query: 'needle', path: 'short.txt' }).truncated).toBe(false);
+  });
 });
 
 describe('apply_patch prepare and write', () => {

