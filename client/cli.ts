@@ -92,7 +92,7 @@ async function signalApproval(session: Session, positionals: string[], values: R
 const COMMANDS: Record<string, Command> = {
   run: {
     usage:
-      'run <fixture-dir> (--replay FILE | --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR]) [--backend local|docker] [--trust-replay] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--max-model-tokens N]',
+      'run <fixture-dir> (--replay FILE | --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR]) [--backend local|docker] [--trust-replay] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S] [--max-model-tokens N]',
     summary:
       'start an agentRun; print its workflow id; with --wait follow it to the end.\nOn the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).',
     options: {
@@ -102,6 +102,7 @@ const COMMANDS: Record<string, Command> = {
       'base-url': { type: 'string' },
       'api-key-env': { type: 'string' },
       'max-model-tokens': { type: 'string' },
+      'approval-timeout-s': { type: 'string' },
       backend: { type: 'string', default: 'local' },
       'trust-replay': { type: 'boolean', default: false },
       approver: { type: 'string', default: 'interactive' },
@@ -123,11 +124,12 @@ const COMMANDS: Record<string, Command> = {
       const num = (name: string) => {
         if (values[name] === undefined) return undefined;
         const value = Number(values[name]);
-        if (!(value > 0) || (name !== 'deadline-s' && !Number.isInteger(value))) throw new UsageError(`--${name} must be a positive ${name === 'deadline-s' ? 'number' : 'integer'}, got ${JSON.stringify(values[name])}`);
+        const real = name === 'deadline-s' || name === 'approval-timeout-s';
+        if (!(value > 0) || (!real && !Number.isInteger(value))) throw new UsageError(`--${name} must be a positive ${real ? 'number' : 'integer'}, got ${JSON.stringify(values[name])}`);
         return value;
       };
       const budgets = Object.fromEntries(
-        Object.entries({ max_turns: num('max-turns'), max_tool_calls: num('max-tool-calls'), deadline_s: num('deadline-s'), max_model_tokens: num('max-model-tokens') }).filter(([, v]) => v !== undefined),
+        Object.entries({ max_turns: num('max-turns'), max_tool_calls: num('max-tool-calls'), deadline_s: num('deadline-s'), max_model_tokens: num('max-model-tokens'), approval_timeout_s: num('approval-timeout-s') }).filter(([, v]) => v !== undefined),
       );
       const input: RunInput = {
         fixture: resolve(fixture),

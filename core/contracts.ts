@@ -46,6 +46,8 @@ export const budgetsSchema = z.strictObject({
   context_budget_tokens: z.int().min(1000).optional(),
   /** Live sources: the output limit of one reply. */
   max_output_tokens: z.int().min(16).optional(),
+  /** How long one write waits for a person (default 7 days); the deadline does not run meanwhile. */
+  approval_timeout_s: z.number().positive().optional(),
 });
 export type Budgets = z.infer<typeof budgetsSchema>;
 

@@ -102,6 +102,23 @@ describe('stops', () => {
     expect(outcome.record.tool_errors).toEqual({});
   });
 
+  it('does not count time waiting for a person against the deadline', async () => {
+    const { outcome } = await run(canonicalInput('canonical', { approver: 'interactive', budgets: { deadline_s: 8 } }), async (h) => {
+      await pendingApproval(h);
+      await new Promise((r) => setTimeout(r, 10_000)); // longer than the whole deadline
+      await approveAll(h);
+    });
+    expect(outcome.record).toMatchObject({ status: 'completed', writes: 2 });
+    expect(outcome.state.deadline_reached).toBe(false);
+  });
+
+  it('ends a write nobody approves at approval_timeout_s, with its own reason, the call answered', async () => {
+    const { outcome, trace } = await run(canonicalInput('canonical', { approver: 'interactive', budgets: { approval_timeout_s: 2 } }));
+    expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'approval_timeout', writes: 0 });
+    expect(outcome.state.detail).toBe('no approval for tests/test_agent_nested.py within 2 s');
+    expectSynthesized(trace, 'add-test', 'approval_timeout');
+  });
+
   it('interrupt gives the pending call an interrupted result; steer reaches the next decision', async () => {
     const { outcome, trace } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
       const first = await pendingApproval(h);

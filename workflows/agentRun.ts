@@ -77,6 +77,7 @@ export interface Carried {
   steering: string[];
   wrote_writable: boolean;
   pending_write: PendingWrite | null;
+  approval_deadline_at: number | null;
   plan: string | null;
   format_errors: number;
 }
@@ -91,6 +92,8 @@ const TRACE_CARRY_BYTES = 16 * 1024;
 const MAX_STEER_CHARS = 4000;
 
 const MAX_MODEL_RETRIES = 2;
+/** How long a write waits for a person by default: 7 days. */
+const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
 const MAX_FORMAT_ERRORS = 3;
 
@@ -142,6 +145,10 @@ class AgentRun {
   private source!: SourceRef;
   private budgets!: Budgets;
   private deadlineAt = 0;
+  /** Set while the run waits for a person: the deadline (the agent's working time) is paused. */
+  private waitingSince: number | null = null;
+  /** When the pending approval times out (`approval_timeout_s` after it was first asked). */
+  private approvalDeadlineAt: number | null = null;
   /** Decisions taken so far: the replay's cursor. */
   private cursor = 0;
   /** The transcript's stored head and the entries not stored yet. */
@@ -261,6 +268,7 @@ class AgentRun {
     const pending = carried.pending_write;
     if (pending) this.inFlight = { call_id: pending.call.call_id, decision_ref: pending.decision_ref, reply: pending.reply };
     this.plan = carried.plan;
+    this.approvalDeadlineAt = carried.approval_deadline_at;
     this.formatErrors = carried.format_errors;
     this.setStatus(carried.view.status);
     const stop = await this.withDeadline(async () => {
@@ -531,8 +539,13 @@ class AgentRun {
     // A wait can be long and signals (ignored approvals, steering) grow its history: when Temporal
     // suggests continue-as-new, the next segment waits instead, with the pending action carried.
     const answered = () => this.approval !== null || this.interrupted !== null;
-    await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested);
+    this.approvalDeadlineAt ??= Date.now() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
+    this.waitingSince = Date.now();
+    const inTime = await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested, Math.max(1, this.approvalDeadlineAt - Date.now()));
+    this.resumeDeadline();
+    if (!inTime) throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S} s`);
     if (!answered()) await this.continueAsNew(pending);
+    this.approvalDeadlineAt = null;
     const decision = this.approval;
     this.view.pending_approval = null;
     this.approval = null;
@@ -616,6 +629,7 @@ class AgentRun {
       steering: this.steering,
       wrote_writable: this.wroteWritable,
       pending_write: pendingWrite,
+      approval_deadline_at: this.approvalDeadlineAt,
       plan: this.plan,
       format_errors: this.formatErrors,
     };
@@ -645,7 +659,14 @@ class AgentRun {
     const loopScope = new wf.CancellationScope();
     const timerScope = new wf.CancellationScope();
     timerScope
-      .run(() => wf.sleep(this.msLeft()))
+      .run(async () => {
+        // The deadline bounds the agent's working time: it does not run while a person decides.
+        for (;;) {
+          await wf.sleep(Math.max(1, this.msLeft()));
+          if (this.waitingSince !== null) await wf.condition(() => this.waitingSince === null);
+          else if (this.msLeft() <= 0) return;
+        }
+      })
       .then(() => {
         this.view.deadline_reached = true;
         loopScope.cancel();
@@ -700,6 +721,13 @@ class AgentRun {
       { key: STATUS_ATTRIBUTE, value: status },
       ...(TERMINAL_STATUSES.has(status) && this.view.reason ? [{ key: REASON_ATTRIBUTE, value: this.view.reason }] : []),
     ]);
+  }
+
+  /** Ends a wait for a person: the time it took is added to the deadline. */
+  private resumeDeadline(): void {
+    if (this.waitingSince === null) return;
+    this.deadlineAt += Date.now() - this.waitingSince;
+    this.waitingSince = null;
   }
 
   private msLeft(): number {
