@@ -27,9 +27,15 @@ export function runPaths(stateDir: string, runId: string): RunPaths {
 export type ManifestEntry =
   | { path: string; kind: 'file'; digest: string; executable: boolean }
   | { path: string; kind: 'symlink'; target: string }
-  | { path: string; kind: 'dir' };
+  | { path: string; kind: 'dir' }
+  /** A FIFO, socket or device node (a test may leave one): recorded by type, never opened. */
+  | { path: string; kind: 'special'; type: 'fifo' | 'socket' | 'block' | 'char' | 'other' };
 
-/** Every entry below `dir`, sorted by path. Symlinks are recorded, never followed. */
+function specialType(stat: import('node:fs').Stats): Extract<ManifestEntry, { kind: 'special' }>['type'] {
+  return stat.isFIFO() ? 'fifo' : stat.isSocket() ? 'socket' : stat.isBlockDevice() ? 'block' : stat.isCharacterDevice() ? 'char' : 'other';
+}
+
+/** Every entry below `dir`, sorted by path. Symlinks are recorded, never followed; special files never opened. */
 export function manifest(dir: string): ManifestEntry[] {
   const entries: ManifestEntry[] = [];
   const walk = (rel: string): void => {
@@ -43,7 +49,7 @@ export function manifest(dir: string): ManifestEntry[] {
         entries.push({ path, kind: 'dir' });
         walk(path);
       } else if (stat.isFile()) entries.push({ path, kind: 'file', digest: sha256(readFileSync(abs)), executable: (stat.mode & 0o111) !== 0 });
-      else throw new Error(`unsupported file type at ${path}`);
+      else entries.push({ path, kind: 'special', type: specialType(stat) });
     }
   };
   walk('');
@@ -66,7 +72,9 @@ export function copyTree(from: string, to: string): void {
     else if (stat.isFile()) {
       copyFileSync(src, dst);
       chmodSync(dst, stat.mode & 0o777);
-    } else throw new Error(`cannot copy ${name}: not a file, folder or symlink`);
+    }
+    // A FIFO, socket or device node is never opened or recreated: a copy has no such entry, and
+    // the manifest of the original still reports it.
   }
 }
 

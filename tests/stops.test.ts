@@ -6,7 +6,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { temporalBinary } from '../client/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
-import { tempDir, writeFiles } from './helpers/run-dir';
+import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
 import { approveAll, canonicalInput, pendingApproval, runOnce, startServer, waitFor, writeReplay, type RunOnceOptions } from './helpers/temporal';
 
 let env: TestWorkflowEnvironment;
@@ -132,5 +132,24 @@ describe('stops', () => {
     const next = trace.find((e) => e.type === 'model_requested' && e.seq > observed.seq)!;
     expect(next.data).toMatchObject({ messages: ['skip the new test, fix the source'] });
     expect(outcome.record).toMatchObject({ status: 'completed', writes: 1, diff_paths: ['src/linkcheck.py'], tool_errors: { interrupted: 1 } });
+  });
+});
+
+describe('special files left in the workspace', () => {
+  it('reports a FIFO and a socket a test leaves behind as data, never opening them, and ends promptly', async () => {
+    const fixture = join(tempDir('special'), 'fixture');
+    require('node:fs').cpSync(LINKCHECK, fixture, { recursive: true });
+    writeFiles(join(fixture, 'repo'), {
+      'tests/test_special.py':
+        'import os, socket\n\n\ndef test_leaves_special_files():\n    os.mkfifo("left.fifo")\n    s = socket.socket(socket.AF_UNIX)\n    s.bind("left.sock")\n    assert True\n',
+    });
+    const path = writeReplay([runTests('make-specials'), { kind: 'tool', call: { call_id: 'diff', name: 'show_diff', arguments: {} } }, { kind: 'final', text: 'x' }]);
+    const { outcome, trace } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', writes: 0 });
+    expect(outcome.state.verification!.protected_changed).toEqual(expect.arrayContaining(['left.fifo', 'left.sock']));
+    expect(outcome.record.diff_paths).toEqual(['left.fifo', 'left.sock']);
+    const diff = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'diff')!.data as { data: { diff: string; paths: string[] } };
+    expect(diff.data.paths).toEqual(['left.fifo', 'left.sock']);
+    expect(diff.data.diff).toContain('special file (fifo), not opened');
   });
 });

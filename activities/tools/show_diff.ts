@@ -27,6 +27,7 @@ function fileText(root: string, entries: Map<string, ManifestEntry>, path: strin
   if (!entry) return '';
   if (entry.kind === 'symlink') return `symlink -> ${entry.target}\n`;
   if (entry.kind === 'dir') return '';
+  if (entry.kind === 'special') return `special file (${entry.type}), not opened\n`;
   return decodeText(readFileSync(join(root, path)));
 }
 
