@@ -5,7 +5,7 @@
  *
  * with the limits checked before each decision, and `final` handed to the host verifier. Every
  * side effect is an activity; this file must stay free of I/O, clocks and randomness (the workflow
- * sandbox replaces Date.now() with the deterministic workflow time).
+ * sandbox replaces Date with the deterministic workflow time, read only through workflowTime()).
  */
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
@@ -33,6 +33,7 @@ import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/s
 import { Trace, type TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry } from '../core/transcript';
 import { formatIssues } from '../core/validate';
+import { workflowTime } from './time';
 
 export const approvalSignal = wf.defineSignal<[unknown]>('approval');
 export const interruptSignal = wf.defineSignal<[{ reason?: string }?]>('interrupt');
@@ -237,7 +238,7 @@ class AgentRun {
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
     this.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
     this.view.budgets = this.budgets;
-    this.deadlineAt = Date.now() + this.budgets.deadline_s * 1000;
+    this.deadlineAt = workflowTime() + this.budgets.deadline_s * 1000;
     this.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     this.setStatus('running');
@@ -539,9 +540,9 @@ class AgentRun {
     // A wait can be long and signals (ignored approvals, steering) grow its history: when Temporal
     // suggests continue-as-new, the next segment waits instead, with the pending action carried.
     const answered = () => this.approval !== null || this.interrupted !== null;
-    this.approvalDeadlineAt ??= Date.now() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
-    this.waitingSince = Date.now();
-    const inTime = await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested, Math.max(1, this.approvalDeadlineAt - Date.now()));
+    this.approvalDeadlineAt ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
+    this.waitingSince = workflowTime();
+    const inTime = await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested, Math.max(1, this.approvalDeadlineAt - workflowTime()));
     this.resumeDeadline();
     if (!inTime) throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S} s`);
     if (!answered()) await this.continueAsNew(pending);
@@ -726,12 +727,12 @@ class AgentRun {
   /** Ends a wait for a person: the time it took is added to the deadline. */
   private resumeDeadline(): void {
     if (this.waitingSince === null) return;
-    this.deadlineAt += Date.now() - this.waitingSince;
+    this.deadlineAt += workflowTime() - this.waitingSince;
     this.waitingSince = null;
   }
 
   private msLeft(): number {
-    return this.deadlineAt - Date.now();
+    return this.deadlineAt - workflowTime();
   }
 }
 

@@ -1,0 +1,35 @@
+// Lint rules that guard the hazards of this codebase: workflow code stays deterministic (no
+// Node built-ins, no wall clock, no randomness) and no promise floats unobserved anywhere.
+'use strict';
+const tseslint = require('typescript-eslint');
+const { builtinModules } = require('node:module');
+
+const builtins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
+
+module.exports = tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', '.agent-state/**', 'fixtures/**', '*.js', 'scripts/*.js'] },
+  {
+    files: ['**/*.ts'],
+    languageOptions: {
+      parser: tseslint.parser,
+      parserOptions: { projectService: true, tsconfigRootDir: __dirname },
+    },
+    plugins: { '@typescript-eslint': tseslint.plugin },
+    rules: {
+      '@typescript-eslint/no-floating-promises': 'error',
+      '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: false }],
+    },
+  },
+  {
+    files: ['workflows/**/*.ts', 'core/**/*.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { paths: builtins.map((name) => ({ name, message: 'workflow code and core/ stay free of I/O: no Node built-ins' })) }],
+      'no-restricted-properties': [
+        'error',
+        { object: 'Date', property: 'now', message: 'workflow code reads time deterministically; core/ takes it as an argument' },
+        { object: 'Math', property: 'random', message: 'no randomness in workflow code or core/' },
+      ],
+      'no-restricted-syntax': ['error', { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'no wall-clock time in workflow code or core/' }],
+    },
+  },
+);
