@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { LocalBackend } from '../activities/backends/local';
+import type { ExecBackend } from '../activities/backends/types';
 import { DEFAULT_LIMITS, type Limits } from '../activities/config';
 import { Ledger } from '../activities/ledger';
 import { Store } from '../activities/store';
@@ -46,6 +47,8 @@ export interface WorkerOptions {
   docker?: SandboxOptions | false;
   /** Timeout of one provider HTTP request (default 120 s). */
   modelTimeoutMs?: number;
+  /** Wraps each execution backend (the benchmark times test processes this way). */
+  wrapBackend?: (backend: ExecBackend) => ExecBackend;
 }
 
 /** The price table (US dollars per million tokens by model), or none: costs are then null, never guessed. */
@@ -74,7 +77,9 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     store,
     config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits }, prices: loadPrices(process.env.AGENT_PRICES_FILE), modelTimeoutMs: options.modelTimeoutMs },
     ledger,
-    backends: sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() },
+    backends: Object.fromEntries(
+      Object.entries(sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() }).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b]),
+    ),
     isolation: sandbox?.isolation,
   });
   const worker = await Worker.create({

@@ -1,0 +1,229 @@
+/**
+ * `npm run bench`: the harness's speed and memory figures, measured side by side in one run on
+ * a real Temporal dev server, printed as one table (median and spread over repeats) with the
+ * machine's facts, and written to bench/results.json. Targets are stated beside each figure;
+ * nothing here asserts: a figure that misses its target is printed as missed.
+ *
+ *   BENCH_REPEATS (5)   repeats of each timed figure
+ *   BENCH_PARKED (1000) runs parked on an approval at once
+ *   BENCH_FILES (100000) files of the workspace whose unchanged manifest is checked
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, freemem, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import type { WorkflowHandle } from '@temporalio/client';
+import { readFile } from '../activities/tools/read_file';
+import { manifest } from '../activities/workspace';
+import { temporalBinary } from '../client/temporal-bin';
+import type { RunView } from '../core/run-view';
+import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from '../tests/helpers/run-dir';
+import { canonicalInput, startServer, uniqueQueue, writeReplay } from '../tests/helpers/temporal';
+import { createWorker } from '../worker';
+import type { RunOutcome } from '../workflows';
+
+const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
+const PARKED = Number(process.env.BENCH_PARKED ?? 1000);
+const FILES = Number(process.env.BENCH_FILES ?? 100_000);
+const READS = 40;
+
+interface Figure {
+  name: string;
+  unit: string;
+  values: number[];
+  median: number;
+  min: number;
+  max: number;
+  target: string;
+  met: boolean | null;
+}
+
+const figures: Figure[] = [];
+function figure(name: string, unit: string, values: number[], target = '', met: (median: number) => boolean | null = () => null): Figure {
+  const sorted = [...values].sort((a, b) => a - b);
+  const median = sorted.length % 2 ? sorted[(sorted.length - 1) / 2] : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
+  const f = { name, unit, values, median, min: sorted[0], max: sorted.at(-1)!, target, met: met(median) };
+  figures.push(f);
+  process.stderr.write(`  ${name}: ${fmt(median)} ${unit}\n`);
+  return f;
+}
+const fmt = (n: number) => (Math.abs(n) >= 100 ? n.toFixed(0) : Math.abs(n) >= 10 ? n.toFixed(1) : n.toFixed(2));
+
+const read = (i: number) => ({ kind: 'tool', call: { call_id: `read-${i}`, name: 'read_file', arguments: { path: 'src/linkcheck.py' } } });
+/** A permanent model error ends a run at once, without verification: the runs below time orchestration only. */
+const STOP = { kind: 'model_error', transient: false };
+
+async function main(): Promise<void> {
+  const env = await startServer();
+  const stateDir = tempDir('bench-state');
+  const taskQueue = uniqueQueue('bench');
+  let execMs = 0;
+  const { worker, close } = await createWorker({
+    connection: env.nativeConnection,
+    taskQueue,
+    stateDir,
+    docker: false,
+    // Test and acceptance processes are timed here, to split a run into harness and process time.
+    wrapBackend: (b) => ({
+      name: b.name,
+      exec: async (spec) => {
+        const t = performance.now();
+        try {
+          return await b.exec(spec);
+        } finally {
+          execMs += performance.now() - t;
+        }
+      },
+    }),
+  });
+  let runs = 0;
+  const start = (input: object) => env.client.workflow.start('agentRun', { taskQueue, workflowId: `bench-${++runs}`, args: [input] });
+  const timed = async (input: object): Promise<{ ms: number; handle: WorkflowHandle; outcome: RunOutcome }> => {
+    const t = performance.now();
+    const handle = await start(input);
+    const outcome = (await handle.result()) as RunOutcome;
+    return { ms: performance.now() - t, handle, outcome };
+  };
+  const replayInput = (decisions: unknown[], overrides: object = {}) => canonicalInput('canonical', { source: { kind: 'replay', path: writeReplay(decisions), trusted: true }, budgets: { max_turns: 100, max_tool_calls: 100 }, ...overrides });
+
+  try {
+    await worker.runUntil(async () => {
+      process.stderr.write('orchestration of a read-only step\n');
+      await timed(replayInput([STOP])); // warm-up
+      const long = replayInput([...Array.from({ length: READS }, (_, i) => read(i)), STOP]);
+      const short = replayInput([STOP]);
+      const perStep: number[] = [];
+      const inProcess: number[] = [];
+      const t = prepareRun({ repo: LINKCHECK + '/repo' });
+      for (let r = 0; r < REPEATS; r++) {
+        const a = await timed(long);
+        const b = await timed(short);
+        perStep.push((a.ms - b.ms) / READS);
+        const t0 = performance.now();
+        for (let i = 0; i < READS; i++) readFile(t.ctx, `read-${i}`, { path: 'src/linkcheck.py' });
+        inProcess.push((performance.now() - t0) / READS);
+      }
+      figure('read-only step through Temporal (decide + tool activity)', 'ms/step', perStep);
+      figure('the same read_file handler in-process', 'ms/call', inProcess);
+      figure('orchestration cost per step (difference)', 'ms/step', perStep.map((v, i) => v - inProcess[i]), '<= 5 ms', (m) => m <= 5);
+
+      process.stderr.write('canonical run: harness and test-process time\n');
+      const walls: number[] = [];
+      const shares: number[] = [];
+      let canonical: WorkflowHandle | null = null;
+      for (let r = 0; r < REPEATS; r++) {
+        const before = execMs;
+        const run = await timed(canonicalInput('canonical'));
+        if (run.outcome.record.status !== 'completed') throw new Error(`canonical run ended ${run.outcome.record.status}`);
+        walls.push(run.ms);
+        shares.push((100 * (run.ms - (execMs - before))) / run.ms);
+        canonical = run.handle;
+      }
+      figure('canonical run, wall time', 'ms', walls);
+      figure('canonical run, harness share (wall minus test processes)', '%', shares, '<= 10 %', (m) => m <= 10);
+
+      process.stderr.write('history size\n');
+      const history = async (h: WorkflowHandle) => {
+        const json = historyToJSON(await h.fetchHistory());
+        return { events: (JSON.parse(json) as { events: unknown[] }).events.length, bytes: Buffer.byteLength(json) };
+      };
+      const c = await history(canonical!);
+      figure('history events per canonical run', 'events', [c.events]);
+      figure('history JSON per canonical run', 'KB', [c.bytes / 1024]);
+      const a = await history((await timed(long)).handle);
+      const b = await history((await timed(short)).handle);
+      figure(`history events per turn (${READS}-turn run)`, 'events/turn', [(a.events - b.events) / READS]);
+      figure(`history JSON per turn (${READS}-turn run)`, 'KB/turn', [(a.bytes - b.bytes) / 1024 / READS]);
+
+      process.stderr.write(`${PARKED} runs parked on an approval\n`);
+      const gc = (globalThis as { gc?: () => void }).gc;
+      gc?.();
+      const idle = process.memoryUsage().rss;
+      const park = replayInput(
+        [{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' } } }, STOP],
+        { approver: 'interactive' },
+      );
+      const parked: WorkflowHandle[] = [];
+      for (let i = 0; i < PARKED; i++) parked.push(await start(park));
+      const waiting = async () => (await env.client.workflow.count(`WorkflowId STARTS_WITH "bench-" AND AgentStatus = "awaiting_approval"`)).count;
+      const t1 = performance.now();
+      while ((await waiting()) < PARKED) await new Promise((r) => setTimeout(r, 500));
+      process.stderr.write(`  all parked after ${((performance.now() - t1) / 1000).toFixed(1)} s\n`);
+      gc?.();
+      const busy = process.memoryUsage().rss;
+      figure('worker resident memory, idle', 'MiB', [idle / 2 ** 20]);
+      figure(`worker resident memory, ${PARKED} runs parked`, 'MiB', [busy / 2 ** 20]);
+      figure('parked / idle memory', 'x', [busy / idle], '< 1.2x', (m) => m < 1.2);
+      const t2 = performance.now();
+      for (const h of parked) {
+        const view = await h.query<RunView>('state');
+        const p = view.pending_approval!;
+        await h.signal('approval', { action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:bench' });
+      }
+      await Promise.all(parked.map((h) => h.result()));
+      figure(`approve all ${PARKED} parked runs (signal, write, end)`, 's', [(performance.now() - t2) / 1000]);
+    });
+  } finally {
+    close();
+    await env.teardown();
+  }
+
+  process.stderr.write(`manifest of an unchanged ${FILES}-file workspace against git status\n`);
+  const tree = join(tempDir('bench-tree'), 'repo');
+  const files: Record<string, string> = {};
+  for (let i = 0; i < FILES; i++) files[`d${Math.floor(i / 100)}/f${i % 100}.txt`] = `file ${i}\n`;
+  writeFiles(tree, files);
+  const git = (...args: string[]) => execFileSync('git', ['-c', 'user.name=bench', '-c', 'user.email=bench@localhost', ...args], { cwd: tree, stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 64 * 2 ** 20 });
+  git('init', '-q');
+  git('add', '-A');
+  git('commit', '-qm', 'tree');
+  git('status', '--porcelain'); // index refreshed once, as any user's tree is
+  const gitMs: number[] = [];
+  const manifestMs: number[] = [];
+  for (let r = 0; r < Math.min(REPEATS, 3); r++) {
+    let t = performance.now();
+    git('status', '--porcelain');
+    gitMs.push(performance.now() - t);
+    t = performance.now();
+    manifest(tree);
+    manifestMs.push(performance.now() - t);
+  }
+  figure(`git status, ${FILES} files`, 'ms', gitMs);
+  figure(`workspace manifest check, ${FILES} files`, 'ms', manifestMs);
+  figure('manifest / git status', 'x', manifestMs.map((v, i) => v / gitMs[i]), '<= 1x', (x) => x <= 1);
+
+  process.stderr.write('command-line start\n');
+  const cli = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
+  const starts: number[] = [];
+  for (let r = 0; r < REPEATS; r++) {
+    const t = performance.now();
+    execFileSync(process.execPath, [cli, '--help'], { stdio: 'ignore' });
+    starts.push(performance.now() - t);
+  }
+  figure('command-line start on a built tree (--help)', 'ms', starts, '< 1000 ms', (x) => x < 1000);
+
+  const machine = {
+    cores: cpus().length,
+    cpu: cpus()[0]?.model ?? 'unknown',
+    memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
+    free_gib: +(freemem() / 2 ** 30).toFixed(1),
+    node: process.version,
+    temporal: execFileSync(temporalBinary(), ['--version'], { encoding: 'utf8' }).trim(),
+    repeats: REPEATS,
+    parked: PARKED,
+    files: FILES,
+  };
+  const rows = figures.map((f) => `| ${f.name} | ${fmt(f.median)} ${f.unit} | ${fmt(f.min)}–${fmt(f.max)} | ${f.values.length} | ${f.target || '–'} | ${f.met === null ? '–' : f.met ? 'met' : 'not met'} |`);
+  const table = ['| figure | median | spread (min–max) | n | target | |', '|---|---|---|---|---|---|', ...rows].join('\n');
+  console.log(table);
+  console.log(`\nmachine: ${machine.cores} cores (${machine.cpu}), ${machine.memory_gib} GiB, Node ${machine.node}, ${machine.temporal}`);
+  mkdirSync(join(PROJECT_ROOT, 'bench'), { recursive: true });
+  writeFileSync(join(PROJECT_ROOT, 'bench', 'results.json'), `${JSON.stringify({ machine, figures }, null, 2)}\n`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
