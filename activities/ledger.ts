@@ -3,7 +3,8 @@
  * (recorded before the file is touched) and the receipt (recorded after the rename). Recovery
  * reads both to tell "not written", "written but not recorded" and "something else" apart.
  */
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
+import { openDurable } from './sqlite';
 import type { PreparedAction } from '../core/contracts';
 
 export interface Receipt {
@@ -20,18 +21,17 @@ export class Ledger {
   private readonly db: Database.Database;
 
   constructor(file: string) {
-    this.db = new Database(file);
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('synchronous = FULL');
-    this.db.pragma('busy_timeout = 5000');
-    this.db.exec(`
+    this.db = openDurable(
+      file,
+      `
       CREATE TABLE IF NOT EXISTS intents (
         action_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, path TEXT NOT NULL,
         before TEXT NOT NULL, after TEXT NOT NULL, args_digest TEXT NOT NULL, workspace_digest TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS receipts (
         action_id TEXT PRIMARY KEY REFERENCES intents(action_id), run_id TEXT NOT NULL, path TEXT NOT NULL,
         before TEXT NOT NULL, after TEXT NOT NULL, recovered INTEGER NOT NULL);
-    `);
+    `,
+    );
   }
 
   recordIntent(runId: string, action: PreparedAction): void {

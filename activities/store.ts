@@ -5,7 +5,8 @@
  * written with `synchronous = FULL` before the activity that wrote it returns, so a digest that
  * reached history always resolves here.
  */
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
+import { openDurable } from './sqlite';
 import { canonicalJson } from '../core/canonical';
 import type { TraceEvent } from '../core/trace';
 import type { TranscriptEntry } from '../core/transcript';
@@ -27,15 +28,14 @@ export class Store {
   private readonly db: Database.Database;
 
   constructor(file: string) {
-    this.db = new Database(file);
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('synchronous = FULL');
-    this.db.pragma('busy_timeout = 5000');
-    this.db.exec(`
+    this.db = openDurable(
+      file,
+      `
       CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, kind TEXT NOT NULL, bytes INTEGER NOT NULL, body TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS trace (run_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (run_id, seq));
       CREATE TABLE IF NOT EXISTS model_calls (request TEXT PRIMARY KEY, response TEXT NOT NULL REFERENCES blobs(digest));
-    `);
+    `,
+    );
   }
 
   /** Stores a JSON value under the digest of its canonical form and returns that digest. */
