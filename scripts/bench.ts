@@ -175,7 +175,7 @@ async function main(): Promise<void> {
   const files: Record<string, string> = {};
   for (let i = 0; i < FILES; i++) files[`d${Math.floor(i / 100)}/f${i % 100}.txt`] = `file ${i}\n`;
   writeFiles(tree, files);
-  const git = (...args: string[]) => execFileSync('git', ['-c', 'user.name=bench', '-c', 'user.email=bench@localhost', ...args], { cwd: tree, stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 64 * 2 ** 20 });
+  const git = (...args: string[]) => execFileSync('git', ['-c', 'user.name=bench', '-c', 'user.email=bench@localhost', '-c', 'gc.auto=0', '-c', 'maintenance.auto=false', ...args], { cwd: tree, stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 64 * 2 ** 20 });
   git('init', '-q');
   git('add', '-A');
   git('commit', '-qm', 'tree');

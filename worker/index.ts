@@ -20,6 +20,8 @@ import { createSandbox, type SandboxOptions } from './sandbox';
 
 const priceTableSchema = z.record(z.string(), z.strictObject({ input: z.number().min(0), output: z.number().min(0), cached_input: z.number().min(0).optional() }));
 
+const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
+
 export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
 
 let bundle: Promise<WorkflowBundleOption> | null = null;
@@ -47,6 +49,12 @@ export interface WorkerOptions {
   docker?: SandboxOptions | false;
   /** Timeout of one provider HTTP request (default 120 s). */
   modelTimeoutMs?: number;
+  /**
+   * Workflows kept in this worker's cache (default `AGENT_MAX_CACHED_WORKFLOWS`, else 100). A run
+   * waiting for a person is evicted when the cache is full and replayed from history when its
+   * Signal arrives, so parked runs cost the worker no memory.
+   */
+  maxCachedWorkflows?: number;
   /** Wraps each execution backend (the benchmark times test processes this way). */
   wrapBackend?: (backend: ExecBackend) => ExecBackend;
 }
@@ -89,6 +97,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     workflowBundle: await workflowBundle(),
     activities,
     dataConverter: { payloadCodecs: [new PayloadSizeGuard()] },
+    maxCachedWorkflows: options.maxCachedWorkflows ?? Number(process.env.AGENT_MAX_CACHED_WORKFLOWS || DEFAULT_MAX_CACHED_WORKFLOWS),
   });
   // The probe runs when the worker starts, in the background; a run on the docker backend waits
   // for it (or probes again if it found no engine).
