@@ -5,6 +5,7 @@ import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { temporalBinary } from '../client/temporal-bin';
 import type { RunInput } from '../core/contracts';
+import type { RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
 import { approveAll, canonicalInput, pendingApproval, runOnce, startServer, waitFor, writeReplay, type RunOnceOptions } from './helpers/temporal';
@@ -17,7 +18,7 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-const run = (input: RunInput, drive?: RunOnceOptions['drive']) => runOnce(env, input, { drive });
+const run = (input: RunInput, drive?: RunOnceOptions['drive'], prepareState?: RunOnceOptions['prepareState']) => runOnce(env, input, { drive, prepareState });
 
 const runTests = (id: string) => ({ kind: 'tool', call: { call_id: id, name: 'run_tests', arguments: { preset: 'candidate_tests' } } });
 const MARKER = 'agent-sleep-marker';
@@ -151,5 +152,34 @@ describe('special files left in the workspace', () => {
     const diff = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'diff')!.data as { data: { diff: string; paths: string[] } };
     expect(diff.data.paths).toEqual(['left.fifo', 'left.sock']);
     expect(diff.data.diff).toContain('special file (fifo), not opened');
+  });
+});
+
+describe('failures that would repeat on every attempt', () => {
+  it('ends at once with infrastructure_error on a permission error of the host file system, never retrying it', async () => {
+    let stateDir = '';
+    let control = '';
+    const mounted = () => execFileSync('findmnt', ['-n', '-o', 'TARGET', '--target', control], { encoding: 'utf8' }).trim() === control;
+    const { outcome, trace, handle } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h, running) => {
+      const first = await pendingApproval(h);
+      // The run's control folder (temporary files of writes) turns read-only under the worker.
+      control = join(stateDir, 'runs', (await h.query<RunView>('state')).run_id, 'control');
+      execFileSync('mount', ['--bind', control, control]);
+      try {
+        execFileSync('mount', ['-o', 'remount,ro,bind', control]);
+        await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest });
+        await waitFor('the run to end', async () => !running(), 30_000);
+      } finally {
+        execFileSync('umount', [control]);
+      }
+    }, (dir) => (stateDir = dir));
+    expect(mounted()).toBe(false);
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'infrastructure_error', writes: 0 });
+    expect(outcome.state.detail).toMatch(/^writePatch: EROFS: read-only file system/);
+    expectSynthesized(trace, 'add-test', 'infrastructure_error');
+    // One attempt of each activity: the failure was not retried.
+    const events = (await handle.fetchHistory()).events!;
+    expect(events.filter((e) => e.activityTaskFailedEventAttributes)).toHaveLength(1);
+    expect(events.filter((e) => (e.activityTaskStartedEventAttributes?.attempt ?? 1) !== 1)).toEqual([]);
   });
 });
