@@ -3,7 +3,7 @@
  * decisions, calls and results live in the host store (activities/store.ts) under these digests.
  * Pure, workflow-safe.
  */
-import type { Decision, ToolResult } from './contracts';
+import type { ToolResult } from './contracts';
 import type { ToolName } from './tools';
 
 /** A validated call as the workflow sees it; the full arguments are in the store under `ref`. */
@@ -66,8 +66,4 @@ export function brief(value: unknown, depth = 0): unknown {
 /** The view of a result kept in history: its envelope whole, its data briefed. */
 export function resultView(result: ToolResult, ref: string | null): ResultView {
   return { call_id: result.call_id, ok: result.ok, error: result.error, truncated: result.truncated, data: brief(result.data), ref };
-}
-
-export function decisionText(decision: Decision): string {
-  return decision.kind === 'plan' || decision.kind === 'final' ? decision.text : '';
 }
