@@ -17,7 +17,7 @@ import { exportReplay } from './export-replay';
 import { fullEvent, mergeTrace, openStore, storedTrace } from './stored-trace';
 import { approvalFor, describeEvent, describePending, followRun, StdinClosed } from './follow';
 import { replayTrusted } from '../worker/settings';
-import { openSession, type Session } from './session';
+import type { Session } from './session';
 
 class UsageError extends Error {}
 
@@ -365,6 +365,8 @@ async function main(argv: string[]): Promise<number> {
     out(`usage: npm run agent -- ${command.usage}\n\n${command.summary}`);
     return 0;
   }
+  // Loaded here, not at the top: help and usage errors answer without loading the Temporal SDK.
+  const { openSession } = await import('./session');
   const session = await openSession();
   try {
     return await command.run(session, parsed.positionals, parsed.values);
