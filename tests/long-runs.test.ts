@@ -15,6 +15,7 @@ import { canonicalJson } from '../core/canonical';
 import type { ToolResult } from '../core/contracts';
 import type { RunView } from '../core/run-view';
 import { MAX_PAYLOAD_BYTES } from '../worker/payload-guard';
+import { ProviderServer, reply } from './helpers/provider-server';
 import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, approveAll, pendingApproval, runOnce, startServer, waitFor, writeReplay } from './helpers/temporal';
 
@@ -200,5 +201,43 @@ describe('the replay is read once', () => {
     expect(outcome.record).toEqual(CANONICAL_RECORD);
     expect(outcome.state.replay_digest).toBe(sha256(canonicalJson(JSON.parse(original))));
     expect(JSON.stringify(trace)).not.toContain('changed on disk');
+  });
+});
+
+describe('a live reply across continue-as-new', () => {
+  it('carries the rest of a reply whose write waits through a continue-as-new, so every call of it runs and is answered', async () => {
+    process.env.AGENT_TEST_LONG_KEY = 'sk-test-long';
+    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
+    const calls = canonical.filter((d) => d.kind === 'tool').map((d) => ({ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }));
+    const addTest = calls.find((c) => c.id === 'add-test')!;
+    // First reply: the new test file, then a read in the same reply; afterwards the rest of the canonical session.
+    const replies = [{ calls: [addTest, { id: 'after-patch', name: 'read_file', arguments: { path: 'src/linkcheck.py', start: 1, end: 2 } }] }, ...calls.filter((c) => c.id !== 'add-test' && c.id !== 'read-source').map((c) => ({ calls: [c] })), { text: 'done' }];
+    const server = await new ProviderServer((_req, i) => ({ body: reply('openai', replies[i] ?? { text: 'done' }) })).start();
+    try {
+      const ignored = (p: { action_id: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: p.workspace_digest });
+      const { outcome, trace } = await runOnce(
+        env,
+        { fixture: LINKCHECK, source: { kind: 'provider', provider: 'openai', model: 'test-model', api_key_env: 'AGENT_TEST_LONG_KEY', base_url: `${server.url}/v1` }, backend: 'docker', approver: 'interactive' },
+        {
+          drive: async (h) => {
+            const first = await pendingApproval(h);
+            const segment = (await h.query<RunView>('state')).segment;
+            for (let i = 0; i < 200; i++) await h.signal('approval', ignored(first));
+            await waitFor('the wait to continue as new', async () => (await h.query<RunView>('state')).segment > segment);
+            await approveAll(h);
+          },
+        },
+      );
+      expect(outcome.record).toMatchObject({ status: 'completed', writes: 2, receipts: 2 });
+      const carried = trace.find((e) => e.type === 'continued_as_new' && (e.data as { pending_action: string | null }).pending_action !== null)!;
+      const answered = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'after-patch')!;
+      expect(answered.data).toMatchObject({ ok: true });
+      expect(answered.seq).toBeGreaterThan(carried.seq);
+      // The next request answered both calls of the first reply (the server refuses a conversation that does not).
+      const second = server.requests[1].body.messages as { role: string; tool_call_id?: string }[];
+      expect(second.filter((m) => m.role === 'tool').map((m) => m.tool_call_id)).toEqual(['add-test', 'after-patch']);
+    } finally {
+      await server.close();
+    }
   });
 });

@@ -79,6 +79,9 @@ export interface Carried {
   wrote_writable: boolean;
   pending_write: PendingWrite | null;
   approval_deadline_at: number | null;
+  /** The rest of the reply whose write was waiting, and its turn's interrupt. */
+  reply_rest: DecisionView[];
+  turn_interrupted: string | null;
   plan: string | null;
   format_errors: number;
 }
@@ -166,6 +169,9 @@ class AgentRun {
   private notice: string | null = null;
   /** Malformed calls in a row from a live model. */
   private formatErrors = 0;
+  /** The decisions of the current reply not taken yet, and the interrupt of its turn. */
+  private replyRest: DecisionView[] = [];
+  private turnInterrupted: string | null = null;
 
   constructor(carried?: Carried) {
     this.trace = new Trace(carried?.unstored_trace ?? [], carried?.next_seq ?? 1);
@@ -272,9 +278,10 @@ class AgentRun {
     this.approvalDeadlineAt = carried.approval_deadline_at;
     this.formatErrors = carried.format_errors;
     this.setStatus(carried.view.status);
+    this.turnInterrupted = carried.turn_interrupted;
     const stop = await this.withDeadline(async () => {
       if (pending) this.observe(await this.approveAndWrite(pending));
-      return this.loop();
+      return (await this.runReply(carried.reply_rest)) ?? this.loop();
     });
     return this.finish(stop);
   }
@@ -293,25 +300,36 @@ class AgentRun {
       this.view.counters.turns++;
       const decisions = await this.decide(true);
       // An interrupt stops the turn it arrived in: a tool call it proposed is not executed.
-      const interrupted = this.interrupted;
+      this.turnInterrupted = this.interrupted;
       this.interrupted = null;
-      for (const decision of decisions) {
-        switch (decision.kind) {
-          case 'plan':
-            this.plan = decision.text;
-            this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
-            this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
-            break;
-          case 'tool':
-            this.observe(await this.toolCall(decision, interrupted));
-            this.countFormatError(decision);
-            break;
-          case 'final':
-            this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
-            return this.verify(decision.text);
-        }
+      const stop = await this.runReply(decisions);
+      if (stop !== null) return stop;
+    }
+  }
+
+  /**
+   * The decisions of one reply, in order. What is left of them is kept in `replyRest`, so a
+   * continue-as-new during a write's approval carries the reply's remaining calls along.
+   */
+  private async runReply(decisions: DecisionView[]): Promise<RunStop | null> {
+    this.replyRest = [...decisions];
+    for (let decision = this.replyRest.shift(); decision !== undefined; decision = this.replyRest.shift()) {
+      switch (decision.kind) {
+        case 'plan':
+          this.plan = decision.text;
+          this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
+          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          break;
+        case 'tool':
+          this.observe(await this.toolCall(decision, this.turnInterrupted));
+          this.countFormatError(decision);
+          break;
+        case 'final':
+          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          return this.verify(decision.text);
       }
     }
+    return null;
   }
 
   /** A live model that keeps sending calls that do not parse is stopped after three in a row. */
@@ -631,6 +649,8 @@ class AgentRun {
       wrote_writable: this.wroteWritable,
       pending_write: pendingWrite,
       approval_deadline_at: this.approvalDeadlineAt,
+      reply_rest: pendingWrite ? this.replyRest : [],
+      turn_interrupted: this.turnInterrupted,
       plan: this.plan,
       format_errors: this.formatErrors,
     };
