@@ -189,7 +189,7 @@ export function createActivities(deps: ActivityDeps) {
         const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), env: process.env };
         return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
           kind: 'decisions',
-          decisions: decisions.filter((d) => d.kind !== 'model_error').map((d) => decisionView(d as Exclude<Decision, { kind: 'model_error' }>, input.turn, reply)),
+          decisions: decisions.map((d) => decisionView(d, input.turn, reply)),
           cursor: input.cursor,
           head,
           usage: null,

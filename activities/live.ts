@@ -16,7 +16,7 @@ import { anthropicAdapter } from './providers/anthropic';
 import { classify } from './providers/errors';
 import { openaiAdapter } from './providers/openai';
 import { SYSTEM_PROMPT } from './providers/prompt';
-import type { ProviderAdapter, Usage } from './providers/types';
+import type { ProviderAdapter, ReplyDecision, Usage } from './providers/types';
 import type { Store } from './store';
 
 export const DEFAULT_CONTEXT_BUDGET_TOKENS = 60_000;
@@ -85,7 +85,7 @@ export async function liveDecide(
   ctx: LiveContext,
   input: DecideInput & { source: Extract<SourceRef, { kind: 'provider' }> },
   head: string | null,
-  toView: (decisions: Decision[], reply: string) => DecideResult & { kind: 'decisions' },
+  toView: (decisions: ReplyDecision[], reply: string) => DecideResult & { kind: 'decisions' },
 ): Promise<DecideResult> {
   const { store, signal } = ctx;
   const source = input.source;

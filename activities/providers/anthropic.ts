@@ -1,9 +1,8 @@
 /** Anthropic Messages: all results of one reply go back in one user message, in order. */
 import Anthropic from '@anthropic-ai/sdk';
 import type { BuiltContext } from '../../core/context';
-import type { Decision } from '../../core/contracts';
 import { anthropicTools } from './tool-schemas';
-import type { ParsedReply, ProviderAdapter, SendOptions, Usage } from './types';
+import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions, Usage } from './types';
 
 type Block = Record<string, unknown>;
 
@@ -52,7 +51,7 @@ export const anthropicAdapter: ProviderAdapter = {
     const text = blocks.filter((b) => b.type === 'text').map((b) => b.text ?? '').join('\n') || null;
     const calls = blocks.filter((b) => b.type === 'tool_use');
     if (calls.length === 0) return { kind: 'decisions', decisions: [{ kind: 'final', text: text ?? '' }], usage };
-    const decisions: Decision[] = text ? [{ kind: 'plan', text }] : [];
+    const decisions: ReplyDecision[] = text ? [{ kind: 'plan', text }] : [];
     for (const c of calls) decisions.push({ kind: 'tool', call: { call_id: c.id ?? '', name: c.name ?? '', arguments: c.input } });
     return { kind: 'decisions', decisions, usage };
   },

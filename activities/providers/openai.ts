@@ -1,9 +1,8 @@
 /** OpenAI Chat Completions, and every server that speaks it (chosen by `baseURL`). */
 import OpenAI from 'openai';
 import type { BuiltContext, ContextGroup } from '../../core/context';
-import type { Decision } from '../../core/contracts';
 import { dropNulls, openaiTools } from './tool-schemas';
-import type { ParsedReply, ProviderAdapter, SendOptions, Usage } from './types';
+import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions, Usage } from './types';
 
 function messages(system: string, context: BuiltContext): unknown[] {
   const out: unknown[] = [{ role: 'system', content: system }, { role: 'user', content: context.summary }];
@@ -54,7 +53,7 @@ export const openaiAdapter: ProviderAdapter = {
     const text = typeof message.content === 'string' && message.content !== '' ? message.content : null;
     const calls = message.tool_calls ?? [];
     if (calls.length === 0) return { kind: 'decisions', decisions: [{ kind: 'final', text: text ?? '' }], usage };
-    const decisions: Decision[] = text ? [{ kind: 'plan', text }] : [];
+    const decisions: ReplyDecision[] = text ? [{ kind: 'plan', text }] : [];
     for (const c of calls) decisions.push({ kind: 'tool', call: { call_id: c.id, name: c.function?.name ?? '', arguments: parseArguments(c.function?.arguments ?? '') } });
     return { kind: 'decisions', decisions, usage };
   },

@@ -17,16 +17,20 @@ function strictWire(schema: z.ZodObject): z.ZodObject {
   return z.strictObject(shape);
 }
 
+let openai: unknown[] | null = null;
+let anthropic: unknown[] | null = null;
+
+/** The same definitions for every request (built once per process). */
 export function openaiTools(): unknown[] {
   // Round-tripped through JSON: the helper attaches parse functions that are not part of the wire format.
-  return TOOL_NAMES.map((name) => JSON.parse(JSON.stringify(zodFunction({ name, description: TOOLS[name].description, parameters: strictWire(TOOLS[name].args as unknown as z.ZodObject) }))));
+  return (openai ??= TOOL_NAMES.map((name) => JSON.parse(JSON.stringify(zodFunction({ name, description: TOOLS[name].description, parameters: strictWire(TOOLS[name].args as unknown as z.ZodObject) })))));
 }
 
 export function anthropicTools(): unknown[] {
-  return TOOL_NAMES.map((name) => {
+  return (anthropic ??= TOOL_NAMES.map((name) => {
     const { $schema: _drop, ...schema } = z.toJSONSchema(TOOLS[name].args, { io: 'input' }) as Record<string, unknown>;
     return { name, description: TOOLS[name].description, input_schema: schema };
-  });
+  }));
 }
 
 /** Arguments from the wire: nulls stand for fields not given. */

@@ -13,8 +13,11 @@ export interface Usage {
   cached_tokens: number;
 }
 
+/** What a model reply can decide: a provider failure is never a decision of the reply. */
+export type ReplyDecision = Exclude<Decision, { kind: 'model_error' }>;
+
 export type ParsedReply =
-  | { kind: 'decisions'; decisions: Decision[]; usage: Usage }
+  | { kind: 'decisions'; decisions: ReplyDecision[]; usage: Usage }
   /** Cut off by the output limit: no call of it may run. */
   | { kind: 'truncated'; usage: Usage }
   | { kind: 'refused'; detail: string; usage: Usage };
