@@ -37,4 +37,9 @@ export interface HarnessConfig {
   prices?: Record<string, { input: number; output: number; cached_input?: number }>;
   /** Timeout of one provider HTTP request (default 120 s). */
   modelTimeoutMs?: number;
+  /**
+   * This host's own task queue. A run's workspace, control folder, ledger rows and stored
+   * transcript live on the host that loaded it, so every later activity of the run goes here.
+   */
+  hostQueue?: string;
 }

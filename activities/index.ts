@@ -45,7 +45,7 @@ export interface RunRef {
 }
 
 export type LoadRunResult =
-  | { ok: true; fixture: Fixture; fixture_dir: string; replay: string | null; source: SourceRef }
+  | { ok: true; fixture: Fixture; fixture_dir: string; replay: string | null; source: SourceRef; /** The loading host's own task queue. */ host_queue: string | null }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
 function infrastructure(err: unknown): never {
@@ -151,7 +151,7 @@ export function createActivities(deps: ActivityDeps) {
       }
       if (source.kind !== 'replay') {
         const { kind, provider, model, api_key_env, base_url } = source;
-        return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null, source: { kind, provider, model, api_key_env, base_url } };
+        return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null, source: { kind, provider, model, api_key_env, base_url }, host_queue: config.hostQueue ?? null };
       }
       let replay;
       try {
@@ -166,7 +166,7 @@ export function createActivities(deps: ActivityDeps) {
       }
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
-      return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: basename(source.path).replace(/\.json$/, ''), source: { kind: 'replay', digest } };
+      return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: basename(source.path).replace(/\.json$/, ''), source: { kind: 'replay', digest }, host_queue: config.hostQueue ?? null };
     },
 
     /** The isolation evidence of the docker backend; never throws for a missing engine. */

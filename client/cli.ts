@@ -3,13 +3,14 @@
  * `npm run agent -- <command>` (or the package's `coding-agent` bin): the one entry point (SPEC section 8).
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
-import { cpus, userInfo } from 'node:os';
-import { basename, join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { userInfo } from 'node:os';
+import { basename, resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { RunInput } from '../core/contracts';
-import { reportJson, reportMarkdown, type EvalReport } from '../core/report';
+import { compareReports, reportJson, reportMarkdown, type EvalReport } from '../core/report';
+import type { EvalInput, EvalPlan } from '../workflows/agentEval';
 import { buildRecord, type RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import type { RunOutcome } from '../workflows';
@@ -26,6 +27,8 @@ interface Command {
   summary: string;
   options: NonNullable<ParseArgsConfig['options']>;
   run(session: Session, positionals: string[], values: Record<string, any>): Promise<number>;
+  /** True when this invocation needs no Temporal connection (it is then given no session). */
+  offline?: (positionals: string[]) => boolean;
 }
 
 const json = { type: 'boolean' } as const;
@@ -248,53 +251,84 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   eval: {
-    usage: 'eval <fixtures-dir>... [--out DIR] [--concurrency N] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--json]',
+    usage:
+      'eval <fixtures-dir>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]\n' +
+      '       eval --resume BATCH-ID [--out DIR] [--concurrency N]\n       eval watch BATCH-ID\n       eval compare REPORT-A REPORT-B [--json]',
     summary:
-      'batch evaluation as a parent workflow: every replay of every fixture, approved by a named policy;\nwrites report.json, report.md and timings.json to --out (default eval-out)',
+      'batch evaluation as a parent workflow: every replay of every fixture, K epochs, approved by a named policy;\n' +
+      'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
+      '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
+      '`watch` shows a running batch\'s progress; `compare` prints the runs that flipped between two reports',
     options: {
       out: { type: 'string', default: 'eval-out' },
       concurrency: { type: 'string', default: '2' },
+      epochs: { type: 'string', default: '1' },
       backend: { type: 'string', default: 'local' },
       'trust-replay': { type: 'boolean', default: false },
       approver: { type: 'string', default: 'policy:approve-writable' },
+      batch: { type: 'string' },
+      resume: { type: 'string' },
+      'host-lost-s': { type: 'string' },
       json,
     },
+    offline: (positionals) => positionals[0] === 'compare',
     async run(session, positionals, values) {
-      if (positionals.length === 0) throw new UsageError('missing <fixtures-dir>');
-      if (values.backend !== 'local' && values.backend !== 'docker') throw new UsageError('--backend must be local or docker');
-      if (!String(values.approver).startsWith('policy:')) throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
-      const concurrency = Number(values.concurrency);
-      if (!Number.isInteger(concurrency) || concurrency < 1) throw new UsageError('--concurrency must be a positive integer');
-      const runs: RunInput[] = findFixtures(positionals).flatMap((fixture) =>
-        replaysOf(fixture).map((replay) => ({
-          fixture,
-          source: { kind: 'replay' as const, path: replay, trusted: replayTrusted(session.settings, replay, values['trust-replay']) },
-          backend: values.backend,
-          approver: values.approver,
-        })),
-      );
-      if (runs.length === 0) throw new UsageError(`no fixture with replays found in ${positionals.join(', ')}`);
+      if (positionals[0] === 'compare') return compareCommand(positionals.slice(1), values.json);
+      if (positionals[0] === 'watch') {
+        if (!positionals[1]) throw new UsageError('missing BATCH-ID');
+        const { followBatch } = await import('./eval');
+        const end = await followBatch(session.client.workflow.getHandle(positionals[1]), process.stderr);
+        out(end.progress);
+        return 0;
+      }
+      const concurrency = positiveInt(values.concurrency, '--concurrency');
+      const epochs = positiveInt(values.epochs, '--epochs');
+      const hostLostS = values['host-lost-s'] === undefined ? undefined : positiveInt(values['host-lost-s'], '--host-lost-s');
+      const batch: string = values.resume ?? values.batch ?? `eval-${randomBytes(4).toString('hex')}`;
+      const outDir = resolve(values.out);
       const started = new Date();
-      const report = await session.withWorker(async () => {
-        const handle = await session.client.workflow.start('agentEval', {
-          taskQueue: session.settings.taskQueue,
-          workflowId: `eval-${randomBytes(4).toString('hex')}`,
-          args: [{ runs, concurrency }],
-        });
-        process.stderr.write(`workflow ${handle.workflowId}: ${runs.length} runs, ${concurrency} at a time\n`);
-        return (await handle.result()) as EvalReport;
+      const { batchInput, buildPlan, collectReport, followBatch: follow, planSize, resumeAttempts, writeOutputs } = await import('./eval');
+      const previous = await batchInput(session.client, batch);
+      if (values.resume && previous === null) throw new UsageError(`no batch ${batch} to resume`);
+      let plan: EvalPlan;
+      if (previous) {
+        plan = previous.plan;
+        if (positionals.length > 0) process.stderr.write(`${batch} exists: resuming it with its own plan (the fixture arguments are not used)\n`);
+      } else {
+        if (positionals.length === 0) throw new UsageError('missing <fixtures-dir>');
+        if (values.backend !== 'local' && values.backend !== 'docker') throw new UsageError('--backend must be local or docker');
+        if (!String(values.approver).startsWith('policy:')) throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
+        try {
+          plan = buildPlan(session.settings, positionals, { epochs, backend: values.backend, approver: values.approver, trustReplay: values['trust-replay'], hostLostS });
+        } catch (err) {
+          throw new UsageError((err as Error).message);
+        }
+        if (plan.fixtures.length === 0) throw new UsageError(`no fixture with replays found in ${positionals.join(', ')}`);
+      }
+      const total = planSize(plan);
+      const webUi = session.embedded ? `http://localhost:${session.settings.devUiPort}` : (process.env.AGENT_WEB_UI_URL ?? null);
+      const collected = await session.withWorker(async () => {
+        const handle = session.client.workflow.getHandle(batch);
+        const running = previous !== null && (await handle.describe()).status.name === 'RUNNING';
+        if (running) {
+          process.stderr.write(`${batch} is still running: following it\n`);
+        } else {
+          const input: EvalInput = { plan, concurrency, out: outDir };
+          if (previous) {
+            const resume = await resumeAttempts(session.client, batch, plan);
+            input.attempts = resume.attempts;
+            process.stderr.write(`${batch}: resuming; ${resume.retry} runs retried after infrastructure outcomes, ${resume.missing} missing, ${resume.kept} kept\n`);
+          }
+          await session.client.workflow.start('agentEval', { taskQueue: session.settings.taskQueue, workflowId: batch, args: [input] });
+          process.stderr.write(`workflow ${batch}: ${total} runs, ${concurrency} at a time\n`);
+        }
+        await follow(handle, process.stderr);
+        return collectReport(session.client, session.settings, batch, plan, webUi);
       });
       const finished = new Date();
-      const outDir = resolve(values.out);
-      mkdirSync(outDir, { recursive: true });
-      writeFileSync(join(outDir, 'report.json'), reportJson(report));
-      writeFileSync(join(outDir, 'report.md'), reportMarkdown(report));
-      writeFileSync(
-        join(outDir, 'timings.json'),
-        `${JSON.stringify({ started_at: started.toISOString(), finished_at: finished.toISOString(), duration_s: (finished.getTime() - started.getTime()) / 1000, runs: runs.length, concurrency, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length }, null, 2)}\n`,
-      );
-      if (values.json) out(reportJson(report).trimEnd());
-      else out(`${reportMarkdown(report)}\nwritten to ${outDir}/report.json and report.md`);
+      writeOutputs(outDir, collected, { batch, started_at: started.toISOString(), finished_at: finished.toISOString(), duration_s: (finished.getTime() - started.getTime()) / 1000, runs: total, concurrency });
+      if (values.json) out(reportJson(collected.report).trimEnd());
+      else out(`${reportMarkdown(collected.report)}\nwritten to ${outDir}/report.json, report.md, report.html and timings.json (batch ${batch})`);
       return 0;
     },
   },
@@ -319,21 +353,39 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
-/** Each argument is a fixture folder (with fixture.json) or a folder of fixture folders. */
-function findFixtures(dirs: string[]): string[] {
-  const found = new Set<string>();
-  for (const dir of dirs.map((d) => resolve(d))) {
-    if (!existsSync(dir)) throw new UsageError(`no such folder: ${dir}`);
-    if (existsSync(join(dir, 'fixture.json'))) found.add(dir);
-    else for (const name of readdirSync(dir).sort()) if (existsSync(join(dir, name, 'fixture.json'))) found.add(join(dir, name));
-  }
-  return [...found].sort();
+function positiveInt(value: string, flag: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new UsageError(`${flag} must be a positive integer`);
+  return n;
 }
 
-function replaysOf(fixture: string): string[] {
-  const dir = join(fixture, 'replays');
-  if (!existsSync(dir)) return [];
-  return readdirSync(dir).filter((f) => f.endsWith('.json')).sort().map((f) => join(dir, f));
+/** `eval compare A B`: the runs that flipped, and the exact McNemar p-value of the flips. */
+function compareCommand(files: string[], asJson: boolean): number {
+  if (files.length !== 2) throw new UsageError('compare needs two report.json files');
+  const [a, b] = files.map((f) => {
+    try {
+      return JSON.parse(readFileSync(f, 'utf8')) as EvalReport;
+    } catch (err) {
+      throw new UsageError(`${f}: ${(err as Error).message}`);
+    }
+  });
+  let comparison;
+  try {
+    comparison = compareReports(a, b);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (asJson) {
+    out(comparison);
+    return 0;
+  }
+  const lines = [`${comparison.runs} paired runs, ${comparison.flips.length} flipped`];
+  for (const f of comparison.flips) lines.push(`${f.direction === 'lost' ? '-' : '+'} ${f.fixture} ${f.replay ?? ''} epoch ${f.epoch}: ${f.a} -> ${f.b}`);
+  lines.push(`McNemar exact p = ${comparison.mcnemar.p} (completed only in A: ${comparison.mcnemar.b}, only in B: ${comparison.mcnemar.c})`);
+  const epochs = (r: EvalReport) => r.summary.epochs ?? 1;
+  if (epochs(a) > 1 && epochs(b) > 1) for (const f of comparison.per_fixture) lines.push(`  ${f.fixture}: p = ${f.p} (${f.b} vs ${f.c})`);
+  out(lines.join('\n'));
+  return 0;
 }
 
 function help(): string {
@@ -366,8 +418,8 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   // Loaded here, not at the top: help and usage errors answer without loading the Temporal SDK.
-  const { openSession } = await import('./session');
-  const session = await openSession();
+  const offline = command.offline?.(parsed.positionals) ?? false;
+  const session = offline ? (null as unknown as Session) : await (await import('./session')).openSession();
   try {
     return await command.run(session, parsed.positionals, parsed.values);
   } catch (err) {
@@ -377,7 +429,7 @@ async function main(argv: string[]): Promise<number> {
     }
     throw err;
   } finally {
-    await session.close();
+    if (!offline) await session.close();
   }
 }
 

@@ -7,8 +7,8 @@ import { spawn } from 'node:child_process';
 import { existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime, type Worker } from '@temporalio/worker';
-import { createWorker } from '../worker';
+import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { createWorker, type HostWorkers } from '../worker';
 import { readSettings, type Settings } from '../worker/settings';
 import { ensureDevServer } from './dev-server';
 
@@ -39,7 +39,7 @@ export async function openSession(settings: Settings = readSettings()): Promise<
     async withWorker<T>(fn: () => Promise<T>): Promise<T> {
       if (!embedded) return fn();
       const nativeConnection = await NativeConnection.connect({ address });
-      let worker: Worker | null = null;
+      let worker: HostWorkers | null = null;
       const created = await createWorker({ connection: nativeConnection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir });
       worker = created.worker;
       try {

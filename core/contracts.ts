@@ -113,6 +113,11 @@ export const runInputSchema = z.strictObject({
   backend: z.enum(['local', 'docker']).default('local'),
   approver: approverSchema.default('interactive'),
   budgets: budgetsSchema.partial().optional(),
+  /**
+   * Seconds a task for the run's host may wait unpolled before the run ends `failed` /
+   * `host_lost` (default 600): the host that holds its workspace is taken as gone.
+   */
+  host_lost_s: z.number().int().min(1).max(7 * 24 * 3600).optional(),
 });
 export type RunInput = z.input<typeof runInputSchema>;
 export type ParsedRunInput = z.output<typeof runInputSchema>;

@@ -3,7 +3,8 @@
  * the local backend, the docker backend with its isolation evidence, and the pre-built workflow
  * bundle when there is one.
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { PriceTable } from '../activities/live';
 import { formatIssues } from '../core/validate';
@@ -67,8 +68,20 @@ function loadPrices(file: string | undefined): PriceTable {
   return parsed.data;
 }
 
+/**
+ * The two workers of one host: the shared queue hands out new runs (workflow tasks and each
+ * run's first activity); the host's own queue takes every later activity of the runs it holds.
+ */
+export interface HostWorkers {
+  run(): Promise<void>;
+  runUntil<T>(fn: () => Promise<T>): Promise<T>;
+  shutdown(): void;
+}
+
 export interface HarnessWorker {
-  worker: Worker;
+  worker: HostWorkers;
+  /** This host's own task queue (`<task queue>@<host id>`). */
+  hostQueue: string;
   ledger: Ledger;
   store: Store;
   /** Closes the ledger and the store (after the worker has stopped). */
@@ -79,31 +92,46 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   mkdirSync(options.stateDir, { recursive: true });
   // Built before the ledger opens, so a malformed DOCKER_HOST fails with nothing to close.
   const sandbox = options.docker === false ? null : createSandbox(options.docker);
+  const hostQueue = `${options.taskQueue}@${hostId(options.stateDir)}`;
   const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
   const store = new Store(join(options.stateDir, 'store.sqlite'));
   const activities = createActivities({
     store,
-    config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits }, prices: loadPrices(process.env.AGENT_PRICES_FILE), modelTimeoutMs: options.modelTimeoutMs },
+    config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits }, prices: loadPrices(process.env.AGENT_PRICES_FILE), modelTimeoutMs: options.modelTimeoutMs, hostQueue },
     ledger,
     backends: Object.fromEntries(
       Object.entries(sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() }).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b]),
     ),
     isolation: sandbox?.isolation,
   });
-  const worker = await Worker.create({
+  const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
+  const shared = await Worker.create({
     connection: options.connection,
     namespace: options.namespace ?? 'default',
     taskQueue: options.taskQueue,
     workflowBundle: await workflowBundle(),
     activities,
-    dataConverter: { payloadCodecs: [new PayloadSizeGuard()] },
+    dataConverter,
     maxCachedWorkflows: options.maxCachedWorkflows ?? Number(process.env.AGENT_MAX_CACHED_WORKFLOWS || DEFAULT_MAX_CACHED_WORKFLOWS),
   });
+  const own = await Worker.create({ connection: options.connection, namespace: options.namespace ?? 'default', taskQueue: hostQueue, activities, dataConverter });
   // The probe runs when the worker starts, in the background; a run on the docker backend waits
   // for it (or probes again if it found no engine).
   sandbox?.warmUp();
+  const worker: HostWorkers = {
+    async run() {
+      // Either one ending (a signal, a fatal error) stops the other, so the host stops as one.
+      const stopBoth = () => worker.shutdown();
+      await Promise.all([shared.run().finally(stopBoth), own.run().finally(stopBoth)]);
+    },
+    runUntil: (fn) => shared.runUntil(() => own.runUntil(fn)),
+    shutdown() {
+      for (const w of [shared, own]) if (w.getState() === 'RUNNING') w.shutdown();
+    },
+  };
   return {
     worker,
+    hostQueue,
     ledger,
     store,
     close() {
@@ -111,4 +139,13 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       store.close();
     },
   };
+}
+
+/** This host's identity: made once and kept in its state folder, so a restarted worker is the same host. */
+export function hostId(stateDir: string): string {
+  const file = join(stateDir, 'host-id');
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  const id = `host-${randomBytes(6).toString('hex')}`;
+  writeFileSync(file, `${id}\n`, { flag: 'wx' });
+  return id;
 }

@@ -1,39 +1,142 @@
 /**
- * agentEval: a batch evaluation as a parent workflow. Each (fixture, replay) pair is one child
- * agentRun, approved through a named policy one action at a time; at most `concurrency` children
- * run at once. The result is the SPEC section 7 report.
+ * agentEval: a batch evaluation as a parent workflow.
+ *
+ * The batch is a compact plan (fixtures, their replays, epochs, one configuration); run `i` is a
+ * pure function of the plan, and its child agentRun has a workflow id made of its key
+ * (`<batch>/<fixture>/<replay>/e<epoch>`, `~<attempt>` for a retry), so the full record of each
+ * run is that child's result and a resume can find it. The parent holds only counters and the
+ * set in flight: a sliding window of at most `concurrency` children. It continues as new when
+ * Temporal suggests it or after `SEGMENT_RUNS` starts, after its window has drained.
  */
 import * as wf from '@temporalio/workflow';
-import type { RunInput, RunRecord } from '../core/contracts';
-import { buildReport, type EvalReport } from '../core/report';
+import type { RunInput, RunStatus } from '../core/contracts';
 import type { RunOutcome } from './agentRun';
+import { workflowTime } from './time';
+import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
+
+export type { EvalPlan };
 
 export interface EvalInput {
-  runs: RunInput[];
+  plan: EvalPlan;
   concurrency: number;
+  /**
+   * Per run index, the attempt to start ('1'-'9'), or '0' to keep what an earlier attempt left
+   * (a resume). Absent: every run starts its first attempt.
+   */
+  attempts?: string;
+  /** Where the command line writes the report (shown in the result). */
+  out?: string | null;
 }
 
-export const evalProgressQuery = wf.defineQuery<{ total: number; finished: number }>('progress');
+export interface EvalProgress {
+  total: number;
+  /** Runs with an outcome, including those kept from earlier attempts. */
+  done: number;
+  completed: number;
+  running: number;
+  /** Runs kept from an earlier attempt (a resume). */
+  kept: number;
+  by_status: Partial<Record<RunStatus, number>>;
+  segment: number;
+  /** Seconds since this batch (or its resume) started, and the estimate of what is left. */
+  elapsed_s: number;
+  eta_s: number | null;
+}
 
-export async function agentEval(input: EvalInput): Promise<EvalReport> {
-  const records: RunRecord[] = [];
-  let next = 0;
-  wf.setHandler(evalProgressQuery, () => ({ total: input.runs.length, finished: records.length }));
-  const parent = wf.workflowInfo().workflowId;
+export interface EvalCarried {
+  next: number;
+  progress: EvalProgress;
+  started_at: number;
+  started_runs: number;
+}
 
-  const lane = async (): Promise<void> => {
-    while (next < input.runs.length) {
-      const index = next++;
-      const run = input.runs[index];
-      const outcome = await wf.executeChild('agentRun', {
-        args: [run],
-        workflowId: `${parent}/${index + 1}`,
-        parentClosePolicy: 'TERMINATE',
-      });
-      records.push((outcome as RunOutcome).record);
-    }
+export interface EvalResult {
+  progress: EvalProgress;
+  out: string | null;
+}
+
+export const evalProgressQuery = wf.defineQuery<EvalProgress>('progress');
+
+/** Children started by one segment before it continues as new (its history stays far below the limits). */
+const SEGMENT_RUNS = 200;
+
+export async function agentEval(input: EvalInput, carried?: EvalCarried): Promise<EvalResult> {
+  const { plan } = input;
+  const total = planSize(plan);
+  const batch = wf.workflowInfo().workflowId;
+  const progress: EvalProgress = carried?.progress ?? { total, done: 0, completed: 0, running: 0, kept: 0, by_status: {}, segment: 1, elapsed_s: 0, eta_s: null };
+  const startedAt = carried?.started_at ?? workflowTime();
+  let next = carried?.next ?? 0;
+  let startedHere = 0;
+  const freshDone = () => progress.done - progress.kept;
+  const refresh = () => {
+    progress.elapsed_s = Math.round((workflowTime() - startedAt) / 1000);
+    const perRun = freshDone() > 0 ? progress.elapsed_s / freshDone() : null;
+    progress.eta_s = perRun === null ? null : Math.round(perRun * (total - progress.done));
   };
-  const lanes = Math.max(1, Math.min(input.concurrency, input.runs.length));
-  await Promise.all(Array.from({ length: lanes }, lane));
-  return buildReport(records);
+  wf.setHandler(evalProgressQuery, () => {
+    refresh();
+    return progress;
+  });
+
+  const attemptOf = (index: number) => (input.attempts ? Number(input.attempts[index]) : 1);
+  let inFlight = 0;
+  const runOne = async (index: number): Promise<void> => {
+    const run = plannedRun(plan, index);
+    const fixture = plan.fixtures[run.fixture];
+    const replay = fixture.replays[run.replay];
+    const child: RunInput = {
+      fixture: fixture.dir,
+      source: { kind: 'replay', path: replay.path, trusted: replay.trusted },
+      backend: plan.backend,
+      approver: plan.approver as RunInput['approver'],
+      ...(plan.host_lost_s ? { host_lost_s: plan.host_lost_s } : {}),
+    };
+    let status: RunStatus;
+    try {
+      const outcome = (await wf.executeChild('agentRun', {
+        args: [child],
+        workflowId: runWorkflowId(batch, plan, run, attemptOf(index)),
+        // A run outlives a parent that is terminated: a resume finds its outcome by its key.
+        parentClosePolicy: 'ABANDON',
+        // The id is the run's key: a second start of the same key is refused, never a second run.
+        workflowIdReusePolicy: 'REJECT_DUPLICATE',
+      })) as RunOutcome;
+      status = outcome.record.status;
+    } catch (err) {
+      // Terminated by hand, or its key already taken: no outcome of its own (the report says which).
+      wf.log.warn('a run of the batch ended without an outcome', { index, error: String(err) });
+      status = 'failed';
+    }
+    progress.by_status[status] = (progress.by_status[status] ?? 0) + 1;
+    if (status === 'completed') progress.completed++;
+    progress.done++;
+  };
+
+  const segmentFull = () => startedHere >= SEGMENT_RUNS || wf.workflowInfo().continueAsNewSuggested;
+  while (next < total && !segmentFull()) {
+    const index = next++;
+    if (attemptOf(index) === 0) {
+      progress.kept++;
+      progress.done++;
+      continue;
+    }
+    await wf.condition(() => inFlight < input.concurrency);
+    inFlight++;
+    startedHere++;
+    progress.running = inFlight;
+    void runOne(index).finally(() => {
+      inFlight--;
+      progress.running = inFlight;
+    });
+  }
+  // The window drains before the batch continues as new or ends: a child's outcome is awaited
+  // by the segment that started it.
+  await wf.condition(() => inFlight === 0);
+  refresh();
+  if (next < total) {
+    await wf.condition(wf.allHandlersFinished);
+    return wf.continueAsNew<typeof agentEval>(input, { next, progress: { ...progress, segment: progress.segment + 1 }, started_at: startedAt, started_runs: (carried?.started_runs ?? 0) + startedHere });
+  }
+  return { progress, out: input.out ?? null };
 }

@@ -84,6 +84,8 @@ export interface Carried {
   turn_interrupted: string | null;
   plan: string | null;
   format_errors: number;
+  /** The task queue of the host that holds the run's workspace (null: the shared queue). */
+  host_queue?: string | null;
 }
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
@@ -113,7 +115,7 @@ const ACTIVITY_FAILURE_REASONS: Record<string, string> = {
  * Every activity: bounded attempts (a crashed worker costs one each), and failures that would
  * repeat on every attempt are not retried at all (activities/index.ts marks them).
  */
-const quick = wf.proxyActivities<Activities>({
+const ACTIVITY_OPTIONS: wf.ActivityOptions = {
   startToCloseTimeout: '10 seconds',
   retry: {
     initialInterval: '500 milliseconds',
@@ -121,7 +123,24 @@ const quick = wf.proxyActivities<Activities>({
     maximumAttempts: 10,
     nonRetryableErrorTypes: ['InfrastructureError', 'DataError', 'ProtocolError', 'ReplayFileError', 'ProviderUnavailable', 'PayloadTooLarge'],
   },
-});
+};
+/** The shared queue: a run's first activity, taken by whichever host is free. */
+const quick = wf.proxyActivities<Activities>(ACTIVITY_OPTIONS);
+const DEFAULT_HOST_LOST_S = 600;
+
+/**
+ * Every later activity goes to the queue of the host that loaded the run. A task that no worker
+ * of that host picks up within `host_lost_s` means the host is gone (Temporal does not retry a
+ * schedule-to-start timeout): the run ends `host_lost` rather than continue elsewhere.
+ */
+function hostActivities(queue: string | null, hostLostS: number | undefined): typeof quick {
+  if (queue === null) return quick;
+  return wf.proxyActivities<Activities>({ ...ACTIVITY_OPTIONS, taskQueue: queue, scheduleToStartTimeout: (hostLostS ?? DEFAULT_HOST_LOST_S) * 1000 });
+}
+
+function isHostLost(err: unknown): boolean {
+  return err instanceof wf.ActivityFailure && err.cause instanceof wf.TimeoutFailure && err.cause.timeoutType === 'SCHEDULE_TO_START';
+}
 
 /** Ends the loop with a terminal status; thrown from helpers, caught once in the main function. */
 class RunStop {
@@ -172,6 +191,10 @@ class AgentRun {
   /** The decisions of the current reply not taken yet, and the interrupt of its turn. */
   private replyRest: DecisionView[] = [];
   private turnInterrupted: string | null = null;
+  /** The host that holds the run, and its activities; `hostLost` once it is found gone. */
+  private hostQueue: string | null = null;
+  private act = quick;
+  private hostLost = false;
 
   constructor(carried?: Carried) {
     this.trace = new Trace(carried?.unstored_trace ?? [], carried?.next_seq ?? 1);
@@ -226,8 +249,10 @@ class AgentRun {
     // gate and the sandbox check out. The replay is read here, once, into the host store.
     const loaded = await quick.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
+    this.pinTo(loaded.host_queue ?? null);
     if (input.backend === 'docker') {
-      const evidence = await quick.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, []);
+      const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, []));
+      if (evidence === null) return this.finish(new RunStop('failed', 'host_lost', this.hostLostDetail()));
       this.view.isolation = evidence;
       this.trace.add('isolation_checked', evidence);
       if (!evidence.verified) {
@@ -250,7 +275,7 @@ class AgentRun {
     this.setStatus('running');
 
     const stop = await this.withDeadline(async () => {
-      await quick.prepareWorkspace.executeWithOptions(
+      await this.act.prepareWorkspace.executeWithOptions(
         { startToCloseTimeout: '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
         [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir }],
       );
@@ -262,6 +287,7 @@ class AgentRun {
   /** The next segment of a run that continued as new: same workspace, counters, deadline and trace numbering. */
   async resume(input: ParsedRunInput, carried: Carried): Promise<RunOutcome> {
     this.input = input;
+    this.pinTo(carried.host_queue ?? null);
     this.ref = carried.ref;
     this.source = carried.source;
     this.budgets = carried.view.budgets!;
@@ -350,7 +376,7 @@ class AgentRun {
       const messages = this.steering.splice(0);
       for (const message of messages) this.transcript.append.push({ message });
       this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages, ...(retries > 0 ? { retry: retries } : {}) });
-      const result: DecideResult = await quick.decide.executeWithOptions(
+      const result: DecideResult = await this.act.decide.executeWithOptions(
         {
           startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
           summary: `decide turn ${this.view.counters.turns}`,
@@ -457,7 +483,7 @@ class AgentRun {
     // The call's own limit only: the deadline is the workflow timer's, which cancels the call, so
     // a call cut by the deadline gets the harness's result rather than a tool timeout.
     const timeout = this.budgets.call_timeout_s * 1000;
-    const result = await quick.executeTool.executeWithOptions(
+    const result = await this.act.executeTool.executeWithOptions(
       {
         startToCloseTimeout: timeout + 5000,
         heartbeatTimeout: '10 seconds',
@@ -495,7 +521,7 @@ class AgentRun {
     if (policy.decision === 'deny') {
       return errorResult(call.call_id, 'write_denied', { path, rules: policy.matched.filter((r) => r.decision === 'deny') });
     }
-    const prepared = await quick.preparePatch.executeWithOptions({ summary: `prepare apply_patch ${path}` }, [this.ref, call]);
+    const prepared = await this.act.preparePatch.executeWithOptions({ summary: `prepare apply_patch ${path}` }, [this.ref, call]);
     if (prepared.kind === 'rejected') return prepared.result;
     if (prepared.kind === 'already_written') {
       const { action_id, before, after } = prepared;
@@ -522,7 +548,7 @@ class AgentRun {
     if (decision.decision === 'reject') {
       return errorResult(call.call_id, 'approval_rejected', { action_id: action.action_id, principal: decision.principal ?? null, reason: decision.reason ?? null });
     }
-    const outcome = await quick.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
+    const outcome = await this.act.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
     const ids = { call_id: call.call_id, action_id: action.action_id };
     switch (outcome.kind) {
       case 'approval_stale':
@@ -597,7 +623,7 @@ class AgentRun {
     this.setStatus('verifying');
     this.trace.add('verification_started', { final: finalText });
     const timeout = Math.max(1000, this.msLeft());
-    const findings = await quick.verify.executeWithOptions(
+    const findings = await this.act.verify.executeWithOptions(
       {
         startToCloseTimeout: timeout,
         heartbeatTimeout: '10 seconds',
@@ -653,6 +679,7 @@ class AgentRun {
       turn_interrupted: this.turnInterrupted,
       plan: this.plan,
       format_errors: this.formatErrors,
+      host_queue: this.hostQueue,
     };
     return wf.continueAsNew<typeof agentRun>(this.input, carried);
   }
@@ -663,7 +690,7 @@ class AgentRun {
     if (batches.length === 0) batches.push([]);
     for (const [i, events] of batches.entries()) {
       const last = i === batches.length - 1;
-      const head = await quick.persist.executeWithOptions(
+      const head = await this.act.persist.executeWithOptions(
         { summary: `store ${events.length} trace events` },
         [{ run_id: this.view.run_id, trace: events, transcript: last ? this.transcript : { head: this.transcript.head, append: [] } }],
       );
@@ -701,6 +728,10 @@ class AgentRun {
         if (wf.CancellationScope.current().consideredCancelled) return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
         if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
       }
+      if (isHostLost(err)) {
+        this.hostLost = true;
+        return new RunStop('failed', 'host_lost', this.hostLostDetail());
+      }
       // A non-retryable activity failure still ends the run with a status and a reason.
       if (err instanceof wf.ActivityFailure && err.cause instanceof ApplicationFailure) {
         const reason = ACTIVITY_FAILURE_REASONS[err.cause.type ?? ''] ?? 'activity_failed';
@@ -725,16 +756,39 @@ class AgentRun {
     this.view.reason = stop.reason === '' ? null : stop.reason;
     this.view.detail = stop.detail;
     this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached });
-    await wf.CancellationScope.nonCancellable(async () => {
-      if (this.view.verification === null && this.ref) this.view.diff_paths = await quick.diffPaths({ run_id: this.ref.run_id });
-      await this.storeTrace();
-    });
+    // A lost host's store is gone with it: the trace then lives in history only.
+    if (!this.hostLost) {
+      await wf.CancellationScope.nonCancellable(async () => {
+        if (this.view.verification === null && this.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
+        await this.storeTrace();
+      });
+    }
     this.setStatus(stop.status);
     const record = buildRecord(this.view);
     return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.transcript.head };
   }
 
   // ---- small helpers ----
+
+  private pinTo(queue: string | null): void {
+    this.hostQueue = queue;
+    this.act = hostActivities(queue, this.input.host_lost_s);
+  }
+
+  /** Runs a host activity outside the deadline scope; null when the host is gone. */
+  private async onHost<T>(fn: () => Promise<T>): Promise<T | null> {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!isHostLost(err)) throw err;
+      this.hostLost = true;
+      return null;
+    }
+  }
+
+  private hostLostDetail(): string {
+    return `no worker of ${this.hostQueue ?? 'the shared queue'} took the run's next task within ${this.input.host_lost_s ?? DEFAULT_HOST_LOST_S} s: the host that holds the workspace is gone`;
+  }
 
   private setStatus(status: RunStatus): void {
     this.view.status = status;

@@ -1,0 +1,243 @@
+/**
+ * The command line's side of a batch: the plan, a resume (which runs to start again), the live
+ * progress line, and the report files, assembled from the runs' own results (each run's full
+ * record is its child workflow's result, found by its key).
+ */
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { basename, join, resolve } from 'node:path';
+import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
+import type { RunOutcome } from '../workflows/agentRun';
+import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
+import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
+import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
+import { reportHtml, type HtmlRunExtra } from '../core/report-html';
+import type { RunRecord } from '../core/contracts';
+import { replayTrusted, type Settings } from '../worker/settings';
+import { openStore } from './stored-trace';
+
+/** Outcomes of the harness's environment, not of the agent: a resume starts these runs again. */
+export function isInfrastructureOutcome(outcome: RunOutcome): boolean {
+  const reason = outcome.record.reason;
+  if (reason === 'infrastructure_error' || reason === 'host_lost') return true;
+  return reason === 'isolation_unverified' && (outcome.state.detail === 'runtime_unavailable' || outcome.state.isolation?.reason_detail === 'runtime_unavailable');
+}
+
+/** Each argument is a fixture folder (with fixture.json) or a folder of fixture folders. */
+export function findFixtures(dirs: string[]): string[] {
+  const found = new Set<string>();
+  for (const dir of dirs.map((d) => resolve(d))) {
+    if (!existsSync(dir)) throw new Error(`no such folder: ${dir}`);
+    if (existsSync(join(dir, 'fixture.json'))) found.add(dir);
+    else for (const name of readdirSync(dir).sort()) if (existsSync(join(dir, name, 'fixture.json'))) found.add(join(dir, name));
+  }
+  return [...found].sort();
+}
+
+export function replaysOf(fixture: string): string[] {
+  const dir = join(fixture, 'replays');
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir).filter((f) => f.endsWith('.json')).sort().map((f) => join(dir, f));
+}
+
+export interface PlanOptions {
+  epochs: number;
+  backend: 'local' | 'docker';
+  approver: string;
+  trustReplay: boolean;
+  hostLostS?: number;
+}
+
+export function buildPlan(settings: Settings, dirs: string[], o: PlanOptions): EvalPlan {
+  const fixtures = findFixtures(dirs)
+    .map((dir) => ({ dir, replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: replayTrusted(settings, path, o.trustReplay) })) }))
+    .filter((f) => f.replays.length > 0);
+  return { fixtures, epochs: o.epochs, backend: o.backend, approver: o.approver, ...(o.hostLostS ? { host_lost_s: o.hostLostS } : {}) };
+}
+
+/** The input a batch was started with, read from its history (its latest run carries the same input). */
+export async function batchInput(client: Client, batch: string): Promise<EvalInput | null> {
+  const handle = client.workflow.getHandle(batch);
+  try {
+    await handle.describe();
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return null;
+    throw err;
+  }
+  const history = await handle.fetchHistory();
+  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+  return payload ? defaultPayloadConverter.fromPayload<EvalInput>(payload) : null;
+}
+
+type Attempt =
+  | { kind: 'done'; outcome: RunOutcome; workflowId: string; startedAt: Date; closedAt: Date | null }
+  | { kind: 'running'; handle: WorkflowHandle; workflowId: string }
+  | { kind: 'abnormal'; status: string; workflowId: string };
+
+const MAX_ATTEMPTS = 9;
+
+/** Every attempt of one run, in order, as Temporal holds them. */
+async function attemptsOf(client: Client, batch: string, plan: EvalPlan, index: number, wait: boolean): Promise<Attempt[]> {
+  const run = plannedRun(plan, index);
+  const attempts: Attempt[] = [];
+  for (let n = 1; n <= MAX_ATTEMPTS; n++) {
+    const workflowId = runWorkflowId(batch, plan, run, n);
+    const handle = client.workflow.getHandle(workflowId);
+    let described;
+    try {
+      described = await handle.describe();
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) break;
+      throw err;
+    }
+    let status = described.status.name;
+    if (status === 'RUNNING' && wait) {
+      await handle.result().catch(() => undefined);
+      described = await handle.describe();
+      status = described.status.name;
+    }
+    if (status === 'RUNNING') attempts.push({ kind: 'running', handle, workflowId });
+    else if (status === 'COMPLETED' || status === 'CONTINUED_AS_NEW') attempts.push({ kind: 'done', outcome: (await handle.result()) as RunOutcome, workflowId, startedAt: described.startTime, closedAt: described.closeTime ?? null });
+    else attempts.push({ kind: 'abnormal', status, workflowId });
+  }
+  return attempts;
+}
+
+async function pool<T, R>(items: T[], width: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(width, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        results[i] = await fn(items[i]);
+      }
+    }),
+  );
+  return results;
+}
+
+/**
+ * What a resume starts, per run: missing runs and runs whose last attempt ended on
+ * infrastructure get their next attempt; everything else (agent and verifier outcomes, runs
+ * still going) is kept.
+ */
+export async function resumeAttempts(client: Client, batch: string, plan: EvalPlan): Promise<{ attempts: string; retry: number; missing: number; kept: number }> {
+  const all = await pool(Array.from({ length: planSize(plan) }, (_, i) => i), 16, (i) => attemptsOf(client, batch, plan, i, false));
+  let retry = 0;
+  let missing = 0;
+  const attempts = all.map((as) => {
+    const last = as.at(-1);
+    if (last === undefined) {
+      missing++;
+      return '1';
+    }
+    const again = last.kind === 'abnormal' || (last.kind === 'done' && isInfrastructureOutcome(last.outcome));
+    if (!again || as.length >= MAX_ATTEMPTS) return '0';
+    retry++;
+    return String(as.length + 1);
+  });
+  return { attempts: attempts.join(''), retry, missing, kept: attempts.length - retry - missing };
+}
+
+function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
+  if (a.kind === 'done') return a.outcome.record;
+  const run = plannedRun(plan, index);
+  const fixture = plan.fixtures[run.fixture];
+  return { fixture: basename(fixture.dir), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {} };
+}
+
+export interface Collected {
+  report: EvalReport;
+  extras: HtmlRunExtra[];
+  durations: Record<string, number | null>;
+}
+
+const traceLine = (e: { seq: number; type: string; call_id?: string; data: unknown }) => {
+  const data = JSON.stringify(e.data ?? null);
+  return `${e.seq} ${e.type}${e.call_id ? ` ${e.call_id}` : ''} ${data.length > 160 ? `${data.slice(0, 157)}...` : data}`;
+};
+
+/** The report of a finished batch: each run's last attempt, with its first outcome kept when it was retried. */
+export async function collectReport(client: Client, settings: Settings, batch: string, plan: EvalPlan, webUi: string | null): Promise<Collected> {
+  const all = await pool(Array.from({ length: planSize(plan) }, (_, i) => i), 16, (i) => attemptsOf(client, batch, plan, i, true));
+  const store = openStore(settings.stateDir);
+  try {
+    const rows = all.map((as, index) => {
+      const last = as.at(-1) ?? ({ kind: 'abnormal', status: 'MISSING', workflowId: runWorkflowId(batch, plan, plannedRun(plan, index), 1) } as Attempt);
+      const record = recordOf(last, plan, index);
+      const first = as.length > 1 ? recordOf(as[0], plan, index) : null;
+      const run: EvalRun = { ...record, epoch: plannedRun(plan, index).epoch, ...(first ? { retried: { attempts: as.length, first: { status: first.status, reason: first.reason } } } : {}) };
+      const duration = last.kind === 'done' && last.closedAt ? Math.round((last.closedAt.getTime() - last.startedAt.getTime()) / 100) / 10 : null;
+      const events = last.kind === 'done' && store ? store.trace(last.outcome.state.run_id) : [];
+      const extra: HtmlRunExtra = {
+        duration_s: duration,
+        workflow_id: last.workflowId,
+        web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(settings.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
+        trace: events.length > 0 ? events.map(traceLine) : null,
+      };
+      return { run, extra };
+    });
+    // The report's order (fixture, replay, epoch) for the extras too.
+    const report = buildReport(rows.map((r) => r.run));
+    const order = new Map(rows.map((r) => [r.run, r.extra]));
+    const extras = report.runs.map((r) => order.get(r)!);
+    const durations = Object.fromEntries(extras.map((e) => [e.workflow_id, e.duration_s]));
+    return { report, extras, durations };
+  } finally {
+    store?.close();
+  }
+}
+
+export function writeOutputs(outDir: string, collected: Collected, timing: Record<string, unknown>): void {
+  mkdirSync(outDir, { recursive: true });
+  writeFileSync(join(outDir, 'report.json'), reportJson(collected.report));
+  writeFileSync(join(outDir, 'report.md'), reportMarkdown(collected.report));
+  writeFileSync(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras));
+  writeFileSync(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations }, null, 2)}\n`);
+}
+
+// ---- progress ----
+
+const clock = (s: number | null) => (s === null ? '?' : s >= 3600 ? `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60)}m` : s >= 60 ? `${Math.floor(s / 60)}m${s % 60}s` : `${s}s`);
+
+export function progressLine(batch: string, p: EvalProgress): string {
+  const width = 24;
+  const filled = p.total > 0 ? Math.round((width * p.done) / p.total) : 0;
+  return `${batch} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${p.done}/${p.total} done, ${p.completed} completed, ${p.running} running, ETA ${clock(p.eta_s)}`;
+}
+
+/**
+ * Shows the batch's progress (its `progress` Query) until it ends: one line rewritten in place
+ * on a terminal, plain lines when `stream` is not one (at most one per 5 s, and when it ends).
+ */
+export async function followBatch(handle: WorkflowHandle, stream: NodeJS.WriteStream): Promise<EvalResult> {
+  const tty = stream.isTTY === true;
+  let lastLine = '';
+  let lastAt = 0;
+  let finished = false;
+  const result = handle.result().finally(() => (finished = true)) as Promise<EvalResult>;
+  const show = (p: EvalProgress, force = false) => {
+    const line = progressLine(handle.workflowId, p);
+    if (tty) stream.write(`\r\x1b[K${line}`);
+    else if (force || (line !== lastLine && performance.now() - lastAt > 5000)) {
+      stream.write(`${line}\n`);
+      lastAt = performance.now();
+    }
+    lastLine = line;
+  };
+  while (!finished) {
+    try {
+      show(await handle.query<EvalProgress>('progress'));
+    } catch {
+      // Between segments (continue-as-new) or while no worker answers: try again.
+    }
+    await Promise.race([result.catch(() => undefined), new Promise((r) => setTimeout(r, 1000))]);
+  }
+  const end = await result;
+  show(end.progress, true);
+  if (tty) stream.write('\n');
+  return end;
+}
+
+export { planSize };

@@ -1,0 +1,37 @@
+/**
+ * A batch's plan: fixtures, their replays, epochs and one configuration. Run `i` of a batch is a
+ * pure function of the plan, and each attempt of it has a workflow id made of its key.
+ */
+export interface EvalPlan {
+  fixtures: { dir: string; replays: { path: string; name: string; trusted: boolean }[] }[];
+  epochs: number;
+  backend: 'local' | 'docker';
+  approver: string;
+  host_lost_s?: number;
+}
+
+export interface PlannedRun {
+  index: number;
+  fixture: number;
+  replay: number;
+  epoch: number;
+}
+
+/** Run `index` of the plan: epochs outermost, so the first epoch of every pair runs first. */
+export function plannedRun(plan: EvalPlan, index: number): PlannedRun {
+  const pairs = plan.fixtures.flatMap((f, fi) => f.replays.map((_, ri) => [fi, ri] as const));
+  const [fixture, replay] = pairs[index % pairs.length];
+  return { index, fixture, replay, epoch: Math.floor(index / pairs.length) + 1 };
+}
+
+export function planSize(plan: EvalPlan): number {
+  return plan.fixtures.reduce((n, f) => n + f.replays.length, 0) * plan.epochs;
+}
+
+/** The child workflow id of a run's attempt: its key in the batch. */
+export function runWorkflowId(batch: string, plan: EvalPlan, run: PlannedRun, attempt: number): string {
+  const fixture = plan.fixtures[run.fixture];
+  const name = fixture.dir.split('/').filter(Boolean).pop() ?? 'fixture';
+  return `${batch}/${name}/${fixture.replays[run.replay].name}/e${run.epoch}${attempt > 1 ? `~${attempt}` : ''}`;
+}
+
