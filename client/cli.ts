@@ -309,19 +309,20 @@ const COMMANDS: Record<string, Command> = {
       const webUi = session.embedded ? `http://localhost:${session.settings.devUiPort}` : (process.env.AGENT_WEB_UI_URL ?? null);
       const collected = await session.withWorker(async () => {
         const handle = session.client.workflow.getHandle(batch);
-        const running = previous !== null && (await handle.describe()).status.name === 'RUNNING';
-        if (running) {
+        if (previous !== null && (await handle.describe()).status.name === 'RUNNING') {
           process.stderr.write(`${batch} is still running: following it\n`);
-        } else {
-          const input: EvalInput = { plan, concurrency, out: outDir };
-          if (previous) {
-            const resume = await resumeAttempts(session.client, batch, plan);
-            input.attempts = resume.attempts;
-            process.stderr.write(`${batch}: resuming; ${resume.retry} runs retried after infrastructure outcomes, ${resume.missing} missing, ${resume.kept} kept\n`);
-          }
-          await session.client.workflow.start('agentEval', { taskQueue: session.settings.taskQueue, workflowId: batch, args: [input] });
-          process.stderr.write(`workflow ${batch}: ${total} runs, ${concurrency} at a time\n`);
+          await follow(handle, process.stderr);
         }
+        // A fresh batch, or a resume of a closed one: start what is missing or ended on infrastructure.
+        const input: EvalInput = { plan, concurrency, out: outDir };
+        if (previous) {
+          const resume = await resumeAttempts(session.client, batch, plan);
+          process.stderr.write(`${batch}: resuming; ${resume.retry} runs retried after infrastructure outcomes, ${resume.missing} missing, ${resume.kept} kept\n`);
+          if (resume.retry + resume.missing === 0) return collectReport(session.client, session.settings, batch, plan, webUi);
+          input.attempts = resume.attempts;
+        }
+        await session.client.workflow.start('agentEval', { taskQueue: session.settings.taskQueue, workflowId: batch, args: [input] });
+        process.stderr.write(`workflow ${batch}: ${total} runs, ${concurrency} at a time\n`);
         await follow(handle, process.stderr);
         return collectReport(session.client, session.settings, batch, plan, webUi);
       });

@@ -758,10 +758,15 @@ class AgentRun {
     this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
-      await wf.CancellationScope.nonCancellable(async () => {
-        if (this.view.verification === null && this.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
-        await this.storeTrace();
-      });
+      const stored = await this.onHost(() =>
+        wf.CancellationScope.nonCancellable(async () => {
+          if (this.view.verification === null && this.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
+          await this.storeTrace();
+          return true;
+        }),
+      );
+      // The outcome stands (it was reached on the host); only its trace is not stored.
+      if (stored === null) this.view.detail = [stop.detail, `trace not stored: ${this.hostLostDetail()}`].filter(Boolean).join('; ');
     }
     this.setStatus(stop.status);
     const record = buildRecord(this.view);
