@@ -156,7 +156,8 @@ describe('npm run agent on the embedded default', () => {
       ['wordcount-node', 'canonical', 'completed'],
     ]);
     expect(report.summary).toEqual({ runs: 4, completed: 2, failed: 2 });
-    expect(readFileSync(join(outA, 'report.md'), 'utf8')).toContain('| linkcheck-nested | canonical | completed |');
+    expect(readFileSync(join(outA, 'report.md'), 'utf8')).toContain('| linkcheck-nested | canonical | 1 | completed |');
+    expect(readFileSync(join(outA, 'report.html'), 'utf8')).toContain('"replay":"canonical"');
     expect(JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8'))).toMatchObject({ runs: 4, concurrency: 3 });
   });
 
