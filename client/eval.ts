@@ -97,7 +97,7 @@ async function attemptsOf(client: Client, batch: string, plan: EvalPlan, index: 
       status = described.status.name;
     }
     if (status === 'RUNNING') attempts.push({ kind: 'running', handle, workflowId });
-    else if (status === 'COMPLETED' || status === 'CONTINUED_AS_NEW') attempts.push({ kind: 'done', outcome: (await handle.result()) as RunOutcome, workflowId, startedAt: described.startTime, closedAt: described.closeTime ?? null });
+    else if (status === 'COMPLETED') attempts.push({ kind: 'done', outcome: (await handle.result()) as RunOutcome, workflowId, startedAt: described.startTime, closedAt: described.closeTime ?? null });
     else attempts.push({ kind: 'abnormal', status, workflowId });
   }
   return attempts;

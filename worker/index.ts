@@ -145,7 +145,11 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
 export function hostId(stateDir: string): string {
   const file = join(stateDir, 'host-id');
   if (existsSync(file)) return readFileSync(file, 'utf8').trim();
-  const id = `host-${randomBytes(6).toString('hex')}`;
-  writeFileSync(file, `${id}\n`, { flag: 'wx' });
-  return id;
+  try {
+    writeFileSync(file, `host-${randomBytes(6).toString('hex')}\n`, { flag: 'wx' });
+  } catch (err) {
+    // Another worker of this host made it first: its id is this host's.
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  return readFileSync(file, 'utf8').trim();
 }

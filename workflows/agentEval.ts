@@ -47,7 +47,6 @@ export interface EvalCarried {
   next: number;
   progress: EvalProgress;
   started_at: number;
-  started_runs: number;
 }
 
 export interface EvalResult {
@@ -136,7 +135,7 @@ export async function agentEval(input: EvalInput, carried?: EvalCarried): Promis
   refresh();
   if (next < total) {
     await wf.condition(wf.allHandlersFinished);
-    return wf.continueAsNew<typeof agentEval>(input, { next, progress: { ...progress, segment: progress.segment + 1 }, started_at: startedAt, started_runs: (carried?.started_runs ?? 0) + startedHere });
+    return wf.continueAsNew<typeof agentEval>(input, { next, progress: { ...progress, segment: progress.segment + 1 }, started_at: startedAt });
   }
   return { progress, out: input.out ?? null };
 }

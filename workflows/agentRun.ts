@@ -728,10 +728,7 @@ class AgentRun {
         if (wf.CancellationScope.current().consideredCancelled) return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
         if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
       }
-      if (isHostLost(err)) {
-        this.hostLost = true;
-        return new RunStop('failed', 'host_lost', this.hostLostDetail());
-      }
+      if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
       // A non-retryable activity failure still ends the run with a status and a reason.
       if (err instanceof wf.ActivityFailure && err.cause instanceof ApplicationFailure) {
         const reason = ACTIVITY_FAILURE_REASONS[err.cause.type ?? ''] ?? 'activity_failed';
@@ -785,10 +782,16 @@ class AgentRun {
     try {
       return await fn();
     } catch (err) {
-      if (!isHostLost(err)) throw err;
-      this.hostLost = true;
+      if (!this.noteHostLost(err)) throw err;
       return null;
     }
+  }
+
+  /** True (and remembered) when `err` says the run's host is gone. */
+  private noteHostLost(err: unknown): boolean {
+    const lost = isHostLost(err);
+    if (lost) this.hostLost = true;
+    return lost;
   }
 
   private hostLostDetail(): string {
