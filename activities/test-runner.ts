@@ -1,10 +1,11 @@
 /**
  * Runs a fixture's candidate tests through a backend and reads the counts from the JUnit
- * report. Used by the run_tests tool and by the verifier alike.
+ * report (pytest's --junitxml, Node's junit reporter, or for the junit format whatever runner
+ * the fixture names, writing to {junit}). Used by the run_tests tool and by the verifier alike.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Fixture } from '../core/contracts';
+import { JUNIT_PLACEHOLDER, type Fixture } from '../core/contracts';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from './config';
 import { parseJunit } from './junit';
@@ -29,6 +30,8 @@ const REPORT = '{out}/junit.xml';
 export function testArgv(tests: Fixture['tests']): string[] {
   const [exe, ...rest] = tests.command;
   if (tests.format === 'pytest') return [exe, ...rest, `--junitxml=${REPORT}`];
+  // junit: any runner; the fixture's command says where its report goes.
+  if (tests.format === 'junit') return tests.command.map((a) => a.replaceAll(JUNIT_PLACEHOLDER, REPORT));
   // node-test: runner flags must come before the test paths, right after `node`.
   return [exe, '--test-reporter=junit', `--test-reporter-destination=${REPORT}`, '--test-reporter=spec', '--test-reporter-destination=stdout', ...rest];
 }

@@ -53,19 +53,37 @@ export type Budgets = z.infer<typeof budgetsSchema>;
 
 const command = z.array(z.string().min(1)).min(1);
 
+/** In a junit-format test command: the path where the runner must write its JUnit XML report. */
+export const JUNIT_PLACEHOLDER = '{junit}';
+
 export const fixtureSchema = z.strictObject({
   schema_version: z.literal(1),
   id: z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'fixture id: lowercase letters, digits, . _ -'),
   task: z.string().min(1),
   writable: z.array(z.string().min(1)),
   new_files: z.array(z.string().min(1)),
-  tests: z.strictObject({
-    command,
-    format: z.enum(['pytest', 'node-test']),
-    timeout_s: z.number().positive(),
-  }),
+  tests: z
+    .strictObject({
+      command,
+      format: z.enum(['pytest', 'node-test', 'junit']),
+      timeout_s: z.number().positive(),
+    })
+    .refine((t) => (t.format === 'junit') === t.command.some((a) => a.includes(JUNIT_PLACEHOLDER)), {
+      message: `tests.command: the junit format needs ${JUNIT_PLACEHOLDER} in the command (where the runner writes its JUnit XML report), and only that format may use it`,
+      path: ['command'],
+    }),
   acceptance: z.strictObject({ command, timeout_s: z.number().positive() }),
   budgets: budgetsSchema,
+  /** Where a fixture taken from a real project comes from: repo/ is the tree at base_commit. */
+  origin: z
+    .strictObject({
+      repository: z.string().regex(/^https:\/\/[^\s]+$/, 'origin.repository: an https URL'),
+      fix_commit: z.string().regex(/^[0-9a-f]{40}$/, 'origin.fix_commit: a 40-digit commit id'),
+      base_commit: z.string().regex(/^[0-9a-f]{40}$/, 'origin.base_commit: a 40-digit commit id'),
+      license: z.string().min(1),
+      notes: z.string().optional(),
+    })
+    .optional(),
 });
 export type Fixture = z.infer<typeof fixtureSchema>;
 
