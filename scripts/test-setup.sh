@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What `npm test` needs besides Node packages, prepared when missing: the tools environment
-# (Temporal CLI, pytest), a Docker engine and the sandbox image. When that is impossible here,
+# (Temporal CLI, pytest), a Docker engine and the sandbox image, and a headless Chromium. When that is impossible here,
 # one message says why and what to do, and the tests do not start.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +15,8 @@ bash scripts/install-tools.sh || fail "the pinned Temporal CLI and pytest could 
 if ! log=$(bash scripts/ensure-docker.sh 2>&1 >/dev/null); then
   echo "$log" | tail -n 5 >&2
   fail "the docker suites need a Docker engine and the sandbox image" "run once as root (it installs docker.io and builds the image from debootstrap), or start dockerd and run scripts/ensure-docker.sh"
+fi
+if ! log=$(bash scripts/ensure-chromium.sh 2>&1 >/dev/null); then
+  echo "$log" | tail -n 5 >&2
+  fail "the browser tests need Debian's chromium" "run once as root (it installs chromium with apt), or set CHROMIUM_BIN to a Chromium binary"
 fi

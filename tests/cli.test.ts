@@ -1,9 +1,11 @@
 import { execFile, spawn } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../client/temporal-bin';
+import { launchChromium, testOutput } from './helpers/browser';
 import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
 import { CANONICAL_RECORD } from './helpers/temporal';
@@ -141,8 +143,11 @@ describe('npm run agent on the embedded default', () => {
     expect(JSON.parse(failed.stdout)).toMatchObject({ status: 'failed', reason: 'replay_untrusted', writes: 0 });
   });
 
+  let evalOut: string | undefined;
+
   it('evaluates a batch as a parent workflow with a byte-identical report.json for the same inputs', async () => {
     const outA = tempDir('eval-a');
+    evalOut = outA;
     const outB = tempDir('eval-b');
     await cli('eval', 'fixtures/linkcheck-nested', 'fixtures/wordcount-node', '--out', outA, '--concurrency', '3');
     await cli('eval', 'fixtures/wordcount-node', 'fixtures/linkcheck-nested', '--out', outB, '--concurrency', '1');
@@ -159,6 +164,53 @@ describe('npm run agent on the embedded default', () => {
     expect(readFileSync(join(outA, 'report.md'), 'utf8')).toContain('| linkcheck-nested | canonical | 1 | completed |');
     expect(readFileSync(join(outA, 'report.html'), 'utf8')).toContain('"replay":"canonical"');
     expect(JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8'))).toMatchObject({ runs: 4, concurrency: 3 });
+  });
+
+  it('report.html opens from disk in headless Chromium: every run a row, the status filter, a screenshot', async () => {
+    expect(evalOut).toBeDefined();
+    const report = JSON.parse(readFileSync(join(evalOut!, 'report.json'), 'utf8')) as { runs: { status: string }[] };
+    const browser = await launchChromium();
+    try {
+      const page = await browser.newPage();
+      const requests: string[] = [];
+      page.on('request', (r) => requests.push(r.url()));
+      const errors: string[] = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      await page.goto(pathToFileURL(join(evalOut!, 'report.html')).href);
+      expect(await page.locator('#runs tbody tr.run').count()).toBe(report.runs.length);
+      expect(await page.textContent('#shown')).toBe(`${report.runs.length} of ${report.runs.length} runs shown`);
+      expect(await page.locator('#summary .card').first().textContent()).toBe(`${report.runs.length}runs`);
+
+      await page.selectOption('#status-filter', 'completed');
+      const completed = report.runs.filter((r) => r.status === 'completed').length;
+      expect(completed).toBeGreaterThan(0);
+      expect(completed).toBeLessThan(report.runs.length);
+      expect(await page.locator('#runs tbody tr.run').count()).toBe(completed);
+      expect(await page.locator('#runs tbody td.status').allTextContents()).toEqual(Array(completed).fill('completed'));
+      expect(await page.textContent('#shown')).toBe(`${completed} of ${report.runs.length} runs shown`);
+
+      // Sorting by status, descending, then back to every run: failed rows come first.
+      await page.selectOption('#status-filter', '');
+      await page.click('th[data-column="status"]');
+      await page.click('th[data-column="status"]');
+      expect(await page.locator('#runs tbody td.status').first().textContent()).toBe('failed');
+      // Each run links to the Temporal Web UI and carries its trace.
+      const link = await page.locator('#runs tbody tr.run a').first().getAttribute('href');
+      expect(link).toMatch(new RegExp(`^http://localhost:${uiPort}/namespaces/default/workflows/eval-`));
+      expect(await page.locator('#runs tbody tr.run details summary').first().textContent()).toMatch(/^\d+ events$/);
+
+      const shot = testOutput('report-html.png');
+      await page.screenshot({ path: shot, fullPage: true });
+      expect(statSync(shot).size).toBeGreaterThan(1000);
+      expect(errors).toEqual([]);
+      // The link opens the run in the dev server's Web UI.
+      const ui = await browser.newPage();
+      expect((await ui.goto(link!))?.status()).toBe(200);
+      // Self-contained: the page fetched nothing but itself.
+      expect(requests.filter((u) => !u.startsWith('file:'))).toEqual([]);
+    } finally {
+      await browser.close();
+    }
   });
 
   it('explains usage errors precisely', async () => {
