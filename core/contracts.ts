@@ -69,7 +69,7 @@ export const fixtureSchema = z.strictObject({
       timeout_s: z.number().positive(),
     })
     .refine((t) => (t.format === 'junit') === t.command.some((a) => a.includes(JUNIT_PLACEHOLDER)), {
-      message: `tests.command: the junit format needs ${JUNIT_PLACEHOLDER} in the command (where the runner writes its JUnit XML report), and only that format may use it`,
+      message: `the junit format needs ${JUNIT_PLACEHOLDER} in the command (where the runner writes its JUnit XML report), and only that format may use it`,
       path: ['command'],
     }),
   acceptance: z.strictObject({ command, timeout_s: z.number().positive() }),
@@ -77,9 +77,9 @@ export const fixtureSchema = z.strictObject({
   /** Where a fixture taken from a real project comes from: repo/ is the tree at base_commit. */
   origin: z
     .strictObject({
-      repository: z.string().regex(/^https:\/\/[^\s]+$/, 'origin.repository: an https URL'),
-      fix_commit: z.string().regex(/^[0-9a-f]{40}$/, 'origin.fix_commit: a 40-digit commit id'),
-      base_commit: z.string().regex(/^[0-9a-f]{40}$/, 'origin.base_commit: a 40-digit commit id'),
+      repository: z.string().regex(/^https:\/\/[^\s]+$/, 'an https URL'),
+      fix_commit: z.string().regex(/^[0-9a-f]{40}$/, 'a 40-digit commit id'),
+      base_commit: z.string().regex(/^[0-9a-f]{40}$/, 'a 40-digit commit id'),
       license: z.string().min(1),
       notes: z.string().optional(),
     })
