@@ -159,11 +159,12 @@ describe('npm run agent on the embedded default', () => {
       ['linkcheck-nested', 'canonical', 'completed'],
       ['linkcheck-nested', 'no-work', 'failed'],
       ['wordcount-node', 'canonical', 'completed'],
+      ['wordcount-node', 'wrong-fix', 'failed'],
     ]);
-    expect(report.summary).toEqual({ runs: 4, completed: 2, failed: 2 });
+    expect(report.summary).toEqual({ runs: 5, completed: 2, failed: 3 });
     expect(readFileSync(join(outA, 'report.md'), 'utf8')).toContain('| linkcheck-nested | canonical | 1 | completed |');
     expect(readFileSync(join(outA, 'report.html'), 'utf8')).toContain('"replay":"canonical"');
-    expect(JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8'))).toMatchObject({ runs: 4, concurrency: 3 });
+    expect(JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8'))).toMatchObject({ runs: 5, concurrency: 3 });
   });
 
   it('report.html opens from disk in headless Chromium: every run a row, the status filter, a screenshot', async () => {
