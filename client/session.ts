@@ -7,8 +7,9 @@ import { spawn } from 'node:child_process';
 import { existsSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { NativeConnection, Runtime } from '@temporalio/worker';
 import { createWorker, type HostWorkers } from '../worker';
+import { runtimeLogger } from '../worker/logger';
 import { readSettings, type Settings } from '../worker/settings';
 import { ensureDevServer } from './dev-server';
 
@@ -25,7 +26,7 @@ export interface Session {
 }
 
 export async function openSession(settings: Settings = readSettings()): Promise<Session> {
-  Runtime.install({ logger: new DefaultLogger('WARN') });
+  Runtime.install({ logger: runtimeLogger('WARN') });
   const embedded = settings.temporalAddress === null;
   const address = embedded ? (await ensureDevServer({ stateDir: settings.stateDir, namespace: settings.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address : settings.temporalAddress!;
   const connection = await Connection.connect({ address });

@@ -1,11 +1,12 @@
 /** `npm run worker`: a standalone worker for the configured cluster (or the embedded dev server). */
-import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { NativeConnection, Runtime } from '@temporalio/worker';
+import { runtimeLogger } from './logger';
 import { ensureDevServer } from '../client/dev-server';
 import { readSettings } from './settings';
 import { createWorker } from './index';
 
 async function main(): Promise<void> {
-  Runtime.install({ logger: new DefaultLogger('WARN') });
+  Runtime.install({ logger: runtimeLogger('WARN') });
   const settings = readSettings();
   const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await NativeConnection.connect({ address });

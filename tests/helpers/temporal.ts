@@ -4,7 +4,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { Runtime } from '@temporalio/worker';
 import { openStore, storedTrace } from '../../client/stored-trace';
 import { temporalBinary } from '../../client/temporal-bin';
 import type { Decision, RunInput, ToolResult } from '../../core/contracts';
@@ -13,6 +13,7 @@ import { SEARCH_ATTRIBUTES } from '../../core/search-attributes';
 import type { TraceEvent } from '../../core/trace';
 import type { Limits } from '../../activities/config';
 import { createWorker } from '../../worker';
+import { runtimeLogger } from '../../worker/logger';
 import type { SandboxOptions } from '../../worker/sandbox';
 import type { RunOutcome } from '../../workflows';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
@@ -22,7 +23,7 @@ let runtimeInstalled = false;
 /** `extraArgs` go to `temporal server start-dev`, e.g. dynamic configuration values. */
 export async function startServer(extraArgs: string[] = []): Promise<TestWorkflowEnvironment> {
   if (!runtimeInstalled) {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
+    Runtime.install({ logger: runtimeLogger('WARN') });
     runtimeInstalled = true;
   }
   return TestWorkflowEnvironment.createLocal({
