@@ -1,0 +1,100 @@
+/**
+ * `npm run bench:eval`: batch throughput with one worker process and with two. A 24-run batch
+ * (12 replays of 5 fixtures, 2 epochs) runs as one agentEval on a real Temporal dev server,
+ * first with one `node dist/worker/main.js`, then with two (separate state folders, as two
+ * hosts would have). Prints runs per minute for each and the ratio, beside the machine's core
+ * count, and writes bench/eval-results.json. Nothing here asserts.
+ *
+ *   BENCH_REPEATS (2)        batches per worker count (the median is reported)
+ *   BENCH_CONCURRENCY (8)    the batch's --concurrency
+ */
+import { spawn, type ChildProcess, execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { replaysOf } from '../client/eval';
+import { temporalBinary } from '../client/temporal-bin';
+import type { EvalPlan } from '../core/batch-plan';
+import { PROJECT_ROOT, tempDir } from '../tests/helpers/run-dir';
+import { killed, startServer, uniqueQueue } from '../tests/helpers/temporal';
+import type { EvalInput, EvalResult } from '../workflows/agentEval';
+
+const REPEATS = Number(process.env.BENCH_REPEATS ?? 2);
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
+const FIXTURES = ['linkcheck-nested', 'wordcount-node', 'py-duration-junit', 'py-booking-overlap', 'node-money-split'];
+const EPOCHS = 2;
+
+function plan(): EvalPlan {
+  const fixtures = FIXTURES.map((id) => join(PROJECT_ROOT, 'fixtures', id)).map((dir) => ({
+    dir,
+    replays: replaysOf(dir).map((path) => ({ path, name: path.slice(path.lastIndexOf('/') + 1, -'.json'.length), trusted: true })),
+  }));
+  return { fixtures, epochs: EPOCHS, backend: 'local', approver: 'policy:approve-writable' };
+}
+
+/** A worker process; resolves once it polls. */
+function startWorker(address: string, taskQueue: string): Promise<ChildProcess> {
+  const child = spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
+    env: { ...process.env, TEMPORAL_ADDRESS: address, AGENT_TASK_QUEUE: taskQueue, AGENT_STATE_DIR: tempDir('bench-eval-host') },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  return new Promise((resolve, reject) => {
+    let err = '';
+    child.stderr!.on('data', (chunk: Buffer) => {
+      err += chunk.toString();
+      if (err.includes('worker polling task queue')) resolve(child);
+    });
+    child.once('exit', (code) => reject(new Error(`worker exited ${code} before polling: ${err.slice(-500)}`)));
+  });
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+
+async function main(): Promise<void> {
+  const env = await startServer();
+  const p = plan();
+  const runs = p.fixtures.reduce((n, f) => n + f.replays.length, 0) * EPOCHS;
+  const rows: { workers: number; seconds: number[]; runs_per_min: number; completed: number }[] = [];
+  try {
+    for (const workers of [1, 2]) {
+      const seconds: number[] = [];
+      let completed = 0;
+      for (let r = 0; r < REPEATS; r++) {
+        const taskQueue = uniqueQueue(`bench-eval-${workers}`);
+        const procs = await Promise.all(Array.from({ length: workers }, () => startWorker(env.address, taskQueue)));
+        try {
+          const t = performance.now();
+          const handle = await env.client.workflow.start('agentEval', { taskQueue, workflowId: `${taskQueue}-batch`, args: [{ plan: p, concurrency: CONCURRENCY } satisfies EvalInput] });
+          const result = (await handle.result()) as EvalResult;
+          seconds.push((performance.now() - t) / 1000);
+          completed = result.progress.completed;
+          if (result.progress.done !== runs) throw new Error(`batch ended with ${result.progress.done} of ${runs} runs done`);
+        } finally {
+          for (const w of procs) w.kill('SIGTERM');
+          await Promise.all(procs.map(killed));
+        }
+        process.stderr.write(`  ${workers} worker(s), batch ${r + 1}: ${seconds.at(-1)!.toFixed(1)} s\n`);
+      }
+      rows.push({ workers, seconds, runs_per_min: +((runs / median(seconds)) * 60).toFixed(1), completed });
+    }
+  } finally {
+    await env.teardown();
+  }
+  const ratio = +(rows[1].runs_per_min / rows[0].runs_per_min).toFixed(2);
+  const machine = { cores: cpus().length, cpu: cpus()[0]?.model ?? 'unknown', memory_gib: +(totalmem() / 2 ** 30).toFixed(1), node: process.version, temporal: execFileSync(temporalBinary(), ['--version'], { encoding: 'utf8' }).trim() };
+  console.log(`| worker processes | runs | batch seconds (median of ${REPEATS}) | runs/min | completed |`);
+  console.log('|---|---|---|---|---|');
+  for (const r of rows) console.log(`| ${r.workers} | ${runs} | ${median(r.seconds).toFixed(1)} | ${r.runs_per_min} | ${r.completed} |`);
+  console.log(`\nratio (2 workers / 1 worker): ${ratio} on ${machine.cores} cores (${machine.cpu}); batch concurrency ${CONCURRENCY}`);
+  mkdirSync(join(PROJECT_ROOT, 'bench'), { recursive: true });
+  writeFileSync(join(PROJECT_ROOT, 'bench', 'eval-results.json'), `${JSON.stringify({ machine, runs, concurrency: CONCURRENCY, repeats: REPEATS, rows, ratio }, null, 2)}\n`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
