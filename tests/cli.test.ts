@@ -8,7 +8,7 @@ import { temporalBinary } from '../client/temporal-bin';
 import { launchChromium, testOutput } from './helpers/browser';
 import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
-import { CANONICAL_RECORD } from './helpers/temporal';
+import { CANONICAL_RECORD, waitFor } from './helpers/temporal';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
@@ -212,6 +212,18 @@ describe('npm run agent on the embedded default', () => {
     } finally {
       await browser.close();
     }
+  });
+
+  it('eval watch follows a batch started from another terminal to its end, in plain lines off a terminal', async () => {
+    const batch = `watched-${process.pid}`;
+    const started = cli('eval', 'fixtures/linkcheck-nested', 'fixtures/wordcount-node', '--batch', batch, '--concurrency', '1', '--out', tempDir('eval-watch'));
+    // The batch may not exist yet: `watch` of an unknown id fails, so try until it follows.
+    const watched = await waitFor('eval watch to follow the batch', () => cli('eval', 'watch', batch).catch(() => null), 60_000);
+    await started;
+    expect(JSON.parse(watched.stdout)).toMatchObject({ total: 5, done: 5, completed: 2, running: 0, by_status: { completed: 2, failed: 3 } });
+    const lines = watched.stderr.split('\n').filter((l) => l.startsWith(batch));
+    expect(watched.stderr).not.toContain('\r');
+    expect(lines.at(-1)).toMatch(new RegExp(`^${batch} \\[#{24}\\] 5/5 done, 2 completed, 0 running`));
   });
 
   it('explains usage errors precisely', async () => {
