@@ -1,28 +1,17 @@
 import { execFile, spawn } from 'node:child_process';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../client/temporal-bin';
 import { launchChromium, testOutput } from './helpers/browser';
-import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
 import { CANONICAL_RECORD, waitFor } from './helpers/temporal';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
-}
 
 describe('npm run agent on the embedded default', () => {
   let stateDir: string;

@@ -6,11 +6,10 @@
  */
 import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { fixtureSchema, replaySchema, type Fixture } from '../core/contracts';
-import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 
 const exec = promisify(execFile);
 const FIXTURES = join(PROJECT_ROOT, 'fixtures');
@@ -74,16 +73,6 @@ describe('the fixtures', () => {
   });
 });
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-    server.on('error', reject);
-  });
-}
 
 interface ReportRun {
   fixture: string;

@@ -17,14 +17,13 @@ import {
   CLEAN_FINISH,
   deathOf,
   finishedState,
-  freePort,
   killPoint,
   processEnded,
   seededRandom,
   startWorker,
   type ExitStatus,
 } from './helpers/faults';
-import { tempDir } from './helpers/run-dir';
+import { tempDir, freePort } from './helpers/run-dir';
 import { approveAll, canonicalInput, pendingApproval, startServer, uniqueQueue } from './helpers/temporal';
 
 const SEED = Number(process.env.SOAK_SEED ?? 20251202);

@@ -5,7 +5,6 @@
  */
 import { execFileSync, type ChildProcess } from 'node:child_process';
 import { cpSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -15,6 +14,7 @@ import { Ledger, type Receipt } from '../../activities/ledger';
 import { runPaths } from '../../activities/workspace';
 import type { RunOutcome } from '../../workflows';
 import { LINKCHECK, tempDir } from './run-dir';
+
 import { spawnWorker } from './temporal';
 
 export interface ExitStatus {
@@ -182,18 +182,6 @@ export async function killPoint(handle: WorkflowHandle): Promise<string> {
   }
   if (open.size > 0) return `in ${[...open].map((id) => types.get(id)).join('+')} (activity ${finished + 1})`;
   return finished === 0 ? 'before the first activity' : `between activities, after ${last} (activity ${finished})`;
-}
-
-/** A TCP port nobody listens on right now. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 /** Waits until process `pid` has ended (it must be a child of this process or already reaped). */

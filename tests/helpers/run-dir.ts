@@ -1,5 +1,6 @@
 /** A real run folder in a temp directory, prepared from a small repository, for activity tests. */
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { LocalBackend } from '../../activities/backends/local';
@@ -63,4 +64,16 @@ export function prepareRun(opts: { repo: string | Record<string, string>; fixtur
     heartbeat: () => undefined,
   };
   return { ctx, ledger, workspace: paths.workspace, digest: () => manifestDigest(manifest(paths.workspace)) };
+}
+
+/** A TCP port nobody listens on right now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
 }
