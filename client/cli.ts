@@ -343,6 +343,38 @@ const COMMANDS: Record<string, Command> = {
       return 0;
     },
   },
+  console: {
+    usage: 'console [--port 8787] [--host ADDRESS] [--token-file FILE]',
+    summary:
+      'serve the approval console: runs awaiting approval, the card of each pending write, Approve / Reject in a browser.\n' +
+      'Bound to 127.0.0.1 unless --host is given. Prints a sign-in link with a fresh token (or the first line of --token-file).',
+    options: { port: { type: 'string', default: '8787' }, host: { type: 'string' }, 'token-file': { type: 'string' } },
+    async run(session, _positionals, values) {
+      const port = values.port === '0' ? 0 : positiveInt(values.port, '--port');
+      const host: string = values.host ?? '127.0.0.1';
+      let token = randomBytes(24).toString('base64url');
+      if (values['token-file']) {
+        try {
+          token = readFileSync(values['token-file'], 'utf8').split('\n')[0].trim();
+        } catch (err) {
+          throw new UsageError(`--token-file: ${(err as Error).message}`);
+        }
+        if (token.length < 16) throw new UsageError('--token-file: the token (its first line) must be at least 16 characters');
+      }
+      const { isLoopback, startConsole } = await import('./console/server');
+      if (!isLoopback(host)) process.stderr.write(`warning: serving the console on ${host}, not a loopback address: anyone who reaches it and holds the token can approve writes\n`);
+      if (session.embedded) await session.ensureBackgroundWorker();
+      const webUi = session.embedded ? `http://localhost:${session.settings.devUiPort}` : (process.env.AGENT_WEB_UI_URL ?? null);
+      const app = await startConsole({ client: session.client, token, host, port, webUi, namespace: session.settings.namespace });
+      out(`console on ${app.url}; sign in at ${app.url}/login?token=${values['token-file'] ? '<the token in the file>' : token}`);
+      await new Promise<void>((resolve) => {
+        process.once('SIGINT', resolve);
+        process.once('SIGTERM', resolve);
+      });
+      await app.close();
+      return 0;
+    },
+  },
   interrupt: {
     usage: 'interrupt <workflow-id> [--reason TEXT]',
     summary: 'stop the current turn at the next step boundary (Signal interrupt)',

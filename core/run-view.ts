@@ -6,12 +6,16 @@ import type { ErrorCode } from './errors';
 
 export interface PendingApproval extends PreparedAction {
   call_id: string;
+  /** The tool-policy rules that put this action at "ask" (why a person is asked). */
+  rules: { id: string; why: string }[];
 }
 
 export interface RunView {
   /** The first execution's run id: names the workspace, the ledger rows and the stored trace. */
   run_id: string;
   fixture: string | null;
+  /** The fixture's task, as the run was given it. */
+  task: string | null;
   replay: string | null;
   /** Digest of the replay's content as read when the run started; the run uses only that. */
   replay_digest: string | null;

@@ -201,6 +201,7 @@ class AgentRun {
     this.view = carried?.view ?? {
       run_id: wf.workflowInfo().runId,
       fixture: null,
+      task: null,
       replay: null,
       replay_digest: null,
       segment: 1,
@@ -265,6 +266,7 @@ class AgentRun {
     }
     this.source = loaded.source;
     this.view.fixture = loaded.fixture.id;
+    this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
     this.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
@@ -578,7 +580,8 @@ class AgentRun {
       this.trace.add('approval_recorded', { decision, principal: approver, args_digest, workspace_digest }, { call_id: call.call_id, action_id });
       return signal;
     }
-    this.view.pending_approval = { ...action, call_id: call.call_id };
+    const rules = policy.matched.filter((r) => r.decision === 'ask').map(({ id, why }) => ({ id, why }));
+    this.view.pending_approval = { ...action, call_id: call.call_id, rules };
     this.setStatus('awaiting_approval');
     // No worker resources are held while waiting: this is a durable condition on workflow state.
     // A wait can be long and signals (ignored approvals, steering) grow its history: when Temporal

@@ -1,0 +1,168 @@
+/**
+ * The console's pages, rendered on the server as plain HTML (no script): the login form, the list
+ * of runs and the card of a run's pending action. Every value is escaped where it is placed.
+ */
+import type { PendingApproval, RunView } from '../../core/run-view';
+import type { TraceEvent } from '../../core/trace';
+
+export const esc = (value: unknown): string =>
+  String(value ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+
+const STYLE = `body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:70em}
+table{border-collapse:collapse;width:100%}th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f0f0f0}code,.digest{font-family:ui-monospace,monospace;font-size:12px;word-break:break-all}
+pre.diff{background:#fafafa;border:1px solid #ddd;padding:.5em;overflow:auto}pre.diff span{display:block}
+.add{background:#e6ffec;color:#116329}.del{background:#ffebe9;color:#82071e}.hunk{color:#6639ba}
+.notice{border:1px solid #d4a72c;background:#fff8c5;padding:.5em 1em;border-radius:6px}
+.ok{border-color:#1a7f37;background:#dafbe1}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}
+button{font-size:14px;padding:.3em 1em;margin-right:.5em}ol.trace{font-size:12px;font-family:ui-monospace,monospace}`;
+
+function page(title: string, body: string, refreshS?: number): string {
+  return `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>${esc(title)}</title>${refreshS ? `<meta http-equiv="refresh" content="${refreshS}">` : ''}
+<style>${STYLE}</style></head>
+<body>${body}</body></html>
+`;
+}
+
+export function loginPage(token: string, error?: string): string {
+  return page(
+    'Sign in: agent console',
+    `<h1>Agent console</h1>${error ? `<p class="notice">${esc(error)}</p>` : ''}
+<form method="post" action="/login"><input type="hidden" name="token" value="${esc(token)}">
+<p><label>Your name (recorded as <code>console:&lt;name&gt;</code> with each approval)
+<input name="name" id="name" required pattern="[A-Za-z0-9_.\\-]{1,64}" maxlength="64" autofocus></label></p>
+<p><button type="submit">Sign in</button></p></form>`,
+  );
+}
+
+export function messagePage(title: string, text: string): string {
+  return page(title, `<h1>${esc(title)}</h1><p>${esc(text)}</p>`);
+}
+
+export interface PendingRow {
+  workflow_id: string;
+  fixture: string | null;
+  started: Date | null;
+  path: string | null;
+  counters: RunView['counters'] | null;
+}
+
+export interface FinishedRow {
+  workflow_id: string;
+  fixture: string | null;
+  status: string;
+  reason: string | null;
+  closed: Date | null;
+}
+
+function age(from: Date | null, now: Date): string {
+  if (from === null) return '';
+  const s = Math.max(0, Math.round((now.getTime() - from.getTime()) / 1000));
+  return s < 120 ? `${s} s` : s < 7200 ? `${Math.round(s / 60)} min` : `${Math.round(s / 3600)} h`;
+}
+
+const runLink = (id: string) => `/runs/${encodeURIComponent(id)}`;
+
+export function listPage(user: string, pending: PendingRow[], finished: FinishedRow[], now: Date): string {
+  const rows = pending
+    .map(
+      (r) => `<tr class="pending"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a></td><td>${esc(r.fixture)}</td><td>${esc(r.path)}</td><td>${age(r.started, now)}</td>
+<td>${r.counters ? `${r.counters.turns} turns, ${r.counters.tool_calls} calls, ${r.counters.writes} writes` : ''}</td></tr>`,
+    )
+    .join('\n');
+  const done = finished
+    .map(
+      (r) => `<tr class="finished"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a></td><td>${esc(r.fixture)}</td><td class="status">${esc(r.status)}</td><td>${esc(r.reason)}</td><td>${age(r.closed, now)} ago</td></tr>`,
+    )
+    .join('\n');
+  return page(
+    'Agent console',
+    `<h1>Agent console</h1><p>Signed in as <code>console:${esc(user)}</code>. This page refreshes every 5 s.</p>
+<h2>Awaiting approval (${pending.length})</h2>
+${pending.length === 0 ? '<p id="no-pending">No run is waiting for an approval.</p>' : `<table id="pending"><thead><tr><th>run</th><th>fixture</th><th>pending write</th><th>age</th><th>counters</th></tr></thead><tbody>\n${rows}\n</tbody></table>`}
+<h2>Recently finished</h2>
+${finished.length === 0 ? '<p>None yet.</p>' : `<table id="finished"><thead><tr><th>run</th><th>fixture</th><th>status</th><th>reason</th><th>closed</th></tr></thead><tbody>\n${done}\n</tbody></table>`}`,
+    5,
+  );
+}
+
+/** The diff with each line marked: additions, removals, hunk headers. */
+export function diffHtml(diff: string): string {
+  const lines = diff.replace(/\n$/, '').split('\n');
+  return lines
+    .map((l) => {
+      const cls = l.startsWith('+++') || l.startsWith('---') ? 'file' : l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : l.startsWith('@@') ? 'hunk' : 'ctx';
+      return `<span class="${cls}">${esc(l) || ' '}</span>`;
+    })
+    .join('');
+}
+
+export type Notice = 'approved' | 'rejected' | 'stale' | 'unanswered';
+
+const NOTICES: Record<Notice, [string, string]> = {
+  approved: ['ok', 'Approved: the run goes on.'],
+  rejected: ['ok', 'Rejected: the run observes approval_rejected with your reason.'],
+  stale: ['', 'Not applied: the action you saw is no longer the pending one, or its digests no longer match, so the run ignored that approval. This is the current card.'],
+  unanswered: ['', 'Sent, but the run did not confirm it within a few seconds (is a worker running?). This is the card as it is now.'],
+};
+
+export interface CardData {
+  workflow_id: string;
+  view: RunView;
+  trace: TraceEvent[];
+  web_ui: string | null;
+  csrf: string;
+  user: string;
+}
+
+function describe(e: TraceEvent): string {
+  const d = e.data as Record<string, unknown> | null;
+  const bits: string[] = [];
+  for (const k of ['name', 'path', 'decision', 'principal', 'reason', 'error', 'status', 'text']) {
+    const v = d?.[k];
+    if (v !== undefined && v !== null && typeof v !== 'object') bits.push(`${k}=${String(v).slice(0, 120)}`);
+  }
+  return `${e.seq} ${e.type}${e.call_id ? ` ${e.call_id}` : ''}${e.action_id ? ` ${e.action_id.slice(0, 12)}` : ''}${bits.length ? ` ${bits.join(' ')}` : ''}`;
+}
+
+function pendingHtml(id: string, p: PendingApproval, csrf: string): string {
+  const action = `/runs/${encodeURIComponent(id)}/approval`;
+  return `<section id="card"><h2>Pending write: <code id="path">${esc(p.path)}</code></h2>
+<dl><dt>action id</dt><dd class="digest" id="action-id">${esc(p.action_id)}</dd>
+<dt>before</dt><dd class="digest" id="before">${esc(p.before)}</dd>
+<dt>after</dt><dd class="digest" id="after">${esc(p.after)}</dd>
+<dt>arguments digest</dt><dd class="digest" id="args-digest">${esc(p.args_digest)}</dd>
+<dt>workspace digest</dt><dd class="digest" id="workspace-digest">${esc(p.workspace_digest)}</dd>
+<dt>asked because</dt><dd id="rules">${(p.rules ?? []).map((r) => `<code>${esc(r.id)}</code>: ${esc(r.why)}`).join('<br>') || 'the policy put this write at ask'}</dd></dl>
+<pre class="diff" id="diff">${diffHtml(p.diff)}</pre>${p.diff_truncated ? '<p>(the diff is cut short)</p>' : ''}
+<form method="post" action="${action}" id="decide">
+<input type="hidden" name="csrf" value="${esc(csrf)}">
+<input type="hidden" name="action_id" value="${esc(p.action_id)}">
+<input type="hidden" name="args_digest" value="${esc(p.args_digest)}">
+<input type="hidden" name="workspace_digest" value="${esc(p.workspace_digest)}">
+<p><label>Reason (for a rejection; optional for an approval) <input name="reason" id="reason" maxlength="2000" size="60"></label></p>
+<p><button type="submit" name="decision" value="approve" id="approve">Approve</button><button type="submit" name="decision" value="reject" id="reject">Reject</button></p>
+</form></section>`;
+}
+
+export function cardPage(c: CardData, notice: Notice | null): string {
+  const v = c.view;
+  const plans = c.trace.filter((e) => e.type === 'plan_recorded').map((e) => String((e.data as { text?: unknown })?.text ?? ''));
+  const recent = c.trace.slice(-25);
+  const [cls, text] = notice ? NOTICES[notice] : ['', ''];
+  return page(
+    `${c.workflow_id}: agent console`,
+    `<p><a href="/">&larr; all runs</a></p>
+<h1>Run <code>${esc(c.workflow_id)}</code></h1>
+${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(text)}</p>` : ''}
+<dl><dt>status</dt><dd id="status">${esc(v.status)}${v.reason ? ` / ${esc(v.reason)}` : ''}</dd>
+<dt>fixture</dt><dd>${esc(v.fixture)}</dd><dt>task</dt><dd id="task">${esc(v.task)}</dd>
+<dt>plan</dt><dd id="plan">${plans.length ? esc(plans.at(-1)) : '(none yet)'}</dd>
+<dt>counters</dt><dd>${v.counters.turns} turns, ${v.counters.tool_calls} tool calls, ${v.counters.writes} writes, ${v.counters.receipts} receipts</dd>
+<dt>approver</dt><dd>${esc(v.approver)}</dd>
+<dt>Web UI</dt><dd>${c.web_ui ? `<a id="web-ui" href="${esc(c.web_ui)}" rel="noreferrer">this run in the Temporal Web UI</a>` : 'address not known'}</dd></dl>
+${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
+<h2>Recent trace</h2><ol class="trace" id="trace">${recent.map((e) => `<li>${esc(describe(e))}</li>`).join('')}</ol>`,
+  );
+}

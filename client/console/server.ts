@@ -1,0 +1,215 @@
+/**
+ * The approval console: a small web app over the same Signal and Queries as the command line.
+ * Runs awaiting approval (a visibility query on AgentStatus), the card of a pending write, and
+ * Approve / Reject that send the `approval` Signal with the digests the page displayed and the
+ * principal `console:<name>` of the signed-in person.
+ *
+ * Security: every request needs a session made from the console's token (`/login?token=...`);
+ * state changes are POST with the session's CSRF token; cookies are HttpOnly and SameSite=Strict;
+ * pages carry a CSP that allows no script and no foreign form target.
+ */
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import type { RunView } from '../../core/run-view';
+import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../../core/search-attributes';
+import type { TraceEvent } from '../../core/trace';
+import type { RunOutcome } from '../../workflows';
+import { cardPage, listPage, loginPage, messagePage, type FinishedRow, type Notice, type PendingRow } from './pages';
+
+export interface ConsoleOptions {
+  client: Client;
+  /** The console's secret; a session is made only by presenting it. */
+  token: string;
+  host: string;
+  port: number;
+  /** Base address of the Temporal Web UI, when known. */
+  webUi: string | null;
+  namespace: string;
+  /** How long an approval waits for the run to confirm it (recorded or ignored). */
+  confirmMs?: number;
+}
+
+export interface RunningConsole {
+  url: string;
+  close(): Promise<void>;
+}
+
+const COOKIE = 'agent_console';
+const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+const digest = z.string().regex(/^[0-9a-f]{64}$/);
+const decisionForm = z.strictObject({
+  csrf: z.string().min(1).max(200),
+  action_id: digest,
+  args_digest: digest,
+  workspace_digest: digest,
+  decision: z.enum(['approve', 'reject']),
+  reason: z.string().max(2000).optional(),
+});
+
+interface Session {
+  name: string;
+  csrf: string;
+}
+
+/** Constant-time comparison of two secrets of any length. */
+function same(a: string, b: string): boolean {
+  const h = (s: string) => createHash('sha256').update(s).digest();
+  return timingSafeEqual(h(a), h(b)) && a.length === b.length;
+}
+
+function cookieOf(req: FastifyRequest): string | null {
+  for (const part of (req.headers.cookie ?? '').split(';')) {
+    const [k, ...v] = part.trim().split('=');
+    if (k === COOKIE) return v.join('=');
+  }
+  return null;
+}
+
+export const isLoopback = (host: string) => host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+
+export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
+  if (o.token.length < 16) throw new Error('the console token must be at least 16 characters');
+  const sessions = new Map<string, Session>();
+  const app = Fastify({ logger: false, bodyLimit: 16 * 1024 });
+  app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
+    done(null, Object.fromEntries(new URLSearchParams(body as string)));
+  });
+  app.addHook('onSend', async (_req, reply) => {
+    reply.header('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'");
+    reply.header('x-frame-options', 'DENY');
+    reply.header('referrer-policy', 'no-referrer');
+    reply.header('x-content-type-options', 'nosniff');
+    reply.header('cache-control', 'no-store');
+  });
+
+  const html = (reply: FastifyReply, code: number, body: string) => reply.code(code).type('text/html; charset=utf-8').send(body);
+  const session = (req: FastifyRequest): Session | null => {
+    const sid = cookieOf(req);
+    return sid === null ? null : (sessions.get(sid) ?? null);
+  };
+  const denied = (reply: FastifyReply) => html(reply, 401, messagePage('Sign in first', 'Every page needs a session: open the sign-in link the console printed at start.'));
+
+  app.get('/login', async (req, reply) => {
+    const token = String((req.query as Record<string, unknown>).token ?? '');
+    if (!same(token, o.token)) return html(reply, 401, messagePage('Not signed in', 'That sign-in link does not carry the console token.'));
+    return html(reply, 200, loginPage(token));
+  });
+  app.post('/login', async (req, reply) => {
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    const token = String(body.token ?? '');
+    if (!same(token, o.token)) return html(reply, 401, messagePage('Not signed in', 'The console token is wrong.'));
+    const name = String(body.name ?? '');
+    if (!NAME.test(name)) return html(reply, 400, loginPage(token, 'A name is 1 to 64 letters, digits, dots, dashes or underscores.'));
+    const sid = randomBytes(32).toString('base64url');
+    sessions.set(sid, { name, csrf: randomBytes(32).toString('base64url') });
+    reply.header('set-cookie', `${COOKIE}=${sid}; HttpOnly; SameSite=Strict; Path=/`);
+    return reply.code(303).header('location', '/').send();
+  });
+
+  app.get('/', async (req, reply) => {
+    const s = session(req);
+    if (s === null) return denied(reply);
+    const [pending, finished] = await Promise.all([pendingRuns(o.client), finishedRuns(o.client)]);
+    return html(reply, 200, listPage(s.name, pending, finished, new Date()));
+  });
+
+  app.get('/runs/:id', async (req, reply) => {
+    const s = session(req);
+    if (s === null) return denied(reply);
+    const id = (req.params as { id: string }).id;
+    const notice = String((req.query as Record<string, unknown>).notice ?? '');
+    const run = await readRun(o.client, id).catch(() => null);
+    if (run === null) return html(reply, 404, messagePage('No such run', `There is no run ${id}.`));
+    const webUi = o.webUi ? `${o.webUi}/namespaces/${encodeURIComponent(o.namespace)}/workflows/${encodeURIComponent(id)}` : null;
+    const known: Notice[] = ['approved', 'rejected', 'stale', 'unanswered'];
+    return html(reply, 200, cardPage({ workflow_id: id, ...run, web_ui: webUi, csrf: s.csrf, user: s.name }, known.includes(notice as Notice) ? (notice as Notice) : null));
+  });
+
+  app.post('/runs/:id/approval', async (req, reply) => {
+    const s = session(req);
+    if (s === null) return denied(reply);
+    const id = (req.params as { id: string }).id;
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    if (typeof body.csrf !== 'string' || !same(body.csrf, s.csrf)) return html(reply, 403, messagePage('Refused', 'The form did not carry this session\'s CSRF token; nothing was sent.'));
+    const form = decisionForm.safeParse(Object.fromEntries(Object.entries(body).filter(([k, v]) => !(k === 'reason' && v === ''))));
+    if (!form.success) return html(reply, 400, messagePage('Refused', `The form is not an approval: ${form.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`));
+    const f = form.data;
+    const handle = o.client.workflow.getHandle(id);
+    let before: number;
+    try {
+      before = Math.max(0, ...(await o.client.withDeadline(Date.now() + 5000, () => handle.query<TraceEvent[]>('trace'))).map((e) => e.seq));
+    } catch {
+      return html(reply, 409, messagePage('Not sent', `Run ${id} is not running, or no worker answers for it; nothing was sent.`));
+    }
+    await handle.signal('approval', {
+      action_id: f.action_id,
+      decision: f.decision,
+      args_digest: f.args_digest,
+      workspace_digest: f.workspace_digest,
+      principal: `console:${s.name}`,
+      ...(f.reason ? { reason: f.reason } : {}),
+    });
+    const notice = await confirmation(o.client, id, f.action_id, before, f.decision, o.confirmMs ?? 10_000);
+    return reply.code(303).header('location', `/runs/${encodeURIComponent(id)}?notice=${notice}`).send();
+  });
+
+  await app.listen({ host: o.host, port: o.port });
+  const address = app.server.address() as AddressInfo;
+  const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return { url: `http://${shown}:${address.port}`, close: () => app.close() };
+}
+
+/** What the run did with the approval: recorded it, or ignored it (stale or forged digests). */
+async function confirmation(client: Client, id: string, actionId: string, afterSeq: number, decision: 'approve' | 'reject', ms: number): Promise<Notice> {
+  const handle = client.workflow.getHandle(id);
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    const events = await client.withDeadline(Date.now() + 3000, () => handle.query<TraceEvent[]>('trace')).catch(() => null);
+    const answer = events?.find((e) => e.seq > afterSeq && e.action_id === actionId && (e.type === 'approval_recorded' || e.type === 'approval_ignored'));
+    if (answer) return answer.type === 'approval_ignored' ? 'stale' : decision === 'approve' ? 'approved' : 'rejected';
+    if (events === null && (await handle.describe()).status.name !== 'RUNNING') return decision === 'approve' ? 'approved' : 'rejected';
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return 'unanswered';
+}
+
+async function readRun(client: Client, id: string): Promise<{ view: RunView; trace: TraceEvent[] }> {
+  const handle = client.workflow.getHandle(id);
+  if ((await handle.describe()).status.name !== 'RUNNING') return { view: ((await handle.result()) as RunOutcome).state, trace: [] };
+  return client.withDeadline(Date.now() + 5000, async () => ({ view: await handle.query<RunView>('state'), trace: await handle.query<TraceEvent[]>('trace') }));
+}
+
+async function listed(client: Client, query: string, most: number): Promise<WorkflowExecutionInfo[]> {
+  const out: WorkflowExecutionInfo[] = [];
+  for await (const w of client.workflow.list({ query, pageSize: most })) {
+    out.push(w);
+    if (out.length >= most) break;
+  }
+  return out;
+}
+
+async function pendingRuns(client: Client): Promise<PendingRow[]> {
+  const runs = await listed(client, `WorkflowType = 'agentRun' AND ExecutionStatus = 'Running' AND ${STATUS_ATTRIBUTE.name} = 'awaiting_approval'`, 50);
+  runs.sort((a, b) => b.startTime.getTime() - a.startTime.getTime());
+  return Promise.all(
+    runs.map(async (w) => {
+      const view = await client.withDeadline(Date.now() + 3000, () => client.workflow.getHandle(w.workflowId).query<RunView>('state')).catch(() => null);
+      return { workflow_id: w.workflowId, fixture: w.typedSearchAttributes.get(FIXTURE_ATTRIBUTE) ?? view?.fixture ?? null, started: w.startTime, path: view?.pending_approval?.path ?? null, counters: view?.counters ?? null };
+    }),
+  );
+}
+
+async function finishedRuns(client: Client): Promise<FinishedRow[]> {
+  const runs = await listed(client, `WorkflowType = 'agentRun' AND ExecutionStatus != 'Running'`, 20);
+  runs.sort((a, b) => (b.closeTime?.getTime() ?? 0) - (a.closeTime?.getTime() ?? 0));
+  return runs.map((w) => ({
+    workflow_id: w.workflowId,
+    fixture: w.typedSearchAttributes.get(FIXTURE_ATTRIBUTE) ?? null,
+    status: w.typedSearchAttributes.get(STATUS_ATTRIBUTE) ?? w.status.name.toLowerCase(),
+    reason: w.typedSearchAttributes.get(REASON_ATTRIBUTE) ?? null,
+    closed: w.closeTime ?? null,
+  }));
+}
