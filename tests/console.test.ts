@@ -5,6 +5,7 @@
  * no token, a wrong CSRF token or a forged digest change nothing.
  */
 import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandleWithFirstExecutionRunId as WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -238,20 +239,23 @@ describe('the approval console', () => {
     });
 
     it('binds to loopback unless --host is given, and warns for another address', async () => {
-      const start = (args: string[]) =>
-        new Promise<{ stdout: string; stderr: string }>((resolve, reject) => {
+      /** The console command line; `probe` runs against it once it serves, then it is stopped. */
+      const start = (args: string[], probe: (url: string) => Promise<void> = async () => undefined) =>
+        new Promise<{ stdout: string; stderr: string; code: number | null }>((resolve, reject) => {
           const child = spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'client', 'cli.js'), 'console', '--port', '0', ...args], {
             env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_STATE_DIR: stateDir },
             cwd: PROJECT_ROOT,
           });
           let stdout = '';
           let stderr = '';
+          let probed: Promise<void> = Promise.resolve();
           child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
           child.stdout.on('data', (c: Buffer) => {
             stdout += c.toString();
-            if (stdout.includes('sign in at')) child.kill('SIGTERM');
+            const url = /^console on (\S+);/.exec(stdout)?.[1];
+            if (url && stdout.includes('sign in at')) probed = probe(url).finally(() => child.kill('SIGTERM'));
           });
-          child.once('exit', () => resolve({ stdout, stderr }));
+          child.once('exit', (code) => void probed.then(() => resolve({ stdout, stderr, code }), reject));
           child.once('error', reject);
         });
       const local = await start([]);
@@ -260,6 +264,18 @@ describe('the approval console', () => {
       const open = await start(['--host', '0.0.0.0']);
       expect(open.stdout).toMatch(/^console on http:\/\/0\.0\.0\.0:\d+;/);
       expect(open.stderr).toContain('warning: serving the console on 0.0.0.0, not a loopback address');
+
+      // A token from a file: printed nowhere, and it signs in.
+      const file = join(tempDir('console-token'), 'token');
+      writeFileSync(file, `${TOKEN}\n`);
+      let status = 0;
+      const fromFile = await start(['--token-file', file], async (url) => {
+        status = (await fetch(`${url}/login?token=${TOKEN}`)).status;
+      });
+      expect([status, fromFile.stdout.includes(TOKEN)]).toEqual([200, false]);
+      writeFileSync(file, 'short\n');
+      const short = await start(['--token-file', file]);
+      expect([short.code, short.stderr]).toEqual([2, expect.stringContaining('at least 16 characters')]);
     });
 
     afterAll(async () => {
