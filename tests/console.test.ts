@@ -6,6 +6,7 @@
  */
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
+import { request } from 'node:http';
 import { join } from 'node:path';
 import type { WorkflowHandleWithFirstExecutionRunId as WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -229,6 +230,21 @@ describe('the approval console', () => {
       await unchanged(1);
       const ignored = (await traceOf(handle)).find((e) => e.type === 'approval_ignored');
       expect(ignored).toMatchObject({ action_id: pending.action_id, data: { reason: 'digests do not match the pending action' } });
+    });
+
+    it('answers only to loopback host names (no DNS rebinding)', async () => {
+      const asHost = (host: string) =>
+        new Promise<number>((resolve, reject) => {
+          const req = request(`${app.url}/`, { headers: { host, cookie } }, (res) => {
+            res.resume();
+            resolve(res.statusCode!);
+          });
+          req.on('error', reject);
+          req.end();
+        });
+      const port = new URL(app.url).port;
+      expect(await asHost(`attacker.example:${port}`)).toBe(421);
+      expect(await asHost(`localhost:${port}`)).toBe(200);
     });
 
     it('sets no-script, no-frame headers on every page', async () => {

@@ -6,7 +6,8 @@
  *
  * Security: every request needs a session made from the console's token (`/login?token=...`);
  * state changes are POST with the session's CSRF token; cookies are HttpOnly and SameSite=Strict;
- * pages carry a CSP that allows no script and no foreign form target.
+ * pages carry a CSP that allows no script and no foreign form target; on loopback, requests for
+ * any other host name are refused.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
@@ -77,6 +78,14 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(body as string)));
   });
+  // On loopback, only loopback names reach the app: a page elsewhere whose name was rebound to
+  // 127.0.0.1 (DNS rebinding) gets nothing.
+  if (isLoopback(o.host)) {
+    app.addHook('onRequest', async (req, reply) => {
+      const name = (req.headers.host ?? '').replace(/:\d+$/, '');
+      if (!['127.0.0.1', 'localhost', '[::1]'].includes(name)) return reply.code(421).type('text/plain').send('misdirected request: this console answers only to loopback names\n');
+    });
+  }
   app.addHook('onSend', async (_req, reply) => {
     reply.header('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'");
     reply.header('x-frame-options', 'DENY');
