@@ -294,6 +294,14 @@ describe('the approval console', () => {
       expect([short.code, short.stderr]).toEqual([2, expect.stringContaining('at least 16 characters')]);
     });
 
+    it('answers 404 for an unknown run and refuses to approve a closed one', async () => {
+      expect((await fetch(`${app.url}/runs/no-such-run`, { headers: { cookie } })).status).toBe(404);
+      await handle.terminate('closing the run under test');
+      const card = await fetch(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}`, { headers: { cookie } });
+      expect([card.status, await card.text()]).toEqual([503, expect.stringContaining('Run not readable')]);
+      expect((await post(form({}))).status).toBe(409);
+    });
+
     afterAll(async () => {
       await handle?.terminate('security tests done').catch(() => undefined);
     });

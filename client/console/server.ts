@@ -130,8 +130,13 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
     if (s === null) return denied(reply);
     const id = (req.params as { id: string }).id;
     const notice = String((req.query as Record<string, unknown>).notice ?? '');
-    const run = await readRun(o.client, id).catch(() => null);
-    if (run === null) return html(reply, 404, messagePage('No such run', `There is no run ${id}.`));
+    let run;
+    try {
+      run = await readRun(o.client, id);
+    } catch (err) {
+      const missing = (err as Error).name === 'WorkflowNotFoundError';
+      return html(reply, missing ? 404 : 503, messagePage(missing ? 'No such run' : 'Run not readable', missing ? `There is no run ${id}.` : `Run ${id}: ${(err as Error).message}`));
+    }
     const webUi = o.webUi ? `${o.webUi}/namespaces/${encodeURIComponent(o.namespace)}/workflows/${encodeURIComponent(id)}` : null;
     const known: Notice[] = ['approved', 'rejected', 'stale', 'unanswered'];
     return html(reply, 200, cardPage({ workflow_id: id, ...run, web_ui: webUi, csrf: s.csrf, user: s.name }, known.includes(notice as Notice) ? (notice as Notice) : null));
@@ -153,14 +158,18 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
     } catch {
       return html(reply, 409, messagePage('Not sent', `Run ${id} is not running, or no worker answers for it; nothing was sent.`));
     }
-    await handle.signal('approval', {
-      action_id: f.action_id,
-      decision: f.decision,
-      args_digest: f.args_digest,
-      workspace_digest: f.workspace_digest,
-      principal: `console:${s.name}`,
-      ...(f.reason ? { reason: f.reason } : {}),
-    });
+    try {
+      await handle.signal('approval', {
+        action_id: f.action_id,
+        decision: f.decision,
+        args_digest: f.args_digest,
+        workspace_digest: f.workspace_digest,
+        principal: `console:${s.name}`,
+        ...(f.reason ? { reason: f.reason } : {}),
+      });
+    } catch (err) {
+      return html(reply, 409, messagePage('Not sent', `Run ${id} did not take the approval: ${(err as Error).message}`));
+    }
     const notice = await confirmation(o.client, id, f.action_id, before, f.decision, o.confirmMs ?? 10_000);
     return reply.code(303).header('location', `/runs/${encodeURIComponent(id)}?notice=${notice}`).send();
   });
