@@ -4,7 +4,7 @@
  * (two hosts: separate state folders) of which one is killed mid-batch.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { cpSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Database = require('better-sqlite3');
@@ -113,6 +113,9 @@ describe('batch evaluation at scale', () => {
 
   it('resumes a batch whose only worker and command were killed: every run present exactly once, first outcomes of retried runs kept', async () => {
     const fixture = fixtureWith('canonical', canonicalDecisions());
+    // A decision in flight on the dead worker is noticed at its call timeout: keep that short.
+    const spec = JSON.parse(readFileSync(join(fixture, 'fixture.json'), 'utf8'));
+    writeFileSync(join(fixture, 'fixture.json'), JSON.stringify({ ...spec, budgets: { ...spec.budgets, call_timeout_s: 10 } }));
     const taskQueue = uniqueQueue('eval-resume');
     const stateDir = tempDir('eval-resume-state');
     const out = tempDir('eval-resume-out');
@@ -120,7 +123,14 @@ describe('batch evaluation at scale', () => {
     let worker = spawnWorker(env, taskQueue, stateDir);
     const first = evalCli([fixture, '--epochs', '6', '--concurrency', '3', '--batch', batch, '--host-lost-s', '3', '--out', out], taskQueue);
     const firstDone = finished(first);
-    await waitFor('a first run done', async () => (await doneRuns(batch)) >= 1, 120_000);
+    // Killed once a run is done and another is midway on this host (its first write made, its
+    // second not yet), so that one is sure to be lost with the host.
+    const midway = () => {
+      const perRun = new Map<string, number>();
+      for (const r of existsSync(join(stateDir, 'ledger.sqlite')) ? ledgerOf(stateDir) : []) perRun.set(r.run_id, (perRun.get(r.run_id) ?? 0) + 1);
+      return [...perRun.values()].includes(1);
+    };
+    await waitFor('a first run done and another midway', async () => (await doneRuns(batch)) >= 1 && midway(), 120_000);
     // The worker and the command that follows the batch die at once.
     worker.kill('SIGKILL');
     first.kill('SIGKILL');
