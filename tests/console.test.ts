@@ -100,6 +100,7 @@ describe('the approval console', () => {
     expect(await page.locator('#diff span.del').count()).toBe(0);
     expect(await page.getAttribute('#web-ui', 'href')).toBe(`http://localhost:8233/namespaces/default/workflows/${encodeURIComponent(handle.workflowId)}`);
     expect(await page.locator('#trace li').count()).toBeGreaterThan(3);
+    expect(await text('#principal')).toBe('console:alice');
     await page.screenshot({ path: testOutput('console-card.png'), fullPage: true });
 
     await Promise.all([page.waitForURL(/notice=approved/), page.click('#approve')]);

@@ -5,7 +5,7 @@
 import type { PendingApproval, RunView } from '../../core/run-view';
 import type { TraceEvent } from '../../core/trace';
 
-export const esc = (value: unknown): string =>
+const esc = (value: unknown): string =>
   String(value ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
 const STYLE = `body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:70em}
@@ -126,7 +126,7 @@ function describe(e: TraceEvent): string {
   return `${e.seq} ${e.type}${e.call_id ? ` ${e.call_id}` : ''}${e.action_id ? ` ${e.action_id.slice(0, 12)}` : ''}${bits.length ? ` ${bits.join(' ')}` : ''}`;
 }
 
-function pendingHtml(id: string, p: PendingApproval, csrf: string): string {
+function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string): string {
   const action = `/runs/${encodeURIComponent(id)}/approval`;
   return `<section id="card"><h2>Pending write: <code id="path">${esc(p.path)}</code></h2>
 <dl><dt>action id</dt><dd class="digest" id="action-id">${esc(p.action_id)}</dd>
@@ -142,6 +142,7 @@ function pendingHtml(id: string, p: PendingApproval, csrf: string): string {
 <input type="hidden" name="args_digest" value="${esc(p.args_digest)}">
 <input type="hidden" name="workspace_digest" value="${esc(p.workspace_digest)}">
 <p><label>Reason (for a rejection; optional for an approval) <input name="reason" id="reason" maxlength="2000" size="60"></label></p>
+<p>Your decision is recorded as <code id="principal">console:${esc(user)}</code>, with the digests above.</p>
 <p><button type="submit" name="decision" value="approve" id="approve">Approve</button><button type="submit" name="decision" value="reject" id="reject">Reject</button></p>
 </form></section>`;
 }
@@ -162,7 +163,7 @@ ${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(t
 <dt>counters</dt><dd>${v.counters.turns} turns, ${v.counters.tool_calls} tool calls, ${v.counters.writes} writes, ${v.counters.receipts} receipts</dd>
 <dt>approver</dt><dd>${esc(v.approver)}</dd>
 <dt>Web UI</dt><dd>${c.web_ui ? `<a id="web-ui" href="${esc(c.web_ui)}" rel="noreferrer">this run in the Temporal Web UI</a>` : 'address not known'}</dd></dl>
-${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
+${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf, c.user) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
 <h2>Recent trace</h2><ol class="trace" id="trace">${recent.map((e) => `<li>${esc(describe(e))}</li>`).join('')}</ol>`,
   );
 }
