@@ -14,7 +14,6 @@ import { Ledger, type Receipt } from '../../activities/ledger';
 import { runPaths } from '../../activities/workspace';
 import type { RunOutcome } from '../../workflows';
 import { LINKCHECK, tempDir } from './run-dir';
-
 import { spawnWorker } from './temporal';
 
 export interface ExitStatus {
