@@ -8,16 +8,18 @@
  *   BENCH_REPEATS (2)        batches per worker count (the median is reported)
  *   BENCH_CONCURRENCY (8)    the batch's --concurrency
  */
-import { spawn, type ChildProcess, execFileSync } from 'node:child_process';
+import { type ChildProcess, execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { replaysOf } from '../client/eval';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { buildPlan } from '../client/eval';
 import { temporalBinary } from '../client/temporal-bin';
 import type { EvalPlan } from '../core/batch-plan';
 import { PROJECT_ROOT, tempDir } from '../tests/helpers/run-dir';
-import { killed, startServer, uniqueQueue } from '../tests/helpers/temporal';
+import { killed, spawnWorker, startServer, uniqueQueue } from '../tests/helpers/temporal';
+import { readSettings } from '../worker/settings';
 import type { EvalInput, EvalResult } from '../workflows/agentEval';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 2);
@@ -25,20 +27,12 @@ const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
 const FIXTURES = ['linkcheck-nested', 'wordcount-node', 'py-duration-junit', 'py-booking-overlap', 'node-money-split'];
 const EPOCHS = 2;
 
-function plan(): EvalPlan {
-  const fixtures = FIXTURES.map((id) => join(PROJECT_ROOT, 'fixtures', id)).map((dir) => ({
-    dir,
-    replays: replaysOf(dir).map((path) => ({ path, name: path.slice(path.lastIndexOf('/') + 1, -'.json'.length), trusted: true })),
-  }));
-  return { fixtures, epochs: EPOCHS, backend: 'local', approver: 'policy:approve-writable' };
-}
+const plan = (): EvalPlan =>
+  buildPlan(readSettings(), FIXTURES.map((id) => join(PROJECT_ROOT, 'fixtures', id)), { epochs: EPOCHS, backend: 'local', approver: 'policy:approve-writable', trustReplay: true });
 
-/** A worker process; resolves once it polls. */
-function startWorker(address: string, taskQueue: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
-    env: { ...process.env, TEMPORAL_ADDRESS: address, AGENT_TASK_QUEUE: taskQueue, AGENT_STATE_DIR: tempDir('bench-eval-host') },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+/** A worker process with its own state folder (a host of its own); resolves once it polls. */
+function startWorker(env: TestWorkflowEnvironment, taskQueue: string): Promise<ChildProcess> {
+  const child = spawnWorker(env, taskQueue, tempDir('bench-eval-host'));
   return new Promise((resolve, reject) => {
     let err = '';
     child.stderr!.on('data', (chunk: Buffer) => {
@@ -65,7 +59,7 @@ async function main(): Promise<void> {
       let completed = 0;
       for (let r = 0; r < REPEATS; r++) {
         const taskQueue = uniqueQueue(`bench-eval-${workers}`);
-        const procs = await Promise.all(Array.from({ length: workers }, () => startWorker(env.address, taskQueue)));
+        const procs = await Promise.all(Array.from({ length: workers }, () => startWorker(env, taskQueue)));
         try {
           const t = performance.now();
           const handle = await env.client.workflow.start('agentEval', { taskQueue, workflowId: `${taskQueue}-batch`, args: [{ plan: p, concurrency: CONCURRENCY } satisfies EvalInput] });
