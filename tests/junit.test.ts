@@ -4,17 +4,25 @@
  * (unittest-xml-reporting, inside the fixture's repository) on both backends with exact counts;
  * the zero-test guard, timeouts and a missing report behave as for the built-in formats.
  */
-import { cpSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { fixtureSchema, type Fixture } from '../core/contracts';
 import { runTests } from '../activities/tools/run_tests';
-import { PROJECT_ROOT, prepareRun, tempDir } from './helpers/run-dir';
+import { PROJECT_ROOT, prepareRun, tempDir, writeFiles } from './helpers/run-dir';
 import { runOnce, startServer } from './helpers/temporal';
 
 const FIXTURE = join(PROJECT_ROOT, 'fixtures', 'py-duration-junit');
 const fixture = (): Fixture => fixtureSchema.parse(JSON.parse(readFileSync(join(FIXTURE, 'fixture.json'), 'utf8')));
 const junitTests = (command: string[], timeout_s = 60): Partial<Fixture> => ({ tests: { command, format: 'junit', timeout_s } });
+
+/** A repository folder: `from` copied (the fixture's repository, or only its vendored runner), plus `files`. */
+function repoWith(from: string, files: Record<string, string> = {}): string {
+  const repo = join(tempDir('junit-repo'), 'repo');
+  cpSync(join(FIXTURE, 'repo', from), from === '' ? repo : join(repo, from), { recursive: true });
+  writeFiles(repo, files);
+  return repo;
+}
 
 describe('the junit format in fixture.json', () => {
   const base = JSON.parse(readFileSync(join(FIXTURE, 'fixture.json'), 'utf8')) as { tests: Record<string, unknown> };
@@ -33,13 +41,11 @@ describe('the junit format in fixture.json', () => {
 
 describe('run_tests with the junit format', () => {
   it('counts red and green from the vendored runner, with the placeholder anywhere in an argument', async () => {
-    const repo = join(tempDir('junit-repo'), 'repo');
-    cpSync(join(FIXTURE, 'repo'), repo, { recursive: true });
-    const t = prepareRun({ repo, fixture: fixture() });
+    const t = prepareRun({ repo: repoWith(''), fixture: fixture() });
     expect(await runTests(t.ctx, 'green')).toMatchObject({ ok: true, data: { status: 'passed', discovered: 7, passed: 7, failed: 0 } });
 
     const broken = prepareRun({
-      repo: { ...readRepo(repo), 'tests/test_more.py': 'import unittest\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        pass\n\n    def test_bad(self):\n        self.assertEqual(1, 2)\n\n    def test_error(self):\n        raise RuntimeError("boom")\n' },
+      repo: repoWith('', { 'tests/test_more.py': 'import unittest\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        pass\n\n    def test_bad(self):\n        self.assertEqual(1, 2)\n\n    def test_error(self):\n        raise RuntimeError("boom")\n' }),
       fixture: fixture(),
     });
     const red = await runTests(broken.ctx, 'red');
@@ -55,9 +61,7 @@ describe('run_tests with the junit format', () => {
   });
 
   it('reports zero discovered tests, a missing report and a timeout as incomplete', async () => {
-    const empty = prepareRun({ repo: { 'xmlrunner': '', 'tests/__init__.py': '' }, fixture: fixture() });
-    rmSync(join(empty.workspace, 'xmlrunner'));
-    cpSync(join(FIXTURE, 'repo', 'xmlrunner'), join(empty.workspace, 'xmlrunner'), { recursive: true });
+    const empty = prepareRun({ repo: repoWith('xmlrunner', { 'tests/__init__.py': '' }), fixture: fixture() });
     expect(await runTests(empty.ctx, 'none')).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'no_tests', discovered: 0 } });
 
     const silent = prepareRun({ repo: { 'tests/x.txt': '' }, fixture: junitTests(['python3', '-c', 'import sys; print("ran, wrote nothing:", sys.argv[1])', '{junit}']) });
@@ -70,19 +74,6 @@ describe('run_tests with the junit format', () => {
     expect(await runTests(slow.ctx, 'slow')).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'timeout' } });
   });
 });
-
-function readRepo(dir: string): Record<string, string> {
-  const out: Record<string, string> = {};
-  const walk = (rel: string) => {
-    for (const entry of readdirSync(join(dir, rel), { withFileTypes: true })) {
-      const path = rel ? `${rel}/${entry.name}` : entry.name;
-      if (entry.isDirectory()) walk(path);
-      else out[path] = readFileSync(join(dir, path), 'utf8');
-    }
-  };
-  walk('');
-  return out;
-}
 
 describe('the junit-format fixture end to end', () => {
   let env: TestWorkflowEnvironment;
