@@ -188,7 +188,6 @@ async function confirmation(client: Client, id: string, actionId: string, afterS
     const events = await client.withDeadline(Date.now() + 3000, () => handle.query<TraceEvent[]>('trace')).catch(() => null);
     const answer = events?.find((e) => e.seq > afterSeq && e.action_id === actionId && (e.type === 'approval_recorded' || e.type === 'approval_ignored'));
     if (answer) return answer.type === 'approval_ignored' ? 'stale' : decision === 'approve' ? 'approved' : 'rejected';
-    if (events === null && (await handle.describe()).status.name !== 'RUNNING') return decision === 'approve' ? 'approved' : 'rejected';
     await new Promise((r) => setTimeout(r, 200));
   }
   return 'unanswered';
