@@ -5,8 +5,9 @@
  * The control folder sits beside the workspace on the same file system, so the rename of a
  * temporary file into the workspace is atomic.
  */
-import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync, writeFileSync, copyFileSync, chmodSync, existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, copyFileSync, chmodSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { writeFileAtomic } from '../host/files';
 import { digestJson, sha256 } from './digest';
 
 export interface RunPaths {
@@ -78,30 +79,6 @@ export function copyTree(from: string, to: string): void {
   }
 }
 
-/** Writes a file durably: temporary file, fsync, rename, fsync of the folder. */
-export function writeFileAtomic(path: string, data: string | Buffer, tmpDir: string, mode = 0o644): void {
-  mkdirSync(tmpDir, { recursive: true });
-  const tmp = join(tmpDir, `${sha256(path)}.${process.pid}.tmp`);
-  const fd = openSync(tmp, 'w', mode);
-  try {
-    writeFileSync(fd, data);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  renameSync(tmp, path);
-  fsyncDir(dirname(path));
-}
-
-export function fsyncDir(dir: string): void {
-  const fd = openSync(dir, 'r');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
-
 export interface PreparedWorkspace {
   workspace_digest: string;
   files: number;
@@ -119,12 +96,12 @@ export function prepareWorkspace(paths: RunPaths, repoDir: string): PreparedWork
   copyTree(repoDir, paths.workspace);
   copyTree(repoDir, paths.baseline);
   const entries = manifest(paths.workspace);
-  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(entries), paths.tmp);
+  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(entries), { tmpDir: paths.tmp });
   const prepared: PreparedWorkspace = {
     workspace_digest: manifestDigest(entries),
     files: entries.filter((e) => e.kind === 'file').length,
   };
-  writeFileAtomic(marker, JSON.stringify(prepared), paths.tmp);
+  writeFileAtomic(marker, JSON.stringify(prepared), { tmpDir: paths.tmp });
   return prepared;
 }
 

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { buildPlan } from '../client/eval';
-import { temporalBinary } from '../client/temporal-bin';
+import { temporalBinary } from '../host/temporal-bin';
 import type { EvalPlan } from '../core/batch-plan';
 import { PROJECT_ROOT, tempDir } from '../tests/helpers/run-dir';
 import { killed, spawnWorker, startServer, uniqueQueue } from '../tests/helpers/temporal';

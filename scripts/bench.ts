@@ -17,7 +17,7 @@ import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
 import { readFile } from '../activities/tools/read_file';
 import { manifest } from '../activities/workspace';
-import { temporalBinary } from '../client/temporal-bin';
+import { temporalBinary } from '../host/temporal-bin';
 import type { RunView } from '../core/run-view';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from '../tests/helpers/run-dir';
 import { canonicalInput, startServer, uniqueQueue, writeReplay } from '../tests/helpers/temporal';

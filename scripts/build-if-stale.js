@@ -9,7 +9,7 @@ const { join } = require('node:path');
 
 const root = join(__dirname, '..');
 const stamp = join(root, 'dist', '.build-stamp');
-const SOURCES = ['core', 'activities', 'client', 'worker', 'workflows', 'scripts', 'tests'];
+const SOURCES = ['core', 'host', 'activities', 'client', 'worker', 'workflows', 'scripts', 'tests'];
 const FILES = ['tsconfig.json', 'package.json', 'package-lock.json'];
 
 function newest(path) {

@@ -11,7 +11,7 @@
 import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { ensureDevServer } from '../client/dev-server';
+import { ensureDevServer } from '../host/temporal-server';
 import type { RunOutcome } from '../workflows';
 import {
   CLEAN_FINISH,

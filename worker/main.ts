@@ -1,23 +1,56 @@
-/** `npm run worker`: a standalone worker for the configured cluster (or the embedded dev server). */
+/**
+ * `npm run worker`: a standalone worker for the configured cluster (or the embedded dev server).
+ * Started by the command line as the embedded default's background worker, it also stops by
+ * itself when it is no longer the state folder's recorded worker, or when the dev server it
+ * serves has ended.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { NativeConnection, Runtime } from '@temporalio/worker';
+import { BACKGROUND_MARK, readWorkerRecord, recordSelf } from './background';
+import { buildId } from '../host/build';
+import { processAlive } from '../host/processes';
+import { ensureDevServer } from '../host/temporal-server';
 import { runtimeLogger } from './logger';
-import { ensureDevServer } from '../client/dev-server';
-import { readSettings } from './settings';
-import { createWorker } from './index';
+import { readSettings, type Settings } from './settings';
+import { createWorker, type HostWorkers } from './index';
 
 async function main(): Promise<void> {
   Runtime.install({ logger: runtimeLogger('WARN') });
   const settings = readSettings();
   const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await NativeConnection.connect({ address });
-  const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir });
-  console.error(`worker polling task queue ${settings.taskQueue} on ${address} (state: ${settings.stateDir})`);
+  const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile });
+  console.error(`worker ${process.pid} (build ${buildId()}) polling task queue ${settings.taskQueue} on ${address} (state: ${settings.stateDir})`);
+  const background = process.env[BACKGROUND_MARK] === '1';
+  if (background) recordSelf(settings);
+  const watch = background ? watchdog(settings, worker) : null;
   try {
     await worker.run(); // ends on SIGINT / SIGTERM
   } finally {
+    if (watch) clearInterval(watch);
     close();
     await connection.close();
   }
+}
+
+/** The background worker ends when another worker is recorded in its place, or its dev server has ended. */
+function watchdog(settings: Settings, worker: HostWorkers): NodeJS.Timeout {
+  let server: number | null = null;
+  try {
+    server = Number(readFileSync(join(settings.stateDir, 'temporal-server.pid'), 'utf8'));
+    if (!processAlive(server)) server = null; // a server this state folder did not start: not watched
+  } catch {
+    // no pid file: the server was started elsewhere
+  }
+  return setInterval(() => {
+    const record = readWorkerRecord(settings.stateDir);
+    const replaced = record !== null && record.pid !== process.pid;
+    if (replaced || (server !== null && !processAlive(server))) {
+      console.error(`worker ${process.pid}: ${replaced ? `replaced by worker ${record!.pid}` : 'the dev server has ended'}; stopping`);
+      worker.shutdown();
+    }
+  }, 2000);
 }
 
 main().catch((err) => {

@@ -13,6 +13,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import Dockerode from 'dockerode';
+import { processAlive } from '../../host/processes';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 
 export const SANDBOX_LABEL = 'coding-agent';
@@ -483,15 +484,6 @@ function startError(err: unknown, command: string): unknown {
     return new BackendUnavailableError(`command not found in the sandbox image: ${command}`, 'runtime_missing');
   }
   return err;
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code !== 'ESRCH'; // EPERM: alive, someone else's
-  }
 }
 
 async function removeContainer(container: Dockerode.Container): Promise<void> {

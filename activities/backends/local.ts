@@ -8,10 +8,11 @@
  * its owning worker, and every exec first reaps the groups whose owner is dead (see
  * ProcessGroups). A group whose owner is alive is never touched.
  */
-import { hostPath } from '../tools-env';
+import { groupAlive, HAS_PROC, identityOf, processAlive, procStat, type ProcessIdentity } from '../../host/processes';
+import { hostPath } from '../../host/tools-env';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { faultPoint } from '../faults';
@@ -50,13 +51,6 @@ function killGroup(pid: number | undefined): void {
 /** The environment variable that marks every process of a group this backend started. */
 const GROUP_MARK = 'AGENT_EXEC_GROUP';
 
-/** A process as identified on Linux: pid plus start time, so a reused pid is not mistaken for it. */
-interface ProcessIdentity {
-  pid: number;
-  /** Start time in clock ticks since boot (/proc/<pid>/stat field 22); null without /proc. */
-  start: number | null;
-}
-
 /** What the record file `<pgid>-<token>.json` holds while a group runs. */
 interface GroupRecord {
   pgid: number;
@@ -64,37 +58,6 @@ interface GroupRecord {
   token: string;
   owner: ProcessIdentity;
   command: string;
-}
-
-const HAS_PROC = existsSync('/proc/self/stat');
-
-/** Fields of /proc/<pid>/stat, or null when the process is gone. The command name may hold spaces. */
-function procStat(pid: number): { state: string; pgid: number; start: number } | null {
-  let text: string;
-  try {
-    text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  } catch {
-    return null;
-  }
-  const fields = text.slice(text.lastIndexOf(')') + 2).split(' '); // fields 3.. of stat(5)
-  return { state: fields[0], pgid: Number(fields[2]), start: Number(fields[19]) };
-}
-
-function selfIdentity(): ProcessIdentity {
-  return { pid: process.pid, start: HAS_PROC ? (procStat(process.pid)?.start ?? null) : null };
-}
-
-function isAlive(owner: ProcessIdentity): boolean {
-  try {
-    process.kill(owner.pid, 0);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return false;
-    if ((err as NodeJS.ErrnoException).code !== 'EPERM') throw err;
-  }
-  if (!HAS_PROC) return true;
-  const stat = procStat(owner.pid);
-  // A zombie is dead (killed, not yet reaped by its parent); another start time is another process.
-  return stat !== null && stat.state !== 'Z' && stat.state !== 'X' && (owner.start === null || stat.start === owner.start);
 }
 
 /** Pids of the processes in group `pgid` whose environment carries GROUP_MARK=<token>. */
@@ -121,7 +84,7 @@ function markedMembers(pgid: number, token: string): number[] {
  * stranger (a group id is not reused while any process of the group lives).
  */
 export class ProcessGroups {
-  private readonly owner = selfIdentity();
+  private readonly owner = identityOf();
 
   constructor(readonly dir: string) {}
 
@@ -160,10 +123,10 @@ export class ProcessGroups {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // removed by its owner meanwhile
         throw err;
       }
-      if (isAlive(record.owner)) continue;
+      if (processAlive(record.owner)) continue;
       if (!HAS_PROC) {
         // Without /proc the group cannot be told apart from a stranger that reused its id.
-        if (!groupExists(record.pgid)) rmSync(file, { force: true });
+        if (!groupAlive(record.pgid)) rmSync(file, { force: true });
         continue;
       }
       if (markedMembers(record.pgid, record.token).length > 0) {
@@ -182,15 +145,6 @@ export class ProcessGroups {
     if (!stat.isDirectory() || (process.getuid && stat.uid !== process.getuid())) {
       throw new Error(`process-group folder ${this.dir} is not a folder owned by this user`);
     }
-  }
-}
-
-function groupExists(pgid: number): boolean {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -12,7 +12,8 @@ import type { ApplyPatchArgs } from '../../core/tools';
 import { digestJson, sha256 } from '../digest';
 import { faultPoint } from '../faults';
 import { resolveInWorkspace } from '../fs-safety';
-import { baselineManifest, fsyncDir, manifest, manifestDigest } from '../workspace';
+import { fsyncDir } from '../../host/files';
+import { baselineManifest, manifest, manifestDigest } from '../workspace';
 import { decodeText, type ToolContext } from './context';
 
 export type PrepareOutcome =

@@ -6,29 +6,46 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Runtime } from '@temporalio/worker';
 import { openStore, storedTrace } from '../../client/stored-trace';
-import { temporalBinary } from '../../client/temporal-bin';
+import { startDevServer } from '../../host/temporal-server';
 import type { Decision, RunInput, ToolResult } from '../../core/contracts';
 import type { RunView } from '../../core/run-view';
-import { SEARCH_ATTRIBUTES } from '../../core/search-attributes';
 import type { TraceEvent } from '../../core/trace';
 import type { Limits } from '../../activities/config';
 import { createWorker } from '../../worker';
 import { runtimeLogger } from '../../worker/logger';
 import type { SandboxOptions } from '../../worker/sandbox';
 import type { RunOutcome } from '../../workflows';
-import { LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
+import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
 
 let runtimeInstalled = false;
 
-/** `extraArgs` go to `temporal server start-dev`, e.g. dynamic configuration values. */
+/**
+ * A real Temporal dev server for one test file, started by the project's one launcher (in memory,
+ * no Web UI); `teardown()` stops the server too. `extraArgs` go to `temporal server start-dev`,
+ * e.g. dynamic configuration values.
+ */
 export async function startServer(extraArgs: string[] = []): Promise<TestWorkflowEnvironment> {
   if (!runtimeInstalled) {
     Runtime.install({ logger: runtimeLogger('WARN') });
     runtimeInstalled = true;
   }
-  return TestWorkflowEnvironment.createLocal({
-    server: { executable: { type: 'existing-path', path: temporalBinary() }, searchAttributes: SEARCH_ATTRIBUTES, ip: '127.0.0.1', extraArgs },
-  });
+  const server = await startDevServer({ stateDir: tempDir('temporal'), port: await freePort(), uiPort: null, dbFile: null, attached: true, extraArgs });
+  try {
+    const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address });
+    const teardown = env.teardown.bind(env);
+    env.teardown = async () => {
+      try {
+        await teardown();
+      } finally {
+        server.stop();
+        await server.exited;
+      }
+    };
+    return env;
+  } catch (err) {
+    server.stop();
+    throw err;
+  }
 }
 
 let queues = 0;
@@ -73,6 +90,8 @@ export interface RunOnceOptions {
   /** Timeout of one provider HTTP request. */
   modelTimeoutMs?: number;
   docker?: SandboxOptions | false;
+  /** The worker's providers file (default: none in the fresh state folder). */
+  providersFile?: string;
   /** Drives the run while it goes on (signals, watching); `running()` turns false at its end. */
   drive?: (handle: WorkflowHandle, running: () => boolean) => Promise<unknown>;
 }
@@ -82,7 +101,15 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
   const stateDir = tempDir('agent-state');
   opts.prepareState?.(stateDir);
   const taskQueue = uniqueQueue('run');
-  const { worker, ledger, store, close } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, limits: opts.limits, docker: opts.docker, modelTimeoutMs: opts.modelTimeoutMs });
+  const { worker, ledger, store, close } = await createWorker({
+    connection: env.nativeConnection,
+    taskQueue,
+    stateDir,
+    limits: opts.limits,
+    docker: opts.docker,
+    modelTimeoutMs: opts.modelTimeoutMs,
+    providersFile: opts.providersFile,
+  });
   try {
     return await worker.runUntil(async () => {
       const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });

