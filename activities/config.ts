@@ -35,6 +35,8 @@ export interface HarnessConfig {
   limits: Limits;
   /** Model prices in US dollars per million tokens (`AGENT_PRICES_FILE`); a model not listed costs null. */
   prices?: Record<string, { input: number; output: number; cached_input?: number }>;
+  /** The operator's providers file (`AGENT_PROVIDERS_FILE`, default `<state>/providers.json`). */
+  providersFile: string;
   /** Timeout of one provider HTTP request (default 120 s). */
   modelTimeoutMs?: number;
   /**

@@ -14,7 +14,8 @@ import type { DecisionView, PendingEntry } from '../core/transcript';
 /** The decision source as the workflow passes it to `decide`: a replay by digest, or a provider. */
 export type SourceRef =
   | { kind: 'replay'; digest: string }
-  | { kind: 'provider'; provider: 'openai' | 'anthropic'; model: string; api_key_env: string; base_url?: string };
+  /** An endpoint of the worker's providers file, by name: its URL and key variable are looked up there at each call. */
+  | { kind: 'provider'; endpoint: string; provider: 'openai' | 'anthropic'; model: string };
 
 export interface DecideInput {
   run_id: string;

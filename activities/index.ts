@@ -16,6 +16,7 @@ import type { HarnessConfig } from './config';
 import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from './decisions';
 import type { Ledger } from './ledger';
 import { liveDecide } from './live';
+import { ProvidersFileError, resolveEndpoint } from './providers/endpoints';
 import { StoreError, type Store } from './store';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
@@ -95,6 +96,16 @@ export function createActivities(deps: ActivityDeps) {
     }
   };
 
+  /** The operator's endpoint; a providers file that cannot be read stops the run (it would fail alike on every attempt). */
+  const lookupEndpoint = (name: string, model: string) => {
+    try {
+      return resolveEndpoint(config.providersFile, name, model);
+    } catch (err) {
+      if (err instanceof ProvidersFileError) throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true });
+      throw err;
+    }
+  };
+
   const backendFor = (name: RunRef['backend']): ExecBackend => {
     const backend = deps.backends[name];
     if (!backend) {
@@ -150,8 +161,10 @@ export function createActivities(deps: ActivityDeps) {
         return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
       }
       if (source.kind !== 'replay') {
-        const { kind, provider, model, api_key_env, base_url } = source;
-        return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null, source: { kind, provider, model, api_key_env, base_url }, host_queue: config.hostQueue ?? null };
+        const found = lookupEndpoint(source.endpoint, source.model);
+        if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
+        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
+        return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null, source: ref, host_queue: config.hostQueue ?? null };
       }
       let replay;
       try {
@@ -186,7 +199,13 @@ export function createActivities(deps: ActivityDeps) {
       if (input.source.kind === 'provider') {
         const ctx = Context.current();
         const source = input.source;
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), env: process.env };
+        // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
+        const found = lookupEndpoint(source.endpoint, source.model);
+        if (!found.ok || found.endpoint.kind !== source.provider) {
+          const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
+          throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: detail, nonRetryable: true });
+        }
+        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), env: process.env, endpoint: found.endpoint };
         return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
           kind: 'decisions',
           decisions: decisions.map((d) => decisionView(d, input.turn, reply)),

@@ -7,7 +7,7 @@
  */
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
-import type { Decision, ToolResult } from '../core/contracts';
+import type { Decision, Endpoint, ToolResult } from '../core/contracts';
 import type { TranscriptEntry } from '../core/transcript';
 import type { DecideInput, DecideResult, SourceRef, UsageStep } from './decisions';
 import { digestJson } from './digest';
@@ -16,6 +16,7 @@ import { anthropicAdapter } from './providers/anthropic';
 import { classify } from './providers/errors';
 import { openaiAdapter } from './providers/openai';
 import { SYSTEM_PROMPT } from './providers/prompt';
+import { scrubbedError, scrubSecret } from './providers/secrets';
 import type { ProviderAdapter, ReplyDecision, Usage } from './providers/types';
 import type { Store } from './store';
 
@@ -33,12 +34,14 @@ export interface LiveContext {
   signal: AbortSignal;
   heartbeat: () => void;
   env: NodeJS.ProcessEnv;
+  /** The operator's endpoint the run named, looked up for this call. */
+  endpoint: Endpoint;
 }
 
 const ADAPTERS: Record<'openai' | 'anthropic', ProviderAdapter> = { openai: openaiAdapter, anthropic: anthropicAdapter };
 
-export function adapterFor(source: Extract<SourceRef, { kind: 'provider' }>): ProviderAdapter {
-  return ADAPTERS[source.provider];
+export function adapterFor(kind: Endpoint['kind']): ProviderAdapter {
+  return ADAPTERS[kind];
 }
 
 /** The stored transcript as conversation groups: each model reply's calls with their results. */
@@ -90,16 +93,17 @@ export async function liveDecide(
   const { store, signal } = ctx;
   const source = input.source;
   const facts: RunFacts = input.facts!;
-  const adapter = adapterFor(source);
+  const { endpoint } = ctx;
+  const adapter = adapterFor(endpoint.kind);
   const budget = facts.budgets.context_budget_tokens ?? DEFAULT_CONTEXT_BUDGET_TOKENS;
   const maxOutput = facts.budgets.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
   const groups = transcriptGroups(store, store.transcript(head));
   const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools()) - maxOutput) * factor);
 
   // Read only here, inside the activity; never returned, logged or stored.
-  const apiKey = ctx.env[source.api_key_env];
+  const apiKey = ctx.env[endpoint.api_key_env];
   if (!apiKey) {
-    throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `the environment variable ${source.api_key_env} is not set on the worker`, nonRetryable: true });
+    throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`, nonRetryable: true });
   }
 
   let compacted = false;
@@ -115,11 +119,13 @@ export async function liveDecide(
       let raw: unknown;
       try {
         ctx.heartbeat();
-        raw = await adapter.send(body, { apiKey, baseURL: source.base_url, timeoutMs: ctx.timeoutMs, signal });
+        raw = await adapter.send(body, { apiKey, baseURL: endpoint.base_url, timeoutMs: ctx.timeoutMs, signal });
       } catch (err) {
         if (signal.aborted) throw new CancelledFailure('the model request was cancelled');
         const failure = classify(err);
-        if (failure === null) throw err;
+        // Error text leaves the activity only scrubbed of the key: it goes to history, the trace and reports.
+        if (failure === null) throw scrubbedError(err, apiKey);
+        failure.detail = scrubSecret(failure.detail, apiKey);
         if (failure.context_overflow && !compacted) {
           compacted = true;
           continue; // compact to half the room and try once more
@@ -136,7 +142,7 @@ export async function liveDecide(
     const usage: UsageStep = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage), compacted, from_store: fromStore };
     switch (reply.kind) {
       case 'refused':
-        return { kind: 'refused', detail: reply.detail, head, usage };
+        return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage };
       case 'truncated':
         return { kind: 'model_error', transient: true, cut_off: true, retry_after_ms: null, detail: 'the reply was cut off by the output limit; none of its calls ran', ref: null, cursor: input.cursor, head, usage };
       case 'decisions':

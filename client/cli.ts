@@ -8,7 +8,11 @@ import { userInfo } from 'node:os';
 import { basename, resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
-import type { RunInput } from '../core/contracts';
+import { endpointSchema, type RunInput } from '../core/contracts';
+import { formatIssues } from '../core/validate';
+import { ensureEndpoint } from '../activities/providers/endpoints';
+import { liveWorker } from '../worker/background';
+import { workerIdentity } from '../host/build';
 import { compareReports, reportJson, reportMarkdown, type EvalReport } from '../core/report';
 import type { EvalInput, EvalPlan } from '../workflows/agentEval';
 import { buildRecord, type RunView } from '../core/run-view';
@@ -67,10 +71,30 @@ async function liveRun(session: Session, handle: WorkflowHandle): Promise<{ view
   try {
     return await session.client.withDeadline(Date.now() + 5000, query);
   } catch (err) {
-    // Embedded default: nobody may be running a worker; answer with one in this process.
-    if (session.embedded) return session.withWorker(query);
+    // Embedded default: the background worker may not run (yet); start it and ask again.
+    if (session.embedded) {
+      await session.ensureWorker();
+      return session.client.withDeadline(Date.now() + 15_000, query);
+    }
     throw new Error(`no worker answered the query on task queue ${session.settings.taskQueue}; start one with npm run worker (${(err as Error).message})`);
   }
+}
+
+/**
+ * The workers that polled the run queue in the last minute (their identity names their build),
+ * and on the embedded default the state folder's background worker.
+ */
+async function queueWorkers(session: Session): Promise<{ identity: string; background: boolean }[]> {
+  const { pollers } = await session.client.workflowService.describeTaskQueue({
+    namespace: session.settings.namespace,
+    taskQueue: { name: session.settings.taskQueue, kind: 1 }, // TASK_QUEUE_KIND_NORMAL
+    taskQueueType: 1, // TASK_QUEUE_TYPE_WORKFLOW
+  });
+  const recent = (pollers ?? []).filter((p) => Number(p.lastAccessTime?.seconds ?? 0) * 1000 > Date.now() - 60_000);
+  const own = session.embedded ? liveWorker(session.settings.stateDir) : null;
+  const workers = recent.map((p) => ({ identity: p.identity ?? '?', background: own !== null && (p.identity ?? '').startsWith(`${own.pid}@`) }));
+  if (own !== null && !workers.some((w) => w.background)) workers.push({ identity: workerIdentity(own.pid, own.build), background: true });
+  return workers.sort((a, b) => Number(b.background) - Number(a.background) || a.identity.localeCompare(b.identity));
 }
 
 async function signalApproval(session: Session, positionals: string[], values: Record<string, any>, decision: 'approve' | 'reject'): Promise<number> {
@@ -95,11 +119,14 @@ async function signalApproval(session: Session, positionals: string[], values: R
 const COMMANDS: Record<string, Command> = {
   run: {
     usage:
-      'run <fixture-dir> (--replay FILE | --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR]) [--backend local|docker] [--trust-replay] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S] [--max-model-tokens N]',
+      'run <fixture-dir> (--replay FILE | --endpoint NAME --model NAME | --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR]) [--backend local|docker] [--trust-replay] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S] [--max-model-tokens N]',
     summary:
-      'start an agentRun; print its workflow id; with --wait follow it to the end.\nOn the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).',
+      'start an agentRun; print its workflow id; with --wait follow it to the end.\nOn the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).\n' +
+      "--endpoint names one of the worker operator's endpoints (its providers file); on the embedded default,\n" +
+      '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.',
     options: {
       replay: { type: 'string' },
+      endpoint: { type: 'string' },
       provider: { type: 'string' },
       model: { type: 'string' },
       'base-url': { type: 'string' },
@@ -119,10 +146,12 @@ const COMMANDS: Record<string, Command> = {
     async run(session, positionals, values) {
       const fixture = positionals[0];
       if (!fixture) throw new UsageError('missing <fixture-dir>');
-      if (!values.replay && !values.provider) throw new UsageError('--replay FILE or --provider NAME is required (the decision source)');
-      if (values.replay && values.provider) throw new UsageError('give --replay or --provider, not both');
+      const sources = ['replay', 'endpoint', 'provider'].filter((k) => values[k] !== undefined);
+      if (sources.length === 0) throw new UsageError('--replay FILE or --provider NAME is required, or --endpoint NAME (the decision source)');
+      if (sources.length > 1) throw new UsageError(`give one decision source, not ${sources.map((k) => `--${k}`).join(' and ')}`);
       if (values.provider && values.provider !== 'openai' && values.provider !== 'anthropic') throw new UsageError('--provider must be openai or anthropic');
-      if (values.provider && !values.model) throw new UsageError('--model NAME is required with --provider');
+      if ((values.provider || values.endpoint) && !values.model) throw new UsageError('--model NAME is required with --endpoint or --provider');
+      if (!values.provider && (values['base-url'] || values['api-key-env'])) throw new UsageError('--base-url and --api-key-env go with --provider');
       if (values.backend !== 'local' && values.backend !== 'docker') throw new UsageError('--backend must be local or docker');
       const num = (name: string) => {
         if (values[name] === undefined) return undefined;
@@ -134,30 +163,26 @@ const COMMANDS: Record<string, Command> = {
       const budgets = Object.fromEntries(
         Object.entries({ max_turns: num('max-turns'), max_tool_calls: num('max-tool-calls'), deadline_s: num('deadline-s'), max_model_tokens: num('max-model-tokens'), approval_timeout_s: num('approval-timeout-s') }).filter(([, v]) => v !== undefined),
       );
+      const endpoint = values.provider ? localEndpoint(session, values) : values.endpoint;
       const input: RunInput = {
         fixture: resolve(fixture),
-        source: values.provider
-          ? {
-              kind: 'provider',
-              provider: values.provider,
-              model: values.model,
-              api_key_env: values['api-key-env'] ?? (values.provider === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY'),
-              ...(values['base-url'] ? { base_url: values['base-url'] } : {}),
-            }
-          : { kind: 'replay', path: resolve(values.replay), trusted: replayTrusted(session.settings, values.replay, values['trust-replay']) },
+        source:
+          endpoint !== undefined
+            ? { kind: 'provider', endpoint, model: values.model }
+            : { kind: 'replay', path: resolve(values.replay), trusted: replayTrusted(session.settings, values.replay, values['trust-replay']) },
         backend: values.backend,
         approver: values.approver,
         ...(Object.keys(budgets).length ? { budgets } : {}),
       };
       const workflowId = values.id ?? `agent-${basename(resolve(fixture))}-${randomBytes(4).toString('hex')}`;
       const start = () => session.client.workflow.start('agentRun', { taskQueue: session.settings.taskQueue, workflowId, args: [input] });
+      await session.ensureWorker();
       if (!values.wait) {
         const handle = await start();
-        if (await session.ensureBackgroundWorker()) process.stderr.write('started a background worker (log in the state folder: worker.log)\n');
         out(values.json ? { workflow_id: handle.workflowId, run_id: handle.firstExecutionRunId } : handle.workflowId);
         return 0;
       }
-      return session.withWorker(async () => {
+      {
         const handle = await start();
         const log = (line: string) => (values.json ? process.stderr : process.stdout).write(`${line}\n`);
         log(`workflow ${handle.workflowId}`);
@@ -179,7 +204,7 @@ const COMMANDS: Record<string, Command> = {
           process.stderr.write(`${err.message}\nthe run keeps waiting; approve with: npm run agent -- approve ${handle.workflowId}\n`);
           return 3;
         }
-      });
+      }
     },
   },
   approve: {
@@ -201,8 +226,9 @@ const COMMANDS: Record<string, Command> = {
     async run(session, positionals, values) {
       const handle = handleFor(session, positionals);
       const { view } = await readRun(session, handle);
+      const workers = await queueWorkers(session);
       if (values.json) {
-        out(view);
+        out({ ...view, workers });
         return 0;
       }
       const c = view.counters;
@@ -211,6 +237,7 @@ const COMMANDS: Record<string, Command> = {
       out(`turns ${c.turns}, tool calls ${c.tool_calls}, writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}`);
       if (view.pending_approval) out(`\npending approval:\n${describePending(view.pending_approval)}`);
       if (view.verification) out(`\nrecord: ${JSON.stringify(buildRecord(view))}`);
+      for (const w of workers) out(`served by worker ${w.identity}${w.background ? ' (the background worker of this state folder)' : ''}`);
       return 0;
     },
   },
@@ -307,7 +334,8 @@ const COMMANDS: Record<string, Command> = {
       }
       const total = planSize(plan);
       const webUi = session.embedded ? `http://localhost:${session.settings.devUiPort}` : (process.env.AGENT_WEB_UI_URL ?? null);
-      const collected = await session.withWorker(async () => {
+      await session.ensureWorker();
+      const collected = await (async () => {
         const handle = session.client.workflow.getHandle(batch);
         if (previous !== null && (await handle.describe()).status.name === 'RUNNING') {
           process.stderr.write(`${batch} is still running: following it\n`);
@@ -325,7 +353,7 @@ const COMMANDS: Record<string, Command> = {
         process.stderr.write(`workflow ${batch}: ${total} runs, ${concurrency} at a time\n`);
         await follow(handle, process.stderr);
         return collectReport(session.client, session.settings, batch, plan, webUi);
-      });
+      })();
       const finished = new Date();
       writeOutputs(outDir, collected, { batch, started_at: started.toISOString(), finished_at: finished.toISOString(), duration_s: (finished.getTime() - started.getTime()) / 1000, runs: total, concurrency });
       if (values.json) out(reportJson(collected.report).trimEnd());
@@ -363,7 +391,7 @@ const COMMANDS: Record<string, Command> = {
       }
       const { isLoopback, startConsole } = await import('./console/server');
       if (!isLoopback(host)) process.stderr.write(`warning: serving the console on ${host}, not a loopback address: anyone who reaches it and holds the token can approve writes\n`);
-      if (session.embedded) await session.ensureBackgroundWorker();
+      await session.ensureWorker();
       const webUi = session.embedded ? `http://localhost:${session.settings.devUiPort}` : (process.env.AGENT_WEB_UI_URL ?? null);
       const app = await startConsole({ client: session.client, token, host, port, webUi, namespace: session.settings.namespace });
       out(`console on ${app.url}; sign in at ${app.url}/login?token=${values['token-file'] ? '<the token in the file>' : token}`);
@@ -385,6 +413,22 @@ const COMMANDS: Record<string, Command> = {
     },
   },
 };
+
+/**
+ * `--provider KIND [--base-url URL] [--api-key-env VAR]` on the embedded default: the endpoint of
+ * the local providers file with exactly these settings, added when there is none. A cluster's
+ * endpoints are its operator's: there a run names one with --endpoint.
+ */
+function localEndpoint(session: Session, values: Record<string, any>): string {
+  if (!session.embedded) throw new UsageError("--provider writes the embedded default's providers file; against a cluster, name one of its operator's endpoints with --endpoint NAME");
+  const kind = values.provider as 'openai' | 'anthropic';
+  const wanted = { kind, base_url: values['base-url'], api_key_env: values['api-key-env'] ?? (kind === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY') };
+  const parsed = endpointSchema.omit({ name: true, models: true }).safeParse(wanted);
+  if (!parsed.success) throw new UsageError(formatIssues(parsed.error));
+  const { name, added } = ensureEndpoint(session.settings.providersFile, parsed.data);
+  process.stderr.write(`endpoint ${name} (${kind}, key from ${wanted.api_key_env}) ${added ? 'added to' : 'found in'} ${session.settings.providersFile}\n`);
+  return name;
+}
 
 function positiveInt(value: string, flag: string): number {
   const n = Number(value);

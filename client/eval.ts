@@ -153,7 +153,7 @@ export interface Collected {
   durations: Record<string, number | null>;
 }
 
-const traceLine = (e: { seq: number; type: string; call_id?: string; data: unknown }) => {
+export const traceLine = (e: { seq: number; type: string; call_id?: string; data: unknown }) => {
   const data = JSON.stringify(e.data ?? null);
   return `${e.seq} ${e.type}${e.call_id ? ` ${e.call_id}` : ''} ${data.length > 160 ? `${data.slice(0, 157)}...` : data}`;
 };

@@ -104,18 +104,39 @@ export const replaySchema = z.strictObject({
 });
 export type Replay = z.infer<typeof replaySchema>;
 
+/** The name of an environment variable. */
+export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
+
 /**
- * Where decisions come from. A live provider names the environment variable that holds its key;
- * the key itself never enters the run's input or history.
+ * A model endpoint, as the worker's operator lists it in the providers file (SPEC section 9): the
+ * kind of API, where it is, and which of the worker's environment variables holds its key. A run
+ * names an endpoint; it never names a URL or a variable.
  */
+export const endpointSchema = z.strictObject({
+  name: z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'endpoint name: lowercase letters, digits, . _ - (at most 64)'),
+  kind: z.enum(['openai', 'anthropic']),
+  base_url: z
+    .url()
+    .refine((u) => /^https?:\/\//.test(u), 'an http or https URL')
+    .optional(),
+  api_key_env: z.string().regex(ENV_NAME, 'the name of an environment variable'),
+  /** When given, the only models a run may ask of this endpoint. */
+  models: z.array(z.string().min(1)).min(1).optional(),
+});
+export type Endpoint = z.infer<typeof endpointSchema>;
+
+export const providersFileSchema = z
+  .strictObject({ schema_version: z.literal(1), endpoints: z.array(endpointSchema) })
+  .refine((f) => new Set(f.endpoints.map((e) => e.name)).size === f.endpoints.length, { message: 'endpoint names must be unique', path: ['endpoints'] });
+export type ProvidersFile = z.infer<typeof providersFileSchema>;
+
+/** Where decisions come from: a replay file, or a model behind one of the operator's endpoints. */
 export const decisionSourceSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('replay'), path: z.string().min(1), trusted: z.boolean() }),
   z.strictObject({
     kind: z.literal('provider'),
-    provider: z.enum(['openai', 'anthropic']),
-    model: z.string().min(1),
-    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'the name of an environment variable'),
-    base_url: z.url().optional(),
+    endpoint: endpointSchema.shape.name,
+    model: z.string().min(1).max(200),
   }),
 ]);
 export type DecisionSource = z.infer<typeof decisionSourceSchema>;

@@ -3,7 +3,8 @@ import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
-import { temporalBinary } from '../client/temporal-bin';
+import { temporalBinary } from '../host/temporal-bin';
+import { readWorkerRecord, stopWorker } from '../worker/background';
 import { launchChromium, testOutput } from './helpers/browser';
 import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
@@ -27,7 +28,9 @@ describe('npm run agent on the embedded default', () => {
     delete env.TEMPORAL_ADDRESS;
   });
 
-  afterAll(() => {
+  afterAll(async () => {
+    const worker = readWorkerRecord(stateDir);
+    if (worker) await stopWorker(worker);
     const pid = Number(readFileSync(join(stateDir, 'temporal-server.pid'), 'utf8'));
     process.kill(pid, 'SIGTERM');
   });

@@ -10,12 +10,12 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { temporalBinary } from '../client/temporal-bin';
+import { temporalBinary } from '../host/temporal-bin';
 import { canonicalJson } from '../core/canonical';
 import type { ToolResult } from '../core/contracts';
 import type { RunView } from '../core/run-view';
 import { MAX_PAYLOAD_BYTES } from '../worker/payload-guard';
-import { ProviderServer, reply } from './helpers/provider-server';
+import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
 import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, approveAll, pendingApproval, runOnce, startServer, waitFor, writeReplay } from './helpers/temporal';
 
@@ -215,10 +215,13 @@ describe('a live reply across continue-as-new', () => {
     const server = await new ProviderServer((_req, i) => ({ body: reply('openai', replies[i] ?? { text: 'done' }) })).start();
     try {
       const ignored = (p: { action_id: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: p.workspace_digest });
+      const providersFile = join(tempDir('providers'), 'providers.json');
+      const endpoint = addEndpoint(providersFile, endpointOf('openai', server, 'AGENT_TEST_LONG_KEY'));
       const { outcome, trace } = await runOnce(
         env,
-        { fixture: LINKCHECK, source: { kind: 'provider', provider: 'openai', model: 'test-model', api_key_env: 'AGENT_TEST_LONG_KEY', base_url: `${server.url}/v1` }, backend: 'docker', approver: 'interactive' },
+        { fixture: LINKCHECK, source: { kind: 'provider', endpoint, model: 'test-model' }, backend: 'docker', approver: 'interactive' },
         {
+          providersFile,
           drive: async (h) => {
             const first = await pendingApproval(h);
             const segment = (await h.query<RunView>('state')).segment;

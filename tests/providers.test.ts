@@ -11,12 +11,13 @@ import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Store } from '../activities/store';
 import { exportReplay } from '../client/export-replay';
-import { temporalBinary } from '../client/temporal-bin';
+import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { createSandbox } from '../worker/sandbox';
 import type { RunOutcome } from '../workflows';
+import { historyJson } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
-import { ProviderServer, reply, type Api, type ReplyCall, type Script, type Scripted } from './helpers/provider-server';
+import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type ReplyCall, type Script, type Scripted } from './helpers/provider-server';
 import { approveAll, CANONICAL_RECORD, killed, runOnce, spawnWorker, startServer, traceIn, uniqueQueue, waitFor, type RunOnceOptions } from './helpers/temporal';
 
 const exec = promisify(execFile);
@@ -78,17 +79,20 @@ async function serve(script: Script): Promise<ProviderServer> {
   return server;
 }
 
+/** The worker operator's providers file shared by this file's runs: one endpoint per test server. */
+const PROVIDERS = join(tempDir('providers'), 'providers.json');
+
 function liveInput(api: Api, server: ProviderServer, overrides: Partial<RunInput> = {}): RunInput {
   return {
     fixture: LINKCHECK,
-    source: { kind: 'provider', provider: api, model: 'test-model', api_key_env: KEY_ENV, base_url: api === 'openai' ? `${server.url}/v1` : server.url },
+    source: { kind: 'provider', endpoint: addEndpoint(PROVIDERS, endpointOf(api, server, KEY_ENV)), model: 'test-model' },
     backend: 'docker',
     approver: 'policy:approve-writable',
     ...overrides,
   };
 }
 
-const run = (input: RunInput, opts?: RunOnceOptions) => runOnce(env, input, opts);
+const run = (input: RunInput, opts?: RunOnceOptions) => runOnce(env, input, { providersFile: PROVIDERS, ...opts });
 const error = (status: number, body: unknown, headers: Record<string, string> = {}): Scripted => ({ status, body, headers });
 const openaiError = (code: string, message: string) => ({ error: { message, type: code, code } });
 
@@ -102,7 +106,9 @@ describe.each(['openai', 'anthropic'] as const)('the canonical fixture solved th
     const auth = server.requests.map((r) => (api === 'openai' ? r.headers.authorization : (r.headers['x-api-key'] ?? r.headers.authorization)));
     expect(new Set(auth)).toEqual(new Set([api === 'openai' ? `Bearer ${KEY}` : auth[0]]));
     expect(String(auth[0])).toContain(KEY);
-    const history = (await exec(temporalBinary(), ['workflow', 'show', '--address', env.address, '--workflow-id', handle.workflowId, '-o', 'json'], { maxBuffer: 64 * 1024 * 1024 })).stdout;
+    // Payloads decoded: the history's JSON shows them base64-encoded.
+    const history = await historyJson(env.address, handle.workflowId);
+    expect(history).toContain(handle.workflowId);
     expect(history).not.toContain(KEY);
   });
 
@@ -275,13 +281,13 @@ describe('paid once', () => {
     const logFile = join(stateDir, 'worker.log');
     const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [liveInput('anthropic', server)] });
     // The first worker stores the first response and dies; the second finishes the run.
-    const first = spawnWorker(env, taskQueue, stateDir, { AGENT_FAULT: 'after_model_response' });
+    const first = spawnWorker(env, taskQueue, stateDir, { AGENT_FAULT: 'after_model_response', AGENT_PROVIDERS_FILE: PROVIDERS });
     const log = createWriteStream(logFile);
     first.stderr!.pipe(log, { end: false });
     await killed(first);
     expect(first.signalCode).toBe('SIGKILL');
     expect(server.count()).toBe(1);
-    const second = spawnWorker(env, taskQueue, stateDir);
+    const second = spawnWorker(env, taskQueue, stateDir, { AGENT_PROVIDERS_FILE: PROVIDERS });
     second.stderr!.pipe(log, { end: false });
     try {
       const outcome = (await handle.result()) as RunOutcome;
@@ -300,7 +306,7 @@ describe('paid once', () => {
 
 /** The key-leak grep: the whole history, the store, every file of the state folder, the worker log. */
 async function expectNoKey(handle: WorkflowHandle, stateDir: string): Promise<void> {
-  const history = (await exec(temporalBinary(), ['workflow', 'show', '--address', env.address, '--workflow-id', handle.workflowId, '-o', 'json'], { maxBuffer: 64 * 1024 * 1024 })).stdout;
+  const history = await historyJson(env.address, handle.workflowId);
   expect(history.length).toBeGreaterThan(1000);
   const hits: string[] = history.includes(KEY) ? ['history'] : [];
   const walk = (dir: string) => {

@@ -11,6 +11,7 @@ import { formatIssues } from '../core/validate';
 import { join } from 'node:path';
 import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities } from '../activities';
+import { workerIdentity } from '../host/build';
 import { LocalBackend } from '../activities/backends/local';
 import type { ExecBackend } from '../activities/backends/types';
 import { DEFAULT_LIMITS, type Limits } from '../activities/config';
@@ -41,6 +42,8 @@ export interface WorkerOptions {
   namespace?: string;
   taskQueue: string;
   stateDir: string;
+  /** The operator's providers file (default `<stateDir>/providers.json`). */
+  providersFile?: string;
   limits?: Partial<Limits>;
   /**
    * The docker backend (default: image `AGENT_SANDBOX_IMAGE`, else `coding-agent-sandbox:1`, on the
@@ -97,7 +100,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   const store = new Store(join(options.stateDir, 'store.sqlite'));
   const activities = createActivities({
     store,
-    config: { stateDir: options.stateDir, limits: { ...DEFAULT_LIMITS, ...options.limits }, prices: loadPrices(process.env.AGENT_PRICES_FILE), modelTimeoutMs: options.modelTimeoutMs, hostQueue },
+    config: { stateDir: options.stateDir, providersFile: options.providersFile ?? join(options.stateDir, 'providers.json'), limits: { ...DEFAULT_LIMITS, ...options.limits }, prices: loadPrices(process.env.AGENT_PRICES_FILE), modelTimeoutMs: options.modelTimeoutMs, hostQueue },
     ledger,
     backends: Object.fromEntries(
       Object.entries(sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() }).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b]),
@@ -112,9 +115,20 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     workflowBundle: await workflowBundle(),
     activities,
     dataConverter,
+    identity: workerIdentity(),
+    // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
+    shutdownGraceTime: '10 seconds',
     maxCachedWorkflows: options.maxCachedWorkflows ?? Number(process.env.AGENT_MAX_CACHED_WORKFLOWS || DEFAULT_MAX_CACHED_WORKFLOWS),
   });
-  const own = await Worker.create({ connection: options.connection, namespace: options.namespace ?? 'default', taskQueue: hostQueue, activities, dataConverter });
+  const own = await Worker.create({
+    connection: options.connection,
+    namespace: options.namespace ?? 'default',
+    taskQueue: hostQueue,
+    activities,
+    dataConverter,
+    identity: workerIdentity(),
+    shutdownGraceTime: '10 seconds',
+  });
   // The probe runs when the worker starts, in the background; a run on the docker backend waits
   // for it (or probes again if it found no engine).
   sandbox?.warmUp();

@@ -1,5 +1,5 @@
 /** Configuration read once from the environment, shared by the worker and the command line. */
-import { relative, resolve, isAbsolute } from 'node:path';
+import { isAbsolute, join, relative, resolve } from 'node:path';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
 export const DEFAULT_TASK_QUEUE = 'coding-agent';
@@ -10,6 +10,8 @@ export interface Settings {
   namespace: string;
   taskQueue: string;
   stateDir: string;
+  /** The operator's model endpoints (`AGENT_PROVIDERS_FILE`, default `<state>/providers.json`). */
+  providersFile: string;
   /** Ports of the embedded dev server and its Web UI. */
   devServerPort: number;
   devUiPort: number;
@@ -18,11 +20,13 @@ export interface Settings {
 }
 
 export function readSettings(env: NodeJS.ProcessEnv = process.env): Settings {
+  const stateDir = resolve(env.AGENT_STATE_DIR || resolve(PROJECT_ROOT, '.agent-state'));
   return {
     temporalAddress: env.TEMPORAL_ADDRESS || null,
     namespace: env.TEMPORAL_NAMESPACE || 'default',
     taskQueue: env.AGENT_TASK_QUEUE || DEFAULT_TASK_QUEUE,
-    stateDir: resolve(env.AGENT_STATE_DIR || resolve(PROJECT_ROOT, '.agent-state')),
+    stateDir,
+    providersFile: resolve(env.AGENT_PROVIDERS_FILE || join(stateDir, 'providers.json')),
     devServerPort: Number(env.AGENT_DEV_SERVER_PORT || 7233),
     devUiPort: Number(env.AGENT_DEV_UI_PORT || 8233),
     trustedReplayDirs: (env.AGENT_TRUSTED_REPLAY_DIRS ?? resolve(PROJECT_ROOT, 'fixtures')).split(':').filter(Boolean).map((d) => resolve(d)),

@@ -152,6 +152,11 @@ class RunStop {
 }
 
 export async function agentRun(rawInput: unknown, carried?: Carried): Promise<RunOutcome> {
+  // Carried state comes only from this workflow's own continue-as-new; a client that passes it
+  // could otherwise skip the loading checks (trust gate, isolation, endpoints).
+  if (carried !== undefined && wf.workflowInfo().continuedFromExecutionRunId === undefined) {
+    return new AgentRun().finish(new RunStop('failed', 'invalid_input', 'a run takes one argument, its input; carried state is only for continue-as-new'));
+  }
   const run = new AgentRun(carried);
   const parsed = runInputSchema.safeParse(rawInput);
   if (!parsed.success) {

@@ -1,6 +1,7 @@
 /** Anthropic Messages: all results of one reply go back in one user message, in order. */
 import Anthropic from '@anthropic-ai/sdk';
 import type { BuiltContext } from '../../core/context';
+import { singleCredentialFetch } from './secrets';
 import { anthropicTools } from './tool-schemas';
 import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions, Usage } from './types';
 
@@ -39,7 +40,16 @@ export const anthropicAdapter: ProviderAdapter = {
     return { model, max_tokens: maxOutputTokens, system, tools: anthropicTools(), messages: messages(context) };
   },
   async send(body, options: SendOptions) {
-    const client = new Anthropic({ apiKey: options.apiKey, baseURL: options.baseURL, maxRetries: 0, timeout: options.timeoutMs });
+    // Every credential the SDK would take from the environment is given here instead (null: none).
+    const client = new Anthropic({
+      apiKey: options.apiKey,
+      authToken: null,
+      webhookKey: null,
+      baseURL: options.baseURL,
+      maxRetries: 0,
+      timeout: options.timeoutMs,
+      fetch: singleCredentialFetch(options.apiKey),
+    });
     return client.messages.create(body as never, { signal: options.signal });
   },
   parse(raw): ParsedReply {

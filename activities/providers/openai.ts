@@ -1,6 +1,7 @@
 /** OpenAI Chat Completions, and every server that speaks it (chosen by `baseURL`). */
 import OpenAI from 'openai';
 import type { BuiltContext, ContextGroup } from '../../core/context';
+import { singleCredentialFetch } from './secrets';
 import { dropNulls, openaiTools } from './tool-schemas';
 import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions, Usage } from './types';
 
@@ -39,7 +40,18 @@ export const openaiAdapter: ProviderAdapter = {
     return { model, messages: messages(system, context), tools: openaiTools(), tool_choice: 'auto', max_tokens: maxOutputTokens };
   },
   async send(body, options: SendOptions) {
-    const client = new OpenAI({ apiKey: options.apiKey, baseURL: options.baseURL, maxRetries: 0, timeout: options.timeoutMs });
+    // Every value the SDK would take from the environment is given here instead (null: none).
+    const client = new OpenAI({
+      apiKey: options.apiKey,
+      adminAPIKey: null,
+      organization: null,
+      project: null,
+      webhookSecret: null,
+      baseURL: options.baseURL,
+      maxRetries: 0,
+      timeout: options.timeoutMs,
+      fetch: singleCredentialFetch(options.apiKey),
+    });
     return client.chat.completions.create(body as never, { signal: options.signal });
   },
   parse(raw): ParsedReply {

@@ -4,7 +4,9 @@
  * with an unanswered tool call by a 400, as both real APIs do. Not a live provider: a protocol
  * double driven through the official SDKs.
  */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Endpoint, ProvidersFile } from '../../core/contracts';
 
 export type Api = 'openai' | 'anthropic';
 
@@ -98,15 +100,32 @@ export function unansweredCalls(api: Api, body: any): string[] {
   return missing;
 }
 
+/** Adds (or replaces) an endpoint in a worker's providers file; returns its name. */
+export function addEndpoint(file: string, endpoint: Endpoint): string {
+  const current: ProvidersFile = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : { schema_version: 1, endpoints: [] };
+  const endpoints = [...current.endpoints.filter((e) => e.name !== endpoint.name), endpoint];
+  writeFileSync(file, JSON.stringify({ schema_version: 1, endpoints }));
+  return endpoint.name;
+}
+
+/** The endpoint of a test server as a worker operator would list it. */
+export function endpointOf(api: Api, server: ProviderServer, api_key_env: string): Endpoint {
+  return { name: `test-${api}-${server.port}`, kind: api, base_url: api === 'openai' ? `${server.url}/v1` : server.url, api_key_env };
+}
+
 export class ProviderServer {
   readonly requests: LoggedRequest[] = [];
   /** Requests whose client went away before an answer (aborted or timed out). */
   aborted = 0;
   private server: Server | null = null;
-  private port = 0;
+  port = 0;
   private readonly hanging = new Set<ServerResponse>();
 
-  constructor(private readonly script: Script) {}
+  /** `port` 0: any free port. */
+  constructor(
+    private readonly script: Script,
+    private readonly listenPort = 0,
+  ) {}
 
   get url(): string {
     return `http://127.0.0.1:${this.port}`;
@@ -118,7 +137,7 @@ export class ProviderServer {
 
   async start(): Promise<this> {
     this.server = createServer((req, res) => void this.handle(req, res));
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    await new Promise<void>((resolve) => this.server!.listen(this.listenPort, '127.0.0.1', resolve));
     this.port = (this.server!.address() as { port: number }).port;
     return this;
   }
