@@ -6,7 +6,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { fixtureSchema, type Decision, type Fixture, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { fixtureSchema, type Decision, type Replay, type Fixture, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
 import type { ValidCall } from '../core/tools';
@@ -49,6 +49,9 @@ export type LoadRunResult =
   | { ok: true; fixture: Fixture; fixture_dir: string; replay: string | null; source: SourceRef; /** The loading host's own task queue. */ host_queue: string | null }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
+/** Parsed replays a worker keeps (most recently used). */
+const REPLAYS_KEPT = 16;
+
 function infrastructure(err: unknown): never {
   if (err instanceof BackendUnavailableError) {
     throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true, details: [err.detail] });
@@ -70,6 +73,21 @@ export function createActivities(deps: ActivityDeps) {
         return { decision: e.decision, reply, result: 'ref' in e.result ? e.result.ref : store.put('result', e.result.inline) };
       }),
     );
+
+  /**
+   * Replays by digest, parsed once: a stored replay never changes (its digest is its content), so
+   * each decision does not parse the whole file again. A few are kept, whatever the number of runs.
+   */
+  const replays = new Map<string, Replay>();
+  const storedReplay = (digest: string): Replay => {
+    let replay = replays.get(digest);
+    if (replay === undefined) {
+      replay = store.get<Replay>(digest);
+      if (replays.size >= REPLAYS_KEPT) replays.delete(replays.keys().next().value!);
+    } else replays.delete(digest);
+    replays.set(digest, replay);
+    return replay;
+  };
 
   const storedCall = <N extends ValidCall['name']>(call: CallView, name: N): Extract<ValidCall, { name: N }> => {
     const full = store.get<ValidCall>(call.ref);
@@ -195,8 +213,8 @@ export function createActivities(deps: ActivityDeps) {
     },
 
     async decide(input: DecideInput): Promise<DecideResult> {
-      const head = appendTranscript(input.transcript);
       if (input.source.kind === 'provider') {
+        const head = appendTranscript(input.transcript);
         const ctx = Context.current();
         const source = input.source;
         // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
@@ -214,20 +232,27 @@ export function createActivities(deps: ActivityDeps) {
           usage: null,
         }));
       }
-      store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
-      const next = replayNext(store.get(input.source.digest), input.cursor);
-      if (next === undefined) return { kind: 'exhausted', head, usage: null };
-      if (next.kind === 'model_error') {
-        const ref = store.put('decision', next);
-        return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
-      }
-      return { kind: 'decisions', decisions: [decisionView(next, input.turn, null)], cursor: input.cursor + 1, head, usage: null };
+      const source = input.source;
+      // One transaction: the transcript entries, the request and the decision cost one sync.
+      return store.batch((): DecideResult => {
+        const head = appendTranscript(input.transcript);
+        store.put('model_request', { run_id: input.run_id, source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
+        const next = replayNext(storedReplay(source.digest), input.cursor);
+        if (next === undefined) return { kind: 'exhausted', head, usage: null };
+        if (next.kind === 'model_error') {
+          const ref = store.put('decision', next);
+          return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
+        }
+        return { kind: 'decisions', decisions: [decisionView(next, input.turn, null)], cursor: input.cursor + 1, head, usage: null };
+      });
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
     async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] } }): Promise<string | null> {
-      store.appendTrace(input.run_id, input.trace);
-      return appendTranscript(input.transcript);
+      return store.batch(() => {
+        store.appendTrace(input.run_id, input.trace);
+        return appendTranscript(input.transcript);
+      });
     },
 
     /** The read-only tools: read_file, search, show_diff and run_tests. The full result stays in the store. */

@@ -4,6 +4,9 @@
  * tool results, the transcript (a hash chain of call/result groups) and the trace. Every row is
  * written with `synchronous = FULL` before the activity that wrote it returns, so a digest that
  * reached history always resolves here.
+ *
+ * Each commit costs a sync of the WAL (about a millisecond on the worker's disk): an activity
+ * writes the rows of its step inside one `batch`, so it pays one sync, not one per row.
  */
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
@@ -26,6 +29,10 @@ export class StoreError extends Error {
 
 export class Store {
   private readonly db: Database.Database;
+  private readonly insertBlob: Database.Statement;
+  private readonly selectBlob: Database.Statement;
+  private readonly hasBlob: Database.Statement;
+  private readonly insertTrace: Database.Statement;
 
   constructor(file: string) {
     this.db = openDurable(
@@ -36,30 +43,42 @@ export class Store {
       CREATE TABLE IF NOT EXISTS model_calls (request TEXT PRIMARY KEY, response TEXT NOT NULL REFERENCES blobs(digest));
     `,
     );
+    this.insertBlob = this.db.prepare(`INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?)`);
+    this.selectBlob = this.db.prepare(`SELECT body FROM blobs WHERE digest = ?`);
+    this.hasBlob = this.db.prepare(`SELECT 1 FROM blobs WHERE digest = ?`);
+    this.insertTrace = this.db.prepare(`INSERT OR IGNORE INTO trace VALUES (?, ?, ?)`);
+  }
+
+  /**
+   * Runs `fn` in one transaction: everything it stores is committed (and synced) once, when it
+   * returns, or not at all when it throws. Nested batches join the outer one.
+   */
+  batch<T>(fn: () => T): T {
+    return this.db.transaction(fn)();
   }
 
   /** Stores a JSON value under the digest of its canonical form and returns that digest. */
   put(kind: BlobKind, value: unknown): string {
     const body = canonicalJson(value);
     const digest = sha256(body);
-    this.db.prepare(`INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?)`).run(digest, kind, Buffer.byteLength(body), body);
+    this.insertBlob.run(digest, kind, Buffer.byteLength(body), body);
     return digest;
   }
 
   /** The value stored under `digest`; a missing one is an error, never an empty value. */
   get<T = unknown>(digest: string): T {
-    const row = this.db.prepare(`SELECT body FROM blobs WHERE digest = ?`).get(digest) as { body: string } | undefined;
+    const row = this.selectBlob.get(digest) as { body: string } | undefined;
     if (!row) throw new StoreError(`nothing is stored under ${digest}`);
     return JSON.parse(row.body) as T;
   }
 
   has(digest: string): boolean {
-    return this.db.prepare(`SELECT 1 FROM blobs WHERE digest = ?`).get(digest) !== undefined;
+    return this.hasBlob.get(digest) !== undefined;
   }
 
   /** Appends entries to the transcript whose last link is `head`; returns the new head. */
   appendTranscript(head: string | null, entries: TranscriptEntry[]): string | null {
-    return this.db.transaction(() => entries.reduce<string | null>((prev, entry) => this.put('transcript', { prev, entry } satisfies TranscriptNode), head))();
+    return this.batch(() => entries.reduce<string | null>((prev, entry) => this.put('transcript', { prev, entry } satisfies TranscriptNode), head));
   }
 
   /** The transcript ending at `head`, oldest entry first. */
@@ -84,19 +103,18 @@ export class Store {
 
   /** Stores a provider's raw response under its request; returns the response's digest. */
   recordModelResponse(requestDigest: string, raw: unknown): string {
-    return this.db.transaction(() => {
+    return this.batch(() => {
       const digest = this.put('model_response', raw);
       this.db.prepare(`INSERT OR IGNORE INTO model_calls VALUES (?, ?)`).run(requestDigest, digest);
       return digest;
-    })();
+    });
   }
 
   /** Records trace events; a retried append of the same events changes nothing. */
   appendTrace(runId: string, events: TraceEvent[]): void {
-    const insert = this.db.prepare(`INSERT OR IGNORE INTO trace VALUES (?, ?, ?)`);
-    this.db.transaction(() => {
-      for (const e of events) insert.run(runId, e.seq, JSON.stringify(e));
-    })();
+    this.batch(() => {
+      for (const e of events) this.insertTrace.run(runId, e.seq, JSON.stringify(e));
+    });
   }
 
   trace(runId: string): TraceEvent[] {

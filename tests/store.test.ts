@@ -43,6 +43,33 @@ describe('the host store', () => {
     store.close();
   });
 
+  it('commits the rows of one batch together (one sync): another connection sees all of them or none', () => {
+    const path = file();
+    const store = new Store(path);
+    const other = new Store(path);
+    let inside: boolean | null = null;
+    const head = store.batch(() => {
+      const d = store.put('decision', { kind: 'plan', text: 'p' });
+      store.appendTrace('run-a', [{ seq: 1, type: 'run_started', data: {} }]);
+      const h = store.appendTranscript(null, [{ decision: d }]);
+      inside = other.has(d);
+      return h;
+    });
+    expect(inside).toBe(false);
+    expect(other.transcript(head)).toHaveLength(1);
+    expect(other.trace('run-a')).toHaveLength(1);
+    const lost = canonicalJson({ kind: 'plan', text: 'never stored' });
+    expect(() =>
+      store.batch(() => {
+        store.put('decision', { kind: 'plan', text: 'never stored' });
+        throw new Error('the activity failed halfway');
+      }),
+    ).toThrow('halfway');
+    expect(other.has(require('node:crypto').createHash('sha256').update(lost).digest('hex'))).toBe(false);
+    store.close();
+    other.close();
+  });
+
   it('records trace events by seq, so a retried append changes nothing', () => {
     const store = new Store(file());
     const events = [1, 2, 3].map((seq) => ({ seq, type: 'run_started' as const, data: { seq } }));
