@@ -8,7 +8,7 @@
 import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, copyFileSync, chmodSync, existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../host/files';
-import { digestJson, sha256 } from './digest';
+import { manifest, manifestDigest, type ManifestEntry } from './manifest';
 
 export interface RunPaths {
   root: string;
@@ -25,41 +25,7 @@ export function runPaths(stateDir: string, runId: string): RunPaths {
   return { root, workspace: join(root, 'workspace'), control, baseline: join(control, 'baseline'), tmp: join(control, 'tmp') };
 }
 
-export type ManifestEntry =
-  | { path: string; kind: 'file'; digest: string; executable: boolean }
-  | { path: string; kind: 'symlink'; target: string }
-  | { path: string; kind: 'dir' }
-  /** A FIFO, socket or device node (a test may leave one): recorded by type, never opened. */
-  | { path: string; kind: 'special'; type: 'fifo' | 'socket' | 'block' | 'char' | 'other' };
-
-function specialType(stat: import('node:fs').Stats): Extract<ManifestEntry, { kind: 'special' }>['type'] {
-  return stat.isFIFO() ? 'fifo' : stat.isSocket() ? 'socket' : stat.isBlockDevice() ? 'block' : stat.isCharacterDevice() ? 'char' : 'other';
-}
-
-/** Every entry below `dir`, sorted by path. Symlinks are recorded, never followed; special files never opened. */
-export function manifest(dir: string): ManifestEntry[] {
-  const entries: ManifestEntry[] = [];
-  const walk = (rel: string): void => {
-    const names = readdirSync(rel === '' ? dir : join(dir, rel)).sort();
-    for (const name of names) {
-      const path = rel === '' ? name : `${rel}/${name}`;
-      const abs = join(dir, path);
-      const stat = lstatSync(abs);
-      if (stat.isSymbolicLink()) entries.push({ path, kind: 'symlink', target: readlinkSync(abs) });
-      else if (stat.isDirectory()) {
-        entries.push({ path, kind: 'dir' });
-        walk(path);
-      } else if (stat.isFile()) entries.push({ path, kind: 'file', digest: sha256(readFileSync(abs)), executable: (stat.mode & 0o111) !== 0 });
-      else entries.push({ path, kind: 'special', type: specialType(stat) });
-    }
-  };
-  walk('');
-  return entries;
-}
-
-export function manifestDigest(entries: ManifestEntry[]): string {
-  return digestJson(entries);
-}
+export { manifest, manifestDigest, workspaceDigest, type ManifestEntry } from './manifest';
 
 /** Copies a tree with new inodes; symlinks are copied as links, never followed. */
 export function copyTree(from: string, to: string): void {

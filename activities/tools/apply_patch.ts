@@ -13,7 +13,7 @@ import { digestJson, sha256 } from '../digest';
 import { faultPoint } from '../faults';
 import { resolveInWorkspace } from '../fs-safety';
 import { fsyncDir } from '../../host/files';
-import { baselineManifest, manifest, manifestDigest } from '../workspace';
+import { baselineManifest, workspaceDigest } from '../workspace';
 import { decodeText, type ToolContext } from './context';
 
 export type PrepareOutcome =
@@ -97,7 +97,7 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
       before,
       after: sha256(next),
       args_digest: digestJson(args),
-      workspace_digest: manifestDigest(manifest(ctx.paths.workspace)),
+      workspace_digest: workspaceDigest(ctx.paths.workspace),
       diff,
       diff_truncated: diffTruncated,
     },
@@ -134,7 +134,7 @@ export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
     // A link or a vanished folder appeared on the path after the approval.
     return ctx.ledger.hasIntent(action.action_id)
       ? { kind: 'recovery_uncertain', current: resolved.reason }
-      : { kind: 'approval_stale', workspace_digest: manifestDigest(manifest(ctx.paths.workspace)) };
+      : { kind: 'approval_stale', workspace_digest: workspaceDigest(ctx.paths.workspace) };
   }
   const current = currentDigest(resolved.abs);
 
@@ -146,7 +146,7 @@ export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
     }
     if (current !== action.before) return { kind: 'recovery_uncertain', current };
   }
-  const now = manifestDigest(manifest(ctx.paths.workspace));
+  const now = workspaceDigest(ctx.paths.workspace);
   if (now !== action.workspace_digest) return { kind: 'approval_stale', workspace_digest: now };
 
   const text = action.before === 'absent' ? '' : readFileSync(resolved.abs, 'utf8');

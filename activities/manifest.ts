@@ -1,0 +1,201 @@
+/**
+ * Workspace manifests: every entry below a folder, sorted by path, each file with the SHA-256 of
+ * its content. apply_patch (the workspace digest an approval is bound to), show_diff and the
+ * verifier read them, so an unchanged workspace must be cheap to check.
+ *
+ * The stat cache. A file whose size, mtime, ctime, inode and mode are what they were
+ * at the last manifest of the same folder keeps its digest; every other file is read again, and
+ * when no entry changed the previous manifest and its digest are returned as they are.
+ *
+ * Hazards:
+ * - Times are compared as Node's `mtimeMs` / `ctimeMs`: seconds and nanoseconds in one double,
+ *   exact to about a quarter of a microsecond at today's dates. Exact nanoseconds (bigint stats)
+ *   double the cost of a check, since Node then builds four Date objects per entry; two stats
+ *   closer than that are in the same kernel tick, which the racy rule below already covers.
+ * - Racy entries (as in git). A file written again within the same timestamp tick as the write
+ *   the cache saw keeps the same mtime and ctime, so its stat cannot tell. An entry whose mtime or
+ *   ctime is not older than RACY_MARGIN_MS before the check that recorded it is never trusted:
+ *   it is digested again at the next check. This assumes the file system's clock lags the host's
+ *   by less than the margin (coarse kernel ticks, FAT's 2 s), true of local file systems.
+ * - ctime cannot be set from user space, so putting an mtime back (utimes) after an edit of the
+ *   same size still changes the entry's stat.
+ * - The cache lives in this process's memory only: a restarted worker digests everything once,
+ *   and never trusts a digest it did not take itself. It is bounded by entries, whatever the
+ *   number of workspaces.
+ * - The returned manifest may be the cached array itself: callers must not change it.
+ */
+import { lstatSync, readdirSync, readFileSync, readlinkSync, type Stats } from 'node:fs';
+import { resolve } from 'node:path';
+import { digestJson, sha256 } from './digest';
+
+export type ManifestEntry =
+  | { path: string; kind: 'file'; digest: string; executable: boolean }
+  | { path: string; kind: 'symlink'; target: string }
+  | { path: string; kind: 'dir' }
+  /** A FIFO, socket or device node (a test may leave one): recorded by type, never opened. */
+  | { path: string; kind: 'special'; type: 'fifo' | 'socket' | 'block' | 'char' | 'other' };
+
+type FileEntry = Extract<ManifestEntry, { kind: 'file' }>;
+
+/** Entries modified this close to (or after) a check are digested again at the next one. */
+export const RACY_MARGIN_MS = 2000;
+/** File entries the cache holds over all workspaces (about 300 bytes each). */
+const MAX_CACHED_FILES = 200_000;
+
+/** What a file's stat said when its digest was taken. */
+interface SeenFile {
+  size: number;
+  mtimeMs: number;
+  ctimeMs: number;
+  ino: number;
+  mode: number;
+  /** Modified too close to the check that took the digest: not trusted next time. */
+  racy: boolean;
+  entry: FileEntry;
+}
+
+/** A folder's sorted listing, and what its stat said when it was read. */
+interface SeenDir {
+  mtimeMs: number;
+  ctimeMs: number;
+  ino: number;
+  racy: boolean;
+  names: string[];
+  /** By position in `names`: the file seen there, or null for any other kind of entry. */
+  files: (SeenFile | null)[];
+}
+
+interface Cached {
+  entries: ManifestEntry[];
+  /** By folder path relative to the root ('' for the root). */
+  dirs: Map<string, SeenDir>;
+  files: number;
+  digest: string | null;
+}
+
+/** Most recently used last. */
+const cache = new Map<string, Cached>();
+let cachedFiles = 0;
+
+export interface ManifestOptions {
+  /** The check's time in ms since the epoch (tests move it; default: now). */
+  now?: number;
+}
+
+/** What the last check did (for tests and the benchmark). */
+export const manifestCounters = { digested: 0, reused: 0, listed: 0 };
+
+function specialType(stat: Stats): Extract<ManifestEntry, { kind: 'special' }>['type'] {
+  return stat.isFIFO() ? 'fifo' : stat.isSocket() ? 'socket' : stat.isBlockDevice() ? 'block' : stat.isCharacterDevice() ? 'char' : 'other';
+}
+
+/** Every entry below `dir`, sorted by path. Symlinks are recorded, never followed; special files never opened. */
+export function manifest(dir: string, options: ManifestOptions = {}): ManifestEntry[] {
+  return check(dir, options).entries;
+}
+
+/** The digest of `dir`'s manifest; an unchanged workspace gives the cached digest without hashing its manifest again. */
+export function workspaceDigest(dir: string, options: ManifestOptions = {}): string {
+  const cached = check(dir, options);
+  cached.digest ??= manifestDigest(cached.entries);
+  return cached.digest;
+}
+
+export function manifestDigest(entries: ManifestEntry[]): string {
+  return digestJson(entries);
+}
+
+/** Forgets every cached manifest (as a restarted worker would). */
+export function clearManifestCache(): void {
+  cache.clear();
+  cachedFiles = 0;
+}
+
+function check(dir: string, options: ManifestOptions): Cached {
+  const root = resolve(dir);
+  const previous = cache.get(root);
+  // Taken before any file is read: a write after a read is at or after this time.
+  const racyFrom = (options.now ?? Date.now()) - RACY_MARGIN_MS;
+  const racy = (stat: Stats) => stat.mtimeMs >= racyFrom || stat.ctimeMs >= racyFrom;
+  const entries: ManifestEntry[] = [];
+  const dirs = new Map<string, SeenDir>();
+  const counters = { digested: 0, reused: 0, listed: 0 };
+
+  const walk = (abs: string, rel: string, stat: Stats): void => {
+    const before = previous?.dirs.get(rel);
+    // A listing changes only with its folder's mtime and ctime (created, removed, renamed entries).
+    const sameListing = before !== undefined && !before.racy && before.mtimeMs === stat.mtimeMs && before.ctimeMs === stat.ctimeMs && before.ino === stat.ino;
+    const names = sameListing ? before.names : readdirSync(abs).sort();
+    if (!sameListing) counters.listed++;
+    const aligned = before !== undefined && (sameListing || sameNames(before.names, names));
+    const byName = before !== undefined && !aligned ? new Map(before.names.map((n, i) => [n, before.files[i]])) : null;
+    const files: (SeenFile | null)[] = new Array<SeenFile | null>(names.length).fill(null);
+    dirs.set(rel, { mtimeMs: stat.mtimeMs, ctimeMs: stat.ctimeMs, ino: stat.ino, racy: racy(stat), names, files });
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i];
+      const full = `${abs}/${name}`;
+      const child = lstatSync(full);
+      const path = () => (rel === '' ? name : `${rel}/${name}`);
+      if (child.isFile()) {
+        const seen = aligned ? before.files[i] : (byName?.get(name) ?? null);
+        if (seen !== null && !seen.racy && seen.size === child.size && seen.mtimeMs === child.mtimeMs && seen.ctimeMs === child.ctimeMs && seen.ino === child.ino && seen.mode === child.mode) {
+          counters.reused++;
+          files[i] = seen;
+          entries.push(seen.entry);
+          continue;
+        }
+        const executable = (child.mode & 0o111) !== 0;
+        const digest = sha256(readFileSync(full));
+        counters.digested++;
+        // An unchanged digest keeps the entry object itself, so an unchanged manifest is recognised below.
+        const entry: FileEntry = seen !== null && seen.entry.digest === digest && seen.entry.executable === executable ? seen.entry : { path: path(), kind: 'file', digest, executable };
+        files[i] = { size: child.size, mtimeMs: child.mtimeMs, ctimeMs: child.ctimeMs, ino: child.ino, mode: child.mode, racy: racy(child), entry };
+        entries.push(entry);
+      } else if (child.isSymbolicLink()) entries.push({ path: path(), kind: 'symlink', target: readlinkSync(full) });
+      else if (child.isDirectory()) {
+        const sub = path();
+        entries.push({ path: sub, kind: 'dir' });
+        walk(full, sub, child);
+      } else entries.push({ path: path(), kind: 'special', type: specialType(child) });
+    }
+  };
+  walk(root, '', lstatSync(root));
+  Object.assign(manifestCounters, counters);
+  const unchanged = previous !== undefined && sameEntries(previous.entries, entries);
+  const next: Cached = { entries: unchanged ? previous.entries : entries, dirs, files: counters.digested + counters.reused, digest: unchanged ? previous.digest : null };
+  remember(root, next, previous);
+  return next;
+}
+
+function sameNames(a: string[], b: string[]): boolean {
+  return a.length === b.length && a.every((n, i) => n === b[i]);
+}
+
+/** Entry by entry; file entries are the same objects when their digest did not change. */
+function sameEntries(a: ManifestEntry[], b: ManifestEntry[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) {
+    const x = a[i];
+    const y = b[i];
+    if (x === y) continue;
+    if (x.kind === 'file' || x.path !== y.path || x.kind !== y.kind) return false;
+    if (x.kind === 'symlink' && x.target !== (y as typeof x).target) return false;
+    if (x.kind === 'special' && x.type !== (y as typeof x).type) return false;
+  }
+  return true;
+}
+
+function remember(key: string, next: Cached, previous: Cached | undefined): void {
+  if (previous !== undefined) {
+    cache.delete(key);
+    cachedFiles -= previous.files;
+  }
+  if (next.files > MAX_CACHED_FILES) return;
+  cache.set(key, next);
+  cachedFiles += next.files;
+  for (const [oldest, value] of cache) {
+    if (cachedFiles <= MAX_CACHED_FILES) break;
+    cache.delete(oldest);
+    cachedFiles -= value.files;
+  }
+}
