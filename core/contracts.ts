@@ -5,7 +5,17 @@
 import { z } from 'zod';
 import type { ErrorCode } from './errors';
 
-const digest = z.string().regex(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 digest');
+/**
+ * A string that matches `pattern`, checked by a refinement rather than `.regex()`. Workflow code
+ * parses the run's input and approval Signals with schemas that one worker thread shares between
+ * all its workflows, deep-frozen (worker/index.ts, SHARED_WORKFLOW_MODULES), and zod's regex check
+ * writes its pattern's `lastIndex`, which a frozen RegExp refuses. The message is zod's own.
+ */
+function matching(pattern: RegExp, message = `Invalid string: must match pattern ${pattern}`) {
+  return z.string().refine((s) => pattern.test(s), message);
+}
+
+const digest = matching(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 digest');
 export const CALL_ID = /^[A-Za-z0-9_.:-]{1,64}$/;
 
 // ---- tool calls and results (section 3) ----
@@ -113,7 +123,7 @@ export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
  * names an endpoint; it never names a URL or a variable.
  */
 export const endpointSchema = z.strictObject({
-  name: z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'endpoint name: lowercase letters, digits, . _ - (at most 64)'),
+  name: matching(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'endpoint name: lowercase letters, digits, . _ - (at most 64)'),
   kind: z.enum(['openai', 'anthropic']),
   base_url: z
     .url()
@@ -143,7 +153,7 @@ export type DecisionSource = z.infer<typeof decisionSourceSchema>;
 
 // ---- the run's input (section 1) ----
 
-export const approverSchema = z.union([z.literal('interactive'), z.string().regex(/^policy:[a-z0-9-]+$/)]);
+export const approverSchema = z.union([z.literal('interactive'), matching(/^policy:[a-z0-9-]+$/)]);
 
 export const runInputSchema = z.strictObject({
   /** Fixture folder, absolute or relative to the worker's working directory. */

@@ -111,3 +111,44 @@ describe('canonical JSON and budgets', () => {
     expect(patch.additionalProperties).toBe(false);
   });
 });
+
+describe('schemas shared by the workflows of a worker thread', () => {
+  /** What the SDK does to a preloaded module's exports before any workflow runs (deepFreeze in @temporalio/worker's reusable-vm.js). */
+  function deepFreeze(value: unknown, seen = new WeakSet<object>()): void {
+    if (value === null || (typeof value !== 'object' && typeof value !== 'function') || seen.has(value)) return;
+    seen.add(value);
+    if (Object.isFrozen(value)) return;
+    if (typeof value === 'object') {
+      for (const key of [...Object.getOwnPropertyNames(value), ...Object.getOwnPropertySymbols(value)]) {
+        try {
+          deepFreeze((value as Record<string | symbol, unknown>)[key], seen);
+        } catch {
+          // as the SDK: some objects cannot be frozen
+        }
+      }
+    }
+    Object.freeze(value);
+  }
+
+  it('still parse the run input and approval Signals once deep-frozen, with the same messages', () => {
+    jest.isolateModules(() => {
+      // Fresh copies, frozen as worker/index.ts SHARED_WORKFLOW_MODULES are inside a workflow thread.
+      const contracts = require('../core/contracts') as typeof import('../core/contracts');
+      const validate = require('../core/validate') as typeof import('../core/validate');
+      deepFreeze(require('zod'));
+      deepFreeze(contracts);
+      deepFreeze(validate);
+      const input = { fixture: 'f', source: { kind: 'replay', path: 'p.json', trusted: true }, approver: 'policy:approve-writable', budgets: { max_turns: 3 } };
+      expect(contracts.runInputSchema.parse(input)).toMatchObject({ approver: 'policy:approve-writable', backend: 'local' });
+      expect(contracts.runInputSchema.parse({ ...input, source: { kind: 'provider', endpoint: 'team-openai', model: 'm' } }).source).toMatchObject({ endpoint: 'team-openai' });
+      const bad = contracts.runInputSchema.safeParse({ ...input, approver: 'policy:BAD', source: { kind: 'provider', endpoint: 'BAD', model: 'm', base_url: 'http://x' } });
+      expect(bad.success || validate.formatIssues(bad.error)).toBe(
+        'source.endpoint: endpoint name: lowercase letters, digits, . _ - (at most 64); source: Unrecognized key: "base_url"; approver: Invalid string: must match pattern /^policy:[a-z0-9-]+$/',
+      );
+      const digest = 'a'.repeat(64);
+      expect(contracts.approvalSignalSchema.parse({ action_id: digest, decision: 'approve', args_digest: digest, workspace_digest: digest }).decision).toBe('approve');
+      const forged = contracts.approvalSignalSchema.safeParse({ action_id: digest, decision: 'approve', args_digest: 'x', workspace_digest: digest });
+      expect(forged.success || validate.formatIssues(forged.error)).toBe('args_digest: a lowercase hex SHA-256 digest');
+    });
+  });
+});
