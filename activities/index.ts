@@ -52,6 +52,19 @@ export type LoadRunResult =
 /** Parsed replays a worker keeps (most recently used). */
 const REPLAYS_KEPT = 16;
 
+/**
+ * What a local activity answers when the worker running it is not on the run's host: the
+ * workflow then calls the regular activity on the host's own queue.
+ */
+export interface Elsewhere {
+  kind: 'elsewhere';
+  /** The host queue of the worker that answered. */
+  host_queue: string | null;
+}
+
+/** The read-only tools a local activity may run. */
+const LOCAL_TOOLS: ReadonlySet<ValidCall['name']> = new Set(['read_file', 'search', 'show_diff']);
+
 function infrastructure(err: unknown): never {
   if (err instanceof BackendUnavailableError) {
     throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true, details: [err.detail] });
@@ -148,6 +161,32 @@ export function createActivities(deps: ActivityDeps) {
     };
   };
 
+  /** Runs a stored call; its whole result is stored (one sync) and history gets its view. */
+  const toolResult = async (ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> => {
+    const ctx = toolContext(ref, timeoutMs);
+    const result = await runTool(ctx, storedCall(view, view.name));
+    return resultView(result, store.put('result', result));
+  };
+
+  /** Whether this worker is on the host of the run whose host queue is `hostQueue`. */
+  const onThisHost = (hostQueue: string | null): boolean => hostQueue === (config.hostQueue ?? null);
+  const elsewhere = (): Elsewhere => ({ kind: 'elsewhere', host_queue: config.hostQueue ?? null });
+
+  /** The next decision of a stored replay. One transaction: the transcript entries, the request and the decision cost one sync. */
+  const replayDecide = (input: DecideInput & { source: Extract<SourceRef, { kind: 'replay' }> }): DecideResult =>
+    store.batch((): DecideResult => {
+      const source = input.source;
+      const head = appendTranscript(input.transcript);
+      store.put('model_request', { run_id: input.run_id, source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
+      const next = replayNext(storedReplay(source.digest), input.cursor);
+      if (next === undefined) return { kind: 'exhausted', head, usage: null };
+      if (next.kind === 'model_error') {
+        const ref = store.put('decision', next);
+        return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
+      }
+      return { kind: 'decisions', decisions: [decisionView(next, input.turn, null)], cursor: input.cursor + 1, head, usage: null };
+    });
+
   return withDeterministicFailures({
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
@@ -232,19 +271,17 @@ export function createActivities(deps: ActivityDeps) {
           usage: null,
         }));
       }
-      const source = input.source;
-      // One transaction: the transcript entries, the request and the decision cost one sync.
-      return store.batch((): DecideResult => {
-        const head = appendTranscript(input.transcript);
-        store.put('model_request', { run_id: input.run_id, source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
-        const next = replayNext(storedReplay(source.digest), input.cursor);
-        if (next === undefined) return { kind: 'exhausted', head, usage: null };
-        if (next.kind === 'model_error') {
-          const ref = store.put('decision', next);
-          return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
-        }
-        return { kind: 'decisions', decisions: [decisionView(next, input.turn, null)], cursor: input.cursor + 1, head, usage: null };
-      });
+      return replayDecide({ ...input, source: input.source });
+    },
+
+    /**
+     * `decide` of a replay as a local activity: run by the worker of the workflow task, with no
+     * server round trip, when that worker is on the run's host; `elsewhere` otherwise.
+     */
+    async localDecide(hostQueue: string | null, input: DecideInput): Promise<DecideResult | Elsewhere> {
+      if (input.source.kind !== 'replay') throw ApplicationFailure.nonRetryable('a live decision is never a local activity', 'ProtocolError');
+      if (!onThisHost(hostQueue)) return elsewhere();
+      return replayDecide({ ...input, source: input.source });
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
@@ -257,10 +294,14 @@ export function createActivities(deps: ActivityDeps) {
 
     /** The read-only tools: read_file, search, show_diff and run_tests. The full result stays in the store. */
     async executeTool(ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> {
-      const ctx = toolContext(ref, timeoutMs);
-      const call = storedCall(view, view.name);
-      const result = await runTool(ctx, call);
-      return resultView(result, store.put('result', result));
+      return toolResult(ref, view, timeoutMs);
+    },
+
+    /** read_file, search or show_diff as a local activity, on the run's host only (see localDecide). */
+    async localTool(hostQueue: string | null, ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView | Elsewhere> {
+      if (!LOCAL_TOOLS.has(view.name)) throw ApplicationFailure.nonRetryable(`${view.name} is never a local activity`, 'ProtocolError');
+      if (!onThisHost(hostQueue)) return elsewhere();
+      return toolResult(ref, view, timeoutMs);
     },
 
     async preparePatch(ref: RunRef, view: CallView): Promise<PrepareOutcome> {

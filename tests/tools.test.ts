@@ -1,12 +1,19 @@
 import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { createActivities, type RunRef } from '../activities';
+import { LocalBackend } from '../activities/backends/local';
+import { DEFAULT_LIMITS } from '../activities/config';
 import { sha256 } from '../activities/digest';
+import { Store } from '../activities/store';
 import { preparePatch, writePatch } from '../activities/tools/apply_patch';
 import { readFile } from '../activities/tools/read_file';
 import { search } from '../activities/tools/search';
 import { showDiff } from '../activities/tools/show_diff';
 import { runTests } from '../activities/tools/run_tests';
-import { prepareRun, tempDir, type TestRun } from './helpers/run-dir';
+import { canonicalJson } from '../core/canonical';
+import type { CallView, ResultView } from '../core/transcript';
+import { LINKCHECK, prepareRun, tempDir, type TestRun } from './helpers/run-dir';
 
 const SRC = 'def check(root):\n    return root / target\n\n\ndef other():\n    return 1\n';
 
@@ -259,5 +266,49 @@ describe('run_tests', () => {
       fixture: { tests: { command: ['node', '--test', 'test/'], format: 'node-test', timeout_s: 30 } },
     });
     expect(await runTests(t.ctx, 't')).toMatchObject({ error: 'tests_failed', data: { discovered: 2, passed: 1, failed: 1 } });
+  });
+});
+
+describe('local activities (read-only steps without a server round trip)', () => {
+  /** The activities of a worker of host `own`, over a prepared run whose state folder it shares. */
+  function hostActivities(own: string) {
+    const t = run();
+    const stateDir = dirname(dirname(t.ctx.paths.root));
+    const store = new Store(join(stateDir, 'store.sqlite'));
+    const activities = createActivities({ store, ledger: t.ledger, backends: { local: new LocalBackend() }, config: { stateDir, providersFile: join(stateDir, 'providers.json'), limits: DEFAULT_LIMITS, hostQueue: own } });
+    const ref: RunRef = { run_id: t.ctx.runId, fixture: t.ctx.fixture, fixture_dir: LINKCHECK, backend: 'local' };
+    const call = (name: 'read_file' | 'run_tests', args: object): CallView => {
+      const full = { call_id: `c-${name}`, name, arguments: args };
+      return { call_id: full.call_id, name, path: 'path' in args ? String(args.path) : null, ref: store.put('call', full) };
+    };
+    return { t, store, activities, ref, call };
+  }
+
+  it('run on the host that holds the run, and elsewhere only answer so, touching nothing', async () => {
+    const { store, activities, ref, call } = hostActivities('q@host-a');
+    const env = new MockActivityEnvironment();
+    const read = call('read_file', { path: 'src/linkcheck.py' });
+    expect(await env.run(activities.localTool, 'q@host-b', ref, read, 1000)).toEqual({ kind: 'elsewhere', host_queue: 'q@host-a' });
+    const here = await env.run(activities.localTool, 'q@host-a', ref, read, 1000);
+    expect(here).toMatchObject({ call_id: 'c-read_file', ok: true, error: null });
+    expect(store.get<{ data: { text: string } }>((here as ResultView).ref!).data.text).toBe(SRC);
+
+    const source = { kind: 'replay' as const, digest: store.put('replay', { schema_version: 1, decisions: [{ kind: 'plan', text: 'look first' }] }) };
+    const input = { run_id: ref.run_id, source, cursor: 0, turn: 1, retry: 0, tools_enabled: true, transcript: { head: null, append: [{ message: 'steer' }] }, facts: null };
+    const steerLink = sha256(canonicalJson({ prev: null, entry: { message: 'steer' } }));
+    expect(await env.run(activities.localDecide, 'q@host-b', input)).toEqual({ kind: 'elsewhere', host_queue: 'q@host-a' });
+    expect(store.has(steerLink)).toBe(false);
+    const decided = await env.run(activities.localDecide, 'q@host-a', input);
+    expect(decided).toMatchObject({ kind: 'decisions', cursor: 1, decisions: [{ kind: 'plan', text: 'look first' }] });
+    expect((decided as { head: string }).head).toBe(steerLink);
+    expect(store.transcript(steerLink)).toEqual([{ message: 'steer' }]);
+  });
+
+  it('refuse what must stay a regular activity: run_tests and a live decision', async () => {
+    const { activities, ref, call } = hostActivities('q@host-a');
+    const env = new MockActivityEnvironment();
+    await expect(env.run(activities.localTool, 'q@host-a', ref, call('run_tests', {}), 1000)).rejects.toMatchObject({ type: 'ProtocolError', nonRetryable: true });
+    const live = { kind: 'provider' as const, endpoint: 'e', provider: 'openai' as const, model: 'm' };
+    await expect(env.run(activities.localDecide, 'q@host-a', { run_id: ref.run_id, source: live, cursor: 0, turn: 1, retry: 0, tools_enabled: true, transcript: { head: null, append: [] }, facts: null })).rejects.toMatchObject({ type: 'ProtocolError' });
   });
 });
