@@ -8,16 +8,17 @@
  */
 import { spawn } from 'node:child_process';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
-import { request } from 'node:http';
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { WorkflowHandleWithFirstExecutionRunId as WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import type { Browser, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { CODE_TTL_MS, MAX_SESSIONS, SESSION_IDLE_MS, startConsole, type RunningConsole } from '../client/console/server';
 import type { RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import type { HostWorkers } from '../worker';
-import { launchChromium, testOutput } from './helpers/browser';
+import { launchChromium, staysLocal, testOutput, type OutsideRequests, type TestBrowser } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { approveAll, canonicalInput, inProcessWorker, pendingApproval, startServer, traceIn, traceOf, uniqueQueue, waitFor } from './helpers/temporal';
 
@@ -39,8 +40,10 @@ describe('the approval console', () => {
   let closeWorker: () => void;
   let ledgerReceipts: (runId: string) => unknown[];
   let app: RunningConsole;
-  let browser: Browser;
+  let browser: TestBrowser;
   let page: Page;
+  /** What the shared page tried to fetch beyond this machine (aborted); each test expects nothing. */
+  let outside: OutsideRequests;
   const stateDir = tempDir('console-state');
   const taskQueue = uniqueQueue('console');
   let runs = 0;
@@ -54,7 +57,7 @@ describe('the approval console', () => {
     running = worker.run();
     app = await startConsole({ client: env.client, token: TOKEN, host: '127.0.0.1', port: 0, webUi: 'http://localhost:8233', namespace: 'default', confirmMs: 20_000 });
     browser = await launchChromium();
-    page = await browser.newPage();
+    ({ page, outside } = await browser.newPage());
   });
 
   afterAll(async () => {
@@ -144,6 +147,7 @@ describe('the approval console', () => {
       return cells.length > 0 ? cells : null;
     }, 30_000);
     expect(row.slice(1, 4)).toEqual(['linkcheck-nested', 'failed', 'verification_failed']);
+    expect(outside.aborted).toEqual([]);
   });
 
   it('refuses an approval from a card that went stale and shows the current card', async () => {
@@ -163,6 +167,7 @@ describe('the approval console', () => {
     expect(approvals(await traceOf(handle)).map((a) => a.principal)).toEqual(['user:bob']);
     await approveAll(handle);
     expect((await handle.result()).record.status).toBe('completed');
+    expect(outside.aborted).toEqual([]);
   });
 
   it('lists two waiting runs and approves each on its own', async () => {
@@ -182,6 +187,36 @@ describe('the approval console', () => {
     await Promise.all([page.waitForURL(/notice=approved/), page.click('#approve')]);
     expect(approvals(await traceOf(b)).map((x) => [x.action_id, x.principal])).toEqual([[pb.action_id, 'console:alice']]);
     await Promise.all([approveAll(a), approveAll(b)]);
+    expect(outside.aborted).toEqual([]);
+  });
+
+  it('runs every page behind a guard that aborts and lists a request leaving loopback', async () => {
+    expect(['http://127.0.0.1:1/', 'http://127.9.8.7/', 'http://localhost:8233/x', 'http://[::1]:80/', 'ws://127.0.0.1/ws', 'file:///tmp/r.html', 'data:text/plain,x', 'about:blank'].filter((u) => !staysLocal(u))).toEqual([]);
+    expect(['https://temporal.io/api/news', 'http://10.0.0.1/', 'http://[::ffff:7f00:1]/', 'http://127.0.0.1.example.com/', 'chrome://version', 'not a url'].filter(staysLocal)).toEqual([]);
+    // The IPv4-mapped form of 127.0.0.1 is outside the loopback list yet lands on this machine, so
+    // a guard that let it through would show up as a hit here, never as traffic leaving.
+    const hits: string[] = [];
+    const server = createServer((req, res) => {
+      hits.push(req.url!);
+      res.end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    const { page: tab, context, outside: seen } = await browser.newPage();
+    try {
+      await tab.goto(`http://127.0.0.1:${port}/page`);
+      const mapped = `http://[::ffff:7f00:1]:${port}/mapped.png`;
+      const outcome = new Promise<string>((resolve) => {
+        tab.on('requestfailed', (r) => r.url() === mapped && resolve(r.failure()?.errorText ?? 'failed'));
+        tab.on('requestfinished', (r) => r.url() === mapped && resolve('reached the server'));
+      });
+      await tab.setContent(`<img src="${mapped}">`);
+      expect(await outcome).toMatch(/^net::ERR_BLOCKED_BY_CLIENT/);
+      expect([seen.aborted, hits.filter((h) => h !== '/favicon.ico')]).toEqual([[mapped], ['/page']]);
+    } finally {
+      await context.close();
+      server.close();
+    }
   });
 
   describe('sign-in and sessions, on an injected clock', () => {
@@ -213,9 +248,8 @@ describe('the approval console', () => {
       const body = await res.text();
       expect([res.status, res.headers.get('set-cookie'), body.includes(TOKEN)]).toEqual([400, null, false]);
       // In the browser too: no cookie, and the form's token field is empty.
-      const signedOut = await browser.newContext();
+      const { page: tab, context: signedOut, outside: tabOutside } = await browser.newPage();
       try {
-        const tab = await signedOut.newPage();
         expect((await tab.goto(`${timed.url}/login?token=${TOKEN}`))?.status()).toBe(400);
         expect(await tab.inputValue('#token')).toBe('');
         expect(await tab.content()).not.toContain(TOKEN);
@@ -226,6 +260,7 @@ describe('the approval console', () => {
         await Promise.all([tab.waitForURL(`${timed.url}/`), tab.click('#sign-in-button')]);
         expect(await tab.textContent('#sign-out')).toContain('console:carol');
         await tab.screenshot({ path: testOutput('console-signed-in.png'), fullPage: true });
+        expect(tabOutside.aborted).toEqual([]);
       } finally {
         await signedOut.close();
       }
@@ -274,9 +309,8 @@ describe('the approval console', () => {
     });
 
     it('signs out with the button: the cookie is cleared and the old one answers 401', async () => {
-      const context = await browser.newContext();
+      const { page: tab, context, outside: tabOutside } = await browser.newPage();
       try {
-        const tab = await context.newPage();
         await tab.goto(timed.signInLink());
         await tab.fill('#name', 'frank');
         await Promise.all([tab.waitForURL(`${timed.url}/`), tab.click('#sign-in-button')]);
@@ -291,6 +325,7 @@ describe('the approval console', () => {
         expect(await context.cookies()).toEqual([]);
         expect((await get('/', old)).status).toBe(401);
         expect((await tab.goto(`${timed.url}/`))?.status()).toBe(401);
+        expect(tabOutside.aborted).toEqual([]);
       } finally {
         await context.close();
       }
