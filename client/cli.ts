@@ -375,26 +375,32 @@ const COMMANDS: Record<string, Command> = {
     usage: 'console [--port 8787] [--host ADDRESS] [--token-file FILE]',
     summary:
       'serve the approval console: runs awaiting approval, the card of each pending write, Approve / Reject in a browser.\n' +
-      'Bound to 127.0.0.1 unless --host is given. Prints a sign-in link with a fresh token (or the first line of --token-file).',
+      'Bound to 127.0.0.1 unless --host is given. Prints a one-time sign-in link (one use, within 10 minutes); after that, sign in\n' +
+      'by typing the token: the first line of --token-file, or a fresh one written to <state>/console-token (mode 0600).',
     options: { port: { type: 'string', default: '8787' }, host: { type: 'string' }, 'token-file': { type: 'string' } },
     async run(session, _positionals, values) {
       const port = values.port === '0' ? 0 : positiveInt(values.port, '--port');
       const host: string = values.host ?? '127.0.0.1';
-      let token = randomBytes(24).toString('base64url');
+      const { freshToken, readToken } = await import('./console/token');
+      let token: string;
+      let tokenFile: string;
       if (values['token-file']) {
+        tokenFile = values['token-file'];
         try {
-          token = readFileSync(values['token-file'], 'utf8').split('\n')[0].trim();
+          token = readToken(tokenFile);
         } catch (err) {
           throw new UsageError(`--token-file: ${(err as Error).message}`);
         }
-        if (token.length < 16) throw new UsageError('--token-file: the token (its first line) must be at least 16 characters');
+      } else {
+        ({ token, file: tokenFile } = freshToken(session.settings.stateDir));
       }
-      const { isLoopback, startConsole } = await import('./console/server');
-      if (!isLoopback(host)) process.stderr.write(`warning: serving the console on ${host}, not a loopback address: anyone who reaches it and holds the token can approve writes\n`);
+      const { CODE_TTL_MS, isLoopback, startConsole } = await import('./console/server');
+      if (!isLoopback(host)) process.stderr.write(`warning: serving the console on ${host}, not a loopback address: anyone who reaches it and holds the token or a sign-in link can approve writes\n`);
       await session.ensureWorker();
       const webUi = session.embedded ? `http://localhost:${session.settings.devUiPort}` : (process.env.AGENT_WEB_UI_URL ?? null);
       const app = await startConsole({ client: session.client, token, host, port, webUi, namespace: session.settings.namespace });
-      out(`console on ${app.url}; sign in at ${app.url}/login?token=${values['token-file'] ? '<the token in the file>' : token}`);
+      out(`console on ${app.url}; sign in at ${app.signInLink()} (one use, within ${CODE_TTL_MS / 60_000} minutes)`);
+      out(`or sign in at ${app.url}/login with the token in ${resolve(tokenFile)}`);
       await new Promise<void>((resolve) => {
         process.once('SIGINT', resolve);
         process.once('SIGTERM', resolve);
