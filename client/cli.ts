@@ -7,7 +7,6 @@ import { readFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { basename, resolve } from 'node:path';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import type { WorkflowHandle } from '@temporalio/client';
 import { endpointSchema, type RunInput } from '../core/contracts';
 import { formatIssues } from '../core/validate';
 import { ensureEndpoint } from '../activities/providers/endpoints';
@@ -17,10 +16,10 @@ import { compareReports, reportJson, reportMarkdown, type EvalReport } from '../
 import type { EvalInput, EvalPlan } from '../workflows/agentEval';
 import { buildRecord, type RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
-import type { RunOutcome } from '../workflows';
 import { exportReplay } from './export-replay';
 import { fullEvent, mergeTrace, openStore, storedTrace } from './stored-trace';
-import { approvalFor, describeEvent, describePending, followRun, StdinClosed } from './follow';
+import { describeEvent, describePending } from './follow';
+import type { RunHandle } from './run-access';
 import { replayTrusted } from '../worker/settings';
 import type { Session } from './session';
 
@@ -39,19 +38,30 @@ const json = { type: 'boolean' } as const;
 const principal = () => `user:${userInfo().username}`;
 const out = (value: unknown) => process.stdout.write(`${typeof value === 'string' ? value : JSON.stringify(value, null, 2)}\n`);
 
-function handleFor(session: Session, positionals: string[]): WorkflowHandle {
+/** Loaded with the first command that talks to Temporal (help and usage errors never load the SDK). */
+const access = () => import('./run-access');
+
+async function handleFor(session: Session, positionals: string[]): Promise<RunHandle> {
   const id = positionals[0];
   if (!id) throw new UsageError('missing <workflow-id>');
-  return session.client.workflow.getHandle(id);
+  return (await access()).runHandle(session.client, id);
 }
 
 /**
  * State and trace of a run: the state from its result once closed (no worker needed), else by
  * query; the trace from the host store (this machine's state folder), merged with the events the
- * running segment holds. `full` resolves the references in events to the stored contents.
+ * running run holds. `full` resolves the references in events to the stored contents.
  */
-async function readRun(session: Session, handle: WorkflowHandle, full = false): Promise<{ view: RunView; trace: TraceEvent[] }> {
-  const live = await liveRun(session, handle);
+async function readRun(session: Session, handle: RunHandle, full = false): Promise<{ view: RunView; trace: TraceEvent[] }> {
+  const { readRun: read, NoWorkerAnswered } = await access();
+  let live;
+  try {
+    // Embedded default: the background worker may not run (yet); start it and ask again.
+    live = await read(handle, { noAnswer: session.embedded ? async () => void (await session.ensureWorker()) : undefined });
+  } catch (err) {
+    if (err instanceof NoWorkerAnswered) throw new Error(`${err.message} on task queue ${session.settings.taskQueue}; start one with npm run worker`);
+    throw err;
+  }
   const store = openStore(session.settings.stateDir);
   if (store === null) return { view: live.view, trace: live.trace };
   try {
@@ -59,24 +69,6 @@ async function readRun(session: Session, handle: WorkflowHandle, full = false): 
     return { view: live.view, trace: full ? trace.map((e) => fullEvent(store, e)) : trace };
   } finally {
     store.close();
-  }
-}
-
-async function liveRun(session: Session, handle: WorkflowHandle): Promise<{ view: RunView; trace: TraceEvent[] }> {
-  if ((await handle.describe()).status.name !== 'RUNNING') {
-    const outcome = (await handle.result()) as RunOutcome;
-    return { view: outcome.state, trace: [] };
-  }
-  const query = async () => ({ view: await handle.query<RunView>('state'), trace: await handle.query<TraceEvent[]>('trace') });
-  try {
-    return await session.client.withDeadline(Date.now() + 5000, query);
-  } catch (err) {
-    // Embedded default: the background worker may not run (yet); start it and ask again.
-    if (session.embedded) {
-      await session.ensureWorker();
-      return session.client.withDeadline(Date.now() + 15_000, query);
-    }
-    throw new Error(`no worker answered the query on task queue ${session.settings.taskQueue}; start one with npm run worker (${(err as Error).message})`);
   }
 }
 
@@ -98,7 +90,7 @@ async function queueWorkers(session: Session): Promise<{ identity: string; backg
 }
 
 async function signalApproval(session: Session, positionals: string[], values: Record<string, any>, decision: 'approve' | 'reject'): Promise<number> {
-  const handle = handleFor(session, positionals);
+  const handle = await handleFor(session, positionals);
   const { view } = await readRun(session, handle);
   const pending = view.pending_approval;
   if (!pending) {
@@ -109,8 +101,9 @@ async function signalApproval(session: Session, positionals: string[], values: R
     process.stderr.write(`action ${positionals[1]} is not the pending action; pending is ${pending.action_id} (${pending.path})\n`);
     return 2;
   }
-  const signal = approvalFor(pending, decision, values.principal ?? principal(), values.reason);
-  await handle.signal('approval', signal);
+  const { approvalFor, ORIGIN, sendApproval } = await access();
+  const signal = approvalFor(pending, decision, values.principal ?? principal(), values.reason, `${ORIGIN}:${decision}:${pending.action_id}`);
+  await sendApproval(handle, signal);
   if (values.json) out(signal);
   else out(`${decision === 'approve' ? 'approved' : 'rejected'} ${pending.action_id} (apply_patch ${pending.path})`);
   return 0;
@@ -175,7 +168,8 @@ const COMMANDS: Record<string, Command> = {
         ...(Object.keys(budgets).length ? { budgets } : {}),
       };
       const workflowId = values.id ?? `agent-${basename(resolve(fixture))}-${randomBytes(4).toString('hex')}`;
-      const start = () => session.client.workflow.start('agentRun', { taskQueue: session.settings.taskQueue, workflowId, args: [input] });
+      const { startRun } = await access();
+      const start = () => startRun(session.client, input, { taskQueue: session.settings.taskQueue, workflowId });
       await session.ensureWorker();
       if (!values.wait) {
         const handle = await start();
@@ -195,12 +189,13 @@ const COMMANDS: Record<string, Command> = {
               store?.close();
             }
           };
+          const { followRun } = await import('./follow');
           const record = await followRun(handle, { interactive: values.approver === 'interactive', principal: principal(), log, stored });
           if (values.json) out(JSON.stringify(record));
           else log(`\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}`);
           return record.status === 'completed' ? 0 : 1;
         } catch (err) {
-          if (!(err instanceof StdinClosed)) throw err;
+          if (!(err instanceof (await import('./follow')).StdinClosed)) throw err;
           process.stderr.write(`${err.message}\nthe run keeps waiting; approve with: npm run agent -- approve ${handle.workflowId}\n`);
           return 3;
         }
@@ -224,7 +219,7 @@ const COMMANDS: Record<string, Command> = {
     summary: 'status, reason, pending approval (action, path, diff) and counters',
     options: { json },
     async run(session, positionals, values) {
-      const handle = handleFor(session, positionals);
+      const handle = await handleFor(session, positionals);
       const { view } = await readRun(session, handle);
       const workers = await queueWorkers(session);
       if (values.json) {
@@ -246,7 +241,7 @@ const COMMANDS: Record<string, Command> = {
     summary: 'the trace events of a run (from the host store of this machine);\n--full resolves references: whole tool results, calls and plans',
     options: { full: { type: 'boolean', default: false }, json },
     async run(session, positionals, values) {
-      const handle = handleFor(session, positionals);
+      const handle = await handleFor(session, positionals);
       const { trace: events } = await readRun(session, handle, values.full);
       if (values.json) out(events);
       else for (const e of events) out(describeEvent(e));
@@ -258,12 +253,13 @@ const COMMANDS: Record<string, Command> = {
     summary: "print a finished run's decisions as a replay (SPEC section 5), from the host store of this machine",
     options: {},
     async run(session, positionals) {
-      const handle = handleFor(session, positionals);
-      if ((await handle.describe()).status.name === 'RUNNING') {
+      const handle = await handleFor(session, positionals);
+      const { isRunning, runOutcome } = await access();
+      if (await isRunning(handle)) {
         process.stderr.write(`${handle.workflowId} is still running; export it when it has finished\n`);
         return 2;
       }
-      const outcome = (await handle.result()) as RunOutcome;
+      const outcome = await runOutcome(handle);
       const store = openStore(session.settings.stateDir);
       if (store === null) {
         process.stderr.write(`no host store in ${session.settings.stateDir}: run this on the worker host that ran ${handle.workflowId}\n`);
@@ -349,7 +345,7 @@ const COMMANDS: Record<string, Command> = {
           if (resume.retry + resume.missing === 0) return collectReport(session.client, session.settings, batch, plan, webUi);
           input.attempts = resume.attempts;
         }
-        await session.client.workflow.start('agentEval', { taskQueue: session.settings.taskQueue, workflowId: batch, args: [input] });
+        await (await access()).startEval(session.client, input, { taskQueue: session.settings.taskQueue, workflowId: batch });
         process.stderr.write(`workflow ${batch}: ${total} runs, ${concurrency} at a time\n`);
         await follow(handle, process.stderr);
         return collectReport(session.client, session.settings, batch, plan, webUi);
@@ -367,7 +363,8 @@ const COMMANDS: Record<string, Command> = {
     options: {},
     async run(session, positionals) {
       if (!positionals[1]) throw new UsageError('missing <message>');
-      await handleFor(session, positionals).signal('steer', { message: positionals.slice(1).join(' ') });
+      const { ORIGIN, sendSteer } = await access();
+      await sendSteer(await handleFor(session, positionals), positionals.slice(1).join(' '), `${ORIGIN}:steer`);
       return 0;
     },
   },
@@ -414,7 +411,8 @@ const COMMANDS: Record<string, Command> = {
     summary: 'stop the current turn at the next step boundary (Signal interrupt)',
     options: { reason: { type: 'string' } },
     async run(session, positionals, values) {
-      await handleFor(session, positionals).signal('interrupt', values.reason ? { reason: values.reason } : {});
+      const { ORIGIN, sendInterrupt } = await access();
+      await sendInterrupt(await handleFor(session, positionals), values.reason, `${ORIGIN}:interrupt`);
       return 0;
     },
   },
