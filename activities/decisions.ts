@@ -27,6 +27,8 @@ export interface DecideInput {
   retry: number;
   /** False for the wrap-up turn after the turn limit: the source may only summarise. */
   tools_enabled: boolean;
+  /** The run may call the orchestration tools (sub-runs enabled). */
+  orchestrating?: boolean;
   /** The transcript so far: its stored head and the entries not stored yet. */
   transcript: { head: string | null; append: PendingEntry[] };
   /** The authoritative facts a live context is rebuilt from (null for a replay). */

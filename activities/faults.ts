@@ -17,6 +17,10 @@ export const FAULT_POINTS = [
   'during_tests',
   /** decide (live provider): the provider answered and the response is stored; the activity has not completed. */
   'after_model_response',
+  /** loadRun of a task's child run: the child has started, its parent may not have recorded it yet. */
+  'child_started',
+  /** A task's child run stores its last trace events: its outcome is reached, not yet handed to its parent. */
+  'child_finishing',
 ] as const;
 
 export type FaultPoint = (typeof FAULT_POINTS)[number];

@@ -50,7 +50,7 @@ export function transcriptGroups(store: Store, entries: TranscriptEntry[]): Cont
   let current: { reply: string | null; group: Extract<ContextGroup, { kind: 'reply' }> } | null = null;
   for (const entry of entries) {
     if ('message' in entry) {
-      groups.push({ kind: 'message', text: entry.message });
+      groups.push({ kind: 'message', text: entry.message, ...(entry.pinned ? { pinned: true as const } : {}) });
       current = null;
       continue;
     }
@@ -98,7 +98,8 @@ export async function liveDecide(
   const budget = facts.budgets.context_budget_tokens ?? DEFAULT_CONTEXT_BUDGET_TOKENS;
   const maxOutput = facts.budgets.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
   const groups = transcriptGroups(store, store.transcript(head));
-  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools()) - maxOutput) * factor);
+  const orchestrating = facts.orchestrating === true;
+  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools(orchestrating)) - maxOutput) * factor);
 
   // Read only here, inside the activity; never returned, logged or stored.
   const apiKey = ctx.env[endpoint.api_key_env];
@@ -109,7 +110,7 @@ export async function liveDecide(
   let compacted = false;
   for (let factor = 1; ; factor /= 2) {
     const context = buildContext(facts, groups, room(factor));
-    const body = adapter.body(source.model, SYSTEM_PROMPT, context, maxOutput);
+    const body = adapter.body(source.model, SYSTEM_PROMPT, context, maxOutput, orchestrating);
     const request = digestJson({ provider: source.provider, model: source.model, run_id: input.run_id, turn: input.turn, retry: input.retry, body });
     let stored = store.modelResponse(request);
     const fromStore = stored !== null;

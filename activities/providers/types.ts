@@ -32,8 +32,8 @@ export interface SendOptions {
 export interface ProviderAdapter {
   readonly name: 'openai' | 'anthropic';
   /** The tool definitions exactly as sent. */
-  tools(): unknown[];
-  body(model: string, system: string, context: BuiltContext, maxOutputTokens: number): Record<string, unknown>;
+  tools(orchestrating?: boolean): unknown[];
+  body(model: string, system: string, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
   /** Sends the body; resolves to the raw JSON response. */
   send(body: Record<string, unknown>, options: SendOptions): Promise<unknown>;
   parse(raw: unknown): ParsedReply;
