@@ -205,7 +205,7 @@ export function createActivities(deps: ActivityDeps) {
           const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
           throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: detail, nonRetryable: true });
         }
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), env: process.env, endpoint: found.endpoint };
+        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint };
         return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
           kind: 'decisions',
           decisions: decisions.map((d) => decisionView(d, input.turn, reply)),

@@ -33,7 +33,10 @@ export interface LiveContext {
   timeoutMs: number;
   signal: AbortSignal;
   heartbeat: () => void;
-  env: NodeJS.ProcessEnv;
+  /** The worker's key variable of that name, read at each call (never kept). */
+  credential: (name: string) => string | undefined;
+  /** Where an endpoint without `base_url` sends requests, by kind (the worker's settings). */
+  baseUrls: Record<Endpoint['kind'], string>;
   /** The operator's endpoint the run named, looked up for this call. */
   endpoint: Endpoint;
 }
@@ -101,7 +104,7 @@ export async function liveDecide(
   const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools()) - maxOutput) * factor);
 
   // Read only here, inside the activity; never returned, logged or stored.
-  const apiKey = ctx.env[endpoint.api_key_env];
+  const apiKey = ctx.credential(endpoint.api_key_env);
   if (!apiKey) {
     throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`, nonRetryable: true });
   }
@@ -119,7 +122,7 @@ export async function liveDecide(
       let raw: unknown;
       try {
         ctx.heartbeat();
-        raw = await adapter.send(body, { apiKey, baseURL: endpoint.base_url, timeoutMs: ctx.timeoutMs, signal });
+        raw = await adapter.send(body, { apiKey, baseURL: endpoint.base_url ?? ctx.baseUrls[endpoint.kind], timeoutMs: ctx.timeoutMs, signal });
       } catch (err) {
         if (signal.aborted) throw new CancelledFailure('the model request was cancelled');
         const failure = classify(err);

@@ -154,6 +154,8 @@ export interface LocalBackendOptions {
    * Default: `agent-process-groups-<uid>` under the OS temp folder.
    */
   processDir?: string;
+  /** PATH of the processes it runs (default: the settings' PATH behind the tools environment, host/tools-env.ts). */
+  path?: string;
 }
 
 export function defaultProcessDir(): string {
@@ -163,9 +165,11 @@ export function defaultProcessDir(): string {
 export class LocalBackend implements ExecBackend {
   readonly name = 'local' as const;
   readonly groups: ProcessGroups;
+  private readonly path: string;
 
   constructor(options: LocalBackendOptions = {}) {
     this.groups = new ProcessGroups(options.processDir ?? defaultProcessDir());
+    this.path = options.path ?? hostPath();
   }
 
   async exec(spec: ExecSpec): Promise<ExecResult> {
@@ -200,7 +204,7 @@ export class LocalBackend implements ExecBackend {
         detached: true, // own process group, so the whole tree can be killed
         stdio: ['ignore', 'pipe', 'pipe'],
         env: {
-          PATH: hostPath(),
+          PATH: this.path,
           HOME: spec.outDir,
           TMPDIR: spec.outDir,
           LANG: 'C.UTF-8',

@@ -24,7 +24,8 @@ export type ParsedReply =
 
 export interface SendOptions {
   apiKey: string;
-  baseURL?: string;
+  /** Always given (the endpoint's, else the worker's settings), so the SDK reads no base URL from the environment. */
+  baseURL: string;
   timeoutMs: number;
   signal: AbortSignal;
 }
