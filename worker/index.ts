@@ -4,7 +4,7 @@
  * bundle when there is one.
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { PriceTable } from '../activities/live';
 import { formatIssues } from '../core/validate';
@@ -13,6 +13,7 @@ import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption
 import { createActivities } from '../activities';
 import { armFault } from '../activities/faults';
 import { workerIdentity } from '../host/build';
+import { writeFileAtomic } from '../host/files';
 import { readCredential, readSettings, type Settings } from '../host/settings';
 import { hostPath } from '../host/tools-env';
 import { LocalBackend } from '../activities/backends/local';
@@ -175,15 +176,23 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   };
 }
 
-/** This host's identity: made once and kept in its state folder, so a restarted worker is the same host. */
+/**
+ * This host's identity: made once and kept in its state folder, so a restarted worker is the same
+ * host. The file appears whole or not at all (a synced temporary file linked into place), so a
+ * crash never leaves it empty and a concurrent reader never sees it half-written; the link fails
+ * when another worker of this host made it first, and then that worker's id is this host's.
+ */
 export function hostId(stateDir: string): string {
   const file = join(stateDir, 'host-id');
-  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
-  try {
-    writeFileSync(file, `host-${randomBytes(6).toString('hex')}\n`, { flag: 'wx' });
-  } catch (err) {
-    // Another worker of this host made it first: its id is this host's.
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  if (!existsSync(file)) {
+    try {
+      writeFileAtomic(file, `host-${randomBytes(6).toString('hex')}\n`, { exclusive: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
   }
-  return readFileSync(file, 'utf8').trim();
+  const id = readFileSync(file, 'utf8').trim();
+  // Only an earlier version could leave a file without an id (it created the file, then wrote it).
+  if (!/^\S{1,200}$/.test(id)) throw new Error(`${file} holds no host id; if no run is waiting on this host, remove it and start the worker again, else write the id its runs name in their task queue (<queue>@host-...)`);
+  return id;
 }
