@@ -5,12 +5,13 @@
  * Temporal retries after the provider answered (a worker killed at the wrong moment) finds the
  * answer in the store and does not pay for it again.
  */
-import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
+import { CancelledFailure } from '@temporalio/common';
 import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
 import type { Decision, Endpoint, ToolResult } from '../core/contracts';
 import type { TranscriptEntry } from '../core/transcript';
 import type { DecideInput, DecideResult, SourceRef, UsageStep } from './decisions';
 import { digestJson } from './digest';
+import { nonRetryable } from './failures';
 import { faultPoint } from './faults';
 import { anthropicAdapter } from './providers/anthropic';
 import { classify } from './providers/errors';
@@ -69,7 +70,7 @@ export function transcriptGroups(store: Store, entries: TranscriptEntry[]): Cont
       const call = (decision.call ?? {}) as { call_id?: unknown; name?: unknown; arguments?: unknown };
       const result = entry.result !== undefined ? store.get<ToolResult>(entry.result) : null;
       // A call without its result cannot go to a provider; the workflow never leaves one behind.
-      if (result === null) throw ApplicationFailure.nonRetryable(`transcript call ${String(call.call_id)} has no result`, 'ProtocolError');
+      if (result === null) throw nonRetryable('ProtocolError', `transcript call ${String(call.call_id)} has no result`);
       const c: ContextCall = { id: String(call.call_id ?? result.call_id), name: String(call.name ?? ''), arguments: call.arguments ?? {}, result };
       group.calls.push(c);
     } else {
@@ -106,7 +107,7 @@ export async function liveDecide(
   // Read only here, inside the activity; never returned, logged or stored.
   const apiKey = ctx.credential(endpoint.api_key_env);
   if (!apiKey) {
-    throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`, nonRetryable: true });
+    throw nonRetryable('ProviderUnavailable', `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`);
   }
 
   let compacted = false;
