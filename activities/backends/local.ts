@@ -17,27 +17,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { faultPoint } from '../faults';
 import { copyTree } from '../workspace';
+import { CappedOutput } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
-
-/** Keeps the first `cap` bytes of a stream and counts the rest. */
-class CappedBuffer {
-  private chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-  constructor(private readonly cap: number) {}
-  push(chunk: Buffer): void {
-    const room = this.cap - this.size;
-    if (chunk.length > room) this.truncated = true;
-    if (room > 0) {
-      const kept = chunk.subarray(0, room);
-      this.chunks.push(kept);
-      this.size += kept.length;
-    }
-  }
-  text(): string {
-    return Buffer.concat(this.chunks).toString('utf8');
-  }
-}
 
 function killGroup(pid: number | undefined): void {
   if (pid === undefined) return;
@@ -194,8 +175,8 @@ export class LocalBackend implements ExecBackend {
 
   private spawnCapped(argv: string[], cwd: string, spec: ExecSpec): Promise<ExecResult> {
     return new Promise((resolve, reject) => {
-      const stdout = new CappedBuffer(spec.outputCapBytes);
-      const stderr = new CappedBuffer(spec.outputCapBytes);
+      const stdout = new CappedOutput(spec.outputCapBytes);
+      const stderr = new CappedOutput(spec.outputCapBytes);
       let timedOut = false;
       let cancelled = false;
       const token = randomUUID();
