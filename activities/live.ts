@@ -7,9 +7,9 @@
  */
 import { CancelledFailure } from '@temporalio/common';
 import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
-import type { Decision, Endpoint, ToolResult } from '../core/contracts';
+import type { Decision, Endpoint, ToolResult, Usage } from '../core/contracts';
 import type { TranscriptEntry } from '../core/transcript';
-import type { DecideInput, DecideResult, SourceRef, UsageStep } from './decisions';
+import type { DecideInput, DecideResult, SourceRef } from './decisions';
 import { digestJson } from './digest';
 import { nonRetryable } from './failures';
 import { faultPoint } from './faults';
@@ -18,7 +18,7 @@ import { classify } from './providers/errors';
 import { openaiAdapter } from './providers/openai';
 import { SYSTEM_PROMPT } from './providers/prompt';
 import { scrubbedError, scrubSecret } from './providers/secrets';
-import type { ProviderAdapter, ReplyDecision, Usage } from './providers/types';
+import type { ProviderAdapter, ReplyDecision } from './providers/types';
 import type { Store } from './store';
 
 export const DEFAULT_CONTEXT_BUDGET_TOKENS = 60_000;
@@ -143,14 +143,15 @@ export async function liveDecide(
       faultPoint('after_model_response');
     }
     const reply = adapter.parse(stored.raw);
-    const usage: UsageStep = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage), compacted, from_store: fromStore };
+    const usage: Usage = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage) };
+    const how = { compacted, from_store: fromStore };
     switch (reply.kind) {
       case 'refused':
-        return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage };
+        return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage, ...how };
       case 'truncated':
-        return { kind: 'model_error', transient: true, cut_off: true, retry_after_ms: null, detail: 'the reply was cut off by the output limit; none of its calls ran', ref: null, cursor: input.cursor, head, usage };
+        return { kind: 'model_error', transient: true, cut_off: true, retry_after_ms: null, detail: 'the reply was cut off by the output limit; none of its calls ran', ref: null, cursor: input.cursor, head, usage, ...how };
       case 'decisions':
-        return { ...toView(reply.decisions, stored.digest), usage };
+        return { ...toView(reply.decisions, stored.digest), usage, ...how };
     }
   }
 }

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { canonicalJson, jsonEqual } from '../core/canonical';
+import { addUsage } from '../core/contracts';
 import { activityFailureReason, ACTIVITY_FAILURE_REASONS, FAILURE_TYPES, NON_RETRYABLE_FAILURE_TYPES, RETRIES_EXHAUSTED_REASON } from '../core/failures';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import { globMatches, normalizeRepoPath } from '../core/paths';
@@ -137,5 +138,15 @@ describe('failures as data', () => {
       expect({ type: f.type, row: rows.some((r) => r.includes(`\`${f.type}\``) && r.includes(`\`failed\` / \`${f.reason}\``)) }).toEqual({ type: f.type, row: true });
     }
     expect(rows.some((r) => r.includes(`\`failed\` / \`${RETRIES_EXHAUSTED_REASON}\``))).toBe(true);
+  });
+});
+
+describe('model usage', () => {
+  it('sums calls into a run total, and a cost stays null once any call had no price', () => {
+    const call = (input: number, cost: number | null) => ({ model_calls: 1, input_tokens: input, output_tokens: 10, cached_tokens: 5, cost_usd: cost });
+    const two = addUsage(addUsage(null, call(100, 0.5)), call(200, 0.25));
+    expect(two).toEqual({ model_calls: 2, input_tokens: 300, output_tokens: 20, cached_tokens: 10, cost_usd: 0.75 });
+    expect(addUsage(two, call(1, null))).toMatchObject({ model_calls: 3, cost_usd: null });
+    expect(addUsage(addUsage(two, call(1, null)), call(1, 1))).toMatchObject({ model_calls: 4, cost_usd: null });
   });
 });
