@@ -4,8 +4,9 @@
  * one such file, made by whichever worker of the host comes first.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ProcessGroups } from '../activities/backends/local';
 import { writeFileAtomic } from '../host/files';
 import { hostId } from '../worker/index';
 import { tempDir } from './helpers/run-dir';
@@ -71,5 +72,19 @@ describe("a host's id", () => {
     writeFileSync(join(dir, 'host-id'), '');
     expect(() => hostId(dir)).toThrow(/holds no host id; if no run is waiting on this host, remove it/);
     expect(existsSync(join(dir, 'host-id'))).toBe(true);
+  });
+});
+
+describe('process-group records of the local backend', () => {
+  it('are written whole, readable by this user only, with no temporary file left beside them', () => {
+    const dir = join(tempDir('groups'), 'records');
+    const groups = new ProcessGroups(dir);
+    groups.add(4242, '0f0e0d0c-0000-4000-8000-000000000001', 'pytest');
+    const name = '4242-0f0e0d0c-0000-4000-8000-000000000001.json';
+    expect(readdirSync(dir)).toEqual([name]);
+    expect(JSON.parse(readFileSync(join(dir, name), 'utf8'))).toMatchObject({ pgid: 4242, command: 'pytest', owner: { pid: process.pid } });
+    expect(statSync(join(dir, name)).mode & 0o777).toBe(0o600);
+    groups.remove(4242, '0f0e0d0c-0000-4000-8000-000000000001');
+    expect(readdirSync(dir)).toEqual([]);
   });
 });

@@ -9,10 +9,11 @@
  * ProcessGroups). A group whose owner is alive is never touched.
  */
 import { groupAlive, HAS_PROC, identityOf, processAlive, procStat, type ProcessIdentity } from '../../host/processes';
+import { writeFileAtomic } from '../../host/files';
 import { hostPath } from '../../host/tools-env';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { faultPoint } from '../faults';
@@ -72,14 +73,14 @@ export class ProcessGroups {
   /**
    * Records a group this process just started, whose processes carry GROUP_MARK=<token>. The
    * token is in the file name, so a record never replaces another group's, even one that
-   * reused the same group id.
+   * reused the same group id. Written like every small file of the harness (host/files.ts): a
+   * temporary file synced, renamed into place, the folder synced, so a reaper never reads half a
+   * record. The temporary file's name (a dot file) is one reaping never reads.
    */
   add(pgid: number, token: string, command: string): void {
     this.ensureDir();
     const record: GroupRecord = { pgid, token, owner: this.owner, command };
-    const file = this.file(pgid, token);
-    writeFileSync(`${file}.tmp`, JSON.stringify(record));
-    renameSync(`${file}.tmp`, file); // never a half-written record
+    writeFileAtomic(this.file(pgid, token), JSON.stringify(record), { mode: 0o600 });
   }
 
   remove(pgid: number, token: string): void {
