@@ -14,6 +14,7 @@ import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun 
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
 import { replayTrusted, type Settings } from '../worker/settings';
+import { evalProgress, evalResult, runOutcome } from './run-access';
 import { openStore } from './stored-trace';
 
 /** Outcomes of the harness's environment, not of the agent: a resume starts these runs again. */
@@ -75,6 +76,8 @@ type Attempt =
   | { kind: 'abnormal'; status: string; workflowId: string };
 
 const MAX_ATTEMPTS = 9;
+/** How long the report waits for a run still going after its batch ended. */
+const RUN_WAIT_MS = 60_000;
 
 /** Every attempt of one run, in order, as Temporal holds them. */
 async function attemptsOf(client: Client, batch: string, plan: EvalPlan, index: number, wait: boolean): Promise<Attempt[]> {
@@ -92,12 +95,14 @@ async function attemptsOf(client: Client, batch: string, plan: EvalPlan, index: 
     }
     let status = described.status.name;
     if (status === 'RUNNING' && wait) {
-      await handle.result().catch(() => undefined);
+      // The batch has ended, so its runs have too, unless one was left running on its own: it is
+      // waited for a while, then reported as running.
+      await runOutcome(handle, RUN_WAIT_MS).catch(() => undefined);
       described = await handle.describe();
       status = described.status.name;
     }
     if (status === 'RUNNING') attempts.push({ kind: 'running', handle, workflowId });
-    else if (status === 'COMPLETED') attempts.push({ kind: 'done', outcome: (await handle.result()) as RunOutcome, workflowId, startedAt: described.startTime, closedAt: described.closeTime ?? null });
+    else if (status === 'COMPLETED') attempts.push({ kind: 'done', outcome: await runOutcome(handle), workflowId, startedAt: described.startTime, closedAt: described.closeTime ?? null });
     else attempts.push({ kind: 'abnormal', status, workflowId });
   }
   return attempts;
@@ -216,7 +221,7 @@ export async function followBatch(handle: WorkflowHandle, stream: NodeJS.WriteSt
   let lastLine = '';
   let lastAt = 0;
   let finished = false;
-  const result = handle.result().finally(() => (finished = true)) as Promise<EvalResult>;
+  const result = evalResult(handle).finally(() => (finished = true));
   const show = (p: EvalProgress, force = false) => {
     const line = progressLine(handle.workflowId, p);
     if (tty) stream.write(`\r\x1b[K${line}`);
@@ -228,7 +233,7 @@ export async function followBatch(handle: WorkflowHandle, stream: NodeJS.WriteSt
   };
   while (!finished) {
     try {
-      show(await handle.query<EvalProgress>('progress'));
+      show(await evalProgress(handle));
     } catch {
       // Between segments (continue-as-new) or while no worker answers: try again.
     }

@@ -163,6 +163,9 @@ export type ParsedRunInput = z.output<typeof runInputSchema>;
 
 // ---- approvals (section 4) ----
 
+/** A client message's id: 1-128 characters of [A-Za-z0-9_.:/-]. */
+export const MESSAGE_ID = z.string().regex(/^[A-Za-z0-9_.:\/-]{1,128}$/, 'message_id: 1-128 characters of [A-Za-z0-9_.:/-]');
+
 export const approvalSignalSchema = z.strictObject({
   action_id: digest,
   decision: z.enum(['approve', 'reject']),
@@ -170,6 +173,8 @@ export const approvalSignalSchema = z.strictObject({
   workspace_digest: digest,
   principal: z.string().min(1).max(200).optional(),
   reason: z.string().max(2000).optional(),
+  /** Derived from where the approval was given (a command, a console form): a repeat is ignored. */
+  message_id: MESSAGE_ID.optional(),
 });
 export type ApprovalSignal = z.infer<typeof approvalSignalSchema>;
 

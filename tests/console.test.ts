@@ -15,12 +15,13 @@ import type { WorkflowHandleWithFirstExecutionRunId as WorkflowHandle } from '@t
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Page } from 'playwright-core';
 import { CODE_TTL_MS, MAX_SESSIONS, SESSION_IDLE_MS, startConsole, type RunningConsole } from '../client/console/server';
-import type { RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import type { HostWorkers } from '../worker';
 import { launchChromium, staysLocal, testOutput, type OutsideRequests, type TestBrowser } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { approveAll, canonicalInput, inProcessWorker, pendingApproval, startServer, traceIn, traceOf, uniqueQueue, waitFor } from './helpers/temporal';
+import * as access from '../client/run-access';
+import { queryState, sendApproval } from '../client/run-access';
 
 const TOKEN = 'console-test-token-0123456789';
 const task = (): string => require(join(LINKCHECK, 'fixture.json')).task;
@@ -70,7 +71,7 @@ describe('the approval console', () => {
   });
 
   const startRun = (): Promise<WorkflowHandle> =>
-    env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run-${++runs}`, args: [canonicalInput('canonical', { approver: 'interactive' })] });
+    access.startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run-${++runs}` });
   const text = async (selector: string) => (await page.textContent(selector))?.trim();
   /** The list, reloaded until it shows every one of these runs as pending (visibility lags a little). */
   const listShows = (ids: string[]) =>
@@ -155,7 +156,7 @@ describe('the approval console', () => {
     const first = await pendingApproval(handle);
     await cardShows(handle.workflowId, 'tests/test_agent_nested.py');
     // Someone else approves the shown action first; the run moves on to its next write.
-    await handle.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:bob' });
+    await sendApproval(handle, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:bob' });
     const second = await pendingApproval(handle, first.action_id);
     await Promise.all([page.waitForURL(/notice=stale/), page.click('#approve')]);
     expect(await text('#notice')).toMatch(/^Not applied/);
@@ -179,7 +180,7 @@ describe('the approval console', () => {
     await cardShows(a.workflowId, 'tests/test_agent_nested.py');
     await Promise.all([page.waitForURL(/notice=approved/), page.click('#approve')]);
     expect(approvals(await traceOf(a)).map((x) => [x.action_id, x.principal])).toEqual([[pa.action_id, 'console:alice']]);
-    const stillB = await b.query<RunView>('state');
+    const stillB = await queryState(b);
     expect([stillB.status, stillB.pending_approval?.action_id, approvals(await traceOf(b))]).toEqual(['awaiting_approval', pb.action_id, []]);
 
     await page.goto(`${app.url}/runs/${encodeURIComponent(b.workflowId)}`);
@@ -364,7 +365,7 @@ describe('the approval console', () => {
       fetch(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}/approval`, { method: 'POST', body: new URLSearchParams(fields), headers, redirect: 'manual' });
     /** The run is exactly as it was: the same action pending, no approval recorded, nothing written. */
     async function unchanged(ignored = 0) {
-      const view = await handle.query<RunView>('state');
+      const view = await queryState(handle);
       const trace = await traceOf(handle);
       expect({
         status: view.status,

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { PAGE_BYTES, PAGE_EVENTS, Trace, WINDOW_EVENTS } from '../core/trace';
 import { canonicalJson, jsonEqual } from '../core/canonical';
 import { addUsage } from '../core/contracts';
 import { activityFailureReason, ACTIVITY_FAILURE_REASONS, FAILURE_TYPES, NON_RETRYABLE_FAILURE_TYPES, RETRIES_EXHAUSTED_REASON } from '../core/failures';
@@ -148,5 +149,41 @@ describe('model usage', () => {
     expect(two).toEqual({ model_calls: 2, input_tokens: 300, output_tokens: 20, cached_tokens: 10, cost_usd: 0.75 });
     expect(addUsage(two, call(1, null))).toMatchObject({ model_calls: 3, cost_usd: null });
     expect(addUsage(addUsage(two, call(1, null)), call(1, 1))).toMatchObject({ model_calls: 4, cost_usd: null });
+  });
+});
+
+describe('the trace a run holds', () => {
+  const filled = (n: number, dataBytes = 100) => {
+    const trace = new Trace();
+    for (let i = 0; i < n; i++) trace.add('tool_observed', { text: 'x'.repeat(dataBytes) });
+    return trace;
+  };
+
+  it('answers pages under the cap, in order, resuming after the last event', () => {
+    const trace = filled(300, 400);
+    const seen: number[] = [];
+    let after = 0;
+    for (;;) {
+      const page = trace.page({ after });
+      expect(JSON.stringify(page).length).toBeLessThan(PAGE_BYTES + 1024);
+      expect(page.events.length).toBeLessThanOrEqual(PAGE_EVENTS);
+      seen.push(...page.events.map((e) => e.seq));
+      if (page.next === null) break;
+      after = page.next;
+    }
+    expect(seen).toEqual(Array.from({ length: 300 }, (_, i) => i + 1));
+    expect(trace.page({ tail: 3 }).events.map((e) => e.seq)).toEqual([298, 299, 300]);
+    expect(trace.page({ after: 300 })).toEqual({ events: [], next: null, oldest: 1, newest: 300 });
+  });
+
+  it('keeps every unstored event and only a window of stored ones, so memory stays bounded', () => {
+    const trace = filled(1000);
+    expect(trace.unstored()).toHaveLength(1000);
+    trace.markStored(990);
+    expect(trace.unstored().map((e) => e.seq)).toEqual([991, 992, 993, 994, 995, 996, 997, 998, 999, 1000]);
+    expect(trace.page({ tail: 1 }).oldest).toBe(1000 - WINDOW_EVENTS + 1);
+    trace.add('run_finished', {});
+    expect(trace.carried()).toEqual({ next_seq: 1002, unstored: trace.unstored() });
+    expect(trace.unstored().map((e) => e.seq).at(-1)).toBe(1001);
   });
 });

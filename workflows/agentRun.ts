@@ -30,16 +30,11 @@ import {
 import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
-import { Trace, type TraceEvent } from '../core/trace';
+import { Trace, type CarriedTrace, type TraceRequest } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry } from '../core/transcript';
 import { formatIssues } from '../core/validate';
+import { approvalSignal, interruptSignal, stateQuery, steerSignal, traceQuery } from './messages';
 import { workflowTime } from './time';
-
-export const approvalSignal = wf.defineSignal<[unknown]>('approval');
-export const interruptSignal = wf.defineSignal<[{ reason?: string }?]>('interrupt');
-export const steerSignal = wf.defineSignal<[{ message: string }]>('steer');
-export const stateQuery = wf.defineQuery<RunView>('state');
-export const traceQuery = wf.defineQuery<TraceEvent[]>('trace');
 
 /**
  * The workflow's result: the record and the final state, readable without a worker. The trace
@@ -62,30 +57,100 @@ interface PendingWrite {
   policy: PolicyEvaluation;
 }
 
-/** What one segment of a run hands to the next at continue-as-new: state, never contents. */
-export interface Carried {
-  ref: RunRef;
+/**
+ * Everything a run knows, as one value: the workflow's methods read and update it, and
+ * continue-as-new carries it whole to the next segment (state, never contents), so no field can
+ * be forgotten in a copy.
+ */
+export interface RunState {
+  /** What the `state` Query answers. */
   view: RunView;
-  source: SourceRef;
+  ref: RunRef | null;
+  source: SourceRef | null;
+  /** When the agent's working time ends; moved on by the time a person took to decide. */
   deadline_at: number;
-  next_seq: number;
-  /** Trace events that arrived (with signals) while the segment was storing its trace. */
-  unstored_trace: TraceEvent[];
+  /** Set while the run waits for a person: the deadline is paused. */
+  waiting_since: number | null;
+  /** When the pending approval times out (`approval_timeout_s` after it was first asked). */
+  approval_deadline_at: number | null;
+  /** Decisions taken so far: the replay's cursor. */
   cursor: number;
+  /** The transcript's stored head and the entries not stored yet. */
   transcript: { head: string | null; append: PendingEntry[] };
+  /** An approval received for the pending action, not acted on yet. */
   approval: ApprovalSignal | null;
   interrupted: string | null;
   steering: string[];
   wrote_writable: boolean;
+  /** The proposed call that has no result yet: it gets a synthesized one if the run ends first. */
+  in_flight: { call_id: string; decision_ref: string; reply: string | null } | null;
+  /** A write waiting for its approval when the run continued as new. */
   pending_write: PendingWrite | null;
-  approval_deadline_at: number | null;
-  /** The rest of the reply whose write was waiting, and its turn's interrupt. */
+  /** The decisions of the current reply not taken yet, and the interrupt of its turn. */
   reply_rest: DecisionView[];
   turn_interrupted: string | null;
+  /** The latest plan the model stated (live context). */
   plan: string | null;
+  /** A note for the next live request (e.g. the previous reply was cut off). */
+  notice: string | null;
+  /** Malformed calls in a row from a live model. */
   format_errors: number;
   /** The task queue of the host that holds the run's workspace (null: the shared queue). */
-  host_queue?: string | null;
+  host_queue: string | null;
+  /** The trace's numbering and unstored events (filled when the run continues as new). */
+  trace: CarriedTrace;
+  /** Ids of the client messages taken, newest last (at most `SEEN_MESSAGES`): a repeat is ignored. */
+  seen_messages: string[];
+}
+
+function initialState(runId: string): RunState {
+  return {
+    view: {
+      run_id: runId,
+      fixture: null,
+      task: null,
+      replay: null,
+      replay_digest: null,
+      segment: 1,
+      backend: 'local',
+      approver: 'interactive',
+      status: 'running',
+      reason: null,
+      detail: null,
+      budgets: null,
+      counters: { turns: 0, tool_calls: 0, writes: 0, receipts: 0, model_retries: 0 },
+      tool_errors: {},
+      red_observed: false,
+      pending_approval: null,
+      verification: null,
+      isolation: null,
+      diff_paths: [],
+      wrap_up: null,
+      deadline_reached: false,
+      usage: null,
+    },
+    ref: null,
+    source: null,
+    deadline_at: 0,
+    waiting_since: null,
+    approval_deadline_at: null,
+    cursor: 0,
+    transcript: { head: null, append: [] },
+    approval: null,
+    interrupted: null,
+    steering: [],
+    wrote_writable: false,
+    in_flight: null,
+    pending_write: null,
+    reply_rest: [],
+    turn_interrupted: null,
+    plan: null,
+    notice: null,
+    format_errors: 0,
+    host_queue: null,
+    trace: { next_seq: 1, unstored: [] },
+    seen_messages: [],
+  };
 }
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
@@ -96,6 +161,8 @@ const TRACE_FLUSH_BYTES = 32 * 1024;
 const TRACE_CARRY_BYTES = 16 * 1024;
 /** A steering message is kept to this many characters. */
 const MAX_STEER_CHARS = 4000;
+/** Client message ids remembered for deduplication. */
+const SEEN_MESSAGES = 256;
 
 const MAX_MODEL_RETRIES = 2;
 /** How long a write waits for a person by default: 7 days. */
@@ -151,7 +218,7 @@ class RunStop {
   ) {}
 }
 
-export async function agentRun(rawInput: unknown, carried?: Carried): Promise<RunOutcome> {
+export async function agentRun(rawInput: unknown, carried?: RunState): Promise<RunOutcome> {
   // Carried state comes only from this workflow's own continue-as-new; a client that passes it
   // could otherwise skip the loading checks (trust gate, isolation, endpoints).
   if (carried !== undefined && wf.workflowInfo().continuedFromExecutionRunId === undefined) {
@@ -162,84 +229,57 @@ export async function agentRun(rawInput: unknown, carried?: Carried): Promise<Ru
   if (!parsed.success) {
     return run.finish(new RunStop('failed', 'invalid_input', formatIssues(parsed.error)));
   }
-  return carried ? run.resume(parsed.data, carried) : run.execute(parsed.data);
+  return carried ? run.resume(parsed.data) : run.execute(parsed.data);
 }
 
 class AgentRun {
+  /** The run's state: one value, carried whole across continue-as-new. */
+  private readonly s: RunState;
+  /** The trace: numbering, unstored events and a bounded window for queries. */
   private readonly trace: Trace;
-  private readonly view: RunView;
   private input!: ParsedRunInput;
-  private ref!: RunRef;
-  private source!: SourceRef;
-  private budgets!: Budgets;
-  private deadlineAt = 0;
-  /** Set while the run waits for a person: the deadline (the agent's working time) is paused. */
-  private waitingSince: number | null = null;
-  /** When the pending approval times out (`approval_timeout_s` after it was first asked). */
-  private approvalDeadlineAt: number | null = null;
-  /** Decisions taken so far: the replay's cursor. */
-  private cursor = 0;
-  /** The transcript's stored head and the entries not stored yet. */
-  private transcript: { head: string | null; append: PendingEntry[] } = { head: null, append: [] };
-  private approval: ApprovalSignal | null = null;
-  private interrupted: string | null = null;
-  private steering: string[] = [];
-  private wroteWritable = false;
-  /** The proposed call that has no result yet: it gets a synthesized one if the run ends first. */
-  private inFlight: { call_id: string; decision_ref: string; reply: string | null } | null = null;
-  /** The latest plan the model stated (live context). */
-  private plan: string | null = null;
-  /** A note for the next live request (e.g. the previous reply was cut off). */
-  private notice: string | null = null;
-  /** Malformed calls in a row from a live model. */
-  private formatErrors = 0;
-  /** The decisions of the current reply not taken yet, and the interrupt of its turn. */
-  private replyRest: DecisionView[] = [];
-  private turnInterrupted: string | null = null;
-  /** The host that holds the run, and its activities; `hostLost` once it is found gone. */
-  private hostQueue: string | null = null;
+  /** The activities of the host that holds the run; `hostLost` once it is found gone. */
   private act = quick;
   private hostLost = false;
 
-  constructor(carried?: Carried) {
-    this.trace = new Trace(carried?.unstored_trace ?? [], carried?.next_seq ?? 1);
-    this.view = carried?.view ?? {
-      run_id: wf.workflowInfo().runId,
-      fixture: null,
-      task: null,
-      replay: null,
-      replay_digest: null,
-      segment: 1,
-      backend: 'local',
-      approver: 'interactive',
-      status: 'running',
-      reason: null,
-      detail: null,
-      budgets: null,
-      counters: { turns: 0, tool_calls: 0, writes: 0, receipts: 0, model_retries: 0 },
-      tool_errors: {},
-      red_observed: false,
-      pending_approval: null,
-      verification: null,
-      isolation: null,
-      diff_paths: [],
-      wrap_up: null,
-      deadline_reached: false,
-      usage: null,
-    };
-    wf.setHandler(stateQuery, () => this.view);
-    wf.setHandler(traceQuery, () => this.trace.events);
+  constructor(carried?: RunState) {
+    this.s = carried ?? initialState(wf.workflowInfo().runId);
+    this.trace = new Trace(this.s.trace);
+    wf.setHandler(stateQuery, () => this.s.view);
+    wf.setHandler(traceQuery, (request?: TraceRequest) => this.trace.page(cleanRequest(request)));
     wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
     wf.setHandler(interruptSignal, (payload) => {
-      this.interrupted = payload?.reason ?? 'interrupted by the user';
-      this.trace.add('interrupt_received', { reason: this.interrupted });
+      if (this.repeated(payload?.message_id)) return;
+      this.s.interrupted = typeof payload?.reason === 'string' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'interrupted by the user';
+      this.trace.add('interrupt_received', { reason: this.s.interrupted });
     });
     wf.setHandler(steerSignal, (payload) => {
       const message = typeof payload?.message === 'string' ? payload.message.slice(0, MAX_STEER_CHARS) : '';
-      if (message === '') return;
-      this.steering.push(message);
+      if (message === '' || this.repeated(payload?.message_id)) return;
+      this.s.steering.push(message);
       this.trace.add('steer_received', { message });
     });
+  }
+
+  private get view(): RunView {
+    return this.s.view;
+  }
+
+  private get ref(): RunRef {
+    return this.s.ref!;
+  }
+
+  private get budgets(): Budgets {
+    return this.s.view.budgets!;
+  }
+
+  /** True when a client message with this id was taken before (a retried send); remembers it otherwise. */
+  private repeated(id: unknown): boolean {
+    if (typeof id !== 'string' || id === '') return false;
+    if (this.s.seen_messages.includes(id)) return true;
+    this.s.seen_messages.push(id);
+    if (this.s.seen_messages.length > SEEN_MESSAGES) this.s.seen_messages.shift();
+    return false;
   }
 
   async execute(input: ParsedRunInput): Promise<RunOutcome> {
@@ -269,15 +309,14 @@ class AgentRun {
     if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
       return this.finish(new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation'));
     }
-    this.source = loaded.source;
+    this.s.source = loaded.source;
     this.view.fixture = loaded.fixture.id;
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
-    this.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
-    this.view.budgets = this.budgets;
-    this.deadlineAt = workflowTime() + this.budgets.deadline_s * 1000;
-    this.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend };
+    this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
+    this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
+    this.s.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     this.setStatus('running');
 
@@ -291,30 +330,16 @@ class AgentRun {
     return this.finish(stop);
   }
 
-  /** The next segment of a run that continued as new: same workspace, counters, deadline and trace numbering. */
-  async resume(input: ParsedRunInput, carried: Carried): Promise<RunOutcome> {
+  /** The next segment of a run that continued as new: the state it carried, the same workspace. */
+  async resume(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
-    this.pinTo(carried.host_queue ?? null);
-    this.ref = carried.ref;
-    this.source = carried.source;
-    this.budgets = carried.view.budgets!;
-    this.deadlineAt = carried.deadline_at;
-    this.cursor = carried.cursor;
-    this.transcript = carried.transcript;
-    this.approval = carried.approval;
-    this.interrupted = carried.interrupted;
-    this.steering = carried.steering;
-    this.wroteWritable = carried.wrote_writable;
-    const pending = carried.pending_write;
-    if (pending) this.inFlight = { call_id: pending.call.call_id, decision_ref: pending.decision_ref, reply: pending.reply };
-    this.plan = carried.plan;
-    this.approvalDeadlineAt = carried.approval_deadline_at;
-    this.formatErrors = carried.format_errors;
-    this.setStatus(carried.view.status);
-    this.turnInterrupted = carried.turn_interrupted;
+    this.pinTo(this.s.host_queue);
+    const pending = this.s.pending_write;
+    this.s.pending_write = null;
+    this.setStatus(this.view.status);
     const stop = await this.withDeadline(async () => {
       if (pending) this.observe(await this.approveAndWrite(pending));
-      return (await this.runReply(carried.reply_rest)) ?? this.loop();
+      return (await this.runReply(this.s.reply_rest)) ?? this.loop();
     });
     return this.finish(stop);
   }
@@ -333,8 +358,8 @@ class AgentRun {
       this.view.counters.turns++;
       const decisions = await this.decide(true);
       // An interrupt stops the turn it arrived in: a tool call it proposed is not executed.
-      this.turnInterrupted = this.interrupted;
-      this.interrupted = null;
+      this.s.turn_interrupted = this.s.interrupted;
+      this.s.interrupted = null;
       const stop = await this.runReply(decisions);
       if (stop !== null) return stop;
     }
@@ -345,20 +370,20 @@ class AgentRun {
    * continue-as-new during a write's approval carries the reply's remaining calls along.
    */
   private async runReply(decisions: DecisionView[]): Promise<RunStop | null> {
-    this.replyRest = [...decisions];
-    for (let decision = this.replyRest.shift(); decision !== undefined; decision = this.replyRest.shift()) {
+    this.s.reply_rest = [...decisions];
+    for (let decision = this.s.reply_rest.shift(); decision !== undefined; decision = this.s.reply_rest.shift()) {
       switch (decision.kind) {
         case 'plan':
-          this.plan = decision.text;
+          this.s.plan = decision.text;
           this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
-          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           break;
         case 'tool':
-          this.observe(await this.toolCall(decision, this.turnInterrupted));
+          this.observe(await this.toolCall(decision, this.s.turn_interrupted));
           this.countFormatError(decision);
           break;
         case 'final':
-          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           return this.verify(decision.text);
       }
     }
@@ -367,10 +392,10 @@ class AgentRun {
 
   /** A live model that keeps sending calls that do not parse is stopped after three in a row. */
   private countFormatError(decision: Extract<DecisionView, { kind: 'tool' }>): void {
-    if (this.source.kind !== 'provider') return;
+    if (this.s.source?.kind !== 'provider') return;
     const format = decision.invalid !== null && (decision.invalid.error === 'invalid_fields' || decision.invalid.error === 'unknown_tool');
-    this.formatErrors = format ? this.formatErrors + 1 : 0;
-    if (this.formatErrors > MAX_FORMAT_ERRORS) throw new RunStop('failed', 'model_error', `more than ${MAX_FORMAT_ERRORS} malformed calls in a row`);
+    this.s.format_errors = format ? this.s.format_errors + 1 : 0;
+    if (this.s.format_errors > MAX_FORMAT_ERRORS) throw new RunStop('failed', 'model_error', `more than ${MAX_FORMAT_ERRORS} malformed calls in a row`);
   }
 
   /**
@@ -378,10 +403,11 @@ class AgentRun {
    * live model), retrying transient errors at most twice, after the delay the provider asked for.
    */
   private async decide(toolsEnabled: boolean): Promise<DecisionView[]> {
-    const live = this.source.kind === 'provider';
+    const source = this.s.source!;
+    const live = source.kind === 'provider';
     for (let retries = 0; ; retries++) {
-      const messages = this.steering.splice(0);
-      for (const message of messages) this.transcript.append.push({ message });
+      const messages = this.s.steering.splice(0);
+      for (const message of messages) this.s.transcript.append.push({ message });
       this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages, ...(retries > 0 ? { retry: retries } : {}) });
       const result: DecideResult = await this.act.decide.executeWithOptions(
         {
@@ -393,17 +419,17 @@ class AgentRun {
         [
           {
             run_id: this.ref.run_id,
-            source: this.source,
-            cursor: this.cursor,
+            source,
+            cursor: this.s.cursor,
             turn: this.view.counters.turns,
             retry: retries,
             tools_enabled: toolsEnabled,
-            transcript: this.transcript,
+            transcript: this.s.transcript,
             facts: live ? this.facts(toolsEnabled) : null,
           },
         ],
       );
-      this.transcript = { head: result.head, append: [] };
+      this.s.transcript = { head: result.head, append: [] };
       if (result.usage) this.addUsage(result.usage);
       switch (result.kind) {
         case 'exhausted':
@@ -411,18 +437,18 @@ class AgentRun {
         case 'refused':
           throw new RunStop('failed', 'model_refused', result.detail);
         case 'decisions':
-          this.cursor = result.cursor;
-          this.notice = null;
+          this.s.cursor = result.cursor;
+          this.s.notice = null;
           return result.decisions;
         case 'model_error': {
-          this.cursor = result.cursor;
-          if (result.ref !== null) this.transcript.append.push({ decision: result.ref });
+          this.s.cursor = result.cursor;
+          if (result.ref !== null) this.s.transcript.append.push({ decision: result.ref });
           if (!result.transient) throw new RunStop('failed', 'model_error', result.detail);
           if (retries >= MAX_MODEL_RETRIES) throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries: ${result.detail}`);
           this.view.counters.model_retries++;
           const delay = result.retry_after_ms ?? (live ? 500 * 2 ** retries : 0);
           this.trace.add('model_retry', { attempt: retries + 1, detail: result.detail, delay_ms: delay });
-          this.notice = result.cut_off ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter' : null;
+          this.s.notice = result.cut_off ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter' : null;
           if (delay > 0) await wf.sleep(delay);
         }
       }
@@ -438,10 +464,10 @@ class AgentRun {
       turn: this.view.counters.turns,
       counters: { turns: this.view.counters.turns, tool_calls: this.view.counters.tool_calls, writes: this.view.counters.writes },
       budgets: this.budgets,
-      plan: this.plan,
+      plan: this.s.plan,
       pending_action: pending ? { action_id: pending.action_id, path: pending.path, before: pending.before, after: pending.after } : null,
       verification: v ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance } : null,
-      notice: toolsEnabled ? this.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
+      notice: toolsEnabled ? this.s.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
     });
   }
 
@@ -460,12 +486,12 @@ class AgentRun {
       for (const decision of await this.decide(false)) {
         if (decision.kind === 'final') this.view.wrap_up = decision.text;
         if (decision.kind !== 'tool') {
-          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           continue;
         }
         // Tools are disabled: a call still gets its one result, and does not run.
-        this.inFlight = { call_id: decision.call?.call_id ?? decision.invalid!.call_id, decision_ref: decision.ref, reply: decision.reply };
-        this.observe(errorResult(this.inFlight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }), false);
+        this.s.in_flight = { call_id: decision.call?.call_id ?? decision.invalid!.call_id, decision_ref: decision.ref, reply: decision.reply };
+        this.observe(errorResult(this.s.in_flight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }), false);
       }
       this.trace.add('wrap_up_recorded', { summary: this.view.wrap_up });
     } catch (err) {
@@ -479,7 +505,7 @@ class AgentRun {
   private async toolCall(decision: Extract<DecisionView, { kind: 'tool' }>, interrupted: string | null): Promise<ToolResult> {
     const callId = decision.call?.call_id ?? decision.invalid!.call_id;
     this.trace.add('tool_proposed', { call: decision.raw, ref: decision.ref }, { call_id: callId });
-    this.inFlight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
+    this.s.in_flight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
     // A reply with more calls than the budget has left: the rest get a result and do not run.
     if (this.view.counters.tool_calls >= this.budgets.max_tool_calls) return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
     this.view.counters.tool_calls++;
@@ -499,7 +525,7 @@ class AgentRun {
       },
       [this.ref, call, timeout],
     );
-    if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.wroteWritable) this.view.red_observed = true;
+    if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.s.wrote_writable) this.view.red_observed = true;
     return result;
   }
 
@@ -515,10 +541,10 @@ class AgentRun {
     if (counted && result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
     const view = resultView(result, result.ref ?? null);
     this.trace.add('tool_observed', view, { call_id: result.call_id });
-    const inFlight = this.inFlight;
-    this.inFlight = null;
+    const inFlight = this.s.in_flight;
+    this.s.in_flight = null;
     if (inFlight !== null) {
-      this.transcript.append.push({ decision: inFlight.decision_ref, reply: inFlight.reply, result: view.ref !== null ? { ref: view.ref } : { inline: result } });
+      this.s.transcript.append.push({ decision: inFlight.decision_ref, reply: inFlight.reply, result: view.ref !== null ? { ref: view.ref } : { inline: result } });
     }
   }
 
@@ -548,8 +574,8 @@ class AgentRun {
     const { call, action } = pending;
     const decision = await this.awaitApproval(pending);
     if (decision === 'interrupted') {
-      const reason = this.interrupted ?? 'interrupted';
-      this.interrupted = null;
+      const reason = this.s.interrupted ?? 'interrupted';
+      this.s.interrupted = null;
       return this.interruptedResult(call.call_id, reason);
     }
     if (decision.decision === 'reject') {
@@ -569,7 +595,7 @@ class AgentRun {
           this.view.counters.receipts++;
           this.trace.add('action_receipt', { path: action.path }, ids);
         }
-        if (this.ref.fixture.writable.includes(action.path)) this.wroteWritable = true;
+        if (this.ref.fixture.writable.includes(action.path)) this.s.wrote_writable = true;
         return okResult(call.call_id, { action_id: action.action_id, path: action.path, before: action.before, after: action.after });
     }
   }
@@ -591,17 +617,17 @@ class AgentRun {
     // No worker resources are held while waiting: this is a durable condition on workflow state.
     // A wait can be long and signals (ignored approvals, steering) grow its history: when Temporal
     // suggests continue-as-new, the next segment waits instead, with the pending action carried.
-    const answered = () => this.approval !== null || this.interrupted !== null;
-    this.approvalDeadlineAt ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
-    this.waitingSince = workflowTime();
-    const inTime = await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested, Math.max(1, this.approvalDeadlineAt - workflowTime()));
+    const answered = () => this.s.approval !== null || this.s.interrupted !== null;
+    this.s.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
+    this.s.waiting_since = workflowTime();
+    const inTime = await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested, Math.max(1, this.s.approval_deadline_at - workflowTime()));
     this.resumeDeadline();
     if (!inTime) throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S} s`);
     if (!answered()) await this.continueAsNew(pending);
-    this.approvalDeadlineAt = null;
-    const decision = this.approval;
+    this.s.approval_deadline_at = null;
+    const decision = this.s.approval;
     this.view.pending_approval = null;
-    this.approval = null;
+    this.s.approval = null;
     this.setStatus('running');
     return decision ?? 'interrupted';
   }
@@ -612,12 +638,13 @@ class AgentRun {
     const ignore = (why: string, actionId?: string) => this.trace.add('approval_ignored', { reason: why }, actionId ? { action_id: actionId } : {});
     if (!parsed.success) return void ignore(`invalid approval payload: ${formatIssues(parsed.error)}`);
     const signal = parsed.data;
-    if (pending === null || this.approval !== null) return void ignore('no approval is pending', signal.action_id);
+    if (this.repeated(signal.message_id)) return;
+    if (pending === null || this.s.approval !== null) return void ignore('no approval is pending', signal.action_id);
     if (signal.action_id !== pending.action_id) return void ignore('action_id does not match the pending action', signal.action_id);
     if (signal.args_digest !== pending.args_digest || signal.workspace_digest !== pending.workspace_digest) {
       return void ignore('digests do not match the pending action', signal.action_id);
     }
-    this.approval = signal;
+    this.s.approval = signal;
     this.trace.add(
       'approval_recorded',
       { decision: signal.decision, principal: signal.principal ?? null, reason: signal.reason ?? null, args_digest: signal.args_digest, workspace_digest: signal.workspace_digest },
@@ -668,28 +695,10 @@ class AgentRun {
     // trace events (stored again first if a burst of them made those many).
     while (this.trace.unstoredBytes() > TRACE_CARRY_BYTES) await this.storeTrace();
     this.view.segment++;
-    const carried: Carried = {
-      ref: this.ref,
-      view: this.view,
-      source: this.source,
-      deadline_at: this.deadlineAt,
-      next_seq: this.trace.next,
-      unstored_trace: this.trace.unstored(),
-      cursor: this.cursor,
-      transcript: this.transcript,
-      approval: this.approval,
-      interrupted: this.interrupted,
-      steering: this.steering,
-      wrote_writable: this.wroteWritable,
-      pending_write: pendingWrite,
-      approval_deadline_at: this.approvalDeadlineAt,
-      reply_rest: pendingWrite ? this.replyRest : [],
-      turn_interrupted: this.turnInterrupted,
-      plan: this.plan,
-      format_errors: this.formatErrors,
-      host_queue: this.hostQueue,
-    };
-    return wf.continueAsNew<typeof agentRun>(this.input, carried);
+    this.s.pending_write = pendingWrite;
+    if (pendingWrite === null) this.s.reply_rest = [];
+    this.s.trace = this.trace.carried();
+    return wf.continueAsNew<typeof agentRun>(this.input, this.s);
   }
 
   /** Stores the trace events held only here, and the transcript entries not stored yet. */
@@ -700,10 +709,10 @@ class AgentRun {
       const last = i === batches.length - 1;
       const head = await this.act.persist.executeWithOptions(
         { summary: `store ${events.length} trace events` },
-        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.transcript : { head: this.transcript.head, append: [] } }],
+        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] } }],
       );
       this.trace.markStored(events.length);
-      if (last) this.transcript = { head, append: [] };
+      if (last) this.s.transcript = { head, append: [] };
     }
   }
 
@@ -719,7 +728,7 @@ class AgentRun {
         // The deadline bounds the agent's working time: it does not run while a person decides.
         for (;;) {
           await wf.sleep(Math.max(1, this.msLeft()));
-          if (this.waitingSince !== null) await wf.condition(() => this.waitingSince === null);
+          if (this.s.waiting_since !== null) await wf.condition(() => this.s.waiting_since === null);
           else if (this.msLeft() <= 0) return;
         }
       })
@@ -754,8 +763,8 @@ class AgentRun {
    * the AgentStatus search attribute as cancelled), so its record stays in its result.
    */
   async finish(stop: RunStop): Promise<RunOutcome> {
-    if (this.inFlight !== null) {
-      this.observe(errorResult(this.inFlight.call_id, 'interrupted', { reason: `not completed: the run ended (${stop.reason})`, run_end: stop.reason }), false);
+    if (this.s.in_flight !== null) {
+      this.observe(errorResult(this.s.in_flight.call_id, 'interrupted', { reason: `not completed: the run ended (${stop.reason})`, run_end: stop.reason }), false);
     }
     this.view.pending_approval = null;
     this.view.reason = stop.reason === '' ? null : stop.reason;
@@ -765,7 +774,7 @@ class AgentRun {
     if (!this.hostLost) {
       const stored = await this.onHost(() =>
         wf.CancellationScope.nonCancellable(async () => {
-          if (this.view.verification === null && this.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
+          if (this.view.verification === null && this.s.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
           await this.storeTrace();
           return true;
         }),
@@ -775,13 +784,13 @@ class AgentRun {
     }
     this.setStatus(stop.status);
     const record = buildRecord(this.view);
-    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.transcript.head };
+    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.s.transcript.head };
   }
 
   // ---- small helpers ----
 
   private pinTo(queue: string | null): void {
-    this.hostQueue = queue;
+    this.s.host_queue = queue;
     this.act = hostActivities(queue, this.input.host_lost_s);
   }
 
@@ -803,7 +812,7 @@ class AgentRun {
   }
 
   private hostLostDetail(): string {
-    return `no worker of ${this.hostQueue ?? 'the shared queue'} took the run's next task within ${this.input.host_lost_s ?? DEFAULT_HOST_LOST_S} s: the host that holds the workspace is gone`;
+    return `no worker of ${this.s.host_queue ?? 'the shared queue'} took the run's next task within ${this.input.host_lost_s ?? DEFAULT_HOST_LOST_S} s: the host that holds the workspace is gone`;
   }
 
   private setStatus(status: RunStatus): void {
@@ -816,16 +825,23 @@ class AgentRun {
 
   /** Ends a wait for a person: the time it took is added to the deadline. */
   private resumeDeadline(): void {
-    if (this.waitingSince === null) return;
-    this.deadlineAt += workflowTime() - this.waitingSince;
-    this.waitingSince = null;
+    if (this.s.waiting_since === null) return;
+    this.s.deadline_at += workflowTime() - this.s.waiting_since;
+    this.s.waiting_since = null;
   }
 
   private msLeft(): number {
-    return this.deadlineAt - workflowTime();
+    return this.s.deadline_at - workflowTime();
   }
 }
 
 function summarize(call: CallView): string {
   return call.path !== null ? `${call.name} ${call.path}` : call.name;
+}
+
+/** A query's request as a client sent it: only whole numbers are taken. */
+function cleanRequest(request: unknown): TraceRequest {
+  const r = (request ?? {}) as Record<string, unknown>;
+  const whole = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? Math.floor(v) : undefined);
+  return { after: whole(r.after), limit: whole(r.limit), tail: whole(r.tail) };
 }

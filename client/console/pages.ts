@@ -133,6 +133,8 @@ export interface CardData {
   web_ui: string | null;
   csrf: string;
   user: string;
+  /** This rendering's own token, sent with the decision as its message id. */
+  form_token: string;
 }
 
 function describe(e: TraceEvent): string {
@@ -145,7 +147,7 @@ function describe(e: TraceEvent): string {
   return `${e.seq} ${e.type}${e.call_id ? ` ${e.call_id}` : ''}${e.action_id ? ` ${e.action_id.slice(0, 12)}` : ''}${bits.length ? ` ${bits.join(' ')}` : ''}`;
 }
 
-function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string): string {
+function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string, formToken: string): string {
   const action = `/runs/${encodeURIComponent(id)}/approval`;
   return `<section id="card"><h2>Pending write: <code id="path">${esc(p.path)}</code></h2>
 <dl><dt>action id</dt><dd class="digest" id="action-id">${esc(p.action_id)}</dd>
@@ -157,6 +159,7 @@ function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string)
 <pre class="diff" id="diff">${diffHtml(p.diff)}</pre>${p.diff_truncated ? '<p>(the diff is cut short)</p>' : ''}
 <form method="post" action="${action}" id="decide">
 <input type="hidden" name="csrf" value="${esc(csrf)}">
+<input type="hidden" name="message_id" value="${esc(formToken)}">
 <input type="hidden" name="action_id" value="${esc(p.action_id)}">
 <input type="hidden" name="args_digest" value="${esc(p.args_digest)}">
 <input type="hidden" name="workspace_digest" value="${esc(p.workspace_digest)}">
@@ -182,7 +185,7 @@ ${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(t
 <dt>counters</dt><dd>${v.counters.turns} turns, ${v.counters.tool_calls} tool calls, ${v.counters.writes} writes, ${v.counters.receipts} receipts</dd>
 <dt>approver</dt><dd>${esc(v.approver)}</dd>
 <dt>Web UI</dt><dd>${c.web_ui ? `<a id="web-ui" href="${esc(c.web_ui)}" rel="noreferrer">this run in the Temporal Web UI</a>` : 'address not known'}</dd></dl>
-${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf, c.user) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
+${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf, c.user, c.form_token) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
 <h2>Recent trace</h2><ol class="trace" id="trace">${recent.map((e) => `<li>${esc(describe(e))}</li>`).join('')}</ol>`,
   );
 }

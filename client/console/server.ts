@@ -14,15 +14,14 @@
  * no script and no foreign form target; on loopback, requests for any other host name are
  * refused. Codes and sessions live in memory (sign-in.ts): a restart signs everyone out.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client, type WorkflowExecutionInfo } from '@temporalio/client';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { RunView } from '../../core/run-view';
+import { MESSAGE_ID } from '../../core/contracts';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../../core/search-attributes';
-import type { TraceEvent } from '../../core/trace';
-import type { RunOutcome } from '../../workflows';
+import { queryState, queryTrace, readRun, runHandle, runsQuery, sendApproval } from '../run-access';
 import { cardPage, listPage, loginPage, messagePage, signInFirstPage, type FinishedRow, type Notice, type PendingRow } from './pages';
 import { Sessions, SignInCodes, type Session } from './sign-in';
 
@@ -67,7 +66,12 @@ const decisionForm = z.strictObject({
   workspace_digest: digest,
   decision: z.enum(['approve', 'reject']),
   reason: z.string().max(2000).optional(),
+  /** The form's own token: the approval's message id. */
+  message_id: MESSAGE_ID.optional(),
 });
+
+/** Trace events shown on a run's card. */
+const RECENT_EVENTS = 30;
 
 /** Constant-time comparison of two secrets of any length. */
 function same(a: string, b: string): boolean {
@@ -174,14 +178,16 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
     const notice = String((req.query as Record<string, unknown>).notice ?? '');
     let run;
     try {
-      run = await readRun(o.client, id);
+      run = await readRun(runHandle(o.client, id), { tail: RECENT_EVENTS });
     } catch (err) {
-      const missing = (err as Error).name === 'WorkflowNotFoundError';
+      const missing = err instanceof WorkflowNotFoundError;
       return html(reply, missing ? 404 : 503, messagePage(missing ? 'No such run' : 'Run not readable', missing ? `There is no run ${id}.` : `Run ${id}: ${(err as Error).message}`));
     }
     const webUi = o.webUi ? `${o.webUi}/namespaces/${encodeURIComponent(o.namespace)}/workflows/${encodeURIComponent(id)}` : null;
     const known: Notice[] = ['approved', 'rejected', 'stale', 'unanswered'];
-    return html(reply, 200, cardPage({ workflow_id: id, ...run, web_ui: webUi, csrf: s.csrf, user: s.name }, known.includes(notice as Notice) ? (notice as Notice) : null));
+    // The form's token is the approval's message id: the same form posted twice is taken once.
+    const formToken = `console-${randomBytes(12).toString('base64url')}`;
+    return html(reply, 200, cardPage({ workflow_id: id, view: run.view, trace: run.trace, web_ui: webUi, csrf: s.csrf, user: s.name, form_token: formToken }, known.includes(notice as Notice) ? (notice as Notice) : null));
   });
 
   app.post('/runs/:id/approval', async (req, reply) => {
@@ -193,21 +199,22 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
     const form = decisionForm.safeParse(Object.fromEntries(Object.entries(body).filter(([k, v]) => !(k === 'reason' && v === ''))));
     if (!form.success) return html(reply, 400, messagePage('Refused', `The form is not an approval: ${form.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`));
     const f = form.data;
-    const handle = o.client.workflow.getHandle(id);
+    const handle = runHandle(o.client, id);
     let before: number;
     try {
-      before = Math.max(0, ...(await o.client.withDeadline(Date.now() + 5000, () => handle.query<TraceEvent[]>('trace'))).map((e) => e.seq));
+      before = (await queryTrace(handle, { tail: 1 })).newest;
     } catch {
       return html(reply, 409, messagePage('Not sent', `Run ${id} is not running, or no worker answers for it; nothing was sent.`));
     }
     try {
-      await handle.signal('approval', {
+      await sendApproval(handle, {
         action_id: f.action_id,
         decision: f.decision,
         args_digest: f.args_digest,
         workspace_digest: f.workspace_digest,
         principal: `console:${s.name}`,
         ...(f.reason ? { reason: f.reason } : {}),
+        ...(f.message_id ? { message_id: f.message_id } : {}),
       });
     } catch (err) {
       return html(reply, 409, messagePage('Not sent', `Run ${id} did not take the approval: ${(err as Error).message}`));
@@ -225,21 +232,15 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
 
 /** What the run did with the approval: recorded it, or ignored it (stale or forged digests). */
 async function confirmation(client: Client, id: string, actionId: string, afterSeq: number, decision: 'approve' | 'reject', ms: number): Promise<Notice> {
-  const handle = client.workflow.getHandle(id);
+  const handle = runHandle(client, id);
   const until = Date.now() + ms;
   while (Date.now() < until) {
-    const events = await client.withDeadline(Date.now() + 3000, () => handle.query<TraceEvent[]>('trace')).catch(() => null);
+    const events = (await queryTrace(handle, { after: afterSeq }, 3000).catch(() => null))?.events;
     const answer = events?.find((e) => e.seq > afterSeq && e.action_id === actionId && (e.type === 'approval_recorded' || e.type === 'approval_ignored'));
     if (answer) return answer.type === 'approval_ignored' ? 'stale' : decision === 'approve' ? 'approved' : 'rejected';
     await new Promise((r) => setTimeout(r, 200));
   }
   return 'unanswered';
-}
-
-async function readRun(client: Client, id: string): Promise<{ view: RunView; trace: TraceEvent[] }> {
-  const handle = client.workflow.getHandle(id);
-  if ((await handle.describe()).status.name !== 'RUNNING') return { view: ((await handle.result()) as RunOutcome).state, trace: [] };
-  return client.withDeadline(Date.now() + 5000, async () => ({ view: await handle.query<RunView>('state'), trace: await handle.query<TraceEvent[]>('trace') }));
 }
 
 async function listed(client: Client, query: string, most: number): Promise<WorkflowExecutionInfo[]> {
@@ -252,18 +253,18 @@ async function listed(client: Client, query: string, most: number): Promise<Work
 }
 
 async function pendingRuns(client: Client): Promise<PendingRow[]> {
-  const runs = await listed(client, `WorkflowType = 'agentRun' AND ExecutionStatus = 'Running' AND ${STATUS_ATTRIBUTE.name} = 'awaiting_approval'`, 50);
+  const runs = await listed(client, runsQuery(`ExecutionStatus = 'Running' AND ${STATUS_ATTRIBUTE.name} = 'awaiting_approval'`), 50);
   runs.sort((a, b) => b.startTime.getTime() - a.startTime.getTime());
   return Promise.all(
     runs.map(async (w) => {
-      const view = await client.withDeadline(Date.now() + 3000, () => client.workflow.getHandle(w.workflowId).query<RunView>('state')).catch(() => null);
+      const view = await queryState(runHandle(client, w.workflowId), 3000).catch(() => null);
       return { workflow_id: w.workflowId, fixture: w.typedSearchAttributes.get(FIXTURE_ATTRIBUTE) ?? view?.fixture ?? null, started: w.startTime, path: view?.pending_approval?.path ?? null, counters: view?.counters ?? null };
     }),
   );
 }
 
 async function finishedRuns(client: Client): Promise<FinishedRow[]> {
-  const runs = await listed(client, `WorkflowType = 'agentRun' AND ExecutionStatus != 'Running'`, 20);
+  const runs = await listed(client, runsQuery(`ExecutionStatus != 'Running'`), 20);
   runs.sort((a, b) => (b.closeTime?.getTime() ?? 0) - (a.closeTime?.getTime() ?? 0));
   return runs.map((w) => ({
     workflow_id: w.workflowId,
