@@ -6,6 +6,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
+import { z } from 'zod';
 import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
@@ -15,6 +16,7 @@ import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
+import { nonRetryable } from './failures';
 import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from './decisions';
 import type { Ledger } from './ledger';
 import { liveDecide } from './live';
@@ -67,7 +69,7 @@ export type LoadRunResult =
 
 function infrastructure(err: unknown): never {
   if (err instanceof BackendUnavailableError) {
-    throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true, details: [err.detail] });
+    throw nonRetryable('InfrastructureError', err.message, [err.detail]);
   }
   throw err;
 }
@@ -90,7 +92,7 @@ export function createActivities(deps: ActivityDeps) {
   const storedCall = <N extends ValidCall['name']>(call: CallView, name: N): Extract<ValidCall, { name: N }> => {
     const full = store.get<ValidCall>(call.ref);
     if (full.name !== name || full.call_id !== call.call_id) {
-      throw ApplicationFailure.nonRetryable(`stored call ${call.ref} is not the ${name} call ${call.call_id}`, 'ProtocolError');
+      throw nonRetryable('ProtocolError', `stored call ${call.ref} is not the ${name} call ${call.call_id}`);
     }
     return full as Extract<ValidCall, { name: N }>;
   };
@@ -122,7 +124,7 @@ export function createActivities(deps: ActivityDeps) {
     try {
       return resolveEndpoint(config.providersFile, name, model);
     } catch (err) {
-      if (err instanceof ProvidersFileError) throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true });
+      if (err instanceof ProvidersFileError) throw nonRetryable('InfrastructureError', err.message);
       throw err;
     }
   };
@@ -130,7 +132,7 @@ export function createActivities(deps: ActivityDeps) {
   const backendFor = (name: RunRef['backend']): ExecBackend => {
     const backend = deps.backends[name];
     if (!backend) {
-      throw ApplicationFailure.create({ type: 'InfrastructureError', message: `backend ${name} is not configured on this worker`, nonRetryable: true, details: ['runtime_unavailable'] });
+      throw nonRetryable('InfrastructureError', `backend ${name} is not configured on this worker`, ['runtime_unavailable']);
     }
     return backend;
   };
@@ -253,9 +255,9 @@ export function createActivities(deps: ActivityDeps) {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok || found.endpoint.kind !== source.provider) {
           const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
-          throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: detail, nonRetryable: true });
+          throw nonRetryable('ProviderUnavailable', detail);
         }
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), env: process.env, endpoint: found.endpoint };
+        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint };
         return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
           kind: 'decisions',
           decisions: decisions.map((d) => decisionView(d, input, reply)),
@@ -329,9 +331,9 @@ async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
       return result;
     }
     case 'apply_patch':
-      throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
+      throw nonRetryable('ProtocolError', 'apply_patch goes through preparePatch and writePatch');
     default:
-      throw ApplicationFailure.nonRetryable(`${call.name} is carried out by the workflow, not as a tool activity`, 'ProtocolError');
+      throw nonRetryable('ProtocolError', `${call.name} is carried out by the workflow, not as a tool activity`);
   }
 }
 
@@ -340,7 +342,8 @@ const DETERMINISTIC_ERRNO = new Set(['EACCES', 'EPERM', 'EROFS', 'EISDIR', 'ENOT
 
 /**
  * Turns a failure that would repeat on every attempt into a non-retryable ApplicationFailure
- * with its own type, so the run ends at once with a reason instead of retrying to its deadline.
+ * with its own type (core/failures.ts), so the run ends at once with a reason instead of
+ * retrying to its deadline. Errors are told apart by class or errno code, never by name.
  * Everything else (a lost engine, a busy database, a crash) stays retryable, within the
  * activity's bounded attempts.
  */
@@ -348,10 +351,13 @@ export function deterministicFailure(name: string, err: unknown): unknown {
   if (err instanceof ApplicationFailure || err instanceof CancelledFailure) return err;
   const e = err as NodeJS.ErrnoException;
   if (typeof e?.code === 'string' && DETERMINISTIC_ERRNO.has(e.code)) {
-    return ApplicationFailure.create({ type: 'InfrastructureError', message: `${name}: ${e.message}`, nonRetryable: true, details: [e.code] });
+    return nonRetryable('InfrastructureError', `${name}: ${e.message}`, [e.code]);
   }
-  if (err instanceof SyntaxError || err instanceof StoreError || (err as Error)?.name === 'ZodError') {
-    return ApplicationFailure.create({ type: 'DataError', message: `${name}: ${(err as Error).message}`, nonRetryable: true });
+  if (err instanceof BackendUnavailableError) return nonRetryable('InfrastructureError', `${name}: ${err.message}`, [err.detail]);
+  if (err instanceof ProvidersFileError) return nonRetryable('InfrastructureError', `${name}: ${err.message}`);
+  if (err instanceof ReplayFileError) return nonRetryable('ReplayFileError', `${name}: ${err.message}`);
+  if (err instanceof SyntaxError || err instanceof StoreError || err instanceof z.core.$ZodError) {
+    return nonRetryable('DataError', `${name}: ${(err as Error).message}`);
   }
   return err;
 }

@@ -288,14 +288,29 @@ export interface VerifierFindings {
   diff_paths: string[];
 }
 
-/** Model usage of a run with a live source (SPEC section 7). */
+/**
+ * Model usage, the one type for it: of one model call (`model_calls: 1`, as a provider adapter
+ * reads it from a reply and `decide` prices it) and of a whole run (the sum, SPEC section 7).
+ */
 export interface Usage {
   model_calls: number;
   input_tokens: number;
   output_tokens: number;
   cached_tokens: number;
-  /** Null when the model's price is not configured: never guessed. */
+  /** Null when the model's price is not configured (or not applied yet): never guessed. */
   cost_usd: number | null;
+}
+
+/** `total` with one more call's usage added; a cost stays null once any call had none. */
+export function addUsage(total: Usage | null, step: Usage): Usage {
+  const t = total ?? { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: 0 };
+  return {
+    model_calls: t.model_calls + step.model_calls,
+    input_tokens: t.input_tokens + step.input_tokens,
+    output_tokens: t.output_tokens + step.output_tokens,
+    cached_tokens: t.cached_tokens + step.cached_tokens,
+    cost_usd: t.cost_usd === null || step.cost_usd === null ? null : t.cost_usd + step.cost_usd,
+  };
 }
 
 export interface RunRecord {
