@@ -35,8 +35,6 @@ export interface DecideInput {
   facts: RunFacts | null;
 }
 
-/** The usage of one model call: `Usage` with `model_calls: 1`. The name stays for workflows/agentRun.ts, which should import `Usage` from core/contracts. */
-export type UsageStep = Usage;
 
 /** How a live reply was had (absent for a replay and when no reply came). */
 interface LiveReply {

@@ -10,10 +10,11 @@
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
 import type { Activities, RunRef } from '../activities';
-import type { DecideResult, UsageStep } from '../activities/decisions';
+import type { DecideResult } from '../activities/decisions';
 import { runFacts, type RunFacts } from '../core/context';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import {
+  addUsage,
   approvalSignalSchema,
   errorResult,
   okResult,
@@ -25,7 +26,9 @@ import {
   type RunRecord,
   type RunStatus,
   type ToolResult,
+  type Usage,
 } from '../core/contracts';
+import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
 import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
@@ -71,14 +74,6 @@ const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
 const MAX_FORMAT_ERRORS = 3;
 
-/** Reasons for non-retryable activity failures, by ApplicationFailure type. */
-const ACTIVITY_FAILURE_REASONS: Record<string, string> = {
-  InfrastructureError: 'infrastructure_error',
-  ReplayFileError: 'model_error',
-  ProviderUnavailable: 'model_error',
-  DataError: 'infrastructure_error',
-};
-
 /**
  * Every activity: bounded attempts (a crashed worker costs one each), and failures that would
  * repeat on every attempt are not retried at all (activities/index.ts marks them).
@@ -89,7 +84,7 @@ const ACTIVITY_OPTIONS: wf.ActivityOptions = {
     initialInterval: '500 milliseconds',
     maximumInterval: '5 seconds',
     maximumAttempts: 10,
-    nonRetryableErrorTypes: ['InfrastructureError', 'DataError', 'ProtocolError', 'ReplayFileError', 'ProviderUnavailable', 'PayloadTooLarge'],
+    nonRetryableErrorTypes: [...NON_RETRYABLE_FAILURE_TYPES],
   },
 };
 /** The shared queue: a run's first activity, taken by whichever host is free. */
@@ -407,13 +402,8 @@ class AgentRun {
     });
   }
 
-  private addUsage(step: UsageStep): void {
-    const u = (this.view.usage ??= { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: 0 });
-    u.model_calls++;
-    u.input_tokens += step.input_tokens;
-    u.output_tokens += step.output_tokens;
-    u.cached_tokens += step.cached_tokens;
-    u.cost_usd = u.cost_usd === null || step.cost_usd === null ? null : u.cost_usd + step.cost_usd;
+  private addUsage(step: Usage): void {
+    this.view.usage = addUsage(this.view.usage, step);
   }
 
   /** After the turn limit: one more decision with tools disabled, kept as the run's summary. */
@@ -693,7 +683,7 @@ class AgentRun {
       if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
       // A non-retryable activity failure still ends the run with a status and a reason.
       if (err instanceof wf.ActivityFailure && err.cause instanceof ApplicationFailure) {
-        const reason = ACTIVITY_FAILURE_REASONS[err.cause.type ?? ''] ?? 'activity_failed';
+        const reason = activityFailureReason(err.cause.type);
         return new RunStop('failed', reason, err.cause.message);
       }
       throw err;
