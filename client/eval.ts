@@ -3,7 +3,8 @@
  * progress line, and the report files, assembled from the runs' own results (each run's full
  * record is its child workflow's result, found by its key).
  */
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { writeFileAtomic } from '../host/files';
 import { cpus } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
@@ -13,7 +14,8 @@ import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batc
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
-import { replayTrusted, type Settings } from '../worker/settings';
+import { replayTrusted, type Settings } from '../host/settings';
+import { evalProgress, evalResult, runOutcome } from './run-access';
 import { openStore } from './stored-trace';
 
 /** Outcomes of the harness's environment, not of the agent: a resume starts these runs again. */
@@ -75,6 +77,8 @@ type Attempt =
   | { kind: 'abnormal'; status: string; workflowId: string };
 
 const MAX_ATTEMPTS = 9;
+/** How long the report waits for a run still going after its batch ended. */
+const RUN_WAIT_MS = 60_000;
 
 /** Every attempt of one run, in order, as Temporal holds them. */
 async function attemptsOf(client: Client, batch: string, plan: EvalPlan, index: number, wait: boolean): Promise<Attempt[]> {
@@ -92,12 +96,14 @@ async function attemptsOf(client: Client, batch: string, plan: EvalPlan, index: 
     }
     let status = described.status.name;
     if (status === 'RUNNING' && wait) {
-      await handle.result().catch(() => undefined);
+      // The batch has ended, so its runs have too, unless one was left running on its own: it is
+      // waited for a while, then reported as running.
+      await runOutcome(handle, RUN_WAIT_MS).catch(() => undefined);
       described = await handle.describe();
       status = described.status.name;
     }
     if (status === 'RUNNING') attempts.push({ kind: 'running', handle, workflowId });
-    else if (status === 'COMPLETED') attempts.push({ kind: 'done', outcome: (await handle.result()) as RunOutcome, workflowId, startedAt: described.startTime, closedAt: described.closeTime ?? null });
+    else if (status === 'COMPLETED') attempts.push({ kind: 'done', outcome: await runOutcome(handle), workflowId, startedAt: described.startTime, closedAt: described.closeTime ?? null });
     else attempts.push({ kind: 'abnormal', status, workflowId });
   }
   return attempts;
@@ -189,12 +195,13 @@ export async function collectReport(client: Client, settings: Settings, batch: s
   }
 }
 
+/** The report files, each written whole (temporary file, fsync, rename): a reader never sees half of one. */
 export function writeOutputs(outDir: string, collected: Collected, timing: Record<string, unknown>): void {
   mkdirSync(outDir, { recursive: true });
-  writeFileSync(join(outDir, 'report.json'), reportJson(collected.report));
-  writeFileSync(join(outDir, 'report.md'), reportMarkdown(collected.report));
-  writeFileSync(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras));
-  writeFileSync(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations }, null, 2)}\n`);
+  writeFileAtomic(join(outDir, 'report.json'), reportJson(collected.report));
+  writeFileAtomic(join(outDir, 'report.md'), reportMarkdown(collected.report));
+  writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras));
+  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations }, null, 2)}\n`);
 }
 
 // ---- progress ----
@@ -216,7 +223,7 @@ export async function followBatch(handle: WorkflowHandle, stream: NodeJS.WriteSt
   let lastLine = '';
   let lastAt = 0;
   let finished = false;
-  const result = handle.result().finally(() => (finished = true)) as Promise<EvalResult>;
+  const result = evalResult(handle).finally(() => (finished = true));
   const show = (p: EvalProgress, force = false) => {
     const line = progressLine(handle.workflowId, p);
     if (tty) stream.write(`\r\x1b[K${line}`);
@@ -228,7 +235,7 @@ export async function followBatch(handle: WorkflowHandle, stream: NodeJS.WriteSt
   };
   while (!finished) {
     try {
-      show(await handle.query<EvalProgress>('progress'));
+      show(await evalProgress(handle));
     } catch {
       // Between segments (continue-as-new) or while no worker answers: try again.
     }

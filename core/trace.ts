@@ -22,6 +22,8 @@ export const TRACE_TYPES = [
   'verification_passed',
   'verification_failed',
   'continued_as_new',
+  'task_ended',
+  'stop_received',
   'run_finished',
 ] as const;
 
@@ -35,17 +37,55 @@ export interface TraceEvent {
   data: unknown;
 }
 
+/** What a client asks of the `trace` Query: events after a sequence number, or the newest few. */
+export interface TraceRequest {
+  /** Events with `seq` greater than this (default 0). */
+  after?: number;
+  /** At most this many events (default and maximum `PAGE_EVENTS`). */
+  limit?: number;
+  /** Instead of `after`: the newest this many events. */
+  tail?: number;
+}
+
+/** One answer of the `trace` Query: always well under the 64 KiB payload cap. */
+export interface TracePage {
+  events: TraceEvent[];
+  /** Ask again with `after: next` for more; null when this page reaches the newest event. */
+  next: number | null;
+  /** The oldest event the run still holds in memory (older ones are in the host store only); null when none. */
+  oldest: number | null;
+  /** The newest event's sequence number (0 when there is none yet). */
+  newest: number;
+}
+
+export const PAGE_EVENTS = 200;
+/** Bytes of event JSON one page carries at most (one event at least). */
+export const PAGE_BYTES = 32 * 1024;
+/** Stored events kept in memory for queries; unstored ones are always kept. */
+export const WINDOW_EVENTS = 256;
+
+/** The part of a trace carried across continue-as-new. */
+export interface CarriedTrace {
+  next_seq: number;
+  /** Events that were not stored yet. */
+  unstored: TraceEvent[];
+}
+
 /**
- * The trace of one run segment (continue-as-new starts a new segment, numbering on). Events stay
- * here until the run stores them on the host (`flushable`), and remain readable by query.
+ * The trace of a run as the workflow holds it: numbering across segments, the events not stored
+ * in the host store yet, and a bounded window of the newest stored ones for queries. Memory stays
+ * bounded however long the run: the run stores its events (`flushable`, then `markStored`), and
+ * stored events beyond the window are dropped here.
  */
 export class Trace {
-  readonly events: TraceEvent[] = [];
+  private readonly events: TraceEvent[];
+  /** Events at the front of `events` that are stored already. */
   private stored = 0;
+  private nextSeq: number;
 
-  /** `carried`: events of the previous segment that were not stored yet. */
-  constructor(carried: TraceEvent[] = [], private nextSeq = 1) {
-    this.events.push(...carried);
+  constructor(carried: CarriedTrace = { next_seq: 1, unstored: [] }) {
+    this.nextSeq = carried.next_seq;
+    this.events = [...carried.unstored];
   }
 
   /** Events not stored yet. */
@@ -87,7 +127,37 @@ export class Trace {
     return this.unstored().reduce((n, e) => n + JSON.stringify(e).length, 0);
   }
 
+  /** The first `count` unstored events are stored now; stored events beyond the window leave memory. */
   markStored(count: number): void {
     this.stored += count;
+    const drop = Math.min(this.stored, Math.max(0, this.events.length - WINDOW_EVENTS));
+    if (drop > 0) {
+      this.events.splice(0, drop);
+      this.stored -= drop;
+    }
+  }
+
+  carried(): CarriedTrace {
+    return { next_seq: this.nextSeq, unstored: this.unstored() };
+  }
+
+  /** A page for the `trace` Query. */
+  page(request: TraceRequest = {}): TracePage {
+    const limit = Math.max(1, Math.min(PAGE_EVENTS, Math.floor(request.limit ?? PAGE_EVENTS)));
+    const from =
+      request.tail !== undefined
+        ? this.events.slice(-Math.max(1, Math.min(PAGE_EVENTS, Math.floor(request.tail))))
+        : this.events.filter((e) => e.seq > (request.after ?? 0));
+    const events: TraceEvent[] = [];
+    let bytes = 0;
+    for (const e of from) {
+      const size = JSON.stringify(e).length;
+      if (events.length >= limit || (events.length > 0 && bytes + size > PAGE_BYTES)) break;
+      events.push(e);
+      bytes += size;
+    }
+    const newest = this.nextSeq - 1;
+    const last = events.at(-1)?.seq ?? request.after ?? newest;
+    return { events, next: last < newest && request.tail === undefined ? last : null, oldest: this.events[0]?.seq ?? null, newest };
   }
 }

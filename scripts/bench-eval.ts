@@ -19,8 +19,8 @@ import { temporalBinary } from '../host/temporal-bin';
 import type { EvalPlan } from '../core/batch-plan';
 import { PROJECT_ROOT, tempDir } from '../tests/helpers/run-dir';
 import { killed, spawnWorker, startServer, uniqueQueue } from '../tests/helpers/temporal';
-import { readSettings } from '../worker/settings';
-import type { EvalInput, EvalResult } from '../workflows/agentEval';
+import { readSettings } from '../host/settings';
+import { evalResult, startEval } from '../client/run-access';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 2);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
@@ -62,8 +62,8 @@ async function main(): Promise<void> {
         const procs = await Promise.all(Array.from({ length: workers }, () => startWorker(env, taskQueue)));
         try {
           const t = performance.now();
-          const handle = await env.client.workflow.start('agentEval', { taskQueue, workflowId: `${taskQueue}-batch`, args: [{ plan: p, concurrency: CONCURRENCY } satisfies EvalInput] });
-          const result = (await handle.result()) as EvalResult;
+          const handle = await startEval(env.client, { plan: p, concurrency: CONCURRENCY }, { taskQueue, workflowId: `${taskQueue}-batch` });
+          const result = await evalResult(handle);
           seconds.push((performance.now() - t) / 1000);
           completed = result.progress.completed;
           if (result.progress.done !== runs) throw new Error(`batch ended with ${result.progress.done} of ${runs} runs done`);

@@ -18,11 +18,12 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { readFile } from '../activities/tools/read_file';
 import { manifest } from '../activities/workspace';
 import { temporalBinary } from '../host/temporal-bin';
-import type { RunView } from '../core/run-view';
+import type { RunInput } from '../core/contracts';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from '../tests/helpers/run-dir';
 import { canonicalInput, startServer, uniqueQueue, writeReplay } from '../tests/helpers/temporal';
 import { createWorker } from '../worker';
 import type { RunOutcome } from '../workflows';
+import { queryState, sendApproval, startRun } from '../client/run-access';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const PARKED = Number(process.env.BENCH_PARKED ?? 1000);
@@ -79,8 +80,8 @@ async function main(): Promise<void> {
     }),
   });
   let runs = 0;
-  const start = (input: object) => env.client.workflow.start('agentRun', { taskQueue, workflowId: `bench-${++runs}`, args: [input] });
-  const timed = async (input: object): Promise<{ ms: number; handle: WorkflowHandle; outcome: RunOutcome }> => {
+  const start = (input: RunInput) => startRun(env.client, input, { taskQueue, workflowId: `bench-${++runs}` });
+  const timed = async (input: RunInput): Promise<{ ms: number; handle: WorkflowHandle; outcome: RunOutcome }> => {
     const t = performance.now();
     const handle = await start(input);
     const outcome = (await handle.result()) as RunOutcome;
@@ -158,9 +159,9 @@ async function main(): Promise<void> {
       figure('parked / idle memory', 'x', [busy / idle], '< 1.2x', (m) => m < 1.2);
       const t2 = performance.now();
       for (const h of parked) {
-        const view = await h.query<RunView>('state');
+        const view = await queryState(h);
         const p = view.pending_approval!;
-        await h.signal('approval', { action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:bench' });
+        await sendApproval(h, { action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:bench' });
       }
       await Promise.all(parked.map((h) => h.result()));
       figure(`approve all ${PARKED} parked runs (signal, write, end)`, 's', [(performance.now() - t2) / 1000]);

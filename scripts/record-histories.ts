@@ -19,6 +19,7 @@ import { tempDir } from '../tests/helpers/run-dir';
 import { approveAll, startServer } from '../tests/helpers/temporal';
 import type { RunOutcome } from '../workflows';
 import { createWorker } from '../worker';
+import { startRunWithArgs } from '../client/run-access';
 
 const PROJECT_ROOT = resolve(__dirname, '..', '..');
 const HISTORIES = join(PROJECT_ROOT, 'fixtures', 'histories');
@@ -113,7 +114,7 @@ async function record(): Promise<void> {
     const recorded = await worker.runUntil(async () => {
       const out: Array<{ name: string; json: string; leaks: Leak[] }> = [];
       for (const rec of RECORDINGS) {
-        const handle = await env.client.workflow.start('agentRun', { taskQueue: TASK_QUEUE, workflowId: rec.name, args: [rec.input] });
+        const handle = await startRunWithArgs(env.client, [rec.input], { taskQueue: TASK_QUEUE, workflowId: rec.name });
         const driven = rec.drive?.(handle);
         const outcome = (await handle.result()) as RunOutcome;
         await driven;

@@ -164,7 +164,7 @@ describe('npm run agent on the embedded default', () => {
     const report = JSON.parse(readFileSync(join(evalOut!, 'report.json'), 'utf8')) as { runs: { status: string }[] };
     const browser = await launchChromium();
     try {
-      const page = await browser.newPage();
+      const { page, outside } = await browser.newPage();
       const requests: string[] = [];
       page.on('request', (r) => requests.push(r.url()));
       const errors: string[] = [];
@@ -196,11 +196,14 @@ describe('npm run agent on the embedded default', () => {
       await page.screenshot({ path: shot, fullPage: true });
       expect(statSync(shot).size).toBeGreaterThan(1000);
       expect(errors).toEqual([]);
-      // The link opens the run in the dev server's Web UI.
-      const ui = await browser.newPage();
-      expect((await ui.goto(link!))?.status()).toBe(200);
       // Self-contained: the page fetched nothing but itself.
       expect(requests.filter((u) => !u.startsWith('file:'))).toEqual([]);
+      expect(outside.aborted).toEqual([]);
+      // The link opens the run in the dev server's Web UI, which asks nothing of the outside world.
+      const ui = await browser.newPage();
+      expect((await ui.page.goto(link!))?.status()).toBe(200);
+      await ui.page.waitForLoadState('networkidle');
+      expect(ui.outside.aborted).toEqual([]);
     } finally {
       await browser.close();
     }

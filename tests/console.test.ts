@@ -1,26 +1,38 @@
 /**
  * The approval console against a real dev server and worker, in a real headless Chromium:
  * the canonical interactive run approved and then rejected from its card, a stale card refused
- * and replaced, two waiting runs approved independently; and the security rules over plain HTTP:
- * no token, a wrong CSRF token or a forged digest change nothing.
+ * and replaced, two waiting runs approved independently; sign-in by a one-time link or the typed
+ * token (never a token in a URL), idle expiry on an injected clock, sign-out and the bounded session
+ * table; and the security rules over plain HTTP: no session, a wrong CSRF token or a forged digest
+ * change nothing.
  */
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { request } from 'node:http';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import type { WorkflowHandleWithFirstExecutionRunId as WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import type { Browser, Page } from 'playwright-core';
-import { startConsole, type RunningConsole } from '../client/console/server';
-import type { RunView } from '../core/run-view';
+import type { Page } from 'playwright-core';
+import { CODE_TTL_MS, MAX_SESSIONS, SESSION_IDLE_MS, startConsole, type RunningConsole } from '../client/console/server';
 import type { TraceEvent } from '../core/trace';
 import type { HostWorkers } from '../worker';
-import { launchChromium, testOutput } from './helpers/browser';
+import { launchChromium, staysLocal, testOutput, type OutsideRequests, type TestBrowser } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { approveAll, canonicalInput, inProcessWorker, pendingApproval, startServer, traceIn, traceOf, uniqueQueue, waitFor } from './helpers/temporal';
+import * as access from '../client/run-access';
+import { queryState, sendApproval } from '../client/run-access';
 
 const TOKEN = 'console-test-token-0123456789';
 const task = (): string => require(join(LINKCHECK, 'fixture.json')).task;
+
+/** POST /login with these fields: the status and the session cookie it set, if any. */
+async function signIn(url: string, fields: Record<string, string>): Promise<{ status: number; cookie: string | null }> {
+  const res = await fetch(`${url}/login`, { method: 'POST', body: new URLSearchParams(fields), redirect: 'manual' });
+  const set = res.headers.get('set-cookie');
+  return { status: res.status, cookie: set && !/Max-Age=0/.test(set) ? set.split(';')[0] : null };
+}
+const codeOf = (link: string) => new URL(link).searchParams.get('code')!;
 
 describe('the approval console', () => {
   let env: TestWorkflowEnvironment;
@@ -29,8 +41,10 @@ describe('the approval console', () => {
   let closeWorker: () => void;
   let ledgerReceipts: (runId: string) => unknown[];
   let app: RunningConsole;
-  let browser: Browser;
+  let browser: TestBrowser;
   let page: Page;
+  /** What the shared page tried to fetch beyond this machine (aborted); each test expects nothing. */
+  let outside: OutsideRequests;
   const stateDir = tempDir('console-state');
   const taskQueue = uniqueQueue('console');
   let runs = 0;
@@ -44,7 +58,7 @@ describe('the approval console', () => {
     running = worker.run();
     app = await startConsole({ client: env.client, token: TOKEN, host: '127.0.0.1', port: 0, webUi: 'http://localhost:8233', namespace: 'default', confirmMs: 20_000 });
     browser = await launchChromium();
-    page = await browser.newPage();
+    ({ page, outside } = await browser.newPage());
   });
 
   afterAll(async () => {
@@ -57,7 +71,7 @@ describe('the approval console', () => {
   });
 
   const startRun = (): Promise<WorkflowHandle> =>
-    env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run-${++runs}`, args: [canonicalInput('canonical', { approver: 'interactive' })] });
+    access.startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run-${++runs}` });
   const text = async (selector: string) => (await page.textContent(selector))?.trim();
   /** The list, reloaded until it shows every one of these runs as pending (visibility lags a little). */
   const listShows = (ids: string[]) =>
@@ -76,12 +90,17 @@ describe('the approval console', () => {
   const approvals = (trace: TraceEvent[]) =>
     trace.filter((e) => e.type === 'approval_recorded').map((e) => ({ action_id: e.action_id, ...(e.data as { decision: string; principal: string; reason: string | null }) }));
 
-  it('signs in with the token, lists the waiting run, shows its card, approves the first write and rejects the second', async () => {
+  it('signs in with a one-time link, lists the waiting run, shows its card, approves the first write and rejects the second', async () => {
     const handle = await startRun();
     const first = await pendingApproval(handle);
-    await page.goto(`${app.url}/login?token=${TOKEN}`);
+    const link = app.signInLink();
+    expect(link).toMatch(new RegExp(`^${app.url}/login\\?code=[\\w-]{43}$`));
+    await page.goto(link);
+    expect(await page.getAttribute('input[name=code]', 'value')).toBe(codeOf(link));
     await page.fill('#name', 'alice');
-    await Promise.all([page.waitForURL(`${app.url}/`), page.click('button[type=submit]')]);
+    await Promise.all([page.waitForURL(`${app.url}/`), page.click('#sign-in-button')]);
+    // The link is used up: a second visit is refused and offers the token form instead.
+    expect((await fetch(link)).status).toBe(401);
     await listShows([handle.workflowId]);
     expect(await text('#pending tr.pending td:nth-child(3)')).toBe('tests/test_agent_nested.py');
     await page.screenshot({ path: testOutput('console-list.png'), fullPage: true });
@@ -129,6 +148,7 @@ describe('the approval console', () => {
       return cells.length > 0 ? cells : null;
     }, 30_000);
     expect(row.slice(1, 4)).toEqual(['linkcheck-nested', 'failed', 'verification_failed']);
+    expect(outside.aborted).toEqual([]);
   });
 
   it('refuses an approval from a card that went stale and shows the current card', async () => {
@@ -136,7 +156,7 @@ describe('the approval console', () => {
     const first = await pendingApproval(handle);
     await cardShows(handle.workflowId, 'tests/test_agent_nested.py');
     // Someone else approves the shown action first; the run moves on to its next write.
-    await handle.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:bob' });
+    await sendApproval(handle, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:bob' });
     const second = await pendingApproval(handle, first.action_id);
     await Promise.all([page.waitForURL(/notice=stale/), page.click('#approve')]);
     expect(await text('#notice')).toMatch(/^Not applied/);
@@ -148,6 +168,7 @@ describe('the approval console', () => {
     expect(approvals(await traceOf(handle)).map((a) => a.principal)).toEqual(['user:bob']);
     await approveAll(handle);
     expect((await handle.result()).record.status).toBe('completed');
+    expect(outside.aborted).toEqual([]);
   });
 
   it('lists two waiting runs and approves each on its own', async () => {
@@ -159,7 +180,7 @@ describe('the approval console', () => {
     await cardShows(a.workflowId, 'tests/test_agent_nested.py');
     await Promise.all([page.waitForURL(/notice=approved/), page.click('#approve')]);
     expect(approvals(await traceOf(a)).map((x) => [x.action_id, x.principal])).toEqual([[pa.action_id, 'console:alice']]);
-    const stillB = await b.query<RunView>('state');
+    const stillB = await queryState(b);
     expect([stillB.status, stillB.pending_approval?.action_id, approvals(await traceOf(b))]).toEqual(['awaiting_approval', pb.action_id, []]);
 
     await page.goto(`${app.url}/runs/${encodeURIComponent(b.workflowId)}`);
@@ -167,6 +188,160 @@ describe('the approval console', () => {
     await Promise.all([page.waitForURL(/notice=approved/), page.click('#approve')]);
     expect(approvals(await traceOf(b)).map((x) => [x.action_id, x.principal])).toEqual([[pb.action_id, 'console:alice']]);
     await Promise.all([approveAll(a), approveAll(b)]);
+    expect(outside.aborted).toEqual([]);
+  });
+
+  it('runs every page behind a guard that aborts and lists a request leaving loopback', async () => {
+    expect(['http://127.0.0.1:1/', 'http://127.9.8.7/', 'http://localhost:8233/x', 'http://[::1]:80/', 'ws://127.0.0.1/ws', 'file:///tmp/r.html', 'data:text/plain,x', 'about:blank'].filter((u) => !staysLocal(u))).toEqual([]);
+    expect(['https://temporal.io/api/news', 'http://10.0.0.1/', 'http://[::ffff:7f00:1]/', 'http://127.0.0.1.example.com/', 'chrome://version', 'not a url'].filter(staysLocal)).toEqual([]);
+    // The IPv4-mapped form of 127.0.0.1 is outside the loopback list yet lands on this machine, so
+    // a guard that let it through would show up as a hit here, never as traffic leaving.
+    const hits: string[] = [];
+    const server = createServer((req, res) => {
+      hits.push(req.url!);
+      res.end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const port = (server.address() as AddressInfo).port;
+    const { page: tab, context, outside: seen } = await browser.newPage();
+    try {
+      await tab.goto(`http://127.0.0.1:${port}/page`);
+      const mapped = `http://[::ffff:7f00:1]:${port}/mapped.png`;
+      const outcome = new Promise<string>((resolve) => {
+        tab.on('requestfailed', (r) => r.url() === mapped && resolve(r.failure()?.errorText ?? 'failed'));
+        tab.on('requestfinished', (r) => r.url() === mapped && resolve('reached the server'));
+      });
+      await tab.setContent(`<img src="${mapped}">`);
+      expect(await outcome).toMatch(/^net::ERR_BLOCKED_BY_CLIENT/);
+      expect([seen.aborted, hits.filter((h) => h !== '/favicon.ico')]).toEqual([[mapped], ['/page']]);
+    } finally {
+      await context.close();
+      server.close();
+    }
+  });
+
+  describe('sign-in and sessions, on an injected clock', () => {
+    let clock = Date.parse('2030-01-01T00:00:00Z');
+    let timed: RunningConsole;
+    const get = (path: string, cookie?: string) => fetch(`${timed.url}${path}`, { headers: cookie ? { cookie } : {}, redirect: 'manual' });
+    /** A session made with the typed token. */
+    const session = async (name = 'alice') => {
+      const made = await signIn(timed.url, { token: TOKEN, name });
+      expect([made.status, made.cookie]).toEqual([303, expect.stringMatching(/^agent_console=[\w-]{43}$/)]);
+      return made.cookie!;
+    };
+    /** Authenticated and cheap: an unknown run is a 404 only for a live session (401 otherwise). */
+    const alive = async (cookie: string) => {
+      const status = (await get('/runs/no-such-run', cookie)).status;
+      if (status !== 404 && status !== 401) throw new Error(`unexpected status ${status}`);
+      return status === 404;
+    };
+
+    beforeAll(async () => {
+      timed = await startConsole({ client: env.client, token: TOKEN, host: '127.0.0.1', port: 0, webUi: null, namespace: 'default', now: () => clock });
+    });
+    afterAll(async () => {
+      await timed?.close();
+    });
+
+    it('signs nobody in from a token in the address, and does not put it in the page', async () => {
+      const res = await get(`/login?token=${TOKEN}`);
+      const body = await res.text();
+      expect([res.status, res.headers.get('set-cookie'), body.includes(TOKEN)]).toEqual([400, null, false]);
+      // In the browser too: no cookie, and the form's token field is empty.
+      const { page: tab, context: signedOut, outside: tabOutside } = await browser.newPage();
+      try {
+        expect((await tab.goto(`${timed.url}/login?token=${TOKEN}`))?.status()).toBe(400);
+        expect(await tab.inputValue('#token')).toBe('');
+        expect(await tab.content()).not.toContain(TOKEN);
+        expect(await signedOut.cookies()).toEqual([]);
+        // Typing the token into the form is the way in.
+        await tab.fill('#token', TOKEN);
+        await tab.fill('#name', 'carol');
+        await Promise.all([tab.waitForURL(`${timed.url}/`), tab.click('#sign-in-button')]);
+        expect(await tab.textContent('#sign-out')).toContain('console:carol');
+        await tab.screenshot({ path: testOutput('console-signed-in.png'), fullPage: true });
+        expect(tabOutside.aborted).toEqual([]);
+      } finally {
+        await signedOut.close();
+      }
+    });
+
+    it('takes a one-time code once: looking at the link does not use it, a second sign-in answers 401', async () => {
+      const link = timed.signInLink();
+      const code = codeOf(link);
+      for (let i = 0; i < 2; i++) {
+        const res = await fetch(link);
+        expect([res.status, await res.text()]).toEqual([200, expect.stringContaining(`<input type="hidden" name="code" value="${code}">`)]);
+      }
+      const bad = await signIn(timed.url, { code, name: 'no spaces allowed' });
+      expect([bad.status, bad.cookie]).toEqual([400, null]);
+      const first = await signIn(timed.url, { code, name: 'dave' });
+      expect(first.status).toBe(303);
+      expect(await alive(first.cookie!)).toBe(true);
+      const second = await signIn(timed.url, { code, name: 'eve' });
+      expect([second.status, second.cookie]).toEqual([401, null]);
+      expect((await fetch(link)).status).toBe(401);
+      // Each link carries its own code; a made-up one is refused.
+      expect(codeOf(timed.signInLink())).not.toBe(code);
+      expect((await signIn(timed.url, { code: 'made-up-code', name: 'eve' })).status).toBe(401);
+    });
+
+    it('refuses a code once its ten minutes are over', async () => {
+      const code = codeOf(timed.signInLink());
+      clock += CODE_TTL_MS - 1;
+      expect((await get(`/login?code=${code}`)).status).toBe(200);
+      clock += 1;
+      expect((await get(`/login?code=${code}`)).status).toBe(401);
+      const late = await signIn(timed.url, { code, name: 'dave' });
+      expect([late.status, late.cookie]).toEqual([401, null]);
+    });
+
+    it('ends a session after 12 hours idle; each request restarts the idle timer', async () => {
+      const cookie = await session();
+      clock += SESSION_IDLE_MS - 60_000;
+      expect(await alive(cookie)).toBe(true);
+      clock += SESSION_IDLE_MS - 60_000;
+      expect(await alive(cookie)).toBe(true);
+      clock += SESSION_IDLE_MS;
+      const res = await get('/', cookie);
+      expect([res.status, res.headers.get('set-cookie')]).toEqual([401, expect.stringMatching(/^agent_console=; .*Max-Age=0/)]);
+      expect(await alive(cookie)).toBe(false);
+    });
+
+    it('signs out with the button: the cookie is cleared and the old one answers 401', async () => {
+      const { page: tab, context, outside: tabOutside } = await browser.newPage();
+      try {
+        await tab.goto(timed.signInLink());
+        await tab.fill('#name', 'frank');
+        await Promise.all([tab.waitForURL(`${timed.url}/`), tab.click('#sign-in-button')]);
+        const [cookie] = await context.cookies();
+        expect(cookie.name).toBe('agent_console');
+        const old = `${cookie.name}=${cookie.value}`;
+        // Without the session's CSRF token, sign-out is refused and the session lives on.
+        const forged = await fetch(`${timed.url}/logout`, { method: 'POST', body: new URLSearchParams({ csrf: 'not-the-token' }), headers: { cookie: old }, redirect: 'manual' });
+        expect(forged.status).toBe(403);
+        expect(await alive(old)).toBe(true);
+        await Promise.all([tab.waitForURL(`${timed.url}/login`), tab.click('#sign-out-button')]);
+        expect(await context.cookies()).toEqual([]);
+        expect((await get('/', old)).status).toBe(401);
+        expect((await tab.goto(`${timed.url}/`))?.status()).toBe(401);
+        expect(tabOutside.aborted).toEqual([]);
+      } finally {
+        await context.close();
+      }
+    });
+
+    it(`keeps at most ${MAX_SESSIONS} sessions: the next one drops the least recently used`, async () => {
+      clock += SESSION_IDLE_MS; // the sessions of the tests before have ended
+      const cookies: string[] = [];
+      for (let i = 0; i < MAX_SESSIONS; i++) cookies.push(await session(`user-${i}`));
+      // The first is used again, so the second is now the least recently used.
+      expect(await alive(cookies[0])).toBe(true);
+      const newest = await session('one-too-many');
+      expect([await alive(cookies[1]), await alive(cookies[0]), await alive(cookies[2]), await alive(newest)]).toEqual([false, true, true, true]);
+      expect((await Promise.all(cookies.slice(2).map(alive))).every(Boolean)).toBe(true);
+    });
   });
 
   describe('security', () => {
@@ -190,7 +365,7 @@ describe('the approval console', () => {
       fetch(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}/approval`, { method: 'POST', body: new URLSearchParams(fields), headers, redirect: 'manual' });
     /** The run is exactly as it was: the same action pending, no approval recorded, nothing written. */
     async function unchanged(ignored = 0) {
-      const view = await handle.query<RunView>('state');
+      const view = await queryState(handle);
       const trace = await traceOf(handle);
       expect({
         status: view.status,
@@ -208,7 +383,7 @@ describe('the approval console', () => {
         expect(await res.text()).not.toContain(pending.action_id);
       }
       expect((await fetch(`${app.url}/`, { headers: { cookie: 'agent_console=forged-session' } })).status).toBe(401);
-      expect((await fetch(`${app.url}/login?token=wrong-token-0123456789`)).status).toBe(401);
+      expect((await fetch(`${app.url}/login?code=not-a-code`)).status).toBe(401);
       const wrong = await fetch(`${app.url}/login`, { method: 'POST', body: new URLSearchParams({ token: 'wrong-token-0123456789', name: 'eve' }), redirect: 'manual' });
       expect([wrong.status, wrong.headers.get('set-cookie')]).toEqual([401, null]);
       expect((await post(form({}), {})).status).toBe(401);
@@ -257,7 +432,7 @@ describe('the approval console', () => {
 
     it('binds to loopback unless --host is given, and warns for another address', async () => {
       /** The console command line; `probe` runs against it once it serves, then it is stopped. */
-      const start = (args: string[], probe: (url: string) => Promise<void> = async () => undefined) =>
+      const start = (args: string[], probe: (url: string, link: string) => Promise<void> = async () => undefined) =>
         new Promise<{ stdout: string; stderr: string; code: number | null }>((resolve, reject) => {
           const child = spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'client', 'cli.js'), 'console', '--port', '0', ...args], {
             env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_STATE_DIR: stateDir },
@@ -265,18 +440,34 @@ describe('the approval console', () => {
           });
           let stdout = '';
           let stderr = '';
-          let probed: Promise<void> = Promise.resolve();
+          let probed: Promise<void> | null = null;
           child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
           child.stdout.on('data', (c: Buffer) => {
             stdout += c.toString();
-            const url = /^console on (\S+);/.exec(stdout)?.[1];
-            if (url && stdout.includes('sign in at')) probed = probe(url).finally(() => child.kill('SIGTERM'));
+            const [, url, link] = /^console on (\S+); sign in at (\S+) .*\nor sign in at .*\n/.exec(stdout) ?? [];
+            if (url && probed === null) probed = probe(url, link).finally(() => child.kill('SIGTERM'));
           });
-          child.once('exit', (code) => void probed.then(() => resolve({ stdout, stderr, code }), reject));
+          child.once('exit', (code) => void (probed ?? Promise.resolve()).then(() => resolve({ stdout, stderr, code }), reject));
           child.once('error', reject);
         });
-      const local = await start([]);
-      expect(local.stdout).toMatch(/^console on http:\/\/127\.0\.0\.1:\d+; sign in at http:\/\/127\.0\.0\.1:\d+\/login\?token=[\w-]{32}\n$/);
+      // Without --token-file: a one-time link is printed, and a fresh token goes to a 0600 file in
+      // the state folder, never to the output.
+      const tokenFile = join(stateDir, 'console-token');
+      let fresh = '';
+      const seen: Record<string, unknown> = {};
+      const local = await start([], async (url, link) => {
+        fresh = readFileSync(tokenFile, 'utf8').trim();
+        seen.mode = statSync(tokenFile).mode & 0o777;
+        seen.look = (await fetch(link)).status;
+        seen.first = (await signIn(url, { code: codeOf(link), name: 'grace' })).status;
+        seen.again = (await signIn(url, { code: codeOf(link), name: 'grace' })).status;
+        seen.typed = (await signIn(url, { token: fresh, name: 'grace' })).status;
+      });
+      expect(local.stdout).toMatch(
+        new RegExp(`^console on http://127\\.0\\.0\\.1:\\d+; sign in at http://127\\.0\\.0\\.1:\\d+/login\\?code=[\\w-]{43} \\(one use, within 10 minutes\\)\nor sign in at http://127\\.0\\.0\\.1:\\d+/login with the token in ${tokenFile.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\n$`),
+      );
+      expect([fresh, seen]).toEqual([expect.stringMatching(/^[\w-]{32}$/), { mode: 0o600, look: 200, first: 303, again: 401, typed: 303 }]);
+      expect(local.stdout).not.toContain(fresh);
       expect(local.stderr).not.toContain('warning');
       const open = await start(['--host', '0.0.0.0']);
       expect(open.stdout).toMatch(/^console on http:\/\/0\.0\.0\.0:\d+;/);
@@ -287,9 +478,9 @@ describe('the approval console', () => {
       writeFileSync(file, `${TOKEN}\n`);
       let status = 0;
       const fromFile = await start(['--token-file', file], async (url) => {
-        status = (await fetch(`${url}/login?token=${TOKEN}`)).status;
+        status = (await signIn(url, { token: TOKEN, name: 'heidi' })).status;
       });
-      expect([status, fromFile.stdout.includes(TOKEN)]).toEqual([200, false]);
+      expect([status, fromFile.stdout.includes(TOKEN), fromFile.stdout.includes(`with the token in ${file}\n`)]).toEqual([303, false, true]);
       writeFileSync(file, 'short\n');
       const short = await start(['--token-file', file]);
       expect([short.code, short.stderr]).toEqual([2, expect.stringContaining('at least 16 characters')]);

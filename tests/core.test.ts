@@ -1,4 +1,9 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PAGE_BYTES, PAGE_EVENTS, Trace, WINDOW_EVENTS } from '../core/trace';
 import { canonicalJson, jsonEqual } from '../core/canonical';
+import { addUsage } from '../core/contracts';
+import { activityFailureReason, ACTIVITY_FAILURE_REASONS, FAILURE_TYPES, NON_RETRYABLE_FAILURE_TYPES, RETRIES_EXHAUSTED_REASON } from '../core/failures';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import { globMatches, normalizeRepoPath } from '../core/paths';
 import { evaluatePolicy } from '../core/policy';
@@ -146,9 +151,80 @@ describe('schemas shared by the workflows of a worker thread', () => {
         'source.endpoint: endpoint name: lowercase letters, digits, . _ - (at most 64); source: Unrecognized key: "base_url"; approver: Invalid string: must match pattern /^policy:[a-z0-9-]+$/',
       );
       const digest = 'a'.repeat(64);
-      expect(contracts.approvalSignalSchema.parse({ action_id: digest, decision: 'approve', args_digest: digest, workspace_digest: digest }).decision).toBe('approve');
-      const forged = contracts.approvalSignalSchema.safeParse({ action_id: digest, decision: 'approve', args_digest: 'x', workspace_digest: digest });
-      expect(forged.success || validate.formatIssues(forged.error)).toBe('args_digest: a lowercase hex SHA-256 digest');
+      expect(contracts.approvalSignalSchema.parse({ action_id: digest, decision: 'approve', args_digest: digest, workspace_digest: digest, message_id: 'console:alice/1' }).decision).toBe('approve');
+      const forged = contracts.approvalSignalSchema.safeParse({ action_id: digest, decision: 'approve', args_digest: 'x', workspace_digest: digest, message_id: 'no spaces' });
+      expect(forged.success || validate.formatIssues(forged.error)).toBe('args_digest: a lowercase hex SHA-256 digest; message_id: message_id: 1-128 characters of [A-Za-z0-9_.:/-]');
     });
+  });
+});
+
+describe('failures as data', () => {
+  it('maps every non-retryable failure type to a reason, and any other type to activity_failed', () => {
+    expect([...NON_RETRYABLE_FAILURE_TYPES].sort()).toEqual(['DataError', 'InfrastructureError', 'PayloadTooLarge', 'ProtocolError', 'ProviderUnavailable', 'ReplayFileError']);
+    for (const type of NON_RETRYABLE_FAILURE_TYPES) {
+      expect(FAILURE_TYPES[type].type).toBe(type);
+      expect(activityFailureReason(type)).toBe(ACTIVITY_FAILURE_REASONS[type]);
+    }
+    expect(activityFailureReason('ProtocolError')).toBe('harness_error');
+    expect(activityFailureReason('PayloadTooLarge')).toBe('harness_error');
+    expect(activityFailureReason('Error')).toBe(RETRIES_EXHAUSTED_REASON);
+    expect(activityFailureReason('toString')).toBe('activity_failed');
+    expect(activityFailureReason(undefined)).toBe('activity_failed');
+  });
+
+  it('has a row of the README failure table for every type, with the reason it ends the run with', () => {
+    const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+    const table = readme.slice(readme.indexOf('## Failure semantics'), readme.indexOf('## Determinism guard'));
+    const rows = table.split('\n').filter((l) => l.startsWith('| '));
+    for (const f of Object.values(FAILURE_TYPES)) {
+      expect({ type: f.type, row: rows.some((r) => r.includes(`\`${f.type}\``) && r.includes(`\`failed\` / \`${f.reason}\``)) }).toEqual({ type: f.type, row: true });
+    }
+    expect(rows.some((r) => r.includes(`\`failed\` / \`${RETRIES_EXHAUSTED_REASON}\``))).toBe(true);
+  });
+});
+
+describe('model usage', () => {
+  it('sums calls into a run total, and a cost stays null once any call had no price', () => {
+    const call = (input: number, cost: number | null) => ({ model_calls: 1, input_tokens: input, output_tokens: 10, cached_tokens: 5, cost_usd: cost });
+    const two = addUsage(addUsage(null, call(100, 0.5)), call(200, 0.25));
+    expect(two).toEqual({ model_calls: 2, input_tokens: 300, output_tokens: 20, cached_tokens: 10, cost_usd: 0.75 });
+    expect(addUsage(two, call(1, null))).toMatchObject({ model_calls: 3, cost_usd: null });
+    expect(addUsage(addUsage(two, call(1, null)), call(1, 1))).toMatchObject({ model_calls: 4, cost_usd: null });
+  });
+});
+
+describe('the trace a run holds', () => {
+  const filled = (n: number, dataBytes = 100) => {
+    const trace = new Trace();
+    for (let i = 0; i < n; i++) trace.add('tool_observed', { text: 'x'.repeat(dataBytes) });
+    return trace;
+  };
+
+  it('answers pages under the cap, in order, resuming after the last event', () => {
+    const trace = filled(300, 400);
+    const seen: number[] = [];
+    let after = 0;
+    for (;;) {
+      const page = trace.page({ after });
+      expect(JSON.stringify(page).length).toBeLessThan(PAGE_BYTES + 1024);
+      expect(page.events.length).toBeLessThanOrEqual(PAGE_EVENTS);
+      seen.push(...page.events.map((e) => e.seq));
+      if (page.next === null) break;
+      after = page.next;
+    }
+    expect(seen).toEqual(Array.from({ length: 300 }, (_, i) => i + 1));
+    expect(trace.page({ tail: 3 }).events.map((e) => e.seq)).toEqual([298, 299, 300]);
+    expect(trace.page({ after: 300 })).toEqual({ events: [], next: null, oldest: 1, newest: 300 });
+  });
+
+  it('keeps every unstored event and only a window of stored ones, so memory stays bounded', () => {
+    const trace = filled(1000);
+    expect(trace.unstored()).toHaveLength(1000);
+    trace.markStored(990);
+    expect(trace.unstored().map((e) => e.seq)).toEqual([991, 992, 993, 994, 995, 996, 997, 998, 999, 1000]);
+    expect(trace.page({ tail: 1 }).oldest).toBe(1000 - WINDOW_EVENTS + 1);
+    trace.add('run_finished', {});
+    expect(trace.carried()).toEqual({ next_seq: 1002, unstored: trace.unstored() });
+    expect(trace.unstored().map((e) => e.seq).at(-1)).toBe(1001);
   });
 });

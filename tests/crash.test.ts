@@ -7,6 +7,7 @@ import { runPaths } from '../activities/workspace';
 import type { RunOutcome } from '../workflows';
 import { tempDir } from './helpers/run-dir';
 import { approveAll, canonicalInput, killed, pendingApproval, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
+import { startRun } from '../client/run-access';
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
@@ -21,7 +22,7 @@ describe('a run survives its worker process dying', () => {
     const stateDir = tempDir('agent-state');
     const taskQueue = uniqueQueue('crash');
     const first = spawnWorker(env, taskQueue, stateDir);
-    const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [canonicalInput('canonical', { approver: 'interactive' })] });
+    const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run` });
     const pending = await pendingApproval(handle);
     expect(pending.path).toBe('tests/test_agent_nested.py');
 

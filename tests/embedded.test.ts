@@ -4,12 +4,14 @@
  * runs this build with this shell's provider variables.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { appendFileSync, cpSync, mkdirSync, readFileSync, symlinkSync } from 'node:fs';
+import { appendFileSync, cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { Client, Connection } from '@temporalio/client';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../host/temporal-bin';
 import { processAlive } from '../host/processes';
 import { readWorkerRecord, stopWorker } from '../worker/background';
+import { queryState, queryTrace, runHandle } from '../client/run-access';
 import { ProviderServer, reply } from './helpers/provider-server';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { CANONICAL_RECORD, killed, waitFor } from './helpers/temporal';
@@ -105,4 +107,61 @@ describe('the embedded default', () => {
     expect(status.stdout).toContain('newcomer-live: completed');
     expect(status.stdout).toMatch(new RegExp(`served by worker ${third.pid}@\\S+ build ${third.build.replace(/[.+]/g, '\\$&')} \\(the background worker of this state folder\\)`));
   });
+
+  it('follows a 1,000-turn session of small reads from its start on stock settings, every Query answer under 64 KiB', async () => {
+    const decisions = [
+      ...Array.from({ length: 1000 }, (_, i) => ({ kind: 'tool', call: { call_id: `read-${i}`, name: 'read_file', arguments: { path: 'src/linkcheck.py', start: 1 + (i % 5), end: 2 + (i % 5) } } })),
+      { kind: 'final', text: 'read a lot, fixed nothing' },
+    ];
+    const replay = join(tempDir('long-session'), 'reads.json');
+    writeFileSync(replay, JSON.stringify({ schema_version: 1, decisions }));
+    const id = 'thousand-reads';
+    // The run ends verification_failed (it fixes nothing), so the command exits 1 with the record.
+    const following = cli(['run', 'fixtures/linkcheck-nested', '--replay', replay, '--trust-replay', '--approver', 'policy:approve-writable', '--max-turns', '1001', '--max-tool-calls', '1001', '--deadline-s', '3600', '--wait', '--json', '--id', id]).then(
+      () => {
+        throw new Error('a run that fixes nothing must not exit 0');
+      },
+      (err: { code: number; stdout: string; stderr: string }) => err,
+    );
+    // Meanwhile a second client reads the run as `status`, `follow` and the console do, and keeps the largest answer.
+    const connection = await Connection.connect({ address: `127.0.0.1:${env.AGENT_DEV_SERVER_PORT}` });
+    let largest = 0;
+    let reads = 0;
+    let finished = false;
+    const watching = (async () => {
+      const handle = runHandle(new Client({ connection }), id);
+      let after = 0;
+      while (!finished) {
+        try {
+          largest = Math.max(largest, JSON.stringify(await queryState(handle)).length);
+          for (let page = await queryTrace(handle, { after }); ; page = await queryTrace(handle, { after })) {
+            largest = Math.max(largest, JSON.stringify(page).length);
+            reads++;
+            after = page.events.at(-1)?.seq ?? after;
+            if (page.next === null) break;
+          }
+        } catch {
+          // not started yet, between segments, or closed
+        }
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    })();
+    try {
+      const { code, stdout, stderr } = await following;
+      expect(code).toBe(1);
+      const record = JSON.parse(stdout);
+      expect(record).toMatchObject({ fixture: 'linkcheck-nested', replay: 'reads', status: 'failed', reason: 'verification_failed', writes: 0, tool_errors: {} });
+      expect(stderr).toContain('#1 run_started');
+      expect(stderr).toMatch(/read-999\] ok lines/);
+      const segments = (stderr.match(/continued_as_new/g) ?? []).length;
+      console.log(`1,000-turn session: ${segments} continue-as-new, ${reads} trace pages read, largest Query answer ${largest} bytes`);
+    } finally {
+      finished = true;
+      await watching;
+      await connection.close();
+    }
+    expect(reads).toBeGreaterThan(10);
+    expect(largest).toBeGreaterThan(1000);
+    expect(largest).toBeLessThan(64 * 1024);
+  }, 1_200_000);
 });

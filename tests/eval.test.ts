@@ -10,13 +10,13 @@ import { promisify } from 'node:util';
 import Database = require('better-sqlite3');
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { collectReport } from '../client/eval';
-import { readSettings } from '../worker/settings';
+import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
-import type { EvalInput, EvalResult } from '../workflows/agentEval';
 import type { EvalPlan } from '../core/batch-plan';
 import type { EvalReport } from '../core/report';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { killed, spawnWorker, startServer, uniqueQueue, waitFor } from './helpers/temporal';
+import { evalProgress, evalResult, startEval } from '../client/run-access';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
@@ -60,8 +60,8 @@ describe('batch evaluation at scale', () => {
     const batch = `batch-1000-${process.pid}`;
     try {
       const result = await worker.runUntil(async () => {
-        const handle = await env.client.workflow.start('agentEval', { taskQueue, workflowId: batch, args: [{ plan, concurrency: 25 } satisfies EvalInput] });
-        return (await handle.result()) as EvalResult;
+        const handle = await startEval(env.client, { plan, concurrency: 25 }, { taskQueue, workflowId: batch });
+        return evalResult(handle);
       });
       expect(result.progress).toMatchObject({ total: 1000, done: 1000, completed: 0, running: 0, by_status: { failed: 1000 } });
       const parts = await segments(env, batch);
@@ -96,7 +96,7 @@ describe('batch evaluation at scale', () => {
     });
   const doneRuns = async (batch: string): Promise<number> => {
     try {
-      return (await env.client.workflow.getHandle(batch).query<{ done: number }>('progress')).done;
+      return (await evalProgress(env.client.workflow.getHandle(batch))).done;
     } catch {
       return 0;
     }

@@ -29,6 +29,7 @@ import {
 } from './helpers/faults';
 import { LINKCHECK, tempDir } from './helpers/run-dir';
 import { canonicalInput, pendingApproval, startServer, traceIn, uniqueQueue, waitFor } from './helpers/temporal';
+import { sendApproval, startRun } from '../client/run-access';
 
 const ADDED_TEST = 'tests/test_agent_nested.py'; // the canonical run's first write (a new file)
 const SOURCE = 'src/linkcheck.py'; // its second write
@@ -47,7 +48,7 @@ async function runUntilFault(point: FaultPoint, input: RunInput = canonicalInput
   const stateDir = tempDir('agent-state');
   const taskQueue = uniqueQueue(`fault-${point}`);
   const doomed = startWorker(env, taskQueue, stateDir, point);
-  const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
+  const handle = await startRun(env.client, input, { taskQueue, workflowId: `${taskQueue}-run` });
   const death = await deathOf(doomed).catch((err: unknown) => {
     doomed.child.kill('SIGKILL'); // it never reached the point: do not leave it polling
     throw err;
@@ -184,13 +185,9 @@ describe('the third recovery state', () => {
     const taskQueue = uniqueQueue('stale');
     const worker = startWorker(env, taskQueue, stateDir);
     try {
-      const handle = await env.client.workflow.start('agentRun', {
-        taskQueue,
-        workflowId: `${taskQueue}-run`,
-        args: [canonicalInput('canonical', { approver: 'interactive' })],
-      });
+      const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run` });
       const approve = (p: { action_id: string; args_digest: string; workspace_digest: string }) =>
-        handle.signal('approval', { action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:test' });
+        sendApproval(handle, { action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:test' });
       const first = await pendingApproval(handle);
       expect(first.path).toBe(ADDED_TEST);
       await approve(first);

@@ -18,6 +18,7 @@ import { MAX_PAYLOAD_BYTES } from '../worker/payload-guard';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
 import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, approveAll, pendingApproval, runOnce, startServer, waitFor, writeReplay } from './helpers/temporal';
+import { queryState, sendApproval } from '../client/run-access';
 
 const exec = promisify(execFile);
 const SUGGEST_CAN_EVENTS = 400;
@@ -141,24 +142,24 @@ describe('a 300-turn run across continue-as-new', () => {
     expect(decisions).toHaveLength(300);
     const path = writeReplay(decisions);
 
-    const ignored = (p: { action_id: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: p.workspace_digest });
-    const valid = (p: { action_id: string; args_digest: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:test' });
+    const ignored = (p: { action_id: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve' as const, args_digest: '0'.repeat(64), workspace_digest: p.workspace_digest });
+    const valid = (p: { action_id: string; args_digest: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve' as const, args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:test' });
     let first: RunView['pending_approval'] = null;
     const { outcome, trace, receipts, handle } = await runOnce(env, canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, approver: 'interactive', budgets: { max_turns: 320, max_tool_calls: 320 } }), {
       drive: async (h) => {
         // The first write waits while approvals with wrong digests pile up: history grows past
         // the suggestion, the wait continues as new, and the approval is sent to the next segment.
         first = await pendingApproval(h);
-        const segment = (await h.query<RunView>('state')).segment;
-        for (let i = 0; i < 200; i++) await h.signal('approval', ignored(first));
+        const segment = (await queryState(h)).segment;
+        for (let i = 0; i < 200; i++) await sendApproval(h, ignored(first));
         await waitFor('the wait to continue as new', async () => {
-          const view = await h.query<RunView>('state');
+          const view = await queryState(h);
           return view.segment > segment && view.status === 'awaiting_approval';
         });
-        await h.signal('approval', valid(first));
+        await sendApproval(h, valid(first));
         // The second approval goes out in the middle of such a burst, whichever segment gets it.
         const second = await pendingApproval(h, first.action_id);
-        for (let i = 0; i < 200; i++) await h.signal('approval', i === 100 ? valid(second) : ignored(second));
+        for (let i = 0; i < 200; i++) await sendApproval(h, i === 100 ? valid(second) : ignored(second));
       },
     });
 
@@ -214,7 +215,7 @@ describe('a live reply across continue-as-new', () => {
     const replies = [{ calls: [addTest, { id: 'after-patch', name: 'read_file', arguments: { path: 'src/linkcheck.py', start: 1, end: 2 } }] }, ...calls.filter((c) => c.id !== 'add-test' && c.id !== 'read-source').map((c) => ({ calls: [c] })), { text: 'done' }];
     const server = await new ProviderServer((_req, i) => ({ body: reply('openai', replies[i] ?? { text: 'done' }) })).start();
     try {
-      const ignored = (p: { action_id: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: p.workspace_digest });
+      const ignored = (p: { action_id: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve' as const, args_digest: '0'.repeat(64), workspace_digest: p.workspace_digest });
       const providersFile = join(tempDir('providers'), 'providers.json');
       const endpoint = addEndpoint(providersFile, endpointOf('openai', server, 'AGENT_TEST_LONG_KEY'));
       const { outcome, trace } = await runOnce(
@@ -224,9 +225,9 @@ describe('a live reply across continue-as-new', () => {
           providersFile,
           drive: async (h) => {
             const first = await pendingApproval(h);
-            const segment = (await h.query<RunView>('state')).segment;
-            for (let i = 0; i < 200; i++) await h.signal('approval', ignored(first));
-            await waitFor('the wait to continue as new', async () => (await h.query<RunView>('state')).segment > segment);
+            const segment = (await queryState(h)).segment;
+            for (let i = 0; i < 200; i++) await sendApproval(h, ignored(first));
+            await waitFor('the wait to continue as new', async () => (await queryState(h)).segment > segment);
             await approveAll(h);
           },
         },

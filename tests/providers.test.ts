@@ -19,6 +19,7 @@ import { historyJson } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type ReplyCall, type Script, type Scripted } from './helpers/provider-server';
 import { approveAll, CANONICAL_RECORD, killed, runOnce, spawnWorker, startServer, traceIn, uniqueQueue, waitFor, type RunOnceOptions } from './helpers/temporal';
+import { startRun } from '../client/run-access';
 
 const exec = promisify(execFile);
 /** A distinctive fake key: it must reach the provider and nothing else. */
@@ -279,7 +280,7 @@ describe('paid once', () => {
     const stateDir = tempDir('paid-once');
     const taskQueue = uniqueQueue('paid-once');
     const logFile = join(stateDir, 'worker.log');
-    const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [liveInput('anthropic', server)] });
+    const handle = await startRun(env.client, liveInput('anthropic', server), { taskQueue, workflowId: `${taskQueue}-run` });
     // The first worker stores the first response and dies; the second finishes the run.
     const first = spawnWorker(env, taskQueue, stateDir, { AGENT_FAULT: 'after_model_response', AGENT_PROVIDERS_FILE: PROVIDERS });
     const log = createWriteStream(logFile);

@@ -20,6 +20,7 @@ import { GUARD_PORT_ENV } from './helpers/network-guard';
 import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type Script } from './helpers/provider-server';
 import { LINKCHECK, tempDir } from './helpers/run-dir';
 import { killed, spawnWorker, startServer, traceIn, uniqueQueue } from './helpers/temporal';
+import { startRunWithArgs } from '../client/run-access';
 
 const KEY = 'sk-live-CANARY-7e31a0c4d9b2f';
 const KEY_ENV = 'AGENT_TEST_SECRETS_KEY';
@@ -76,7 +77,7 @@ const canonicalSession = (api: Api): Script => (_req, i) => ({ body: reply(api, 
 
 let started = 0;
 async function start(input: unknown, carried?: unknown): Promise<WorkflowHandleWithFirstExecutionRunId> {
-  return env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-${++started}`, args: carried === undefined ? [input] : [input, carried] });
+  return startRunWithArgs(env.client, carried === undefined ? [input] : [input, carried], { taskQueue, workflowId: `${taskQueue}-${++started}` });
 }
 const live = (endpoint: string, source: Record<string, unknown> = {}): RunInput =>
   ({ fixture: LINKCHECK, source: { kind: 'provider', endpoint, model: 'test-model', ...source }, backend: 'docker', approver: 'policy:approve-writable' }) as RunInput;

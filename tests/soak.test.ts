@@ -25,6 +25,7 @@ import {
 } from './helpers/faults';
 import { tempDir, freePort } from './helpers/run-dir';
 import { approveAll, canonicalInput, pendingApproval, startServer, uniqueQueue } from './helpers/temporal';
+import { startRun } from '../client/run-access';
 
 const SEED = Number(process.env.SOAK_SEED ?? 20251202);
 const RUNS = Number(process.env.SOAK_RUNS ?? 20);
@@ -91,7 +92,7 @@ describe(`canonical runs with the worker killed at a random moment (seed ${SEED}
     const taskQueue = uniqueQueue(`soak-${index + 1}`);
     const doomed = startWorker(env, taskQueue, stateDir);
     await doomed.ready; // the delay counts from the run's start on a polling worker
-    const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [canonicalInput('canonical')] });
+    const handle = await startRun(env.client, canonicalInput('canonical'), { taskQueue, workflowId: `${taskQueue}-run` });
     await new Promise((resolve) => setTimeout(resolve, delay));
     doomed.child.kill('SIGKILL');
     const death = await deathOf(doomed);
@@ -148,11 +149,7 @@ describe('the Temporal dev server restarted on the same database', () => {
     const taskQueue = uniqueQueue('restart');
     const worker = startWorker(env, taskQueue, stateDir);
     try {
-      const handle = await env.client.workflow.start('agentRun', {
-        taskQueue,
-        workflowId: `${taskQueue}-run`,
-        args: [canonicalInput('canonical', { approver: 'interactive' })],
-      });
+      const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run` });
       const before = await pendingApproval(handle);
 
       server.stop(); // SIGTERM

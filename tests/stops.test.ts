@@ -5,10 +5,10 @@ import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
-import type { RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
 import { approveAll, canonicalInput, pendingApproval, runOnce, startServer, waitFor, writeReplay, type RunOnceOptions } from './helpers/temporal';
+import { queryState, sendApproval, sendInterrupt, sendSteer } from '../client/run-access';
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
@@ -124,8 +124,8 @@ describe('stops', () => {
     const { outcome, trace } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
       const first = await pendingApproval(h);
       expect(first.path).toBe('tests/test_agent_nested.py');
-      await h.signal('steer', { message: 'skip the new test, fix the source' });
-      await h.signal('interrupt', { reason: 'changed my mind' });
+      await sendSteer(h, 'skip the new test, fix the source', 'test:steer');
+      await sendInterrupt(h, 'changed my mind', 'test:interrupt');
       await approveAll(h);
     });
     const observed = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'add-test')!;
@@ -133,6 +133,27 @@ describe('stops', () => {
     const next = trace.find((e) => e.type === 'model_requested' && e.seq > observed.seq)!;
     expect(next.data).toMatchObject({ messages: ['skip the new test, fix the source'] });
     expect(outcome.record).toMatchObject({ status: 'completed', writes: 1, diff_paths: ['src/linkcheck.py'], tool_errors: { interrupted: 1 } });
+  });
+
+  it('takes a message a retrying client delivers twice once: the same message id is ignored the second time', async () => {
+    const { outcome, trace, transcript } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h) => {
+      const first = await pendingApproval(h);
+      // One steer sent twice (a client retrying after a lost answer), then a second, different one.
+      await sendSteer(h, 'prefer a minimal fix', 'cli-test:steer-1');
+      await sendSteer(h, 'prefer a minimal fix', 'cli-test:steer-1');
+      await sendSteer(h, 'prefer a minimal fix', 'cli-test:steer-2');
+      // One approval sent twice with its message id: recorded once, the repeat not even ignored.
+      const approval = { action_id: first.action_id, decision: 'approve' as const, args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:test', message_id: 'cli-test:approve-1' };
+      await sendApproval(h, approval);
+      await sendApproval(h, approval);
+      await pendingApproval(h, first.action_id);
+      await approveAll(h);
+    });
+    expect(outcome.record).toMatchObject({ status: 'completed', writes: 2 });
+    expect(trace.filter((e) => e.type === 'steer_received').map((e) => e.data)).toEqual([{ message: 'prefer a minimal fix' }, { message: 'prefer a minimal fix' }]);
+    expect(transcript.filter((e) => 'message' in e)).toEqual([{ message: 'prefer a minimal fix' }, { message: 'prefer a minimal fix' }]);
+    const first = trace.find((e) => e.type === 'approval_requested')!;
+    expect(trace.filter((e) => e.action_id === first.action_id && (e.type === 'approval_recorded' || e.type === 'approval_ignored')).map((e) => e.type)).toEqual(['approval_recorded']);
   });
 });
 
@@ -163,11 +184,11 @@ describe('failures that would repeat on every attempt', () => {
     const { outcome, trace, handle } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h, running) => {
       const first = await pendingApproval(h);
       // The run's control folder (temporary files of writes) turns read-only under the worker.
-      control = join(stateDir, 'runs', (await h.query<RunView>('state')).run_id, 'control');
+      control = join(stateDir, 'runs', (await queryState(h)).run_id, 'control');
       execFileSync('mount', ['--bind', control, control]);
       try {
         execFileSync('mount', ['-o', 'remount,ro,bind', control]);
-        await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest });
+        await sendApproval(h, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest });
         await waitFor('the run to end', async () => !running(), 30_000);
       } finally {
         execFileSync('umount', [control]);

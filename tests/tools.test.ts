@@ -2,6 +2,7 @@ import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'n
 import { dirname, join } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createActivities, type RunRef } from '../activities';
+import { CappedOutput } from '../activities/backends/capped-output';
 import { LocalBackend } from '../activities/backends/local';
 import { DEFAULT_LIMITS } from '../activities/config';
 import { sha256 } from '../activities/digest';
@@ -275,7 +276,7 @@ describe('local activities (read-only steps without a server round trip)', () =>
     const t = run();
     const stateDir = dirname(dirname(t.ctx.paths.root));
     const store = new Store(join(stateDir, 'store.sqlite'));
-    const activities = createActivities({ store, ledger: t.ledger, backends: { local: new LocalBackend() }, config: { stateDir, providersFile: join(stateDir, 'providers.json'), limits: DEFAULT_LIMITS, hostQueue: own } });
+    const activities = createActivities({ store, ledger: t.ledger, backends: { local: new LocalBackend() }, config: { stateDir, providersFile: join(stateDir, 'providers.json'), limits: DEFAULT_LIMITS, hostQueue: own, baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' }, credential: () => undefined } });
     const ref: RunRef = { run_id: t.ctx.runId, fixture: t.ctx.fixture, fixture_dir: LINKCHECK, backend: 'local' };
     const call = (name: 'read_file' | 'run_tests', args: object): CallView => {
       const full = { call_id: `c-${name}`, name, arguments: args };
@@ -310,5 +311,50 @@ describe('local activities (read-only steps without a server round trip)', () =>
     await expect(env.run(activities.localTool, 'q@host-a', ref, call('run_tests', {}), 1000)).rejects.toMatchObject({ type: 'ProtocolError', nonRetryable: true });
     const live = { kind: 'provider' as const, endpoint: 'e', provider: 'openai' as const, model: 'm' };
     await expect(env.run(activities.localDecide, 'q@host-a', { run_id: ref.run_id, source: live, cursor: 0, turn: 1, retry: 0, tools_enabled: true, transcript: { head: null, append: [] }, facts: null })).rejects.toMatchObject({ type: 'ProtocolError' });
+  });
+});
+
+describe('capped process output', () => {
+  const bytes = (...parts: (string | number[])[]) => Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
+
+  it('ends before a multi-byte character cut at the cap, never with a replacement character', () => {
+    // '€' is E2 82 AC; '😀' is F0 9F 98 80. Every cut inside them drops the whole character.
+    for (const [text, cap, kept] of [
+      ['ab€', 3, 'ab'],
+      ['ab€', 4, 'ab'],
+      ['ab€', 5, 'ab€'],
+      ['a😀', 2, 'a'],
+      ['a😀', 3, 'a'],
+      ['a😀', 4, 'a'],
+      ['a😀b', 5, 'a😀'],
+    ] as const) {
+      const out = new CappedOutput(cap);
+      out.push(Buffer.from(text));
+      expect({ text, cap, kept: out.text(), truncated: out.truncated }).toEqual({ text, cap, kept, truncated: Buffer.byteLength(text) > cap });
+    }
+    // A character split across chunks, then cut: still dropped whole.
+    const split = new CappedOutput(4);
+    for (const chunk of [bytes('ab'), bytes([0xe2]), bytes([0x82, 0xac]), bytes('tail')]) split.push(chunk);
+    expect([split.text(), split.truncated]).toEqual(['ab', true]);
+    // Output that was not cut is decoded as the process wrote it, even a dangling lead byte.
+    const whole = new CappedOutput(10);
+    whole.push(bytes('ab', [0xe2]));
+    expect([whole.text(), whole.truncated]).toEqual(['ab\ufffd', false]);
+  });
+
+  it('keeps whole characters of a real process whose output the cap cuts inside one', async () => {
+    const dir = tempDir('capped');
+    const result = await new LocalBackend().exec({
+      argv: ['python3', '-c', 'import sys; sys.stdout.write("x" + "\u20ac" * 1000); sys.stderr.write("\u00e9" * 1000)'],
+      workspaceDir: dir,
+      workspaceReadOnly: false,
+      outDir: dir,
+      timeoutMs: 30_000,
+      outputCapBytes: 101, // stdout: x + 33 euros is 100 bytes, the 34th is cut after one byte; stderr: 50 e-acutes and one byte
+      signal: new AbortController().signal,
+    });
+    expect(result).toMatchObject({ exitCode: 0, stdoutTruncated: true, stderrTruncated: true });
+    expect(result.stdout).toBe(`x${'\u20ac'.repeat(33)}`);
+    expect(result.stderr).toBe('\u00e9'.repeat(50));
   });
 });

@@ -5,6 +5,7 @@ import { Ledger } from '../activities/ledger';
 import { runPaths } from '../activities/workspace';
 import { LINKCHECK, tempDir } from './helpers/run-dir';
 import { approveAll, CANONICAL_RECORD, canonicalInput, pendingApproval, runOnce, startServer, writeReplay, type RunOnceOptions } from './helpers/temporal';
+import { sendApproval } from '../client/run-access';
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
@@ -74,10 +75,10 @@ describe('agentRun on a real Temporal server', () => {
     const { outcome, trace, receipts } = await run(canonicalInput('canonical', { approver: 'interactive' }), {
       drive: async (h) => {
         const first = await pendingApproval(h);
-        await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: first.workspace_digest });
-        await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
+        await sendApproval(h, { action_id: first.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: first.workspace_digest });
+        await sendApproval(h, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
         // The same approval again, after it was accepted: recorded as ignored.
-        await h.signal('approval', { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
+        await sendApproval(h, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
         await approveAll(h);
       },
     });
@@ -92,7 +93,7 @@ describe('agentRun on a real Temporal server', () => {
     const { outcome, trace } = await run(canonicalInput('canonical', { approver: 'interactive' }), {
       drive: async (h) => {
         const first = await pendingApproval(h);
-        await h.signal('approval', { action_id: first.action_id, decision: 'reject', args_digest: first.args_digest, workspace_digest: first.workspace_digest, reason: 'not this test' });
+        await sendApproval(h, { action_id: first.action_id, decision: 'reject', args_digest: first.args_digest, workspace_digest: first.workspace_digest, reason: 'not this test' });
         await approveAll(h);
       },
     });

@@ -10,7 +10,8 @@
  */
 import * as wf from '@temporalio/workflow';
 import type { RunInput, RunStatus } from '../core/contracts';
-import type { RunOutcome } from './agentRun';
+import { agentRun } from './agentRun';
+import { evalProgressQuery } from './messages';
 import { workflowTime } from './time';
 import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
 
@@ -54,8 +55,6 @@ export interface EvalResult {
   out: string | null;
 }
 
-export const evalProgressQuery = wf.defineQuery<EvalProgress>('progress');
-
 /** Children started by one segment before it continues as new (its history stays far below the limits). */
 const SEGMENT_RUNS = 200;
 
@@ -93,14 +92,14 @@ export async function agentEval(input: EvalInput, carried?: EvalCarried): Promis
     };
     let status: RunStatus;
     try {
-      const outcome = (await wf.executeChild('agentRun', {
+      const outcome = await wf.executeChild(agentRun, {
         args: [child],
         workflowId: runWorkflowId(batch, plan, run, attemptOf(index)),
         // A run outlives a parent that is terminated: a resume finds its outcome by its key.
         parentClosePolicy: 'ABANDON',
         // The id is the run's key: a second start of the same key is refused, never a second run.
         workflowIdReusePolicy: 'REJECT_DUPLICATE',
-      })) as RunOutcome;
+      });
       status = outcome.record.status;
     } catch (err) {
       // Terminated by hand, or its key already taken: no outcome of its own (the report says which).

@@ -10,10 +10,11 @@
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
 import type { Activities, RunRef } from '../activities';
-import type { DecideResult, SourceRef, UsageStep } from '../activities/decisions';
+import type { DecideResult } from '../activities/decisions';
 import { runFacts, type RunFacts } from '../core/context';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import {
+  addUsage,
   approvalSignalSchema,
   errorResult,
   okResult,
@@ -22,24 +23,25 @@ import {
   type ApprovalSignal,
   type Budgets,
   type ParsedRunInput,
-  type PreparedAction,
   type RunRecord,
   type RunStatus,
   type ToolResult,
+  type Usage,
 } from '../core/contracts';
+import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
 import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
-import { Trace, type TraceEvent } from '../core/trace';
-import { brief, resultView, type CallView, type DecisionView, type PendingEntry } from '../core/transcript';
+import { Trace, type TraceRequest } from '../core/trace';
+import { isOrchestrationTool } from '../core/tools';
+import { brief, resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
-import { workflowTime } from './time';
+import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
+import { Orchestration } from './subruns';
+import { initialState, type PendingWrite, type RunState } from './run-state';
 
-export const approvalSignal = wf.defineSignal<[unknown]>('approval');
-export const interruptSignal = wf.defineSignal<[{ reason?: string }?]>('interrupt');
-export const steerSignal = wf.defineSignal<[{ message: string }]>('steer');
-export const stateQuery = wf.defineQuery<RunView>('state');
-export const traceQuery = wf.defineQuery<TraceEvent[]>('trace');
+export type { RunState };
+import { workflowTime } from './time';
 
 /**
  * The workflow's result: the record and the final state, readable without a worker. The trace
@@ -51,41 +53,8 @@ export interface RunOutcome {
   trace: { run_id: string; events: number };
   /** Head of the run's transcript in the host store: every decision with its one result. */
   transcript: string | null;
-}
-
-/** A write waiting for its approval when the run continued as new. */
-interface PendingWrite {
-  decision_ref: string;
-  reply: string | null;
-  call: CallView;
-  action: PreparedAction;
-  policy: PolicyEvaluation;
-}
-
-/** What one segment of a run hands to the next at continue-as-new: state, never contents. */
-export interface Carried {
-  ref: RunRef;
-  view: RunView;
-  source: SourceRef;
-  deadline_at: number;
-  next_seq: number;
-  /** Trace events that arrived (with signals) while the segment was storing its trace. */
-  unstored_trace: TraceEvent[];
+  /** Decisions taken from a replay (a reopened task goes on from here). */
   cursor: number;
-  transcript: { head: string | null; append: PendingEntry[] };
-  approval: ApprovalSignal | null;
-  interrupted: string | null;
-  steering: string[];
-  wrote_writable: boolean;
-  pending_write: PendingWrite | null;
-  approval_deadline_at: number | null;
-  /** The rest of the reply whose write was waiting, and its turn's interrupt. */
-  reply_rest: DecisionView[];
-  turn_interrupted: string | null;
-  plan: string | null;
-  format_errors: number;
-  /** The task queue of the host that holds the run's workspace (null: the shared queue). */
-  host_queue?: string | null;
 }
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
@@ -96,20 +65,14 @@ const TRACE_FLUSH_BYTES = 32 * 1024;
 const TRACE_CARRY_BYTES = 16 * 1024;
 /** A steering message is kept to this many characters. */
 const MAX_STEER_CHARS = 4000;
+/** Client message ids remembered for deduplication. */
+const SEEN_MESSAGES = 256;
 
 const MAX_MODEL_RETRIES = 2;
 /** How long a write waits for a person by default: 7 days. */
 const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
 const MAX_FORMAT_ERRORS = 3;
-
-/** Reasons for non-retryable activity failures, by ApplicationFailure type. */
-const ACTIVITY_FAILURE_REASONS: Record<string, string> = {
-  InfrastructureError: 'infrastructure_error',
-  ReplayFileError: 'model_error',
-  ProviderUnavailable: 'model_error',
-  DataError: 'infrastructure_error',
-};
 
 /**
  * Every activity: bounded attempts (a crashed worker costs one each), and failures that would
@@ -121,7 +84,7 @@ const ACTIVITY_OPTIONS: wf.ActivityOptions = {
     initialInterval: '500 milliseconds',
     maximumInterval: '5 seconds',
     maximumAttempts: 10,
-    nonRetryableErrorTypes: ['InfrastructureError', 'DataError', 'ProtocolError', 'ReplayFileError', 'ProviderUnavailable', 'PayloadTooLarge'],
+    nonRetryableErrorTypes: [...NON_RETRYABLE_FAILURE_TYPES],
   },
 };
 /** The shared queue: a run's first activity, taken by whichever host is free. */
@@ -151,7 +114,7 @@ class RunStop {
   ) {}
 }
 
-export async function agentRun(rawInput: unknown, carried?: Carried): Promise<RunOutcome> {
+export async function agentRun(rawInput: unknown, carried?: RunState): Promise<RunOutcome> {
   // Carried state comes only from this workflow's own continue-as-new; a client that passes it
   // could otherwise skip the loading checks (trust gate, isolation, endpoints).
   if (carried !== undefined && wf.workflowInfo().continuedFromExecutionRunId === undefined) {
@@ -162,98 +125,99 @@ export async function agentRun(rawInput: unknown, carried?: Carried): Promise<Ru
   if (!parsed.success) {
     return run.finish(new RunStop('failed', 'invalid_input', formatIssues(parsed.error)));
   }
-  return carried ? run.resume(parsed.data, carried) : run.execute(parsed.data);
+  return carried ? run.resume(parsed.data) : run.execute(parsed.data);
 }
 
 class AgentRun {
-  private readonly trace: Trace;
-  private readonly view: RunView;
-  private input!: ParsedRunInput;
-  private ref!: RunRef;
-  private source!: SourceRef;
-  private budgets!: Budgets;
-  private deadlineAt = 0;
-  /** Set while the run waits for a person: the deadline (the agent's working time) is paused. */
-  private waitingSince: number | null = null;
-  /** When the pending approval times out (`approval_timeout_s` after it was first asked). */
-  private approvalDeadlineAt: number | null = null;
-  /** Decisions taken so far: the replay's cursor. */
-  private cursor = 0;
-  /** The transcript's stored head and the entries not stored yet. */
-  private transcript: { head: string | null; append: PendingEntry[] } = { head: null, append: [] };
-  private approval: ApprovalSignal | null = null;
-  private interrupted: string | null = null;
-  private steering: string[] = [];
-  private wroteWritable = false;
-  /** The proposed call that has no result yet: it gets a synthesized one if the run ends first. */
-  private inFlight: { call_id: string; decision_ref: string; reply: string | null } | null = null;
-  /** The latest plan the model stated (live context). */
-  private plan: string | null = null;
-  /** A note for the next live request (e.g. the previous reply was cut off). */
-  private notice: string | null = null;
-  /** Malformed calls in a row from a live model. */
-  private formatErrors = 0;
-  /** The decisions of the current reply not taken yet, and the interrupt of its turn. */
-  private replyRest: DecisionView[] = [];
-  private turnInterrupted: string | null = null;
-  /** The host that holds the run, and its activities; `hostLost` once it is found gone. */
-  private hostQueue: string | null = null;
-  private act = quick;
+  /** The run's state: one value, carried whole across continue-as-new. */
+  readonly s: RunState;
+  /** The trace: numbering, unstored events and a bounded window for queries. */
+  trace: Trace;
+  input!: ParsedRunInput;
+  /** The activities of the host that holds the run; `hostLost` once it is found gone. */
+  act = quick;
   private hostLost = false;
+  /** The tasks of an orchestrating run. */
+  private readonly tasks: Orchestration;
+  /** The scope of the loop: a parent's stop cancels it. */
+  private loopScope: wf.CancellationScope | null = null;
 
-  constructor(carried?: Carried) {
-    this.trace = new Trace(carried?.unstored_trace ?? [], carried?.next_seq ?? 1);
-    this.view = carried?.view ?? {
-      run_id: wf.workflowInfo().runId,
-      fixture: null,
-      task: null,
-      replay: null,
-      replay_digest: null,
-      segment: 1,
-      backend: 'local',
-      approver: 'interactive',
-      status: 'running',
-      reason: null,
-      detail: null,
-      budgets: null,
-      counters: { turns: 0, tool_calls: 0, writes: 0, receipts: 0, model_retries: 0 },
-      tool_errors: {},
-      red_observed: false,
-      pending_approval: null,
-      verification: null,
-      isolation: null,
-      diff_paths: [],
-      wrap_up: null,
-      deadline_reached: false,
-      usage: null,
-    };
-    wf.setHandler(stateQuery, () => this.view);
-    wf.setHandler(traceQuery, () => this.trace.events);
+  constructor(carried?: RunState) {
+    this.s = carried ?? initialState(wf.workflowInfo().runId);
+    this.trace = new Trace(this.s.trace);
+    this.tasks = new Orchestration(this);
+    wf.setHandler(stopSignal, (payload) => {
+      if (this.view.parent === null || this.repeated(payload?.message_id)) return;
+      this.s.stop = typeof payload?.reason === 'string' && payload.reason !== '' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'stopped by the parent run';
+      this.trace.add('stop_received', { reason: this.s.stop });
+      this.loopScope?.cancel();
+    });
+    wf.setHandler(stateQuery, () => this.s.view);
+    wf.setHandler(traceQuery, (request?: TraceRequest) => this.trace.page(cleanRequest(request)));
     wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
     wf.setHandler(interruptSignal, (payload) => {
-      this.interrupted = payload?.reason ?? 'interrupted by the user';
-      this.trace.add('interrupt_received', { reason: this.interrupted });
+      if (this.repeated(payload?.message_id)) return;
+      this.s.interrupted = typeof payload?.reason === 'string' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'interrupted by the user';
+      this.trace.add('interrupt_received', { reason: this.s.interrupted });
     });
     wf.setHandler(steerSignal, (payload) => {
       const message = typeof payload?.message === 'string' ? payload.message.slice(0, MAX_STEER_CHARS) : '';
-      if (message === '') return;
-      this.steering.push(message);
+      if (message === '' || this.repeated(payload?.message_id)) return;
+      this.s.steering.push(message);
       this.trace.add('steer_received', { message });
     });
   }
 
+  private get view(): RunView {
+    return this.s.view;
+  }
+
+  get ref(): RunRef {
+    return this.s.ref!;
+  }
+
+  private get budgets(): Budgets {
+    return this.s.view.budgets!;
+  }
+
+  /** True when a client message with this id was taken before (a retried send); remembers it otherwise. */
+  private repeated(id: unknown): boolean {
+    if (typeof id !== 'string' || id === '') return false;
+    if (this.s.seen_messages.includes(id)) return true;
+    this.s.seen_messages.push(id);
+    if (this.s.seen_messages.length > SEEN_MESSAGES) this.s.seen_messages.shift();
+    return false;
+  }
+
   async execute(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
+    const child = input.child ?? null;
+    // A reopened task goes on in its own workspace, transcript and trace numbering.
+    if (child?.reopen) {
+      this.view.run_id = child.reopen.run_id;
+      this.trace = new Trace({ next_seq: child.reopen.next_seq, unstored: [] });
+      this.s.transcript = { head: child.reopen.transcript_head, append: [] };
+      this.s.cursor = child.reopen.cursor;
+      this.s.steering.push(child.reopen.message);
+    }
     this.view.backend = input.backend;
     this.view.approver = input.approver;
-    this.trace.add('run_started', { source: input.source.kind, backend: input.backend, approver: input.approver });
+    if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
+    if (input.subruns) this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
+    this.trace.add('run_started', { source: input.source.kind, backend: input.backend, approver: input.approver, ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}) });
     const policyName = input.approver.startsWith('policy:') ? input.approver.slice('policy:'.length) : null;
     if (policyName !== null && !(policyName in APPROVAL_POLICIES)) {
       return this.finish(new RunStop('failed', 'invalid_input', `unknown approval policy ${input.approver}`));
     }
+    // A task's run is started by its parent only: Temporal names the parent, the input must agree.
+    if (child && wf.workflowInfo().parent?.workflowId !== child.parent_workflow_id) {
+      return this.finish(new RunStop('failed', 'invalid_input', 'the child input is for the run of a task: only its parent run starts it'));
+    }
+    // A task runs on the host that holds its parent's workspace.
+    if (child) this.pinTo(child.host_queue);
     // Nothing is created, and no key is read, before the fixture, the decision source, the trust
     // gate and the sandbox check out. The replay is read here, once, into the host store.
-    const loaded = await quick.loadRun(input);
+    const loaded = await this.act.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
     this.pinTo(loaded.host_queue ?? null);
     if (input.backend === 'docker') {
@@ -269,52 +233,38 @@ class AgentRun {
     if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
       return this.finish(new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation'));
     }
-    this.source = loaded.source;
+    this.s.source = loaded.source;
+    this.s.child_replays = loaded.child_replays;
     this.view.fixture = loaded.fixture.id;
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
-    this.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
-    this.view.budgets = this.budgets;
-    this.deadlineAt = workflowTime() + this.budgets.deadline_s * 1000;
-    this.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend };
+    this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
+    this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
+    this.s.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend, ...(child ? { hidden_acceptance: false } : {}) };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     this.setStatus('running');
 
     const stop = await this.withDeadline(async () => {
       await this.act.prepareWorkspace.executeWithOptions(
         { startToCloseTimeout: '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
-        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir }],
+        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(child ? { from_run: child.from_run } : {}) }],
       );
       return this.loop();
     });
     return this.finish(stop);
   }
 
-  /** The next segment of a run that continued as new: same workspace, counters, deadline and trace numbering. */
-  async resume(input: ParsedRunInput, carried: Carried): Promise<RunOutcome> {
+  /** The next segment of a run that continued as new: the state it carried, the same workspace. */
+  async resume(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
-    this.pinTo(carried.host_queue ?? null);
-    this.ref = carried.ref;
-    this.source = carried.source;
-    this.budgets = carried.view.budgets!;
-    this.deadlineAt = carried.deadline_at;
-    this.cursor = carried.cursor;
-    this.transcript = carried.transcript;
-    this.approval = carried.approval;
-    this.interrupted = carried.interrupted;
-    this.steering = carried.steering;
-    this.wroteWritable = carried.wrote_writable;
-    const pending = carried.pending_write;
-    if (pending) this.inFlight = { call_id: pending.call.call_id, decision_ref: pending.decision_ref, reply: pending.reply };
-    this.plan = carried.plan;
-    this.approvalDeadlineAt = carried.approval_deadline_at;
-    this.formatErrors = carried.format_errors;
-    this.setStatus(carried.view.status);
-    this.turnInterrupted = carried.turn_interrupted;
+    this.pinTo(this.s.host_queue);
+    const pending = this.s.pending_write;
+    this.s.pending_write = null;
+    this.setStatus(this.view.status);
     const stop = await this.withDeadline(async () => {
       if (pending) this.observe(await this.approveAndWrite(pending));
-      return (await this.runReply(carried.reply_rest)) ?? this.loop();
+      return (await this.runReply(this.s.reply_rest)) ?? this.loop();
     });
     return this.finish(stop);
   }
@@ -328,13 +278,13 @@ class AgentRun {
         if (limit === 'max_turns') await this.wrapUp();
         return new RunStop('budget_exhausted', limit);
       }
-      if (wf.workflowInfo().continueAsNewSuggested) await this.continueAsNew(null);
+      if (this.mayContinueAsNew()) await this.continueAsNew(null);
       if (this.trace.unstoredBytes() > TRACE_FLUSH_BYTES) await this.storeTrace();
       this.view.counters.turns++;
       const decisions = await this.decide(true);
       // An interrupt stops the turn it arrived in: a tool call it proposed is not executed.
-      this.turnInterrupted = this.interrupted;
-      this.interrupted = null;
+      this.s.turn_interrupted = this.s.interrupted;
+      this.s.interrupted = null;
       const stop = await this.runReply(decisions);
       if (stop !== null) return stop;
     }
@@ -345,20 +295,20 @@ class AgentRun {
    * continue-as-new during a write's approval carries the reply's remaining calls along.
    */
   private async runReply(decisions: DecisionView[]): Promise<RunStop | null> {
-    this.replyRest = [...decisions];
-    for (let decision = this.replyRest.shift(); decision !== undefined; decision = this.replyRest.shift()) {
+    this.s.reply_rest = [...decisions];
+    for (let decision = this.s.reply_rest.shift(); decision !== undefined; decision = this.s.reply_rest.shift()) {
       switch (decision.kind) {
         case 'plan':
-          this.plan = decision.text;
+          this.s.plan = decision.text;
           this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
-          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           break;
         case 'tool':
-          this.observe(await this.toolCall(decision, this.turnInterrupted));
+          this.observe(await this.toolCall(decision, this.s.turn_interrupted));
           this.countFormatError(decision);
           break;
         case 'final':
-          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           return this.verify(decision.text);
       }
     }
@@ -367,10 +317,10 @@ class AgentRun {
 
   /** A live model that keeps sending calls that do not parse is stopped after three in a row. */
   private countFormatError(decision: Extract<DecisionView, { kind: 'tool' }>): void {
-    if (this.source.kind !== 'provider') return;
+    if (this.s.source?.kind !== 'provider') return;
     const format = decision.invalid !== null && (decision.invalid.error === 'invalid_fields' || decision.invalid.error === 'unknown_tool');
-    this.formatErrors = format ? this.formatErrors + 1 : 0;
-    if (this.formatErrors > MAX_FORMAT_ERRORS) throw new RunStop('failed', 'model_error', `more than ${MAX_FORMAT_ERRORS} malformed calls in a row`);
+    this.s.format_errors = format ? this.s.format_errors + 1 : 0;
+    if (this.s.format_errors > MAX_FORMAT_ERRORS) throw new RunStop('failed', 'model_error', `more than ${MAX_FORMAT_ERRORS} malformed calls in a row`);
   }
 
   /**
@@ -378,11 +328,15 @@ class AgentRun {
    * live model), retrying transient errors at most twice, after the delay the provider asked for.
    */
   private async decide(toolsEnabled: boolean): Promise<DecisionView[]> {
-    const live = this.source.kind === 'provider';
+    const source = this.s.source!;
+    const live = source.kind === 'provider';
     for (let retries = 0; ; retries++) {
-      const messages = this.steering.splice(0);
-      for (const message of messages) this.transcript.append.push({ message });
-      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages, ...(retries > 0 ? { retry: retries } : {}) });
+      const messages = this.s.steering.splice(0);
+      for (const message of messages) this.s.transcript.append.push({ message });
+      // Messages about tasks are pinned: compaction never drops them.
+      const notes = this.s.task_messages.splice(0);
+      for (const message of notes) this.s.transcript.append.push({ message, pinned: true });
+      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...(retries > 0 ? { retry: retries } : {}) });
       const result: DecideResult = await this.act.decide.executeWithOptions(
         {
           startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
@@ -393,17 +347,18 @@ class AgentRun {
         [
           {
             run_id: this.ref.run_id,
-            source: this.source,
-            cursor: this.cursor,
+            source,
+            cursor: this.s.cursor,
             turn: this.view.counters.turns,
             retry: retries,
             tools_enabled: toolsEnabled,
-            transcript: this.transcript,
+            orchestrating: this.input.subruns !== undefined,
+            transcript: this.s.transcript,
             facts: live ? this.facts(toolsEnabled) : null,
           },
         ],
       );
-      this.transcript = { head: result.head, append: [] };
+      this.s.transcript = { head: result.head, append: [] };
       if (result.usage) this.addUsage(result.usage);
       switch (result.kind) {
         case 'exhausted':
@@ -411,18 +366,18 @@ class AgentRun {
         case 'refused':
           throw new RunStop('failed', 'model_refused', result.detail);
         case 'decisions':
-          this.cursor = result.cursor;
-          this.notice = null;
+          this.s.cursor = result.cursor;
+          this.s.notice = null;
           return result.decisions;
         case 'model_error': {
-          this.cursor = result.cursor;
-          if (result.ref !== null) this.transcript.append.push({ decision: result.ref });
+          this.s.cursor = result.cursor;
+          if (result.ref !== null) this.s.transcript.append.push({ decision: result.ref });
           if (!result.transient) throw new RunStop('failed', 'model_error', result.detail);
           if (retries >= MAX_MODEL_RETRIES) throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries: ${result.detail}`);
           this.view.counters.model_retries++;
           const delay = result.retry_after_ms ?? (live ? 500 * 2 ** retries : 0);
           this.trace.add('model_retry', { attempt: retries + 1, detail: result.detail, delay_ms: delay });
-          this.notice = result.cut_off ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter' : null;
+          this.s.notice = result.cut_off ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter' : null;
           if (delay > 0) await wf.sleep(delay);
         }
       }
@@ -438,20 +393,17 @@ class AgentRun {
       turn: this.view.counters.turns,
       counters: { turns: this.view.counters.turns, tool_calls: this.view.counters.tool_calls, writes: this.view.counters.writes },
       budgets: this.budgets,
-      plan: this.plan,
+      plan: this.s.plan,
       pending_action: pending ? { action_id: pending.action_id, path: pending.path, before: pending.before, after: pending.after } : null,
       verification: v ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance } : null,
-      notice: toolsEnabled ? this.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
+      notice: toolsEnabled ? this.s.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
+      tasks: this.view.subruns?.tasks ?? null,
+      orchestrating: this.input.subruns !== undefined,
     });
   }
 
-  private addUsage(step: UsageStep): void {
-    const u = (this.view.usage ??= { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: 0 });
-    u.model_calls++;
-    u.input_tokens += step.input_tokens;
-    u.output_tokens += step.output_tokens;
-    u.cached_tokens += step.cached_tokens;
-    u.cost_usd = u.cost_usd === null || step.cost_usd === null ? null : u.cost_usd + step.cost_usd;
+  private addUsage(step: Usage): void {
+    this.view.usage = addUsage(this.view.usage, step);
   }
 
   /** After the turn limit: one more decision with tools disabled, kept as the run's summary. */
@@ -460,12 +412,12 @@ class AgentRun {
       for (const decision of await this.decide(false)) {
         if (decision.kind === 'final') this.view.wrap_up = decision.text;
         if (decision.kind !== 'tool') {
-          this.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           continue;
         }
         // Tools are disabled: a call still gets its one result, and does not run.
-        this.inFlight = { call_id: decision.call?.call_id ?? decision.invalid!.call_id, decision_ref: decision.ref, reply: decision.reply };
-        this.observe(errorResult(this.inFlight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }), false);
+        this.s.in_flight = { call_id: decision.call?.call_id ?? decision.invalid!.call_id, decision_ref: decision.ref, reply: decision.reply };
+        this.observe(errorResult(this.s.in_flight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }), false);
       }
       this.trace.add('wrap_up_recorded', { summary: this.view.wrap_up });
     } catch (err) {
@@ -479,7 +431,7 @@ class AgentRun {
   private async toolCall(decision: Extract<DecisionView, { kind: 'tool' }>, interrupted: string | null): Promise<ToolResult> {
     const callId = decision.call?.call_id ?? decision.invalid!.call_id;
     this.trace.add('tool_proposed', { call: decision.raw, ref: decision.ref }, { call_id: callId });
-    this.inFlight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
+    this.s.in_flight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
     // A reply with more calls than the budget has left: the rest get a result and do not run.
     if (this.view.counters.tool_calls >= this.budgets.max_tool_calls) return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
     this.view.counters.tool_calls++;
@@ -487,6 +439,7 @@ class AgentRun {
     const call = decision.call;
     if (interrupted !== null) return this.interruptedResult(callId, interrupted);
     if (call.name === 'apply_patch') return this.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
+    if (isOrchestrationTool(call.name)) return this.tasks.call(decision.ref, decision.reply, call);
     // The call's own limit only: the deadline is the workflow timer's, which cancels the call, so
     // a call cut by the deadline gets the harness's result rather than a tool timeout.
     const timeout = this.budgets.call_timeout_s * 1000;
@@ -499,7 +452,7 @@ class AgentRun {
       },
       [this.ref, call, timeout],
     );
-    if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.wroteWritable) this.view.red_observed = true;
+    if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.s.wrote_writable) this.view.red_observed = true;
     return result;
   }
 
@@ -515,10 +468,10 @@ class AgentRun {
     if (counted && result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
     const view = resultView(result, result.ref ?? null);
     this.trace.add('tool_observed', view, { call_id: result.call_id });
-    const inFlight = this.inFlight;
-    this.inFlight = null;
+    const inFlight = this.s.in_flight;
+    this.s.in_flight = null;
     if (inFlight !== null) {
-      this.transcript.append.push({ decision: inFlight.decision_ref, reply: inFlight.reply, result: view.ref !== null ? { ref: view.ref } : { inline: result } });
+      this.s.transcript.append.push({ decision: inFlight.decision_ref, reply: inFlight.reply, result: view.ref !== null ? { ref: view.ref } : { inline: result } });
     }
   }
 
@@ -544,33 +497,37 @@ class AgentRun {
     return this.approveAndWrite({ decision_ref: decisionRef, reply, call, action, policy });
   }
 
-  private async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
+  /** Approval, then the write (a patch, or a task's merge), each keyed by its action_id. */
+  async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
     const { call, action } = pending;
     const decision = await this.awaitApproval(pending);
     if (decision === 'interrupted') {
-      const reason = this.interrupted ?? 'interrupted';
-      this.interrupted = null;
+      const reason = this.s.interrupted ?? 'interrupted';
+      this.s.interrupted = null;
       return this.interruptedResult(call.call_id, reason);
     }
     if (decision.decision === 'reject') {
       return errorResult(call.call_id, 'approval_rejected', { action_id: action.action_id, principal: decision.principal ?? null, reason: decision.reason ?? null });
     }
-    const outcome = await this.act.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
+    const outcome = pending.merge
+      ? await this.act.writeMerge.executeWithOptions({ summary: `merge_task ${action.path}` }, [this.ref, action, pending.merge.entries_ref])
+      : await this.act.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
     const ids = { call_id: call.call_id, action_id: action.action_id };
+    const paths = action.paths ?? [action.path];
     switch (outcome.kind) {
       case 'approval_stale':
-        return errorResult(call.call_id, 'approval_stale', { action_id: action.action_id, path: action.path });
+        return errorResult(call.call_id, 'approval_stale', { action_id: action.action_id, path: action.path, ...(action.paths ? { paths } : {}) });
       case 'recovery_uncertain':
-        throw new RunStop('failed', 'recovery_uncertain', `${action.path} matches neither the digest before nor after action ${action.action_id}`);
+        throw new RunStop('failed', 'recovery_uncertain', `${'path' in outcome ? outcome.path : action.path} matches neither the digest before nor after action ${action.action_id}`);
       default:
         this.view.counters.writes++;
-        this.trace.add('action_written', { path: action.path, before: action.before, after: action.after, recovered: outcome.recovered }, ids);
+        this.trace.add('action_written', { path: action.path, ...(action.paths ? { paths } : {}), before: action.before, after: action.after, recovered: outcome.recovered }, ids);
         if (outcome.receipted) {
           this.view.counters.receipts++;
           this.trace.add('action_receipt', { path: action.path }, ids);
         }
-        if (this.ref.fixture.writable.includes(action.path)) this.wroteWritable = true;
-        return okResult(call.call_id, { action_id: action.action_id, path: action.path, before: action.before, after: action.after });
+        if (paths.some((p) => this.ref.fixture.writable.includes(p))) this.s.wrote_writable = true;
+        return okResult(call.call_id, { action_id: action.action_id, path: action.path, ...(action.paths ? { paths, task_id: pending.merge?.task_id } : {}), before: action.before, after: action.after });
     }
   }
 
@@ -591,17 +548,17 @@ class AgentRun {
     // No worker resources are held while waiting: this is a durable condition on workflow state.
     // A wait can be long and signals (ignored approvals, steering) grow its history: when Temporal
     // suggests continue-as-new, the next segment waits instead, with the pending action carried.
-    const answered = () => this.approval !== null || this.interrupted !== null;
-    this.approvalDeadlineAt ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
-    this.waitingSince = workflowTime();
-    const inTime = await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested, Math.max(1, this.approvalDeadlineAt - workflowTime()));
+    const answered = () => this.s.approval !== null || this.s.interrupted !== null;
+    this.s.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
+    this.s.waiting_since = workflowTime();
+    const inTime = await wf.condition(() => answered() || this.mayContinueAsNew(), Math.max(1, this.s.approval_deadline_at - workflowTime()));
     this.resumeDeadline();
     if (!inTime) throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S} s`);
     if (!answered()) await this.continueAsNew(pending);
-    this.approvalDeadlineAt = null;
-    const decision = this.approval;
+    this.s.approval_deadline_at = null;
+    const decision = this.s.approval;
     this.view.pending_approval = null;
-    this.approval = null;
+    this.s.approval = null;
     this.setStatus('running');
     return decision ?? 'interrupted';
   }
@@ -612,12 +569,13 @@ class AgentRun {
     const ignore = (why: string, actionId?: string) => this.trace.add('approval_ignored', { reason: why }, actionId ? { action_id: actionId } : {});
     if (!parsed.success) return void ignore(`invalid approval payload: ${formatIssues(parsed.error)}`);
     const signal = parsed.data;
-    if (pending === null || this.approval !== null) return void ignore('no approval is pending', signal.action_id);
+    if (this.repeated(signal.message_id)) return;
+    if (pending === null || this.s.approval !== null) return void ignore('no approval is pending', signal.action_id);
     if (signal.action_id !== pending.action_id) return void ignore('action_id does not match the pending action', signal.action_id);
     if (signal.args_digest !== pending.args_digest || signal.workspace_digest !== pending.workspace_digest) {
       return void ignore('digests do not match the pending action', signal.action_id);
     }
-    this.approval = signal;
+    this.s.approval = signal;
     this.trace.add(
       'approval_recorded',
       { decision: signal.decision, principal: signal.principal ?? null, reason: signal.reason ?? null, args_digest: signal.args_digest, workspace_digest: signal.workspace_digest },
@@ -628,6 +586,7 @@ class AgentRun {
   // ---- verification, continue-as-new and the end ----
 
   private async verify(finalText: string): Promise<RunStop> {
+    this.view.final_summary = brief(finalText) as string;
     this.setStatus('verifying');
     this.trace.add('verification_started', { final: finalText });
     const timeout = Math.max(1000, this.msLeft());
@@ -668,28 +627,10 @@ class AgentRun {
     // trace events (stored again first if a burst of them made those many).
     while (this.trace.unstoredBytes() > TRACE_CARRY_BYTES) await this.storeTrace();
     this.view.segment++;
-    const carried: Carried = {
-      ref: this.ref,
-      view: this.view,
-      source: this.source,
-      deadline_at: this.deadlineAt,
-      next_seq: this.trace.next,
-      unstored_trace: this.trace.unstored(),
-      cursor: this.cursor,
-      transcript: this.transcript,
-      approval: this.approval,
-      interrupted: this.interrupted,
-      steering: this.steering,
-      wrote_writable: this.wroteWritable,
-      pending_write: pendingWrite,
-      approval_deadline_at: this.approvalDeadlineAt,
-      reply_rest: pendingWrite ? this.replyRest : [],
-      turn_interrupted: this.turnInterrupted,
-      plan: this.plan,
-      format_errors: this.formatErrors,
-      host_queue: this.hostQueue,
-    };
-    return wf.continueAsNew<typeof agentRun>(this.input, carried);
+    this.s.pending_write = pendingWrite;
+    if (pendingWrite === null) this.s.reply_rest = [];
+    this.s.trace = this.trace.carried();
+    return wf.continueAsNew<typeof agentRun>(this.input, this.s);
   }
 
   /** Stores the trace events held only here, and the transcript entries not stored yet. */
@@ -700,10 +641,10 @@ class AgentRun {
       const last = i === batches.length - 1;
       const head = await this.act.persist.executeWithOptions(
         { summary: `store ${events.length} trace events` },
-        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.transcript : { head: this.transcript.head, append: [] } }],
+        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] } }],
       );
       this.trace.markStored(events.length);
-      if (last) this.transcript = { head, append: [] };
+      if (last) this.s.transcript = { head, append: [] };
     }
   }
 
@@ -713,13 +654,14 @@ class AgentRun {
    */
   private async withDeadline(body: () => Promise<RunStop>): Promise<RunStop> {
     const loopScope = new wf.CancellationScope();
+    this.loopScope = loopScope;
     const timerScope = new wf.CancellationScope();
     timerScope
       .run(async () => {
         // The deadline bounds the agent's working time: it does not run while a person decides.
         for (;;) {
           await wf.sleep(Math.max(1, this.msLeft()));
-          if (this.waitingSince !== null) await wf.condition(() => this.waitingSince === null);
+          if (this.s.waiting_since !== null) await wf.condition(() => this.s.waiting_since === null);
           else if (this.msLeft() <= 0) return;
         }
       })
@@ -732,6 +674,8 @@ class AgentRun {
       return await loopScope.run(body);
     } catch (err) {
       if (err instanceof RunStop) return err;
+      // A parent stopped this task's run: its cut-off call gets its result in finish().
+      if (isCancellation(err) && this.s.stop !== null) return new RunStop('cancelled', 'interrupted', this.s.stop);
       if (isCancellation(err)) {
         if (wf.CancellationScope.current().consideredCancelled) return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
         if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
@@ -739,12 +683,13 @@ class AgentRun {
       if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
       // A non-retryable activity failure still ends the run with a status and a reason.
       if (err instanceof wf.ActivityFailure && err.cause instanceof ApplicationFailure) {
-        const reason = ACTIVITY_FAILURE_REASONS[err.cause.type ?? ''] ?? 'activity_failed';
+        const reason = activityFailureReason(err.cause.type);
         return new RunStop('failed', reason, err.cause.message);
       }
       throw err;
     } finally {
       timerScope.cancel();
+      this.loopScope = null;
     }
   }
 
@@ -754,8 +699,8 @@ class AgentRun {
    * the AgentStatus search attribute as cancelled), so its record stays in its result.
    */
   async finish(stop: RunStop): Promise<RunOutcome> {
-    if (this.inFlight !== null) {
-      this.observe(errorResult(this.inFlight.call_id, 'interrupted', { reason: `not completed: the run ended (${stop.reason})`, run_end: stop.reason }), false);
+    if (this.s.in_flight !== null) {
+      this.observe(errorResult(this.s.in_flight.call_id, 'interrupted', { reason: `not completed: the run ended (${stop.reason})`, run_end: stop.reason }), false);
     }
     this.view.pending_approval = null;
     this.view.reason = stop.reason === '' ? null : stop.reason;
@@ -765,7 +710,7 @@ class AgentRun {
     if (!this.hostLost) {
       const stored = await this.onHost(() =>
         wf.CancellationScope.nonCancellable(async () => {
-          if (this.view.verification === null && this.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
+          if (this.view.verification === null && this.s.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
           await this.storeTrace();
           return true;
         }),
@@ -775,13 +720,13 @@ class AgentRun {
     }
     this.setStatus(stop.status);
     const record = buildRecord(this.view);
-    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.transcript.head };
+    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.s.transcript.head, cursor: this.s.cursor };
   }
 
   // ---- small helpers ----
 
   private pinTo(queue: string | null): void {
-    this.hostQueue = queue;
+    this.s.host_queue = queue;
     this.act = hostActivities(queue, this.input.host_lost_s);
   }
 
@@ -803,11 +748,18 @@ class AgentRun {
   }
 
   private hostLostDetail(): string {
-    return `no worker of ${this.hostQueue ?? 'the shared queue'} took the run's next task within ${this.input.host_lost_s ?? DEFAULT_HOST_LOST_S} s: the host that holds the workspace is gone`;
+    return `no worker of ${this.s.host_queue ?? 'the shared queue'} took the run's next task within ${this.input.host_lost_s ?? DEFAULT_HOST_LOST_S} s: the host that holds the workspace is gone`;
   }
 
   private setStatus(status: RunStatus): void {
+    const changed = this.view.status !== status;
     this.view.status = status;
+    // A task's run tells its parent how it is doing; its outcome goes back as its result.
+    const parent = this.view.parent;
+    if (parent !== null && changed && !TERMINAL_STATUSES.has(status)) {
+      const update = { task_id: parent.task_id, status, pending_path: this.view.pending_approval?.path ?? null, run_id: this.view.run_id };
+      void wf.getExternalWorkflowHandle(parent.workflow_id).signal(taskUpdateSignal, update).catch(() => undefined);
+    }
     wf.upsertSearchAttributes([
       { key: STATUS_ATTRIBUTE, value: status },
       ...(TERMINAL_STATUSES.has(status) && this.view.reason ? [{ key: REASON_ATTRIBUTE, value: this.view.reason }] : []),
@@ -816,16 +768,28 @@ class AgentRun {
 
   /** Ends a wait for a person: the time it took is added to the deadline. */
   private resumeDeadline(): void {
-    if (this.waitingSince === null) return;
-    this.deadlineAt += workflowTime() - this.waitingSince;
-    this.waitingSince = null;
+    if (this.s.waiting_since === null) return;
+    this.s.deadline_at += workflowTime() - this.s.waiting_since;
+    this.s.waiting_since = null;
+  }
+
+  /** Temporal suggests a new segment, and no task runs (its outcome would be lost with this segment). */
+  private mayContinueAsNew(): boolean {
+    return wf.workflowInfo().continueAsNewSuggested && !this.tasks.active();
   }
 
   private msLeft(): number {
-    return this.deadlineAt - workflowTime();
+    return this.s.deadline_at - workflowTime();
   }
 }
 
 function summarize(call: CallView): string {
   return call.path !== null ? `${call.name} ${call.path}` : call.name;
+}
+
+/** A query's request as a client sent it: only whole numbers are taken. */
+function cleanRequest(request: unknown): TraceRequest {
+  const r = (request ?? {}) as Record<string, unknown>;
+  const whole = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? Math.floor(v) : undefined);
+  return { after: whole(r.after), limit: whole(r.limit), tail: whole(r.tail) };
 }

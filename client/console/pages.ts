@@ -15,7 +15,7 @@ pre.diff{background:#fafafa;border:1px solid #ddd;padding:.5em;overflow:auto}pre
 .add{background:#e6ffec;color:#116329}.del{background:#ffebe9;color:#82071e}.hunk{color:#6639ba}
 .notice{border:1px solid #d4a72c;background:#fff8c5;padding:.5em 1em;border-radius:6px}
 .ok{border-color:#1a7f37;background:#dafbe1}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}
-button{font-size:14px;padding:.3em 1em;margin-right:.5em}ol.trace{font-size:12px;font-family:ui-monospace,monospace}`;
+button{font-size:14px;padding:.3em 1em;margin-right:.5em}.who{float:right}.who button{margin:0 0 0 .5em}ol.trace{font-size:12px;font-family:ui-monospace,monospace}`;
 
 function page(title: string, body: string, refreshS?: number): string {
   return `<!doctype html>
@@ -25,15 +25,34 @@ function page(title: string, body: string, refreshS?: number): string {
 `;
 }
 
-export function loginPage(token: string, error?: string): string {
+/**
+ * The sign-in form. With a one-time code (from the link the console printed) it asks only for a
+ * name and posts the code back; without one it asks for the console token, typed by hand. The
+ * token is never placed in a page.
+ */
+export function loginPage(o: { code?: string; error?: string } = {}): string {
+  const credential = o.code
+    ? `<input type="hidden" name="code" value="${esc(o.code)}"><p>This sign-in link works once, within a few minutes of the console printing it.</p>`
+    : `<p><label>Console token (the first line of the console's token file)
+<input type="password" name="token" id="token" required autocomplete="off" maxlength="200"></label></p>`;
   return page(
     'Sign in: agent console',
-    `<h1>Agent console</h1>${error ? `<p class="notice">${esc(error)}</p>` : ''}
-<form method="post" action="/login"><input type="hidden" name="token" value="${esc(token)}">
+    `<h1>Agent console</h1>${o.error ? `<p class="notice" id="error">${esc(o.error)}</p>` : ''}
+<form method="post" action="/login" id="sign-in">${credential}
 <p><label>Your name (recorded as <code>console:&lt;name&gt;</code> with each approval)
 <input name="name" id="name" required pattern="[A-Za-z0-9_.\\-]{1,64}" maxlength="64" autofocus></label></p>
-<p><button type="submit">Sign in</button></p></form>`,
+<p><button type="submit" id="sign-in-button">Sign in</button></p></form>`,
   );
+}
+
+/** Who is signed in, and the sign-out button (a POST carrying the session's CSRF token). */
+function signedIn(user: string, csrf: string): string {
+  return `<form method="post" action="/logout" id="sign-out" class="who">Signed in as <code>console:${esc(user)}</code>.
+<input type="hidden" name="csrf" value="${esc(csrf)}"> <button type="submit" id="sign-out-button">Sign out</button></form>`;
+}
+
+export function signInFirstPage(text: string): string {
+  return page('Sign in first', `<h1>Sign in first</h1><p>${esc(text)}</p><p><a href="/login">Sign in</a></p>`);
 }
 
 export function messagePage(title: string, text: string): string {
@@ -64,7 +83,7 @@ function age(from: Date | null, now: Date): string {
 
 const runLink = (id: string) => `/runs/${encodeURIComponent(id)}`;
 
-export function listPage(user: string, pending: PendingRow[], finished: FinishedRow[], now: Date): string {
+export function listPage(user: string, csrf: string, pending: PendingRow[], finished: FinishedRow[], now: Date): string {
   const rows = pending
     .map(
       (r) => `<tr class="pending"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a></td><td>${esc(r.fixture)}</td><td>${esc(r.path)}</td><td>${age(r.started, now)}</td>
@@ -78,7 +97,7 @@ export function listPage(user: string, pending: PendingRow[], finished: Finished
     .join('\n');
   return page(
     'Agent console',
-    `<h1>Agent console</h1><p>Signed in as <code>console:${esc(user)}</code>. This page refreshes every 5 s.</p>
+    `${signedIn(user, csrf)}<h1>Agent console</h1><p>This page refreshes every 5 s.</p>
 <h2>Awaiting approval (${pending.length})</h2>
 ${pending.length === 0 ? '<p id="no-pending">No run is waiting for an approval.</p>' : `<table id="pending"><thead><tr><th>run</th><th>fixture</th><th>pending write</th><th>age</th><th>counters</th></tr></thead><tbody>\n${rows}\n</tbody></table>`}
 <h2>Recently finished</h2>
@@ -114,6 +133,8 @@ export interface CardData {
   web_ui: string | null;
   csrf: string;
   user: string;
+  /** This rendering's own token, sent with the decision as its message id. */
+  form_token: string;
 }
 
 function describe(e: TraceEvent): string {
@@ -126,7 +147,7 @@ function describe(e: TraceEvent): string {
   return `${e.seq} ${e.type}${e.call_id ? ` ${e.call_id}` : ''}${e.action_id ? ` ${e.action_id.slice(0, 12)}` : ''}${bits.length ? ` ${bits.join(' ')}` : ''}`;
 }
 
-function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string): string {
+function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string, formToken: string): string {
   const action = `/runs/${encodeURIComponent(id)}/approval`;
   return `<section id="card"><h2>Pending write: <code id="path">${esc(p.path)}</code></h2>
 <dl><dt>action id</dt><dd class="digest" id="action-id">${esc(p.action_id)}</dd>
@@ -138,6 +159,7 @@ function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string)
 <pre class="diff" id="diff">${diffHtml(p.diff)}</pre>${p.diff_truncated ? '<p>(the diff is cut short)</p>' : ''}
 <form method="post" action="${action}" id="decide">
 <input type="hidden" name="csrf" value="${esc(csrf)}">
+<input type="hidden" name="message_id" value="${esc(formToken)}">
 <input type="hidden" name="action_id" value="${esc(p.action_id)}">
 <input type="hidden" name="args_digest" value="${esc(p.args_digest)}">
 <input type="hidden" name="workspace_digest" value="${esc(p.workspace_digest)}">
@@ -154,7 +176,7 @@ export function cardPage(c: CardData, notice: Notice | null): string {
   const [cls, text] = notice ? NOTICES[notice] : ['', ''];
   return page(
     `${c.workflow_id}: agent console`,
-    `<p><a href="/">&larr; all runs</a></p>
+    `${signedIn(c.user, c.csrf)}<p><a href="/">&larr; all runs</a></p>
 <h1>Run <code>${esc(c.workflow_id)}</code></h1>
 ${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(text)}</p>` : ''}
 <dl><dt>status</dt><dd id="status">${esc(v.status)}${v.reason ? ` / ${esc(v.reason)}` : ''}</dd>
@@ -163,7 +185,7 @@ ${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(t
 <dt>counters</dt><dd>${v.counters.turns} turns, ${v.counters.tool_calls} tool calls, ${v.counters.writes} writes, ${v.counters.receipts} receipts</dd>
 <dt>approver</dt><dd>${esc(v.approver)}</dd>
 <dt>Web UI</dt><dd>${c.web_ui ? `<a id="web-ui" href="${esc(c.web_ui)}" rel="noreferrer">this run in the Temporal Web UI</a>` : 'address not known'}</dd></dl>
-${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf, c.user) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
+${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf, c.user, c.form_token) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
 <h2>Recent trace</h2><ol class="trace" id="trace">${recent.map((e) => `<li>${esc(describe(e))}</li>`).join('')}</ol>`,
   );
 }

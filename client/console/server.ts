@@ -4,25 +4,30 @@
  * Approve / Reject that send the `approval` Signal with the digests the page displayed and the
  * principal `console:<name>` of the signed-in person.
  *
- * Security: every request needs a session made from the console's token (`/login?token=...`);
- * state changes are POST with the session's CSRF token; cookies are HttpOnly and SameSite=Strict;
- * pages carry a CSP that allows no script and no foreign form target; on loopback, requests for
- * any other host name are refused.
+ * Security: every page needs a session. A session is made only by a POST to /login carrying
+ * either the console token, typed into the form, or a one-time code from the link the console
+ * printed; the token itself never travels in a URL (a GET of `/login?token=...` signs nobody in).
+ * A code works once, within 10 minutes, and only a POST uses it up, so a link prefetcher that
+ * GETs it burns nothing. Sessions end after 12 hours idle or on sign-out (both times are options),
+ * and at most 100 are kept (the least recently used goes first). State changes, sign-out included, are POST with the
+ * session's CSRF token; cookies are HttpOnly and SameSite=Strict; pages carry a CSP that allows
+ * no script and no foreign form target; on loopback, requests for any other host name are
+ * refused. Codes and sessions live in memory (sign-in.ts): a restart signs everyone out.
  */
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import type { Client, WorkflowExecutionInfo } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client, type WorkflowExecutionInfo } from '@temporalio/client';
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { RunView } from '../../core/run-view';
+import { MESSAGE_ID } from '../../core/contracts';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../../core/search-attributes';
-import type { TraceEvent } from '../../core/trace';
-import type { RunOutcome } from '../../workflows';
-import { cardPage, listPage, loginPage, messagePage, type FinishedRow, type Notice, type PendingRow } from './pages';
+import { queryState, queryTrace, readRun, runHandle, runsQuery, sendApproval } from '../run-access';
+import { cardPage, listPage, loginPage, messagePage, signInFirstPage, type FinishedRow, type Notice, type PendingRow } from './pages';
+import { Sessions, SignInCodes, type Session } from './sign-in';
 
 export interface ConsoleOptions {
   client: Client;
-  /** The console's secret; a session is made only by presenting it. */
+  /** The console's secret: typed into the sign-in form, it makes a session. */
   token: string;
   host: string;
   port: number;
@@ -31,12 +36,25 @@ export interface ConsoleOptions {
   namespace: string;
   /** How long an approval waits for the run to confirm it (recorded or ignored). */
   confirmMs?: number;
+  /** The clock of sessions and sign-in codes, in ms since the epoch; tests inject one to show expiry. */
+  now?: () => number;
+  /** A session ends after this long without a request (default 12 hours). */
+  sessionIdleMs?: number;
+  /** A sign-in code is good for this long after it was made (default 10 minutes). */
+  codeTtlMs?: number;
 }
 
 export interface RunningConsole {
   url: string;
+  /** A sign-in link with a fresh one-time code, `<url>/login?code=...`; it never carries the token. */
+  signInLink(): string;
   close(): Promise<void>;
 }
+
+export const SESSION_IDLE_MS = 12 * 3600_000;
+export const CODE_TTL_MS = 10 * 60_000;
+export const MAX_SESSIONS = 100;
+const MAX_CODES = 100;
 
 const COOKIE = 'agent_console';
 const NAME = /^[A-Za-z0-9_.-]{1,64}$/;
@@ -48,12 +66,12 @@ const decisionForm = z.strictObject({
   workspace_digest: digest,
   decision: z.enum(['approve', 'reject']),
   reason: z.string().max(2000).optional(),
+  /** The form's own token: the approval's message id. */
+  message_id: MESSAGE_ID.optional(),
 });
 
-interface Session {
-  name: string;
-  csrf: string;
-}
+/** Trace events shown on a run's card. */
+const RECENT_EVENTS = 30;
 
 /** Constant-time comparison of two secrets of any length. */
 function same(a: string, b: string): boolean {
@@ -73,7 +91,9 @@ export const isLoopback = (host: string) => host === 'localhost' || host === '::
 
 export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
   if (o.token.length < 16) throw new Error('the console token must be at least 16 characters');
-  const sessions = new Map<string, Session>();
+  const now = o.now ?? Date.now;
+  const sessions = new Sessions(now, o.sessionIdleMs ?? SESSION_IDLE_MS, MAX_SESSIONS);
+  const codes = new SignInCodes(now, o.codeTtlMs ?? CODE_TTL_MS, MAX_CODES);
   const app = Fastify({ logger: false, bodyLimit: 16 * 1024 });
   app.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_req, body, done) => {
     done(null, Object.fromEntries(new URLSearchParams(body as string)));
@@ -95,77 +115,106 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
   });
 
   const html = (reply: FastifyReply, code: number, body: string) => reply.code(code).type('text/html; charset=utf-8').send(body);
-  const session = (req: FastifyRequest): Session | null => {
+  /** The request's live session, its idle timer restarted. */
+  const session = (req: FastifyRequest): { sid: string; s: Session } | null => {
     const sid = cookieOf(req);
-    return sid === null ? null : (sessions.get(sid) ?? null);
+    const s = sid === null ? null : sessions.touch(sid);
+    return s === null ? null : { sid: sid!, s };
   };
-  const denied = (reply: FastifyReply) => html(reply, 401, messagePage('Sign in first', 'Every page needs a session: open the sign-in link the console printed at start.'));
+  const clearCookie = (reply: FastifyReply) => reply.header('set-cookie', `${COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0`);
+  const denied = (req: FastifyRequest, reply: FastifyReply) => {
+    if (cookieOf(req) !== null) clearCookie(reply);
+    return html(reply, 401, signInFirstPage('Every page needs a session: open the one-time link the console printed, or sign in with the console token. A session ends after a long idle spell or on sign-out.'));
+  };
+  const badName = 'A name is 1 to 64 letters, digits, dots, dashes or underscores.';
+  const usedUp = 'That sign-in link is used up or expired: a link works once, within minutes of the console printing it. Sign in with the console token instead.';
 
   app.get('/login', async (req, reply) => {
-    const token = String((req.query as Record<string, unknown>).token ?? '');
-    if (!same(token, o.token)) return html(reply, 401, messagePage('Not signed in', 'That sign-in link does not carry the console token.'));
-    return html(reply, 200, loginPage(token));
+    const query = req.query as Record<string, unknown>;
+    // The token never signs in from an address (it would sit in history, logs and Referer headers),
+    // and it is not echoed into the form either.
+    if (query.token !== undefined) return html(reply, 400, loginPage({ error: 'The console token is not taken from an address: type it here.' }));
+    if (query.code === undefined) return html(reply, 200, loginPage());
+    const code = String(query.code);
+    // Looking at a code does not use it: only the form's POST does.
+    return codes.valid(code) ? html(reply, 200, loginPage({ code })) : html(reply, 401, loginPage({ error: usedUp }));
   });
   app.post('/login', async (req, reply) => {
     const body = (req.body ?? {}) as Record<string, unknown>;
-    const token = String(body.token ?? '');
-    if (!same(token, o.token)) return html(reply, 401, messagePage('Not signed in', 'The console token is wrong.'));
     const name = String(body.name ?? '');
-    if (!NAME.test(name)) return html(reply, 400, loginPage(token, 'A name is 1 to 64 letters, digits, dots, dashes or underscores.'));
-    const sid = randomBytes(32).toString('base64url');
-    sessions.set(sid, { name, csrf: randomBytes(32).toString('base64url') });
-    reply.header('set-cookie', `${COOKIE}=${sid}; HttpOnly; SameSite=Strict; Path=/`);
+    if (typeof body.code === 'string' && body.code !== '') {
+      const code = body.code;
+      if (!codes.valid(code)) return html(reply, 401, loginPage({ error: usedUp }));
+      if (!NAME.test(name)) return html(reply, 400, loginPage({ code, error: badName }));
+      codes.use(code);
+    } else {
+      if (!same(String(body.token ?? ''), o.token)) return html(reply, 401, loginPage({ error: 'The console token is wrong.' }));
+      if (!NAME.test(name)) return html(reply, 400, loginPage({ error: badName }));
+    }
+    reply.header('set-cookie', `${COOKIE}=${sessions.open(name)}; HttpOnly; SameSite=Strict; Path=/`);
     return reply.code(303).header('location', '/').send();
+  });
+  app.post('/logout', async (req, reply) => {
+    const current = session(req);
+    if (current === null) return denied(req, reply);
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    if (typeof body.csrf !== 'string' || !same(body.csrf, current.s.csrf)) return html(reply, 403, messagePage('Refused', 'The form did not carry this session\'s CSRF token; you are still signed in.'));
+    sessions.end(current.sid);
+    clearCookie(reply);
+    return reply.code(303).header('location', '/login').send();
   });
 
   app.get('/', async (req, reply) => {
-    const s = session(req);
-    if (s === null) return denied(reply);
+    const s = session(req)?.s;
+    if (!s) return denied(req, reply);
     const [pending, finished] = await Promise.all([pendingRuns(o.client), finishedRuns(o.client)]);
-    return html(reply, 200, listPage(s.name, pending, finished, new Date()));
+    return html(reply, 200, listPage(s.name, s.csrf, pending, finished, new Date()));
   });
 
   app.get('/runs/:id', async (req, reply) => {
-    const s = session(req);
-    if (s === null) return denied(reply);
+    const s = session(req)?.s;
+    if (!s) return denied(req, reply);
     const id = (req.params as { id: string }).id;
     const notice = String((req.query as Record<string, unknown>).notice ?? '');
     let run;
     try {
-      run = await readRun(o.client, id);
+      run = await readRun(runHandle(o.client, id), { tail: RECENT_EVENTS });
     } catch (err) {
-      const missing = (err as Error).name === 'WorkflowNotFoundError';
+      const missing = err instanceof WorkflowNotFoundError;
       return html(reply, missing ? 404 : 503, messagePage(missing ? 'No such run' : 'Run not readable', missing ? `There is no run ${id}.` : `Run ${id}: ${(err as Error).message}`));
     }
     const webUi = o.webUi ? `${o.webUi}/namespaces/${encodeURIComponent(o.namespace)}/workflows/${encodeURIComponent(id)}` : null;
     const known: Notice[] = ['approved', 'rejected', 'stale', 'unanswered'];
-    return html(reply, 200, cardPage({ workflow_id: id, ...run, web_ui: webUi, csrf: s.csrf, user: s.name }, known.includes(notice as Notice) ? (notice as Notice) : null));
+    // The form's token is the approval's message id: the same form posted twice is taken once.
+    const formToken = `console-${randomBytes(12).toString('base64url')}`;
+    return html(reply, 200, cardPage({ workflow_id: id, view: run.view, trace: run.trace, web_ui: webUi, csrf: s.csrf, user: s.name, form_token: formToken }, known.includes(notice as Notice) ? (notice as Notice) : null));
   });
 
   app.post('/runs/:id/approval', async (req, reply) => {
-    const s = session(req);
-    if (s === null) return denied(reply);
+    const s = session(req)?.s;
+    if (!s) return denied(req, reply);
     const id = (req.params as { id: string }).id;
     const body = (req.body ?? {}) as Record<string, unknown>;
     if (typeof body.csrf !== 'string' || !same(body.csrf, s.csrf)) return html(reply, 403, messagePage('Refused', 'The form did not carry this session\'s CSRF token; nothing was sent.'));
     const form = decisionForm.safeParse(Object.fromEntries(Object.entries(body).filter(([k, v]) => !(k === 'reason' && v === ''))));
     if (!form.success) return html(reply, 400, messagePage('Refused', `The form is not an approval: ${form.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`));
     const f = form.data;
-    const handle = o.client.workflow.getHandle(id);
+    const handle = runHandle(o.client, id);
     let before: number;
     try {
-      before = Math.max(0, ...(await o.client.withDeadline(Date.now() + 5000, () => handle.query<TraceEvent[]>('trace'))).map((e) => e.seq));
+      before = (await queryTrace(handle, { tail: 1 })).newest;
     } catch {
       return html(reply, 409, messagePage('Not sent', `Run ${id} is not running, or no worker answers for it; nothing was sent.`));
     }
     try {
-      await handle.signal('approval', {
+      await sendApproval(handle, {
         action_id: f.action_id,
         decision: f.decision,
         args_digest: f.args_digest,
         workspace_digest: f.workspace_digest,
         principal: `console:${s.name}`,
         ...(f.reason ? { reason: f.reason } : {}),
+        ...(f.message_id ? { message_id: f.message_id } : {}),
       });
     } catch (err) {
       return html(reply, 409, messagePage('Not sent', `Run ${id} did not take the approval: ${(err as Error).message}`));
@@ -177,26 +226,21 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
   await app.listen({ host: o.host, port: o.port });
   const address = app.server.address() as AddressInfo;
   const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  return { url: `http://${shown}:${address.port}`, close: () => app.close() };
+  const url = `http://${shown}:${address.port}`;
+  return { url, signInLink: () => `${url}/login?code=${codes.make()}`, close: () => app.close() };
 }
 
 /** What the run did with the approval: recorded it, or ignored it (stale or forged digests). */
 async function confirmation(client: Client, id: string, actionId: string, afterSeq: number, decision: 'approve' | 'reject', ms: number): Promise<Notice> {
-  const handle = client.workflow.getHandle(id);
+  const handle = runHandle(client, id);
   const until = Date.now() + ms;
   while (Date.now() < until) {
-    const events = await client.withDeadline(Date.now() + 3000, () => handle.query<TraceEvent[]>('trace')).catch(() => null);
+    const events = (await queryTrace(handle, { after: afterSeq }, 3000).catch(() => null))?.events;
     const answer = events?.find((e) => e.seq > afterSeq && e.action_id === actionId && (e.type === 'approval_recorded' || e.type === 'approval_ignored'));
     if (answer) return answer.type === 'approval_ignored' ? 'stale' : decision === 'approve' ? 'approved' : 'rejected';
     await new Promise((r) => setTimeout(r, 200));
   }
   return 'unanswered';
-}
-
-async function readRun(client: Client, id: string): Promise<{ view: RunView; trace: TraceEvent[] }> {
-  const handle = client.workflow.getHandle(id);
-  if ((await handle.describe()).status.name !== 'RUNNING') return { view: ((await handle.result()) as RunOutcome).state, trace: [] };
-  return client.withDeadline(Date.now() + 5000, async () => ({ view: await handle.query<RunView>('state'), trace: await handle.query<TraceEvent[]>('trace') }));
 }
 
 async function listed(client: Client, query: string, most: number): Promise<WorkflowExecutionInfo[]> {
@@ -209,18 +253,18 @@ async function listed(client: Client, query: string, most: number): Promise<Work
 }
 
 async function pendingRuns(client: Client): Promise<PendingRow[]> {
-  const runs = await listed(client, `WorkflowType = 'agentRun' AND ExecutionStatus = 'Running' AND ${STATUS_ATTRIBUTE.name} = 'awaiting_approval'`, 50);
+  const runs = await listed(client, runsQuery(`ExecutionStatus = 'Running' AND ${STATUS_ATTRIBUTE.name} = 'awaiting_approval'`), 50);
   runs.sort((a, b) => b.startTime.getTime() - a.startTime.getTime());
   return Promise.all(
     runs.map(async (w) => {
-      const view = await client.withDeadline(Date.now() + 3000, () => client.workflow.getHandle(w.workflowId).query<RunView>('state')).catch(() => null);
+      const view = await queryState(runHandle(client, w.workflowId), 3000).catch(() => null);
       return { workflow_id: w.workflowId, fixture: w.typedSearchAttributes.get(FIXTURE_ATTRIBUTE) ?? view?.fixture ?? null, started: w.startTime, path: view?.pending_approval?.path ?? null, counters: view?.counters ?? null };
     }),
   );
 }
 
 async function finishedRuns(client: Client): Promise<FinishedRow[]> {
-  const runs = await listed(client, `WorkflowType = 'agentRun' AND ExecutionStatus != 'Running'`, 20);
+  const runs = await listed(client, runsQuery(`ExecutionStatus != 'Running'`), 20);
   runs.sort((a, b) => (b.closeTime?.getTime() ?? 0) - (a.closeTime?.getTime() ?? 0));
   return runs.map((w) => ({
     workflow_id: w.workflowId,

@@ -8,7 +8,6 @@ import { Runtime } from '@temporalio/worker';
 import { openStore, storedTrace } from '../../client/stored-trace';
 import { startDevServer } from '../../host/temporal-server';
 import type { Decision, RunInput, ToolResult } from '../../core/contracts';
-import type { RunView } from '../../core/run-view';
 import type { TraceEvent } from '../../core/trace';
 import type { Limits } from '../../activities/config';
 import { createWorker } from '../../worker';
@@ -16,6 +15,7 @@ import { runtimeLogger } from '../../worker/logger';
 import type { SandboxOptions } from '../../worker/sandbox';
 import type { RunOutcome } from '../../workflows';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
+import { queryState, sendApproval, startRunWithArgs, traceSince } from '../../client/run-access';
 
 let runtimeInstalled = false;
 
@@ -112,7 +112,7 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
   });
   try {
     return await worker.runUntil(async () => {
-      const handle = await env.client.workflow.start('agentRun', { taskQueue, workflowId: `${taskQueue}-run`, args: [input] });
+      const handle = await startRunWithArgs(env.client, [input], { taskQueue, workflowId: `${taskQueue}-run` });
       let done = false;
       const driven = opts.drive?.(handle, () => !done) ?? Promise.resolve();
       try {
@@ -162,7 +162,7 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | null | u
 /** Waits for the next pending approval and returns it (the run is then awaiting_approval). */
 export function pendingApproval(handle: WorkflowHandle, notActionId?: string) {
   return waitFor('a pending approval', async () => {
-    const view = await handle.query<RunView>('state');
+    const view = await queryState(handle);
     const p = view.status === 'awaiting_approval' ? view.pending_approval : null;
     return p && p.action_id !== notActionId ? p : null;
   });
@@ -173,10 +173,10 @@ export async function approveAll(handle: WorkflowHandle, principal = 'user:test'
   let approved = 0;
   let last: string | undefined;
   while ((await handle.describe()).status.name === 'RUNNING') {
-    const view = await handle.query<RunView>('state').catch(() => null);
+    const view = await queryState(handle).catch(() => null);
     const next = view?.status === 'awaiting_approval' ? view.pending_approval : null;
     if (next && next.action_id !== last) {
-      await handle.signal('approval', { action_id: next.action_id, decision: 'approve', args_digest: next.args_digest, workspace_digest: next.workspace_digest, principal });
+      await sendApproval(handle, { action_id: next.action_id, decision: 'approve', args_digest: next.args_digest, workspace_digest: next.workspace_digest, principal });
       last = next.action_id;
       approved++;
     }
@@ -185,7 +185,8 @@ export async function approveAll(handle: WorkflowHandle, principal = 'user:test'
   return approved;
 }
 
-export const traceOf = (handle: WorkflowHandle) => handle.query<TraceEvent[]>('trace');
+/** The events a running run holds in memory. */
+export const traceOf = async (handle: WorkflowHandle) => (await traceSince(handle)).events;
 
 /** A real worker process (`node dist/worker/main.js`), for tests that kill it. */
 export function spawnWorker(env: TestWorkflowEnvironment, taskQueue: string, stateDir: string, extraEnv: Record<string, string> = {}): ChildProcess {

@@ -1,0 +1,124 @@
+/** `eval`: a batch evaluation as a parent workflow; `eval watch`, `eval compare`, `eval --resume`. */
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
+import type { EvalInput, EvalPlan } from '../../workflows/agentEval';
+import { command, UsageError } from '../command';
+import { access, out, webUi } from './shared';
+
+export const evaluate = command({
+  name: 'eval',
+  usage: [
+    'eval <fixtures-dir>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
+    'eval --resume BATCH-ID [--out DIR] [--concurrency N]',
+    'eval watch BATCH-ID',
+    'eval compare REPORT-A REPORT-B [--json]',
+  ],
+  summary:
+    'batch evaluation as a parent workflow: every replay of every fixture, K epochs, approved by a named policy;\n' +
+    'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
+    '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
+    "`watch` shows a running batch's progress; `compare` prints the runs that flipped between two reports",
+  options: {
+    out: { kind: 'string', value: 'DIR', default: 'eval-out' },
+    concurrency: { kind: 'int', value: 'N', default: 2 },
+    epochs: { kind: 'int', value: 'K', default: 1 },
+    backend: { kind: 'string', value: 'NAME', default: 'local', choices: ['local', 'docker'] },
+    'trust-replay': { kind: 'flag' },
+    approver: { kind: 'string', value: 'policy:NAME', default: 'policy:approve-writable' },
+    batch: { kind: 'string', value: 'ID' },
+    resume: { kind: 'string', value: 'BATCH-ID' },
+    'host-lost-s': { kind: 'int', value: 'N' },
+    json: { kind: 'flag' },
+  },
+  offline: (positionals) => positionals[0] === 'compare',
+  check(positionals, values) {
+    if (positionals[0] === 'compare' && positionals.length !== 3) throw new UsageError('compare needs two report.json files');
+    if (positionals[0] === 'watch' && !positionals[1]) throw new UsageError('missing BATCH-ID');
+    if (!values.approver.startsWith('policy:')) throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
+  },
+  async run(session, positionals, values) {
+    if (positionals[0] === 'compare') return compareCommand(positionals.slice(1), values.json);
+    const { batchInput, buildPlan, collectReport, followBatch, planSize, resumeAttempts, writeOutputs } = await import('../eval');
+    if (positionals[0] === 'watch') {
+      const end = await followBatch(session.client.workflow.getHandle(positionals[1]), process.stderr);
+      out(end.progress);
+      return 0;
+    }
+    const { concurrency } = values;
+    const batch = values.resume ?? values.batch ?? `eval-${randomBytes(4).toString('hex')}`;
+    const outDir = resolve(values.out);
+    const started = new Date();
+    const previous = await batchInput(session.client, batch);
+    if (values.resume && previous === null) throw new UsageError(`no batch ${batch} to resume`);
+    let plan: EvalPlan;
+    if (previous) {
+      plan = previous.plan;
+      if (positionals.length > 0) process.stderr.write(`${batch} exists: resuming it with its own plan (the fixture arguments are not used)\n`);
+    } else {
+      if (positionals.length === 0) throw new UsageError('missing <fixtures-dir>');
+      try {
+        plan = buildPlan(session.settings, positionals, { epochs: values.epochs, backend: values.backend as EvalPlan['backend'], approver: values.approver, trustReplay: values['trust-replay'], hostLostS: values['host-lost-s'] });
+      } catch (err) {
+        throw new UsageError((err as Error).message);
+      }
+      if (plan.fixtures.length === 0) throw new UsageError(`no fixture with replays found in ${positionals.join(', ')}`);
+    }
+    const total = planSize(plan);
+    const ui = webUi(session);
+    await session.ensureWorker();
+    const handle = session.client.workflow.getHandle(batch);
+    const collected = await (async () => {
+      if (previous !== null && (await handle.describe()).status.name === 'RUNNING') {
+        process.stderr.write(`${batch} is still running: following it\n`);
+        await followBatch(handle, process.stderr);
+      }
+      // A fresh batch, or a resume of a closed one: start what is missing or ended on infrastructure.
+      const input: EvalInput = { plan, concurrency, out: outDir };
+      if (previous) {
+        const resume = await resumeAttempts(session.client, batch, plan);
+        process.stderr.write(`${batch}: resuming; ${resume.retry} runs retried after infrastructure outcomes, ${resume.missing} missing, ${resume.kept} kept\n`);
+        if (resume.retry + resume.missing === 0) return collectReport(session.client, session.settings, batch, plan, ui);
+        input.attempts = resume.attempts;
+      }
+      await (await access()).startEval(session.client, input, { taskQueue: session.settings.taskQueue, workflowId: batch });
+      process.stderr.write(`workflow ${batch}: ${total} runs, ${concurrency} at a time\n`);
+      await followBatch(handle, process.stderr);
+      return collectReport(session.client, session.settings, batch, plan, ui);
+    })();
+    const finished = new Date();
+    writeOutputs(outDir, collected, { batch, started_at: started.toISOString(), finished_at: finished.toISOString(), duration_s: (finished.getTime() - started.getTime()) / 1000, runs: total, concurrency });
+    if (values.json) out(reportJson(collected.report).trimEnd());
+    else out(`${reportMarkdown(collected.report)}\nwritten to ${outDir}/report.json, report.md, report.html and timings.json (batch ${batch})`);
+    return 0;
+  },
+});
+
+/** `eval compare A B`: the runs that flipped, and the exact McNemar p-value of the flips. */
+function compareCommand(files: string[], asJson: boolean): number {
+  const [a, b] = files.map((f) => {
+    try {
+      return JSON.parse(readFileSync(f, 'utf8')) as EvalReport;
+    } catch (err) {
+      throw new UsageError(`${f}: ${(err as Error).message}`);
+    }
+  });
+  let comparison;
+  try {
+    comparison = compareReports(a, b);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (asJson) {
+    out(comparison);
+    return 0;
+  }
+  const lines = [`${comparison.runs} paired runs, ${comparison.flips.length} flipped`];
+  for (const f of comparison.flips) lines.push(`${f.direction === 'lost' ? '-' : '+'} ${f.fixture} ${f.replay ?? ''} epoch ${f.epoch}: ${f.a} -> ${f.b}`);
+  lines.push(`McNemar exact p = ${comparison.mcnemar.p} (completed only in A: ${comparison.mcnemar.b}, only in B: ${comparison.mcnemar.c})`);
+  const epochs = (r: EvalReport) => r.summary.epochs ?? 1;
+  if (epochs(a) > 1 && epochs(b) > 1) for (const f of comparison.per_fixture) lines.push(`  ${f.fixture}: p = ${f.p} (${f.b} vs ${f.c})`);
+  out(lines.join('\n'));
+  return 0;
+}

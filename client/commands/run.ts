@@ -1,0 +1,124 @@
+/** `run`: starts an agentRun on a fixture; with --wait follows it to its end. */
+import { randomBytes } from 'node:crypto';
+import { basename, resolve } from 'node:path';
+import { ensureEndpoint } from '../../activities/providers/endpoints';
+import { endpointSchema, type RunInput } from '../../core/contracts';
+import { formatIssues } from '../../core/validate';
+import { replayTrusted } from '../../host/settings';
+import { command, UsageError, type Values } from '../command';
+import type { Session } from '../session';
+import { openStore, storedTrace } from '../stored-trace';
+import { access, out, principal } from './shared';
+
+const options = {
+  replay: { kind: 'string', value: 'FILE' },
+  endpoint: { kind: 'string', value: 'NAME' },
+  provider: { kind: 'string', value: 'KIND', choices: ['openai', 'anthropic'] },
+  model: { kind: 'string', value: 'NAME' },
+  'base-url': { kind: 'string', value: 'URL' },
+  'api-key-env': { kind: 'string', value: 'VAR' },
+  backend: { kind: 'string', value: 'NAME', default: 'local', choices: ['local', 'docker'] },
+  'trust-replay': { kind: 'flag' },
+  approver: { kind: 'string', value: 'interactive|policy:NAME', default: 'interactive' },
+  wait: { kind: 'flag' },
+  json: { kind: 'flag' },
+  id: { kind: 'string', value: 'ID' },
+  'max-turns': { kind: 'int', value: 'N' },
+  'max-tool-calls': { kind: 'int', value: 'N' },
+  'deadline-s': { kind: 'seconds', value: 'S' },
+  'approval-timeout-s': { kind: 'seconds', value: 'S' },
+  'max-model-tokens': { kind: 'int', value: 'N' },
+} as const;
+
+type RunValues = Values<typeof options>;
+
+export const run = command({
+  name: 'run',
+  usage: [
+    'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S]',
+    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [...the options above]',
+    'run <fixture-dir> --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR] --backend docker [...the options above]',
+  ],
+  summary:
+    'start an agentRun; print its workflow id; with --wait follow it to the end.\n' +
+    'On the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).\n' +
+    "--endpoint names one of the worker operator's endpoints (its providers file); on the embedded default,\n" +
+    '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.',
+  options,
+  check(positionals, values) {
+    if (!positionals[0]) throw new UsageError('missing <fixture-dir>');
+    const sources = (['replay', 'endpoint', 'provider'] as const).filter((k) => values[k] !== undefined);
+    if (sources.length === 0) throw new UsageError('--replay FILE or --provider NAME is required, or --endpoint NAME (the decision source)');
+    if (sources.length > 1) throw new UsageError(`give one decision source, not ${sources.map((k) => `--${k}`).join(' and ')}`);
+    if ((values.provider || values.endpoint) && !values.model) throw new UsageError('--model NAME is required with --endpoint or --provider');
+    if (!values.provider && (values['base-url'] || values['api-key-env'])) throw new UsageError('--base-url and --api-key-env go with --provider');
+  },
+  async run(session, positionals, values) {
+    const fixture = positionals[0];
+    const budgets = Object.fromEntries(
+      Object.entries({
+        max_turns: values['max-turns'],
+        max_tool_calls: values['max-tool-calls'],
+        deadline_s: values['deadline-s'],
+        max_model_tokens: values['max-model-tokens'],
+        approval_timeout_s: values['approval-timeout-s'],
+      }).filter(([, v]) => v !== undefined),
+    );
+    const endpoint = values.provider ? localEndpoint(session, values) : values.endpoint;
+    const input: RunInput = {
+      fixture: resolve(fixture),
+      source:
+        endpoint !== undefined
+          ? { kind: 'provider', endpoint, model: values.model! }
+          : { kind: 'replay', path: resolve(values.replay!), trusted: replayTrusted(session.settings, values.replay!, values['trust-replay']) },
+      backend: values.backend as RunInput['backend'],
+      approver: values.approver,
+      ...(Object.keys(budgets).length ? { budgets } : {}),
+    };
+    const workflowId = values.id ?? `agent-${basename(resolve(fixture))}-${randomBytes(4).toString('hex')}`;
+    const { startRun } = await access();
+    await session.ensureWorker();
+    const handle = await startRun(session.client, input, { taskQueue: session.settings.taskQueue, workflowId });
+    if (!values.wait) {
+      out(values.json ? { workflow_id: handle.workflowId, run_id: handle.firstExecutionRunId } : handle.workflowId);
+      return 0;
+    }
+    const log = (line: string) => (values.json ? process.stderr : process.stdout).write(`${line}\n`);
+    log(`workflow ${handle.workflowId}`);
+    const { followRun, StdinClosed } = await import('../follow');
+    try {
+      const stored = (runId: string) => {
+        const store = openStore(session.settings.stateDir);
+        try {
+          return store ? storedTrace(store, runId) : [];
+        } finally {
+          store?.close();
+        }
+      };
+      const record = await followRun(handle, { interactive: values.approver === 'interactive', principal: principal(), log, stored });
+      if (values.json) out(JSON.stringify(record));
+      else log(`\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}`);
+      return record.status === 'completed' ? 0 : 1;
+    } catch (err) {
+      if (!(err instanceof StdinClosed)) throw err;
+      process.stderr.write(`${err.message}\nthe run keeps waiting; approve with: npm run agent -- approve ${handle.workflowId}\n`);
+      return 3;
+    }
+  },
+});
+
+/**
+ * `--provider KIND [--base-url URL] [--api-key-env VAR]` on the embedded default: the endpoint of
+ * the local providers file with exactly these settings, added when there is none. A cluster's
+ * endpoints are its operator's: there a run names one with --endpoint.
+ */
+function localEndpoint(session: Session, values: RunValues): string {
+  if (!session.embedded) throw new UsageError("--provider writes the embedded default's providers file; against a cluster, name one of its operator's endpoints with --endpoint NAME");
+  const kind = values.provider as 'openai' | 'anthropic';
+  const wanted = { kind, base_url: values['base-url'], api_key_env: values['api-key-env'] ?? (kind === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY') };
+  const parsed = endpointSchema.omit({ name: true, models: true }).safeParse(wanted);
+  if (!parsed.success) throw new UsageError(formatIssues(parsed.error));
+  const { name, added } = ensureEndpoint(session.settings.providersFile, parsed.data);
+  process.stderr.write(`endpoint ${name} (${kind}, key from ${wanted.api_key_env}) ${added ? 'added to' : 'found in'} ${session.settings.providersFile}\n`);
+  return name;
+}

@@ -1,0 +1,70 @@
+/** What several commands share: output, the principal, a run's handle, state and trace, the queue's workers. */
+import { userInfo } from 'node:os';
+import type { RunView } from '../../core/run-view';
+import type { TraceEvent } from '../../core/trace';
+import { workerIdentity } from '../../host/build';
+import { liveWorker } from '../../worker/background';
+import { UsageError } from '../command';
+import type { RunHandle } from '../run-access';
+import type { Session } from '../session';
+import { fullEvent, mergeTrace, openStore, storedTrace } from '../stored-trace';
+
+export const out = (value: unknown) => process.stdout.write(`${typeof value === 'string' ? value : JSON.stringify(value, null, 2)}\n`);
+
+export const principal = () => `user:${userInfo().username}`;
+
+/** Loaded with the first command that talks to Temporal (help and usage errors never load the SDK). */
+export const access = () => import('../run-access');
+
+export async function handleFor(session: Session, positionals: string[]): Promise<RunHandle> {
+  const id = positionals[0];
+  if (!id) throw new UsageError('missing <workflow-id>');
+  return (await access()).runHandle(session.client, id);
+}
+
+/** The Temporal Web UI's address, when known (the embedded dev server's, or AGENT_WEB_UI_URL). */
+export function webUi(session: Session): string | null {
+  return session.webUi;
+}
+
+/**
+ * State and trace of a run: the state from its result once closed (no worker needed), else by
+ * query; the trace from the host store (this machine's state folder), merged with the events the
+ * running run holds. `full` resolves the references in events to the stored contents.
+ */
+export async function readRunWithTrace(session: Session, handle: RunHandle, full = false): Promise<{ view: RunView; trace: TraceEvent[] }> {
+  const { readRun, NoWorkerAnswered } = await access();
+  let live;
+  try {
+    // Embedded default: the background worker may not run (yet); start it and ask again.
+    live = await readRun(handle, { noAnswer: session.embedded ? async () => void (await session.ensureWorker()) : undefined });
+  } catch (err) {
+    if (err instanceof NoWorkerAnswered) throw new Error(`${err.message} on task queue ${session.settings.taskQueue}; start one with npm run worker`);
+    throw err;
+  }
+  const store = openStore(session.settings.stateDir);
+  if (store === null) return { view: live.view, trace: live.trace };
+  try {
+    const trace = mergeTrace(storedTrace(store, live.view.run_id), live.trace);
+    return { view: live.view, trace: full ? trace.map((e) => fullEvent(store, e)) : trace };
+  } finally {
+    store.close();
+  }
+}
+
+/**
+ * The workers that polled the run queue in the last minute (their identity names their build),
+ * and on the embedded default the state folder's background worker.
+ */
+export async function queueWorkers(session: Session): Promise<{ identity: string; background: boolean }[]> {
+  const { pollers } = await session.client.workflowService.describeTaskQueue({
+    namespace: session.settings.namespace,
+    taskQueue: { name: session.settings.taskQueue, kind: 1 }, // TASK_QUEUE_KIND_NORMAL
+    taskQueueType: 1, // TASK_QUEUE_TYPE_WORKFLOW
+  });
+  const recent = (pollers ?? []).filter((p) => Number(p.lastAccessTime?.seconds ?? 0) * 1000 > Date.now() - 60_000);
+  const own = session.embedded ? liveWorker(session.settings.stateDir) : null;
+  const workers = recent.map((p) => ({ identity: p.identity ?? '?', background: own !== null && (p.identity ?? '').startsWith(`${own.pid}@`) }));
+  if (own !== null && !workers.some((w) => w.background)) workers.push({ identity: workerIdentity(own.pid, own.build), background: true });
+  return workers.sort((a, b) => Number(b.background) - Number(a.background) || a.identity.localeCompare(b.identity));
+}

@@ -1,0 +1,43 @@
+/** `status` and `trace`: a run's state, counters, pending approval, serving workers, and its trace. */
+import { buildRecord } from '../../core/run-view';
+import { command } from '../command';
+import { describeEvent, describePending } from '../describe';
+import { handleFor, out, queueWorkers, readRunWithTrace } from './shared';
+
+export const status = command({
+  name: 'status',
+  usage: ['status <workflow-id> [--json]'],
+  summary: 'status, reason, pending approval (action, path, diff), counters, and the workers serving the queue with their builds',
+  options: { json: { kind: 'flag' } },
+  async run(session, positionals, values) {
+    const handle = await handleFor(session, positionals);
+    const { view } = await readRunWithTrace(session, handle);
+    const workers = await queueWorkers(session);
+    if (values.json) {
+      out({ ...view, workers });
+      return 0;
+    }
+    const c = view.counters;
+    out(`${handle.workflowId}: ${view.status}${view.reason ? ` (${view.reason})` : ''}${view.detail ? `: ${view.detail}` : ''}`);
+    out(`fixture ${view.fixture ?? '?'}, replay ${view.replay ?? '?'}, backend ${view.backend}, approver ${view.approver}`);
+    out(`turns ${c.turns}, tool calls ${c.tool_calls}, writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}`);
+    if (view.pending_approval) out(`\npending approval:\n${describePending(view.pending_approval)}`);
+    if (view.verification) out(`\nrecord: ${JSON.stringify(buildRecord(view))}`);
+    for (const w of workers) out(`served by worker ${w.identity}${w.background ? ' (the background worker of this state folder)' : ''}`);
+    return 0;
+  },
+});
+
+export const trace = command({
+  name: 'trace',
+  usage: ['trace <workflow-id> [--full] [--json]'],
+  summary: 'the trace events of a run (from the host store of this machine);\n--full resolves references: whole tool results, calls and plans',
+  options: { full: { kind: 'flag' }, json: { kind: 'flag' } },
+  async run(session, positionals, values) {
+    const handle = await handleFor(session, positionals);
+    const { trace: events } = await readRunWithTrace(session, handle, values.full);
+    if (values.json) out(events);
+    else for (const e of events) out(describeEvent(e));
+    return 0;
+  },
+});

@@ -1,0 +1,58 @@
+/** Trace events and pending actions as one reads them at a terminal. Pure: no SDK is loaded. */
+import type { PendingApproval } from '../core/run-view';
+import type { TraceEvent } from '../core/trace';
+
+const short = (digest: unknown) => (typeof digest === 'string' ? digest.slice(0, 12) : String(digest));
+
+/** One line per trace event, for people. */
+export function describeEvent(e: TraceEvent): string {
+  const d = (e.data ?? {}) as Record<string, any>;
+  const head = `#${e.seq} ${e.type}${e.call_id ? ` [${e.call_id}]` : ''}`;
+  switch (e.type) {
+    case 'plan_recorded':
+      return `${head} ${d.text}`;
+    case 'tool_proposed': {
+      const call = d.call as { name?: unknown; arguments?: Record<string, unknown> } | null;
+      const args = call?.arguments ?? {};
+      const brief = Object.fromEntries(Object.entries(args).map(([k, v]) => [k, typeof v === 'string' && v.length > 60 ? `${v.slice(0, 57)}...` : v]));
+      return `${head} ${String(call?.name)} ${JSON.stringify(brief)}`;
+    }
+    case 'tool_observed': {
+      if (d.ok) {
+        const data = d.data as Record<string, any>;
+        const detail = data?.status ? `${data.status}: ${data.passed}/${data.discovered} passed` : data?.paths ? `changed ${data.paths.join(', ')}` : data?.after ? `${data.path} -> ${short(data.after)}` : data?.matches ? `${data.matches.length} matches` : data?.total_lines !== undefined ? `lines ${data.start}-${data.end} of ${data.total_lines}` : '';
+        return `${head} ok ${detail}${d.truncated ? ' (truncated)' : ''}`;
+      }
+      const data = d.data as Record<string, any> | null;
+      const why = data?.reason ?? (data?.status ? `${data.failed} of ${data.discovered} failed (${data.status})` : '');
+      return `${head} ${d.error}${why ? `: ${why}` : ''}`;
+    }
+    case 'approval_requested':
+      return `${head} approval needed for ${d.path} (action ${short(e.action_id)})`;
+    case 'approval_recorded':
+      return `${head} ${d.decision} by ${d.principal ?? 'anonymous'}${d.reason ? `: ${d.reason}` : ''}`;
+    case 'approval_ignored':
+      return `${head} ${d.reason}`;
+    case 'action_written':
+      return `${head} ${d.path} ${short(d.before)} -> ${short(d.after)}${d.recovered ? ' (recovered)' : ''}`;
+    case 'verification_passed':
+    case 'verification_failed':
+      return `${head} tests ${d.candidate_tests?.passed}/${d.candidate_tests?.discovered} passed, acceptance ${d.acceptance?.passed}/${d.acceptance?.total}${d.acceptance?.failed?.length ? ` (failed: ${d.acceptance.failed.join(', ')})` : ''}${d.protected_changed?.length ? `, protected changed: ${d.protected_changed.join(', ')}` : ''}`;
+    case 'run_finished':
+      return `${head} ${d.status}${d.reason ? ` (${d.reason})` : ''}${d.detail ? `: ${d.detail}` : ''}`;
+    default:
+      return Object.keys(d).length ? `${head} ${JSON.stringify(d)}` : head;
+  }
+}
+
+export function describePending(p: PendingApproval): string {
+  return [
+    `apply_patch ${p.path}  (call ${p.call_id})`,
+    `  action_id        ${p.action_id}`,
+    `  before -> after  ${p.before} -> ${p.after}`,
+    `  args_digest      ${p.args_digest}`,
+    `  workspace_digest ${p.workspace_digest}`,
+    '',
+    p.diff + (p.diff_truncated ? '\n... (diff truncated)' : ''),
+  ].join('\n');
+}

@@ -1,0 +1,145 @@
+/**
+ * Typed access to runs and batches, in one place: starting them, reading their state and trace,
+ * sending approvals, steering and interrupts. The command line, the console, `follow`, the eval
+ * client, the bench and the tests go through here; the names of workflow types, Signals and
+ * Queries come from workflows/messages.ts and are spelled nowhere else.
+ *
+ * Every Query has a deadline (a run whose worker is gone must not hang a command), and every
+ * message carries an id derived from where it came from, so a send retried by a client is taken
+ * once.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import type { ApprovalSignal, RunInput } from '../core/contracts';
+import type { PendingApproval, RunView } from '../core/run-view';
+import type { TraceEvent, TracePage, TraceRequest } from '../core/trace';
+import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
+import type { RunOutcome } from '../workflows/agentRun';
+import { AGENT_EVAL, AGENT_RUN, approvalSignal, evalProgressQuery, interruptSignal, stateQuery, steerSignal, traceQuery } from '../workflows/messages';
+
+/** How long a Query may take before the command says no worker answered. */
+export const QUERY_DEADLINE_MS = 5_000;
+/** How long reading the result of a run already closed may take. */
+export const RESULT_DEADLINE_MS = 30_000;
+
+/** This process's own id: the origin of the messages it sends (drawn once, before any send). */
+export const ORIGIN = `cli-${process.pid}-${randomBytes(6).toString('hex')}`;
+
+export type RunHandle = WorkflowHandle;
+
+export function runHandle(client: Client, workflowId: string): RunHandle {
+  return client.workflow.getHandle(workflowId);
+}
+
+export function startRun(client: Client, input: RunInput, o: { taskQueue: string; workflowId: string }) {
+  return client.workflow.start(AGENT_RUN, { taskQueue: o.taskQueue, workflowId: o.workflowId, args: [input] });
+}
+
+/** Starts a run with any arguments (the workflow validates them): for tests of bad input. */
+export function startRunWithArgs(client: Client, args: unknown[], o: { taskQueue: string; workflowId: string }) {
+  return client.workflow.start(AGENT_RUN, { taskQueue: o.taskQueue, workflowId: o.workflowId, args });
+}
+
+export function startEval(client: Client, input: EvalInput, o: { taskQueue: string; workflowId: string }) {
+  return client.workflow.start(AGENT_EVAL, { taskQueue: o.taskQueue, workflowId: o.workflowId, args: [input] });
+}
+
+/** A visibility query over runs (`extra` adds conditions). */
+export function runsQuery(extra: string): string {
+  return `WorkflowType = '${AGENT_RUN}'${extra ? ` AND ${extra}` : ''}`;
+}
+
+const withDeadline = <T>(handle: WorkflowHandle, ms: number, fn: () => Promise<T>) => handle.client.withDeadline(Date.now() + ms, fn);
+
+export function queryState(handle: RunHandle, ms = QUERY_DEADLINE_MS): Promise<RunView> {
+  return withDeadline(handle, ms, () => handle.query(stateQuery));
+}
+
+export function queryTrace(handle: RunHandle, request: TraceRequest = {}, ms = QUERY_DEADLINE_MS): Promise<TracePage> {
+  return withDeadline(handle, ms, () => handle.query(traceQuery, request));
+}
+
+/**
+ * The events the run holds in memory after `after`, page by page. `oldest` is the oldest event it
+ * still holds: events between `after` and `oldest` are in the host store only.
+ */
+export async function traceSince(handle: RunHandle, after = 0, ms = QUERY_DEADLINE_MS): Promise<{ events: TraceEvent[]; oldest: number | null; newest: number }> {
+  const events: TraceEvent[] = [];
+  let page = await queryTrace(handle, { after }, ms);
+  const { oldest } = page;
+  for (;;) {
+    events.push(...page.events);
+    if (page.next === null) return { events, oldest, newest: page.newest };
+    page = await queryTrace(handle, { after: page.next }, ms);
+  }
+}
+
+export async function isRunning(handle: RunHandle): Promise<boolean> {
+  return (await handle.describe()).status.name === 'RUNNING';
+}
+
+/** The outcome of a run (waits for a running one); a closed run's is read within `ms`. */
+export async function runOutcome(handle: RunHandle, ms: number | null = RESULT_DEADLINE_MS): Promise<RunOutcome> {
+  const read = async () => (await handle.result()) as RunOutcome;
+  return ms === null ? read() : withDeadline(handle, ms, read);
+}
+
+export interface RunReading {
+  view: RunView;
+  /** The newest events the run holds (empty for a closed run: its trace is in the host store). */
+  trace: TraceEvent[];
+  running: boolean;
+}
+
+/**
+ * A run's state: a closed run's from its result (no worker needed), a running one's by Query.
+ * `tail` trace events come with it. `noAnswer` runs once when the Queries find no worker (e.g.
+ * starts one), and then they are asked again.
+ */
+export async function readRun(handle: RunHandle, o: { tail?: number; noAnswer?: () => Promise<void> } = {}): Promise<RunReading> {
+  if (!(await isRunning(handle))) return { view: (await runOutcome(handle)).state, trace: [], running: false };
+  const ask = async () => {
+    const view = await queryState(handle);
+    const trace = o.tail === undefined ? (await traceSince(handle)).events : (await queryTrace(handle, { tail: o.tail })).events;
+    return { view, trace, running: true };
+  };
+  try {
+    return await ask();
+  } catch (err) {
+    if (!o.noAnswer) throw new NoWorkerAnswered(err);
+    await o.noAnswer();
+    return ask();
+  }
+}
+
+export class NoWorkerAnswered extends Error {
+  constructor(override readonly cause: unknown) {
+    super(`no worker answered the run's Query (${(cause as Error)?.message ?? String(cause)})`);
+    this.name = 'NoWorkerAnswered';
+  }
+}
+
+/** The approval of a pending action, with the digests shown to the person who decided. */
+export function approvalFor(p: PendingApproval, decision: 'approve' | 'reject', principal: string, reason: string | undefined, messageId: string): ApprovalSignal {
+  return { action_id: p.action_id, decision, args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal, ...(reason ? { reason } : {}), message_id: messageId };
+}
+
+export function sendApproval(handle: RunHandle, approval: ApprovalSignal): Promise<void> {
+  return handle.signal(approvalSignal, approval);
+}
+
+export function sendSteer(handle: RunHandle, message: string, messageId: string): Promise<void> {
+  return handle.signal(steerSignal, { message, message_id: messageId });
+}
+
+export function sendInterrupt(handle: RunHandle, reason: string | undefined, messageId: string): Promise<void> {
+  return handle.signal(interruptSignal, { ...(reason ? { reason } : {}), message_id: messageId });
+}
+
+export function evalProgress(handle: WorkflowHandle, ms = QUERY_DEADLINE_MS): Promise<EvalProgress> {
+  return withDeadline(handle, ms, () => handle.query(evalProgressQuery));
+}
+
+export async function evalResult(handle: WorkflowHandle): Promise<EvalResult> {
+  return (await handle.result()) as EvalResult;
+}
