@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
-import { isOrchestrationTool, type ValidCall } from '../core/tools';
+import { isOrchestrationTool, READ_ONLY_TOOLS, type ValidCall } from '../core/tools';
 import { taskFixture, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
@@ -79,9 +79,6 @@ export interface Elsewhere {
   /** The host queue of the worker that answered. */
   host_queue: string | null;
 }
-
-/** The read-only tools a local activity may run. */
-const LOCAL_TOOLS: ReadonlySet<ValidCall['name']> = new Set(['read_file', 'search', 'show_diff']);
 
 function infrastructure(err: unknown): never {
   if (err instanceof BackendUnavailableError) {
@@ -351,7 +348,7 @@ export function createActivities(deps: ActivityDeps) {
 
     /** read_file, search or show_diff as a local activity, on the run's host only (see localDecide). */
     async localTool(hostQueue: string | null, ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView | Elsewhere> {
-      if (!LOCAL_TOOLS.has(view.name)) throw nonRetryable('ProtocolError', `${view.name} is never a local activity`);
+      if (!READ_ONLY_TOOLS.has(view.name)) throw nonRetryable('ProtocolError', `${view.name} is never a local activity`);
       if (!onThisHost(hostQueue)) return elsewhere();
       return toolResult(ref, view, timeoutMs);
     },

@@ -74,6 +74,18 @@ describe('a workflow change made without patched() is detected on replay', () =>
     expect(error!.message).toContain("Activity type of scheduled event 'prepareSandbox' does not match activity type of activity command 'prepareWorkspace'");
   });
 
+  it('detects a local activity the old version ran under another type (a read-only step)', async () => {
+    const json = load('canonical');
+    const marker = json.events.find((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity')!;
+    const payload = marker.markerRecordedEventAttributes.details.data.payloads[0];
+    const data = JSON.parse(Buffer.from(payload.data, 'base64').toString('utf8')) as { activity_type: string };
+    expect(data.activity_type).toBe('localDecide');
+    payload.data = Buffer.from(JSON.stringify({ ...data, activity_type: 'decide' })).toString('base64');
+    const error = await replayError(json, 'canonical-other-local-activity');
+    expect(error).toBeInstanceOf(DeterminismViolationError);
+    expect(error!.message).toContain("Activity type of recorded marker 'decide' does not match activity type of local activity command 'localDecide'");
+  });
+
   it('detects a timer the old version did not start (the run deadline)', async () => {
     const error = await replayError(
       dropEvents(load('no-work'), (e) => e.eventType.startsWith('EVENT_TYPE_TIMER_')),

@@ -9,7 +9,7 @@
  */
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
-import type { Activities, RunRef } from '../activities';
+import type { Activities, Elsewhere, RunRef } from '../activities';
 import type { DecideResult } from '../activities/decisions';
 import { runFacts, type RunFacts } from '../core/context';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
@@ -33,7 +33,7 @@ import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../cor
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type TraceRequest } from '../core/trace';
-import { isOrchestrationTool } from '../core/tools';
+import { isOrchestrationTool, READ_ONLY_TOOLS } from '../core/tools';
 import { brief, resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
 import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
@@ -100,6 +100,17 @@ function hostActivities(queue: string | null, hostLostS: number | undefined): ty
   if (queue === null) return quick;
   return wf.proxyActivities<Activities>({ ...ACTIVITY_OPTIONS, taskQueue: queue, scheduleToStartTimeout: (hostLostS ?? DEFAULT_HOST_LOST_S) * 1000 });
 }
+
+/**
+ * Read-only steps as local activities (a replay's decision; read_file, search, show_diff): the
+ * worker of the workflow task runs them, with no server round trip. With several hosts that
+ * worker may not hold the run's workspace: the activity then answers `elsewhere` and the step
+ * goes to the run's host as a regular activity. That answer is in history, so a replay takes
+ * the same path.
+ */
+const local = wf.proxyLocalActivities<Activities>({ startToCloseTimeout: '10 seconds', retry: ACTIVITY_OPTIONS.retry });
+
+const isElsewhere = (answer: object): answer is Elsewhere => (answer as { kind?: unknown }).kind === 'elsewhere';
 
 function isHostLost(err: unknown): boolean {
   return err instanceof wf.ActivityFailure && err.cause instanceof wf.TimeoutFailure && err.cause.timeoutType === 'SCHEDULE_TO_START';
@@ -337,27 +348,25 @@ class AgentRun {
       const notes = this.s.task_messages.splice(0);
       for (const message of notes) this.s.transcript.append.push({ message, pinned: true });
       this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...(retries > 0 ? { retry: retries } : {}) });
-      const result: DecideResult = await this.act.decide.executeWithOptions(
-        {
-          startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
-          summary: `decide turn ${this.view.counters.turns}`,
-          // A live request heartbeats, so a cancelled run aborts it.
-          ...(live ? { heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED } : {}),
-        },
-        [
-          {
-            run_id: this.ref.run_id,
-            source,
-            cursor: this.s.cursor,
-            turn: this.view.counters.turns,
-            retry: retries,
-            tools_enabled: toolsEnabled,
-            orchestrating: this.input.subruns !== undefined,
-            transcript: this.s.transcript,
-            facts: live ? this.facts(toolsEnabled) : null,
-          },
-        ],
-      );
+      const input = {
+        run_id: this.ref.run_id,
+        source,
+        cursor: this.s.cursor,
+        turn: this.view.counters.turns,
+        retry: retries,
+        tools_enabled: toolsEnabled,
+        orchestrating: this.input.subruns !== undefined,
+        transcript: this.s.transcript,
+        facts: live ? this.facts(toolsEnabled) : null,
+      };
+      const options = { startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()), summary: `decide turn ${this.view.counters.turns}` };
+      const result: DecideResult = live
+        ? // A live request heartbeats, so a cancelled run aborts it.
+          await this.act.decide.executeWithOptions({ ...options, heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED }, [input])
+        : await this.readOnly(
+            () => local.localDecide.executeWithOptions(options, [this.s.host_queue, input]),
+            () => this.act.decide.executeWithOptions(options, [input]),
+          );
       this.s.transcript = { head: result.head, append: [] };
       if (result.usage) this.addUsage(result.usage);
       switch (result.kind) {
@@ -443,15 +452,9 @@ class AgentRun {
     // The call's own limit only: the deadline is the workflow timer's, which cancels the call, so
     // a call cut by the deadline gets the harness's result rather than a tool timeout.
     const timeout = this.budgets.call_timeout_s * 1000;
-    const result = await this.act.executeTool.executeWithOptions(
-      {
-        startToCloseTimeout: timeout + 5000,
-        heartbeatTimeout: '10 seconds',
-        cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        summary: summarize(call),
-      },
-      [this.ref, call, timeout],
-    );
+    const options = { startToCloseTimeout: timeout + 5000, cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED, summary: summarize(call) };
+    const remote = () => this.act.executeTool.executeWithOptions({ ...options, heartbeatTimeout: '10 seconds' }, [this.ref, call, timeout]);
+    const result = READ_ONLY_TOOLS.has(call.name) ? await this.readOnly(() => local.localTool.executeWithOptions(options, [this.s.host_queue, this.ref, call, timeout]), remote) : await remote();
     if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.s.wrote_writable) this.view.red_observed = true;
     return result;
   }
@@ -728,6 +731,12 @@ class AgentRun {
   private pinTo(queue: string | null): void {
     this.s.host_queue = queue;
     this.act = hostActivities(queue, this.input.host_lost_s);
+  }
+
+  /** A read-only step: the local activity's answer, or the run's host's when it ran elsewhere. */
+  private async readOnly<T extends object>(here: () => Promise<T | Elsewhere>, onHost: () => Promise<T>): Promise<T> {
+    const answer = await here();
+    return isElsewhere(answer) ? onHost() : answer;
   }
 
   /** Runs a host activity outside the deadline scope; null when the host is gone. */

@@ -48,6 +48,9 @@ export function toolNames(orchestrating: boolean): ToolName[] {
   return orchestrating ? [...TOOL_NAMES, ...ORCHESTRATION_TOOL_NAMES] : TOOL_NAMES;
 }
 
+/** Tools that only read the workspace and return at once: a step with one of them needs no server round trip. */
+export const READ_ONLY_TOOLS: ReadonlySet<ToolName> = new Set<ToolName>(['read_file', 'search', 'show_diff']);
+
 export function isOrchestrationTool(name: string): name is OrchestrationToolName {
   return Object.prototype.hasOwnProperty.call(ORCHESTRATION_TOOLS, name);
 }
