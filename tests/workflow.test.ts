@@ -4,7 +4,9 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Ledger } from '../activities/ledger';
 import { runPaths } from '../activities/workspace';
 import { LINKCHECK, tempDir } from './helpers/run-dir';
-import { approveAll, CANONICAL_RECORD, canonicalInput, pendingApproval, runOnce, startServer, writeReplay, type RunOnceOptions } from './helpers/temporal';
+import { approveAll, CANONICAL_RECORD, canonicalInput, pendingApproval, runOnce, startServer, uniqueQueue, writeReplay, type RunOnceOptions } from './helpers/temporal';
+import { createWorker } from '../worker';
+import type { RunOutcome } from '../workflows';
 import { sendApproval } from '../client/run-access';
 
 let env: TestWorkflowEnvironment;
@@ -166,5 +168,53 @@ describe('agentRun on a real Temporal server', () => {
     expect(ledger.receipts(runId)).toHaveLength(1);
     ledger.close();
     expect(existsSync(join(runPaths(stateDir, runId).workspace, 'ledger.sqlite'))).toBe(false);
+  });
+
+  it('runs the read-only steps of a run held by another host on that host: the local activity answers elsewhere', async () => {
+    const taskQueue = uniqueQueue('hosts');
+    const [stateA, stateB] = [tempDir('host-a'), tempDir('host-b')];
+    const workflowId = `${taskQueue}-run`;
+    // Host A loads the run and holds its workspace; the run waits for its first approval.
+    const a = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir: stateA, docker: false });
+    const handle = await a.worker.runUntil(async () => {
+      const h = await env.client.workflow.start('agentRun', { taskQueue, workflowId, args: [canonicalInput('canonical', { approver: 'interactive' })] });
+      await pendingApproval(h);
+      return h;
+    });
+    a.close();
+    // Now host A serves only its own queue, so every workflow task goes to host B.
+    const aOwn = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir: stateA, docker: false, sharedQueue: false });
+    const b = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir: stateB, docker: false });
+    try {
+      const outcome = await aOwn.worker.runUntil(() =>
+        b.worker.runUntil(async () => {
+          await approveAll(handle);
+          return (await handle.result()) as RunOutcome;
+        }),
+      );
+      expect(outcome.record).toEqual(CANONICAL_RECORD);
+      const events = (await handle.fetchHistory()).events!;
+      const json = (p?: { data?: Uint8Array | null } | null) => JSON.parse(Buffer.from(p!.data!).toString('utf8'));
+      const answers = events
+        .filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity')
+        .map((e) => ({ type: json(e.markerRecordedEventAttributes!.details!.data!.payloads![0]).activity_type as string, result: json(e.markerRecordedEventAttributes!.details!.result!.payloads![0]) }));
+      const elsewhere = answers.filter((x) => x.result.kind === 'elsewhere');
+      expect(new Set(elsewhere.map((x) => x.type))).toEqual(new Set(['localDecide', 'localTool']));
+      expect(new Set(elsewhere.map((x) => x.result.host_queue))).toEqual(new Set([b.hostQueue]));
+      // Each of them went on as a regular activity on host A's own queue, where the workspace is.
+      const scheduled = events.filter((e) => e.activityTaskScheduledEventAttributes).map((e) => e.activityTaskScheduledEventAttributes!);
+      const onA = (type: string) => scheduled.filter((x) => x.activityType!.name === type && x.taskQueue!.name === a.hostQueue).length;
+      expect(onA('decide')).toBe(elsewhere.filter((x) => x.type === 'localDecide').length);
+      expect(onA('executeTool')).toBeGreaterThanOrEqual(elsewhere.filter((x) => x.type === 'localTool').length);
+      expect(scheduled.every((x) => x.taskQueue!.name !== b.hostQueue)).toBe(true);
+      // Host B held nothing of the run: no workspace, no write.
+      expect(existsSync(runPaths(stateB, handle.firstExecutionRunId).root)).toBe(false);
+      const ledgerB = new Ledger(join(stateB, 'ledger.sqlite'));
+      expect(ledgerB.entries(handle.firstExecutionRunId)).toBe(0);
+      ledgerB.close();
+    } finally {
+      aOwn.close();
+      b.close();
+    }
   });
 });

@@ -77,6 +77,12 @@ export interface WorkerOptions {
    */
   maxCachedWorkflows?: number;
   /**
+   * Poll the shared queue (new runs and every workflow task) as well as this host's own (default).
+   * false: serve only the activities of the runs this host holds, e.g. a host being drained; its
+   * runs' workflow tasks then go to other hosts, whose read-only steps come back here.
+   */
+  sharedQueue?: boolean;
+  /**
    * The environment's settings (host/settings.ts) for everything the options above leave open:
    * prices, cache size, sandbox image and engine, provider base URLs, PATH, the fault point.
    * Default: read from the environment when the worker is created.
@@ -145,7 +151,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     isolation: sandbox?.isolation,
   });
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
-  const shared = await Worker.create({
+  const shared = options.sharedQueue === false ? null : await Worker.create({
     connection: options.connection,
     namespace: options.namespace ?? 'default',
     taskQueue: options.taskQueue,
@@ -169,15 +175,16 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   // The probe runs when the worker starts, in the background; a run on the docker backend waits
   // for it (or probes again if it found no engine).
   sandbox?.warmUp();
+  const workers = shared ? [shared, own] : [own];
   const worker: HostWorkers = {
     async run() {
       // Either one ending (a signal, a fatal error) stops the other, so the host stops as one.
       const stopBoth = () => worker.shutdown();
-      await Promise.all([shared.run().finally(stopBoth), own.run().finally(stopBoth)]);
+      await Promise.all(workers.map((w) => w.run().finally(stopBoth)));
     },
-    runUntil: (fn) => shared.runUntil(() => own.runUntil(fn)),
+    runUntil: (fn) => (shared ? shared.runUntil(() => own.runUntil(fn)) : own.runUntil(fn)),
     shutdown() {
-      for (const w of [shared, own]) if (w.getState() === 'RUNNING') w.shutdown();
+      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
   };
   return {
