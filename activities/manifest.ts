@@ -20,8 +20,8 @@
  * - ctime cannot be set from user space, so putting an mtime back (utimes) after an edit of the
  *   same size still changes the entry's stat.
  * - The cache lives in this process's memory only: a restarted worker digests everything once,
- *   and never trusts a digest it did not take itself. It is bounded by entries, whatever the
- *   number of workspaces.
+ *   and never trusts a digest it did not take itself. It is bounded by entries and by
+ *   workspaces (the most recently checked), whatever the number of runs.
  * - The returned manifest may be the cached array itself: callers must not change it.
  */
 import { lstatSync, readdirSync, readFileSync, readlinkSync, type Stats } from 'node:fs';
@@ -39,8 +39,10 @@ type FileEntry = Extract<ManifestEntry, { kind: 'file' }>;
 
 /** Entries modified this close to (or after) a check are digested again at the next one. */
 export const RACY_MARGIN_MS = 2000;
-/** File entries the cache holds over all workspaces (about 300 bytes each). */
+/** File entries the cache holds over all workspaces (about 300 bytes each)... */
 const MAX_CACHED_FILES = 200_000;
+/** ...and workspaces: a run waiting for a person keeps nothing here once others have been checked. */
+const MAX_CACHED_WORKSPACES = 32;
 
 /** What a file's stat said when its digest was taken. */
 interface SeenFile {
@@ -194,7 +196,7 @@ function remember(key: string, next: Cached, previous: Cached | undefined): void
   cache.set(key, next);
   cachedFiles += next.files;
   for (const [oldest, value] of cache) {
-    if (cachedFiles <= MAX_CACHED_FILES) break;
+    if (cachedFiles <= MAX_CACHED_FILES && cache.size <= MAX_CACHED_WORKSPACES) break;
     cache.delete(oldest);
     cachedFiles -= value.files;
   }
