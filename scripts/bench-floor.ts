@@ -1,0 +1,51 @@
+/**
+ * `npm run bench`'s floor figure, in a process of its own (so its worker and bundler weigh
+ * nothing on the harness worker's memory): on the bench's dev server, steps of two no-op local
+ * activities, the SDK's own cost of a read-only step. Prints the milliseconds per step of each
+ * repeat as JSON.
+ *
+ *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS
+ */
+import { Client, Connection } from '@temporalio/client';
+import { bundleWorkflowCode, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { runtimeLogger } from '../worker/logger';
+
+async function main(): Promise<void> {
+  const [address, stepsArg, repeatsArg] = process.argv.slice(2);
+  const steps = Number(stepsArg);
+  const repeats = Number(repeatsArg);
+  Runtime.install({ logger: runtimeLogger('WARN') });
+  const connection = await NativeConnection.connect({ address });
+  const clientConnection = await Connection.connect({ address });
+  const client = new Client({ connection: clientConnection });
+  const taskQueue = `bench-floor-${process.pid}`;
+  const worker = await Worker.create({
+    connection,
+    taskQueue,
+    workflowBundle: await bundleWorkflowCode({ workflowsPath: require.resolve('./bench-floor-workflows'), logger: { trace() {}, debug() {}, info() {}, warn() {}, error: console.error, log() {} } }),
+    activities: { async noop() {} },
+  });
+  try {
+    const perStep = await worker.runUntil(async () => {
+      let n = 0;
+      const timed = async (count: number) => {
+        const t = performance.now();
+        await client.workflow.execute('noopSteps', { taskQueue, workflowId: `${taskQueue}-${++n}`, args: [count] });
+        return performance.now() - t;
+      };
+      await timed(1);
+      const out: number[] = [];
+      for (let r = 0; r < repeats; r++) out.push(((await timed(steps)) - (await timed(0))) / steps);
+      return out;
+    });
+    process.stdout.write(`${JSON.stringify(perStep)}\n`);
+  } finally {
+    await clientConnection.close();
+    await connection.close();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
