@@ -112,6 +112,15 @@ const local = wf.proxyLocalActivities<Activities>({ startToCloseTimeout: '10 sec
 
 const isElsewhere = (answer: object): answer is Elsewhere => (answer as { kind?: unknown }).kind === 'elsewhere';
 
+/**
+ * Local activities run inside one workflow task, and Signals, Queries, a cancellation and the
+ * deadline's timer reach the run only between workflow tasks: after this many local activities
+ * the run stores its trace (a regular activity, which ends the workflow task), so they wait for
+ * at most that many. (A 1 ms timer would end it too, but the server fires short timers up to a
+ * second late.)
+ */
+const LOCAL_ACTIVITIES_PER_TASK = 64;
+
 function isHostLost(err: unknown): boolean {
   return err instanceof wf.ActivityFailure && err.cause instanceof wf.TimeoutFailure && err.cause.timeoutType === 'SCHEDULE_TO_START';
 }
@@ -148,6 +157,8 @@ class AgentRun {
   /** The activities of the host that holds the run; `hostLost` once it is found gone. */
   act = quick;
   private hostLost = false;
+  /** Local activities since the run last let its workflow task end (see LOCAL_ACTIVITIES_PER_TASK). */
+  private localActivities = 0;
   /** The tasks of an orchestrating run. */
   private readonly tasks: Orchestration;
   /** The scope of the loop: a parent's stop cancels it. */
@@ -735,6 +746,10 @@ class AgentRun {
 
   /** A read-only step: the local activity's answer, or the run's host's when it ran elsewhere. */
   private async readOnly<T extends object>(here: () => Promise<T | Elsewhere>, onHost: () => Promise<T>): Promise<T> {
+    if (++this.localActivities > LOCAL_ACTIVITIES_PER_TASK) {
+      this.localActivities = 1;
+      await this.storeTrace();
+    }
     const answer = await here();
     return isElsewhere(answer) ? onHost() : answer;
   }

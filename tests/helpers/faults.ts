@@ -140,7 +140,10 @@ subprocess.Popen(["sleep", "${marker}"], stdout=subprocess.DEVNULL, stderr=subpr
   return dir;
 }
 
-/** Attempt numbers of each started activity, by activity type, from the run's history. */
+/**
+ * Attempt numbers of each started activity, by activity type, from the run's history; a local
+ * activity (read-only steps) counts from its marker, under its own type (`localDecide`, `localTool`).
+ */
 export async function activityAttempts(handle: WorkflowHandle): Promise<{ type: string; attempt: number }[]> {
   const history = await handle.fetchHistory();
   const types = new Map<string, string>();
@@ -150,6 +153,11 @@ export async function activityAttempts(handle: WorkflowHandle): Promise<{ type: 
     if (scheduled) types.set(String(event.eventId), scheduled.activityType?.name ?? '?');
     const start = event.activityTaskStartedEventAttributes;
     if (start) started.push({ type: types.get(String(start.scheduledEventId)) ?? '?', attempt: start.attempt ?? 1 });
+    const marker = event.markerRecordedEventAttributes;
+    if (marker?.markerName === 'core_local_activity') {
+      const data = JSON.parse(Buffer.from(marker.details!.data!.payloads![0].data!).toString('utf8')) as { activity_type: string; attempt: number };
+      started.push({ type: data.activity_type, attempt: data.attempt });
+    }
   }
   return started;
 }
