@@ -119,9 +119,27 @@ function check(dir: string, options: ManifestOptions): Cached {
   // Taken before any file is read: a write after a read is at or after this time.
   const racyFrom = (options.now ?? Date.now()) - RACY_MARGIN_MS;
   const racy = (stat: Stats) => stat.mtimeMs >= racyFrom || stat.ctimeMs >= racyFrom;
-  const entries: ManifestEntry[] = [];
   const dirs = new Map<string, SeenDir>();
   const counters = { digested: 0, reused: 0, listed: 0 };
+  // Entries are compared with the previous manifest as they come, in the same walk order: while
+  // they are the same objects nothing is copied, so an unchanged tree allocates no manifest.
+  const old = previous?.entries ?? [];
+  let entries: ManifestEntry[] | null = null;
+  let at = 0;
+  const push = (entry: ManifestEntry): void => {
+    if (entries === null) {
+      if (old[at] === entry) {
+        at++;
+        return;
+      }
+      entries = old.slice(0, at);
+    }
+    entries.push(entry);
+  };
+  const dirEntry = (path: string): ManifestEntry => {
+    const same = entries === null ? old[at] : undefined;
+    return same !== undefined && same.kind === 'dir' && same.path === path ? same : { path, kind: 'dir' };
+  };
 
   const walk = (abs: string, rel: string, stat: Stats): void => {
     const before = previous?.dirs.get(rel);
@@ -131,60 +149,59 @@ function check(dir: string, options: ManifestOptions): Cached {
     if (!sameListing) counters.listed++;
     const aligned = before !== undefined && (sameListing || sameNames(before.names, names));
     const byName = before !== undefined && !aligned ? new Map(before.names.map((n, i) => [n, before.files[i]])) : null;
-    const files: (SeenFile | null)[] = new Array<SeenFile | null>(names.length).fill(null);
-    dirs.set(rel, { mtimeMs: stat.mtimeMs, ctimeMs: stat.ctimeMs, ino: stat.ino, racy: racy(stat), names, files });
+    // The folder's files, copied from the previous check's only once one of them differs.
+    let files: (SeenFile | null)[] | null = aligned ? null : new Array<SeenFile | null>(names.length).fill(null);
+    const set = (i: number, seen: SeenFile | null): void => {
+      if (files === null) {
+        if (before!.files[i] === seen) return;
+        files = before!.files.slice();
+      }
+      files[i] = seen;
+    };
     for (let i = 0; i < names.length; i++) {
       const name = names[i];
       const full = `${abs}/${name}`;
       const child = lstatSync(full);
-      const path = () => (rel === '' ? name : `${rel}/${name}`);
       if (child.isFile()) {
         const seen = aligned ? before.files[i] : (byName?.get(name) ?? null);
         if (seen !== null && !seen.racy && seen.size === child.size && seen.mtimeMs === child.mtimeMs && seen.ctimeMs === child.ctimeMs && seen.ino === child.ino && seen.mode === child.mode) {
           counters.reused++;
-          files[i] = seen;
-          entries.push(seen.entry);
+          set(i, seen);
+          push(seen.entry);
           continue;
         }
         const executable = (child.mode & 0o111) !== 0;
         const digest = sha256(readFileSync(full));
         counters.digested++;
-        // An unchanged digest keeps the entry object itself, so an unchanged manifest is recognised below.
-        const entry: FileEntry = seen !== null && seen.entry.digest === digest && seen.entry.executable === executable ? seen.entry : { path: path(), kind: 'file', digest, executable };
-        files[i] = { size: child.size, mtimeMs: child.mtimeMs, ctimeMs: child.ctimeMs, ino: child.ino, mode: child.mode, racy: racy(child), entry };
-        entries.push(entry);
-      } else if (child.isSymbolicLink()) entries.push({ path: path(), kind: 'symlink', target: readlinkSync(full) });
+        // An unchanged digest keeps the entry object itself, so an unchanged manifest is recognised.
+        const entry: FileEntry = seen !== null && seen.entry.digest === digest && seen.entry.executable === executable ? seen.entry : { path: rel === '' ? name : `${rel}/${name}`, kind: 'file', digest, executable };
+        set(i, { size: child.size, mtimeMs: child.mtimeMs, ctimeMs: child.ctimeMs, ino: child.ino, mode: child.mode, racy: racy(child), entry });
+        push(entry);
+        continue;
+      }
+      set(i, null);
+      const path = rel === '' ? name : `${rel}/${name}`;
+      if (child.isSymbolicLink()) push({ path, kind: 'symlink', target: readlinkSync(full) });
       else if (child.isDirectory()) {
-        const sub = path();
-        entries.push({ path: sub, kind: 'dir' });
-        walk(full, sub, child);
-      } else entries.push({ path: path(), kind: 'special', type: specialType(child) });
+        push(dirEntry(path));
+        walk(full, path, child);
+      } else push({ path, kind: 'special', type: specialType(child) });
     }
+    const dirRacy = racy(stat);
+    dirs.set(rel, sameListing && files === null && !dirRacy ? before : { mtimeMs: stat.mtimeMs, ctimeMs: stat.ctimeMs, ino: stat.ino, racy: dirRacy, names, files: files ?? before!.files });
   };
   walk(root, '', lstatSync(root));
   Object.assign(manifestCounters, counters);
-  const unchanged = previous !== undefined && sameEntries(previous.entries, entries);
-  const next: Cached = { entries: unchanged ? previous.entries : entries, dirs, files: counters.digested + counters.reused, digest: unchanged ? previous.digest : null };
+  // Unchanged: every entry was the previous one, and there were as many.
+  const unchanged = previous !== undefined && entries === null && at === old.length;
+  const final = entries ?? (at === old.length ? old : old.slice(0, at));
+  const next: Cached = { entries: final, dirs, files: counters.digested + counters.reused, digest: unchanged ? previous.digest : null };
   remember(root, next, previous);
   return next;
 }
 
 function sameNames(a: string[], b: string[]): boolean {
   return a.length === b.length && a.every((n, i) => n === b[i]);
-}
-
-/** Entry by entry; file entries are the same objects when their digest did not change. */
-function sameEntries(a: ManifestEntry[], b: ManifestEntry[]): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) {
-    const x = a[i];
-    const y = b[i];
-    if (x === y) continue;
-    if (x.kind === 'file' || x.path !== y.path || x.kind !== y.kind) return false;
-    if (x.kind === 'symlink' && x.target !== (y as typeof x).target) return false;
-    if (x.kind === 'special' && x.type !== (y as typeof x).type) return false;
-  }
-  return true;
 }
 
 function remember(key: string, next: Cached, previous: Cached | undefined): void {
