@@ -2,7 +2,7 @@
  * `npm run bench`'s floor figure, in a process of its own (so its worker and bundler weigh
  * nothing on the harness worker's memory): on the bench's dev server, steps of two no-op local
  * activities, the SDK's own cost of a read-only step. Prints the milliseconds per step of each
- * repeat as JSON.
+ * repeat, and the CPU time this process spent per step (every thread), as JSON.
  *
  *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS
  */
@@ -30,12 +30,18 @@ async function main(): Promise<void> {
       let n = 0;
       const timed = async (count: number) => {
         const t = performance.now();
+        const cpu = process.cpuUsage();
         await client.workflow.execute('noopSteps', { taskQueue, workflowId: `${taskQueue}-${++n}`, args: [count] });
-        return performance.now() - t;
+        const used = process.cpuUsage(cpu);
+        return { ms: performance.now() - t, cpu: (used.user + used.system) / 1000 };
       };
       await timed(1);
-      const out: number[] = [];
-      for (let r = 0; r < repeats; r++) out.push(((await timed(steps)) - (await timed(0))) / steps);
+      const out: { ms: number[]; cpu: number[] } = { ms: [], cpu: [] };
+      for (let r = 0; r < repeats; r++) {
+        const [a, b] = [await timed(steps), await timed(0)];
+        out.ms.push((a.ms - b.ms) / steps);
+        out.cpu.push((a.cpu - b.cpu) / steps);
+      }
       return out;
     });
     process.stdout.write(`${JSON.stringify(perStep)}\n`);
