@@ -11,7 +11,7 @@ import { fixtureSchema, type Decision, type Fixture, type Replay, type Isolation
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
 import { isOrchestrationTool, type ValidCall } from '../core/tools';
-import { taskFixture, type DispatchCall } from '../core/tasks';
+import { taskFixture, withTaskIds, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { HarnessConfig } from './config';
@@ -273,11 +273,12 @@ export function createActivities(deps: ActivityDeps) {
         const ref = store.put('decision', next);
         return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
       }
-      return { kind: 'decisions', decisions: [decisionView(next, input, null)], cursor: input.cursor + 1, head, usage: null };
+      return { kind: 'decisions', decisions: [decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null)], cursor: input.cursor + 1, head, usage: null };
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
-    async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] } }): Promise<string | null> {
+    async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] }; task_finishing?: boolean }): Promise<string | null> {
+      if (input.task_finishing) faultPoint('child_finishing');
       store.appendTrace(input.run_id, input.trace);
       return appendTranscript(input.transcript);
     },

@@ -74,6 +74,8 @@ export const fixtureSchema = z.strictObject({
     }),
   acceptance: z.strictObject({ command, timeout_s: z.number().positive() }),
   budgets: budgetsSchema,
+  /** Sub-runs for this fixture's runs (a run's input may set its own). */
+  subruns: z.lazy(() => subrunsSchema).optional(),
   /** Where a fixture taken from a real project comes from: repo/ is the tree at base_commit. */
   origin: z
     .strictObject({

@@ -46,6 +46,15 @@ export function taskFixture(fixture: Fixture, args: DispatchTaskArgs, paths: str
 
 const ENDED: ReadonlySet<TaskView['status']> = new Set<RunStatus>(['completed', 'failed', 'cancelled', 'budget_exhausted']);
 
+/** Replays name tasks by title (`$task:<title>`): the id of the task of that title, when there is one. */
+export function withTaskIds<D extends { kind: string; call?: unknown }>(decision: D, tasks: Record<string, string>): D {
+  const call = decision.call as { arguments?: Record<string, unknown> } | undefined;
+  const id = call?.arguments?.task_id;
+  if (decision.kind !== 'tool' || typeof id !== 'string' || !id.startsWith('$task:')) return decision;
+  const resolved = tasks[id.slice('$task:'.length)];
+  return resolved === undefined ? decision : ({ ...decision, call: { ...call, arguments: { ...call!.arguments, task_id: resolved } } } as D);
+}
+
 export function taskEnded(task: TaskView): boolean {
   return ENDED.has(task.status);
 }

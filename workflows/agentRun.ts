@@ -203,7 +203,6 @@ class AgentRun {
     this.view.backend = input.backend;
     this.view.approver = input.approver;
     if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
-    if (input.subruns) this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
     this.trace.add('run_started', { source: input.source.kind, backend: input.backend, approver: input.approver, ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}) });
     const policyName = input.approver.startsWith('policy:') ? input.approver.slice('policy:'.length) : null;
     if (policyName !== null && !(policyName in APPROVAL_POLICIES)) {
@@ -235,6 +234,9 @@ class AgentRun {
     }
     this.s.source = loaded.source;
     this.s.child_replays = loaded.child_replays;
+    // Sub-runs: the input's, else the fixture's; a task's run only what its parent passed on.
+    this.s.subruns = child ? (input.subruns ?? null) : (input.subruns ?? loaded.fixture.subruns ?? null);
+    if (this.s.subruns) this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
     this.view.fixture = loaded.fixture.id;
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
@@ -352,7 +354,8 @@ class AgentRun {
             turn: this.view.counters.turns,
             retry: retries,
             tools_enabled: toolsEnabled,
-            orchestrating: this.input.subruns !== undefined,
+            orchestrating: this.s.subruns !== null,
+            tasks: this.s.subruns !== null ? Object.fromEntries((this.view.subruns?.tasks ?? []).map((t) => [t.title, t.task_id])) : undefined,
             transcript: this.s.transcript,
             facts: live ? this.facts(toolsEnabled) : null,
           },
@@ -398,7 +401,7 @@ class AgentRun {
       verification: v ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance } : null,
       notice: toolsEnabled ? this.s.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
       tasks: this.view.subruns?.tasks ?? null,
-      orchestrating: this.input.subruns !== undefined,
+      orchestrating: this.s.subruns !== null,
     });
   }
 
@@ -634,14 +637,15 @@ class AgentRun {
   }
 
   /** Stores the trace events held only here, and the transcript entries not stored yet. */
-  private async storeTrace(): Promise<void> {
+  /** `finishing`: the run's last store, before its outcome goes back (a task's run marks it for the crash tests). */
+  private async storeTrace(finishing = false): Promise<void> {
     const batches = this.trace.flushable(TRACE_BATCH_BYTES);
     if (batches.length === 0) batches.push([]);
     for (const [i, events] of batches.entries()) {
       const last = i === batches.length - 1;
       const head = await this.act.persist.executeWithOptions(
         { summary: `store ${events.length} trace events` },
-        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] } }],
+        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] }, ...(finishing && last && this.view.parent ? { task_finishing: true } : {}) }],
       );
       this.trace.markStored(events.length);
       if (last) this.s.transcript = { head, append: [] };
@@ -711,7 +715,7 @@ class AgentRun {
       const stored = await this.onHost(() =>
         wf.CancellationScope.nonCancellable(async () => {
           if (this.view.verification === null && this.s.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
-          await this.storeTrace();
+          await this.storeTrace(true);
           return true;
         }),
       );

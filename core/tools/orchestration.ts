@@ -38,9 +38,11 @@ export const stop_taskDescription = 'Stop a running task; a call it had proposed
 
 export const task_statusArgs = z.strictObject({
   task_id: taskId.optional().describe('One task; omit it for every task.'),
+  wait: z.boolean().optional().describe('Answer once there is news you have not seen here: the task (without task_id: any task) ended or started to wait for an approval.'),
 });
 
-export const task_statusDescription = 'The status of one task or of every task: title, status, pending question, outcome and changed paths.';
+export const task_statusDescription =
+  'The status of one task or of every task: title, status, pending question, outcome and changed paths. With wait, it answers when there is news instead of at once.';
 
 export const merge_taskArgs = z.strictObject({ task_id: taskId });
 
