@@ -6,7 +6,7 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { fixtureSchema, type Decision, type Fixture, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { fixtureSchema, type Decision, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
 import type { ValidCall } from '../core/tools';
@@ -25,7 +25,10 @@ import { runTests } from './tools/run_tests';
 import { search } from './tools/search';
 import { showDiff, workspaceDiff } from './tools/show_diff';
 import { expectedFile, verify as runVerifier } from './verifier';
-import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace } from './workspace';
+import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from './workspace';
+// ---- repository runs (SPEC section 10) ----
+import { loadRepository, prepareRepositoryWorkspace, type RepositoryFacts, type RepositoryRef } from './repository';
+// ----
 
 export interface ActivityDeps {
   config: HarnessConfig;
@@ -34,20 +37,40 @@ export interface ActivityDeps {
   backends: Partial<Record<'local' | 'docker', ExecBackend>>;
   /** The docker backend's isolation evidence (measured once per worker, then reused). */
   isolation?: () => Promise<IsolationEvidence>;
+  /** The docker backend and its evidence for another image than the worker's (a run's --image, a repository's settings). */
+  dockerImage?: (image: string) => { backend: ExecBackend; isolation: () => Promise<IsolationEvidence> };
 }
 
 /** What the workflow passes to every run-scoped activity. */
 export interface RunRef {
   run_id: string;
-  fixture: Fixture;
-  /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory. */
+  /** The run's rules: its fixture's, or a repository run's (from its settings). */
+  fixture: RunSpec;
+  /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory ('' for a repository run). */
   fixture_dir: string;
   backend: 'local' | 'docker';
+  /** A repository run: its repository and base commit. */
+  repository?: RepositoryRef;
+  /** The docker backend's image, when it is not the worker's own. */
+  image?: string;
+  /** A repository run's project instructions (AGENTS.md, capped): their digest in the host store. */
+  instructions?: string | null;
 }
 
+/** What a run works on, before its decision source is checked. */
+type Work = { fixture: RunSpec; fixture_dir: string; repository?: { ref: RepositoryRef; facts: RepositoryFacts; instructions: string | null }; image?: string };
+
 export type LoadRunResult =
-  | { ok: true; fixture: Fixture; fixture_dir: string; replay: string | null; source: SourceRef; /** The loading host's own task queue. */ host_queue: string | null }
+  | ({ ok: true; replay: string | null; source: SourceRef; /** The loading host's own task queue. */ host_queue: string | null } & Work)
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
+
+/** Where a run's acceptance files are on the host, or null when it has none. */
+function acceptanceDirOf(ref: RunRef, paths: RunPaths): string | null {
+  if (!ref.repository) return join(resolve(ref.fixture_dir), 'acceptance');
+  if (ref.fixture.acceptance === null) return null;
+  if (ref.repository.acceptance_host_dir !== null) return resolve(ref.repository.acceptance_host_dir);
+  return join(paths.control, 'acceptance'); // written there from the base tree by prepareWorkspace
+}
 
 function infrastructure(err: unknown): never {
   if (err instanceof BackendUnavailableError) {
@@ -106,7 +129,8 @@ export function createActivities(deps: ActivityDeps) {
     }
   };
 
-  const backendFor = (name: RunRef['backend']): ExecBackend => {
+  const backendFor = (name: RunRef['backend'], image?: string): ExecBackend => {
+    if (name === 'docker' && image !== undefined && deps.dockerImage) return deps.dockerImage(image).backend;
     const backend = deps.backends[name];
     if (!backend) {
       throw ApplicationFailure.create({ type: 'InfrastructureError', message: `backend ${name} is not configured on this worker`, nonRetryable: true, details: ['runtime_unavailable'] });
@@ -116,27 +140,60 @@ export function createActivities(deps: ActivityDeps) {
 
   const toolContext = (ref: RunRef, timeoutMs: number): ToolContext => {
     const ctx = Context.current();
+    const paths = runPaths(config.stateDir, ref.run_id);
     return {
       runId: ref.run_id,
-      paths: runPaths(config.stateDir, ref.run_id),
+      paths,
       fixture: ref.fixture,
-      fixtureDir: resolve(ref.fixture_dir),
+      acceptanceDir: acceptanceDirOf(ref, paths),
+      baseCommit: ref.repository?.base_commit ?? null,
       limits: config.limits,
       ledger,
-      backend: backendFor(ref.backend),
+      backend: backendFor(ref.backend, ref.image),
       timeoutMs,
       signal: ctx.cancellationSignal,
       heartbeat: () => ctx.heartbeat(),
     };
   };
 
+  /** The run's decision source, checked after what it works on: an endpoint of the operator's, or a replay read once into the store. */
+  const withSource = (input: ParsedRunInput, work: Work): LoadRunResult => {
+    const source = input.source;
+    if (source.kind !== 'replay') {
+      const found = lookupEndpoint(source.endpoint, source.model);
+      if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
+      const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
+      return { ok: true, ...work, replay: null, source: ref, host_queue: config.hostQueue ?? null };
+    }
+    let replay;
+    try {
+      replay = loadReplay(source.path);
+    } catch (err) {
+      if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
+      throw err;
+    }
+    // A replay can create test files that the test command then executes on the host.
+    if (input.backend === 'local' && !source.trusted) {
+      return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
+    }
+    // Read once: the run uses this content to its end, whatever happens to the file.
+    const digest = store.put('replay', replay);
+    return { ok: true, ...work, replay: basename(source.path).replace(/\.json$/, ''), source: { kind: 'replay', digest }, host_queue: config.hostQueue ?? null };
+  };
+
   return withDeterministicFailures({
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
-      const fixtureDir = resolve(input.fixture);
-      const source = input.source;
+      if (input.repo) {
+        const loaded = loadRepository(input.repo, (instructions) => store.put('instructions', instructions));
+        if (!loaded.ok) return { ok: false, reason: 'invalid_input', detail: loaded.detail };
+        const image = input.image ?? loaded.image ?? undefined;
+        return withSource(input, { fixture: loaded.spec, fixture_dir: '', repository: { ref: loaded.ref, facts: loaded.facts, instructions: loaded.instructions }, ...(image ? { image } : {}) });
+      }
+      const fixture_dir = input.fixture!;
+      const fixtureDir = resolve(fixture_dir);
       const fixtureFile = join(fixtureDir, 'fixture.json');
-      if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${input.fixture}` };
+      if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${fixture_dir}` };
       let raw: unknown;
       try {
         raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
@@ -160,38 +217,22 @@ export function createActivities(deps: ActivityDeps) {
       } catch (err) {
         return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
       }
-      if (source.kind !== 'replay') {
-        const found = lookupEndpoint(source.endpoint, source.model);
-        if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
-        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
-        return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null, source: ref, host_queue: config.hostQueue ?? null };
-      }
-      let replay;
-      try {
-        replay = loadReplay(source.path);
-      } catch (err) {
-        if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
-        throw err;
-      }
-      // A replay can create test files that the test command then executes on the host.
-      if (input.backend === 'local' && !source.trusted) {
-        return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
-      }
-      // Read once: the run uses this content to its end, whatever happens to the file.
-      const digest = store.put('replay', replay);
-      return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: basename(source.path).replace(/\.json$/, ''), source: { kind: 'replay', digest }, host_queue: config.hostQueue ?? null };
+      return withSource(input, { fixture: parsed.data, fixture_dir, ...(input.image ? { image: input.image } : {}) });
     },
 
-    /** The isolation evidence of the docker backend; never throws for a missing engine. */
-    async checkIsolation(): Promise<IsolationEvidence> {
+    /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */
+    async checkIsolation(image?: string): Promise<IsolationEvidence> {
+      if (image !== undefined && deps.dockerImage) return deps.dockerImage(image).isolation();
       if (!deps.backends.docker || !deps.isolation) {
         return { verified: false, checks: {}, image_id: null, settings: null, reason_detail: 'runtime_unavailable' };
       }
       return deps.isolation();
     },
 
-    async prepareWorkspace(ref: { run_id: string; fixture_dir: string }): Promise<PreparedWorkspace> {
-      return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), join(resolve(ref.fixture_dir), 'repo'));
+    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; repository?: RepositoryRef }): Promise<PreparedWorkspace> {
+      const paths = runPaths(config.stateDir, ref.run_id);
+      if (ref.repository) return prepareRepositoryWorkspace(paths, ref.repository);
+      return prepareRunWorkspace(paths, join(resolve(ref.fixture_dir), 'repo'));
     },
 
     async decide(input: DecideInput): Promise<DecideResult> {

@@ -106,6 +106,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       Object.entries(sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() }).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b]),
     ),
     isolation: sandbox?.isolation,
+    dockerImage: sandbox ? (image) => sandbox.forImage(image) : undefined,
   });
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
   const shared = await Worker.create({

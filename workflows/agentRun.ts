@@ -27,7 +27,7 @@ import {
   type RunStatus,
   type ToolResult,
 } from '../core/contracts';
-import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
+import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type CarriedTrace, type TraceRequest } from '../core/trace';
@@ -296,8 +296,11 @@ class AgentRun {
     const loaded = await quick.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
     this.pinTo(loaded.host_queue ?? null);
+    // A repository run: what its base commit said (settings digest, tests, instructions digest).
+    if (loaded.repository) this.trace.add('repository_loaded', { ...loaded.repository.facts, image: loaded.image ?? null });
     if (input.backend === 'docker') {
-      const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, []));
+      const image: [string?] = loaded.image !== undefined ? [loaded.image] : [];
+      const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, image));
       if (evidence === null) return this.finish(new RunStop('failed', 'host_lost', this.hostLostDetail()));
       this.view.isolation = evidence;
       this.trace.add('isolation_checked', evidence);
@@ -316,14 +319,21 @@ class AgentRun {
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
     this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
     this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
-    this.s.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend };
+    this.s.ref = {
+      run_id: this.view.run_id,
+      fixture: loaded.fixture,
+      fixture_dir: loaded.fixture_dir,
+      backend: input.backend,
+      ...(loaded.repository ? { repository: loaded.repository.ref, instructions: loaded.repository.instructions } : {}),
+      ...(loaded.image !== undefined ? { image: loaded.image } : {}),
+    };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     this.setStatus('running');
 
     const stop = await this.withDeadline(async () => {
       await this.act.prepareWorkspace.executeWithOptions(
-        { startToCloseTimeout: '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
-        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir }],
+        { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
+        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(this.ref.repository ? { repository: this.ref.repository } : {}) }],
       );
       return this.loop();
     });
@@ -460,6 +470,7 @@ class AgentRun {
     const v = this.view.verification;
     const pending = this.view.pending_approval;
     return runFacts(this.ref.fixture, {
+      ...(this.ref.instructions ? { instructions: this.ref.instructions } : {}),
       status: this.view.status,
       turn: this.view.counters.turns,
       counters: { turns: this.view.counters.turns, tool_calls: this.view.counters.tool_calls, writes: this.view.counters.writes },
@@ -595,7 +606,7 @@ class AgentRun {
           this.view.counters.receipts++;
           this.trace.add('action_receipt', { path: action.path }, ids);
         }
-        if (this.ref.fixture.writable.includes(action.path)) this.s.wrote_writable = true;
+        if (endsRedWindow(this.ref.fixture, action.path, action.before)) this.s.wrote_writable = true;
         return okResult(call.call_id, { action_id: action.action_id, path: action.path, before: action.before, after: action.after });
     }
   }
@@ -673,7 +684,8 @@ class AgentRun {
       return new RunStop('completed', '');
     }
     this.trace.add('verification_failed', findings);
-    return new RunStop('failed', findings.acceptance.error !== null ? 'verification_error' : 'verification_failed', findings.acceptance.error);
+    const protocolError = findings.acceptance?.error ?? null;
+    return new RunStop('failed', protocolError !== null ? 'verification_error' : 'verification_failed', protocolError);
   }
 
   /**
