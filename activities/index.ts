@@ -6,13 +6,17 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { fixtureSchema, type Decision, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { z } from 'zod';
+import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
-import type { ValidCall } from '../core/tools';
+import { isOrchestrationTool, type ValidCall } from '../core/tools';
+import { taskFixture, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { HarnessConfig } from './config';
+import { digestJson } from './digest';
+import { nonRetryable } from './failures';
 import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from './decisions';
 import type { Ledger } from './ledger';
 import { liveDecide } from './live';
@@ -24,6 +28,8 @@ import { readFile } from './tools/read_file';
 import { runTests } from './tools/run_tests';
 import { search } from './tools/search';
 import { showDiff, workspaceDiff } from './tools/show_diff';
+import { prepareMerge as mergePrepare, writeMerge as mergeWrite, type MergeEntry, type MergeOutcome, type MergePrepared } from './tools/merge_task';
+import { faultPoint } from './faults';
 import { expectedFile, verify as runVerifier } from './verifier';
 import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from './workspace';
 // ---- repository runs (SPEC section 10) ----
@@ -49,7 +55,9 @@ export interface RunRef {
   /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory ('' for a repository run). */
   fixture_dir: string;
   backend: 'local' | 'docker';
-  /** A repository run: its repository and base commit. */
+  /** False for a task's child run: the hidden acceptance cases judge the orchestrating run only. */
+  hidden_acceptance?: boolean;
+  /** A repository run: its repository and base commit (not for a task's run, whose workspace is its parent's). */
   repository?: RepositoryRef;
   /** The docker backend's image, when it is not the worker's own. */
   image?: string;
@@ -58,23 +66,77 @@ export interface RunRef {
 }
 
 /** What a run works on, before its decision source is checked. */
-type Work = { fixture: RunSpec; fixture_dir: string; repository?: { ref: RepositoryRef; facts: RepositoryFacts; instructions: string | null }; image?: string };
-
-export type LoadRunResult =
-  | ({ ok: true; replay: string | null; source: SourceRef; /** The loading host's own task queue. */ host_queue: string | null } & Work)
-  | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
+interface Work {
+  fixture: RunSpec;
+  fixture_dir: string;
+  /** A repository run: where its workspace comes from, and what its base said (for the trace). */
+  repository?: { ref: RepositoryRef; facts: RepositoryFacts };
+  /** A repository run's instructions: their digest in the host store. */
+  instructions?: string | null;
+  image?: string;
+}
 
 /** Where a run's acceptance files are on the host, or null when it has none. */
 function acceptanceDirOf(ref: RunRef, paths: RunPaths): string | null {
-  if (!ref.repository) return join(resolve(ref.fixture_dir), 'acceptance');
   if (ref.fixture.acceptance === null) return null;
+  if (!ref.repository) return ref.fixture_dir === '' ? null : join(resolve(ref.fixture_dir), 'acceptance');
   if (ref.repository.acceptance_host_dir !== null) return resolve(ref.repository.acceptance_host_dir);
   return join(paths.control, 'acceptance'); // written there from the base tree by prepareWorkspace
 }
 
+/** A fixture folder, checked: fixture.json, repo/, acceptance/ and a well-formed expected.json. */
+function loadFixture(dir: string): { ok: true; fixture: Fixture } | { ok: false; reason: 'invalid_input'; detail: string } {
+  const fixtureDir = resolve(dir);
+  const fixtureFile = join(fixtureDir, 'fixture.json');
+  if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${dir}` };
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
+  } catch (err) {
+    return { ok: false, reason: 'invalid_input', detail: `fixture.json is not JSON: ${(err as Error).message}` };
+  }
+  const parsed = fixtureSchema.safeParse(raw);
+  if (!parsed.success) {
+    return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${formatIssues(parsed.error)}` };
+  }
+  for (const part of ['repo', 'acceptance']) {
+    if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory()) {
+      return { ok: false, reason: 'invalid_input', detail: `fixture has no ${part}/ folder` };
+    }
+  }
+  if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
+  // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
+  try {
+    const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
+    if (!expected.success) return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
+  } catch (err) {
+    return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
+  }
+  return { ok: true, fixture: parsed.data };
+}
+
+export type LoadRunResult =
+  | {
+      ok: true;
+      fixture: RunSpec;
+      fixture_dir: string;
+      /** A repository run: its source and what its base said. */
+      repository?: { ref: RepositoryRef; facts: RepositoryFacts };
+      instructions?: string | null;
+      /** The docker image of the run, when it is not the worker's own. */
+      image?: string;
+      replay: string | null;
+      source: SourceRef;
+      /** The loading host's own task queue. */
+      host_queue: string | null;
+      /** An orchestrating replay's task replays, by task title: digests in the host store. */
+      child_replays: Record<string, string>;
+    }
+  | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
+
 function infrastructure(err: unknown): never {
   if (err instanceof BackendUnavailableError) {
-    throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true, details: [err.detail] });
+    throw nonRetryable('InfrastructureError', err.message, [err.detail]);
   }
   throw err;
 }
@@ -97,24 +159,29 @@ export function createActivities(deps: ActivityDeps) {
   const storedCall = <N extends ValidCall['name']>(call: CallView, name: N): Extract<ValidCall, { name: N }> => {
     const full = store.get<ValidCall>(call.ref);
     if (full.name !== name || full.call_id !== call.call_id) {
-      throw ApplicationFailure.nonRetryable(`stored call ${call.ref} is not the ${name} call ${call.call_id}`, 'ProtocolError');
+      throw nonRetryable('ProtocolError', `stored call ${call.ref} is not the ${name} call ${call.call_id}`);
     }
     return full as Extract<ValidCall, { name: N }>;
   };
 
   /** A decision as the workflow sees it: validated here, stored whole, carried by digest. */
-  const decisionView = (decision: Exclude<Decision, { kind: 'model_error' }>, turn: number, reply: string | null): DecisionView => {
+  const decisionView = (decision: Exclude<Decision, { kind: 'model_error' }>, input: { run_id: string; turn: number; orchestrating?: boolean }, reply: string | null): DecisionView => {
     const ref = store.put('decision', decision);
     switch (decision.kind) {
       case 'plan':
       case 'final':
         return { kind: decision.kind, text: brief(decision.text) as string, ref, reply };
       case 'tool': {
-        const validation = validateCall(decision.call, `call-${turn}`);
+        const validation = validateCall(decision.call, `call-${input.turn}`, input.orchestrating ?? false);
         if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result, reply };
         const call = validation.call;
         const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
-        return { kind: 'tool', ref, raw: brief(decision.call), call: { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) }, invalid: null, reply };
+        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) };
+        if (isOrchestrationTool(call.name)) {
+          const { requirements: _r, known_facts: _k, suggestions: _s, ...args } = call.arguments as Record<string, unknown>;
+          view.task = { action_id: digestJson({ run_id: input.run_id, name: call.name, arguments: call.arguments }), args };
+        }
+        return { kind: 'tool', ref, raw: brief(decision.call), call: view, invalid: null, reply };
       }
     }
   };
@@ -124,7 +191,7 @@ export function createActivities(deps: ActivityDeps) {
     try {
       return resolveEndpoint(config.providersFile, name, model);
     } catch (err) {
-      if (err instanceof ProvidersFileError) throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true });
+      if (err instanceof ProvidersFileError) throw nonRetryable('InfrastructureError', err.message);
       throw err;
     }
   };
@@ -133,7 +200,7 @@ export function createActivities(deps: ActivityDeps) {
     if (name === 'docker' && image !== undefined && deps.dockerImage) return deps.dockerImage(image).backend;
     const backend = deps.backends[name];
     if (!backend) {
-      throw ApplicationFailure.create({ type: 'InfrastructureError', message: `backend ${name} is not configured on this worker`, nonRetryable: true, details: ['runtime_unavailable'] });
+      throw nonRetryable('InfrastructureError', `backend ${name} is not configured on this worker`, ['runtime_unavailable']);
     }
     return backend;
   };
@@ -156,68 +223,57 @@ export function createActivities(deps: ActivityDeps) {
     };
   };
 
-  /** The run's decision source, checked after what it works on: an endpoint of the operator's, or a replay read once into the store. */
-  const withSource = (input: ParsedRunInput, work: Work): LoadRunResult => {
-    const source = input.source;
-    if (source.kind !== 'replay') {
-      const found = lookupEndpoint(source.endpoint, source.model);
-      if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
-      const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
-      return { ok: true, ...work, replay: null, source: ref, host_queue: config.hostQueue ?? null };
-    }
-    let replay;
-    try {
-      replay = loadReplay(source.path);
-    } catch (err) {
-      if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
-      throw err;
-    }
-    // A replay can create test files that the test command then executes on the host.
-    if (input.backend === 'local' && !source.trusted) {
-      return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
-    }
-    // Read once: the run uses this content to its end, whatever happens to the file.
-    const digest = store.put('replay', replay);
-    return { ok: true, ...work, replay: basename(source.path).replace(/\.json$/, ''), source: { kind: 'replay', digest }, host_queue: config.hostQueue ?? null };
-  };
-
   return withDeterministicFailures({
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
+      const source = input.source;
+      let work: Work;
       if (input.repo) {
         const loaded = loadRepository(input.repo, (instructions) => store.put('instructions', instructions));
         if (!loaded.ok) return { ok: false, reason: 'invalid_input', detail: loaded.detail };
         const image = input.image ?? loaded.image ?? undefined;
-        return withSource(input, { fixture: loaded.spec, fixture_dir: '', repository: { ref: loaded.ref, facts: loaded.facts, instructions: loaded.instructions }, ...(image ? { image } : {}) });
+        work = { fixture: loaded.spec, fixture_dir: '', repository: { ref: loaded.ref, facts: loaded.facts }, instructions: loaded.instructions, ...(image ? { image } : {}) };
+      } else {
+        const loaded = loadFixture(input.fixture!);
+        if (!loaded.ok) return loaded;
+        work = { fixture: loaded.fixture, fixture_dir: input.fixture!, ...(input.image ? { image: input.image } : {}) };
       }
-      const fixture_dir = input.fixture!;
-      const fixtureDir = resolve(fixture_dir);
-      const fixtureFile = join(fixtureDir, 'fixture.json');
-      if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${fixture_dir}` };
-      let raw: unknown;
-      try {
-        raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
-      } catch (err) {
-        return { ok: false, reason: 'invalid_input', detail: `fixture.json is not JSON: ${(err as Error).message}` };
+      const child = input.child;
+      if (child) faultPoint('child_started');
+      // A task's run works on the parent's rules with the task's instruction and paths, in a copy of
+      // the parent's workspace: a repository task keeps no change of its own to make a branch of.
+      const fixture = child ? taskFixture(work.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths) : work.fixture;
+      if (child) delete work.repository;
+      const hostQueue = config.hostQueue ?? null;
+      if (source.kind !== 'replay') {
+        const found = lookupEndpoint(source.endpoint, source.model);
+        if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
+        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
+        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {} };
       }
-      const parsed = fixtureSchema.safeParse(raw);
-      if (!parsed.success) {
-        return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${formatIssues(parsed.error)}` };
+      // A replay can create test files that the test command then executes on the host.
+      if (input.backend === 'local' && !source.trusted) {
+        return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
       }
-      for (const part of ['repo', 'acceptance']) {
-        if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory()) {
-          return { ok: false, reason: 'invalid_input', detail: `fixture has no ${part}/ folder` };
+      let replay: Replay;
+      let name: string;
+      if (child) {
+        // The parent read its replay once; a task without a replay of its own has no decision to take.
+        replay = child.replay_digest ? store.get<Replay>(child.replay_digest) : { schema_version: 1, decisions: [] };
+        name = child.title;
+      } else {
+        try {
+          replay = loadReplay(source.path);
+        } catch (err) {
+          if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
+          throw err;
         }
+        name = basename(source.path).replace(/\.json$/, '');
       }
-      if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
-      // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
-      try {
-        const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
-        if (!expected.success) return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
-      } catch (err) {
-        return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
-      }
-      return withSource(input, { fixture: parsed.data, fixture_dir, ...(input.image ? { image: input.image } : {}) });
+      // Read once: the run uses this content to its end, whatever happens to the file.
+      const digest = store.put('replay', replay);
+      const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
+      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays };
     },
 
     /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */
@@ -229,10 +285,24 @@ export function createActivities(deps: ActivityDeps) {
       return deps.isolation();
     },
 
-    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; repository?: RepositoryRef }): Promise<PreparedWorkspace> {
-      const paths = runPaths(config.stateDir, ref.run_id);
-      if (ref.repository) return prepareRepositoryWorkspace(paths, ref.repository);
-      return prepareRunWorkspace(paths, join(resolve(ref.fixture_dir), 'repo'));
+    /** A fresh workspace from the fixture's repository, or (a task's run) from the parent run's workspace as it is now. */
+    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string; repository?: RepositoryRef }): Promise<PreparedWorkspace> {
+      if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(runPaths(config.stateDir, ref.run_id), ref.repository);
+      const from = ref.from_run ? runPaths(config.stateDir, ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
+      return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), from);
+    },
+
+    /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */
+    async prepareMerge(ref: RunRef, task: { task_id: string; run_id: string }): Promise<Exclude<MergePrepared, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction; entries_ref: string }> {
+      const prepared = mergePrepare(toolContext(ref, 0), config.stateDir, task);
+      if (prepared.kind !== 'prepared') return prepared;
+      return { kind: 'prepared', action: prepared.action, entries_ref: store.put('merge', prepared.entries) };
+    },
+
+    /** merge_task's second half: the approved merge, exactly once; receipted like a write. */
+    async writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & { receipted: boolean }> {
+      const outcome = mergeWrite(toolContext(ref, 0), action, store.get<MergeEntry[]>(entriesRef));
+      return { ...outcome, receipted: ledger.receipt(action.action_id) !== null };
     },
 
     async decide(input: DecideInput): Promise<DecideResult> {
@@ -244,12 +314,12 @@ export function createActivities(deps: ActivityDeps) {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok || found.endpoint.kind !== source.provider) {
           const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
-          throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: detail, nonRetryable: true });
+          throw nonRetryable('ProviderUnavailable', detail);
         }
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), env: process.env, endpoint: found.endpoint };
+        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint };
         return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
           kind: 'decisions',
-          decisions: decisions.map((d) => decisionView(d, input.turn, reply)),
+          decisions: decisions.map((d) => decisionView(d, input, reply)),
           cursor: input.cursor,
           head,
           usage: null,
@@ -262,7 +332,7 @@ export function createActivities(deps: ActivityDeps) {
         const ref = store.put('decision', next);
         return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
       }
-      return { kind: 'decisions', decisions: [decisionView(next, input.turn, null)], cursor: input.cursor + 1, head, usage: null };
+      return { kind: 'decisions', decisions: [decisionView(next, input, null)], cursor: input.cursor + 1, head, usage: null };
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
@@ -291,7 +361,7 @@ export function createActivities(deps: ActivityDeps) {
 
     async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
       const ctx = toolContext(ref, timeoutMs);
-      const findings = await runVerifier({ ...ctx, paths: ctx.paths, onProgress: ctx.heartbeat }).catch(infrastructure);
+      const findings = await runVerifier({ ...ctx, paths: ctx.paths, onProgress: ctx.heartbeat, hiddenAcceptance: ref.hidden_acceptance !== false }).catch(infrastructure);
       if (ctx.signal.aborted) throw new CancelledFailure('verification was cancelled');
       return findings;
     },
@@ -320,7 +390,9 @@ async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
       return result;
     }
     case 'apply_patch':
-      throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
+      throw nonRetryable('ProtocolError', 'apply_patch goes through preparePatch and writePatch');
+    default:
+      throw nonRetryable('ProtocolError', `${call.name} is carried out by the workflow, not as a tool activity`);
   }
 }
 
@@ -329,7 +401,8 @@ const DETERMINISTIC_ERRNO = new Set(['EACCES', 'EPERM', 'EROFS', 'EISDIR', 'ENOT
 
 /**
  * Turns a failure that would repeat on every attempt into a non-retryable ApplicationFailure
- * with its own type, so the run ends at once with a reason instead of retrying to its deadline.
+ * with its own type (core/failures.ts), so the run ends at once with a reason instead of
+ * retrying to its deadline. Errors are told apart by class or errno code, never by name.
  * Everything else (a lost engine, a busy database, a crash) stays retryable, within the
  * activity's bounded attempts.
  */
@@ -337,10 +410,13 @@ export function deterministicFailure(name: string, err: unknown): unknown {
   if (err instanceof ApplicationFailure || err instanceof CancelledFailure) return err;
   const e = err as NodeJS.ErrnoException;
   if (typeof e?.code === 'string' && DETERMINISTIC_ERRNO.has(e.code)) {
-    return ApplicationFailure.create({ type: 'InfrastructureError', message: `${name}: ${e.message}`, nonRetryable: true, details: [e.code] });
+    return nonRetryable('InfrastructureError', `${name}: ${e.message}`, [e.code]);
   }
-  if (err instanceof SyntaxError || err instanceof StoreError || (err as Error)?.name === 'ZodError') {
-    return ApplicationFailure.create({ type: 'DataError', message: `${name}: ${(err as Error).message}`, nonRetryable: true });
+  if (err instanceof BackendUnavailableError) return nonRetryable('InfrastructureError', `${name}: ${err.message}`, [err.detail]);
+  if (err instanceof ProvidersFileError) return nonRetryable('InfrastructureError', `${name}: ${err.message}`);
+  if (err instanceof ReplayFileError) return nonRetryable('ReplayFileError', `${name}: ${err.message}`);
+  if (err instanceof SyntaxError || err instanceof StoreError || err instanceof z.core.$ZodError) {
+    return nonRetryable('DataError', `${name}: ${(err as Error).message}`);
   }
   return err;
 }

@@ -69,7 +69,7 @@ export function judgeAcceptance(stdout: string, expectedJson: string): Acceptanc
 export async function verify(opts: {
   backend: ExecBackend;
   fixture: RunSpec;
-  /** The acceptance runner files and expected.json (host folder), or null when the run has no acceptance. */
+  /** The acceptance runner files and expected.json (host folder), or null when the run has none. */
   acceptanceDir: string | null;
   /** A repository run's base commit: the verified change is kept for `branch` and `patch`. */
   baseCommit: string | null;
@@ -78,6 +78,8 @@ export async function verify(opts: {
   timeoutMs: number;
   signal: AbortSignal;
   onProgress: () => void;
+  /** False for a task's child run: the hidden cases judge the orchestrating run, not a part of it. */
+  hiddenAcceptance?: boolean;
 }): Promise<VerifierFindings> {
   const { fixture, paths } = opts;
   faultPoint('in_verifier');
@@ -94,8 +96,13 @@ export async function verify(opts: {
   }
 
   const tests = await runCandidateTests({ ...opts, workspaceDir: paths.workspace, outRoot: join(paths.control, 'out') });
-  const acceptance = fixture.acceptance && opts.acceptanceDir !== null ? await runAcceptance({ ...opts, acceptance: fixture.acceptance, acceptanceDir: opts.acceptanceDir }) : null;
 
+  const acceptance =
+    opts.hiddenAcceptance === false
+      ? { total: 0, passed: 0, failed: [], error: null }
+      : fixture.acceptance !== null && opts.acceptanceDir !== null
+        ? await runAcceptance({ ...opts, acceptance: fixture.acceptance, acceptanceDir: opts.acceptanceDir })
+        : null; // a repository run without acceptance
   const testsOk = tests.status === 'passed' && tests.discovered > 0;
   const acceptanceOk = acceptance === null || (acceptance.error === null && acceptance.failed.length === 0);
   return {
@@ -113,21 +120,13 @@ export async function verify(opts: {
   };
 }
 
-/** The acceptance command, read-only on the workspace, with the runner files minus expected.json as `{acceptance}`. */
-async function runAcceptance(opts: {
-  backend: ExecBackend;
-  acceptance: NonNullable<RunSpec['acceptance']>;
-  acceptanceDir: string;
-  paths: RunPaths;
-  limits: Limits;
-  timeoutMs: number;
-  signal: AbortSignal;
-  onProgress: () => void;
-}): Promise<AcceptanceResult> {
+/** The hidden acceptance cases, run read-only against the workspace and judged against expected.json on the host. */
+async function runAcceptance(opts: Parameters<typeof verify>[0] & { acceptance: NonNullable<RunSpec['acceptance']>; acceptanceDir: string }): Promise<AcceptanceResult> {
   const { paths } = opts;
   // The acceptance runner files, minus expected.json, in a fresh host folder mounted read-only.
   mkdirSync(join(paths.control, 'out'), { recursive: true });
   const scratch = mkdtempSync(join(paths.control, 'out', 'acceptance-'));
+  let acceptance: AcceptanceResult;
   try {
     const runnerDir = join(scratch, 'acceptance');
     cpSync(opts.acceptanceDir, runnerDir, { recursive: true, filter: (src) => !src.endsWith('/expected.json') });
@@ -147,12 +146,13 @@ async function runAcceptance(opts: {
     });
     const ids = Object.keys(expectedFile.parse(JSON.parse(expectedJson)).cases).sort();
     const failAll = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
-    if (result.cancelled) return failAll('acceptance run was cancelled');
-    if (result.timedOut) return failAll('acceptance command timed out');
-    if (result.stdoutTruncated) return failAll('acceptance output was truncated');
-    if (result.exitCode !== 0) return failAll(`acceptance command exited ${result.exitCode}`);
-    return judgeAcceptance(result.stdout, expectedJson);
+    if (result.cancelled) acceptance = failAll('acceptance run was cancelled');
+    else if (result.timedOut) acceptance = failAll('acceptance command timed out');
+    else if (result.stdoutTruncated) acceptance = failAll('acceptance output was truncated');
+    else if (result.exitCode !== 0) acceptance = failAll(`acceptance command exited ${result.exitCode}`);
+    else acceptance = judgeAcceptance(result.stdout, expectedJson);
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
+  return acceptance;
 }

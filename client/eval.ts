@@ -3,7 +3,8 @@
  * progress line, and the report files, assembled from the runs' own results (each run's full
  * record is its child workflow's result, found by its key).
  */
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { writeFileAtomic } from '../host/files';
 import { cpus } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
@@ -13,7 +14,7 @@ import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batc
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
-import { replayTrusted, type Settings } from '../worker/settings';
+import { replayTrusted, type Settings } from '../host/settings';
 import { evalProgress, evalResult, runOutcome } from './run-access';
 import { openStore } from './stored-trace';
 
@@ -194,12 +195,13 @@ export async function collectReport(client: Client, settings: Settings, batch: s
   }
 }
 
+/** The report files, each written whole (temporary file, fsync, rename): a reader never sees half of one. */
 export function writeOutputs(outDir: string, collected: Collected, timing: Record<string, unknown>): void {
   mkdirSync(outDir, { recursive: true });
-  writeFileSync(join(outDir, 'report.json'), reportJson(collected.report));
-  writeFileSync(join(outDir, 'report.md'), reportMarkdown(collected.report));
-  writeFileSync(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras));
-  writeFileSync(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations }, null, 2)}\n`);
+  writeFileAtomic(join(outDir, 'report.json'), reportJson(collected.report));
+  writeFileAtomic(join(outDir, 'report.md'), reportMarkdown(collected.report));
+  writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras));
+  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations }, null, 2)}\n`);
 }
 
 // ---- progress ----

@@ -8,13 +8,15 @@ import { Runtime } from '@temporalio/worker';
 import { ensureDevServer } from '../host/temporal-server';
 import { ensureBackgroundWorker, type EnsuredWorker } from '../worker/background';
 import { runtimeLogger } from '../worker/logger';
-import { readSettings, type Settings } from '../worker/settings';
+import { readSettings, type Settings } from '../host/settings';
 
 export interface Session {
   settings: Settings;
   client: Client;
   address: string;
   embedded: boolean;
+  /** The Web UI runs link to: the embedded server's own, else the settings' `webUiUrl` (null: no links). */
+  webUi: string | null;
   /**
    * Embedded default: the state folder's background worker, running this build with this
    * shell's provider variables (reused when it does, replaced otherwise). Null on a cluster.
@@ -37,6 +39,7 @@ export async function openSession(settings: Settings = readSettings()): Promise<
     client,
     address,
     embedded,
+    webUi: embedded ? `http://localhost:${settings.devUiPort}` : settings.webUiUrl,
     async ensureWorker() {
       if (!embedded) return null;
       ensured ??= ensureBackgroundWorker(settings).then((w) => {

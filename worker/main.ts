@@ -7,12 +7,12 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { NativeConnection, Runtime } from '@temporalio/worker';
-import { BACKGROUND_MARK, readWorkerRecord, recordSelf } from './background';
+import { readWorkerRecord, recordSelf } from './background';
 import { buildId } from '../host/build';
 import { processAlive } from '../host/processes';
 import { ensureDevServer } from '../host/temporal-server';
 import { runtimeLogger } from './logger';
-import { readSettings, type Settings } from './settings';
+import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
 
 async function main(): Promise<void> {
@@ -20,9 +20,9 @@ async function main(): Promise<void> {
   const settings = readSettings();
   const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await NativeConnection.connect({ address });
-  const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile });
+  const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings });
   console.error(`worker ${process.pid} (build ${buildId()}) polling task queue ${settings.taskQueue} on ${address} (state: ${settings.stateDir})`);
-  const background = process.env[BACKGROUND_MARK] === '1';
+  const background = settings.backgroundWorker;
   if (background) recordSelf(settings);
   const watch = background ? watchdog(settings, worker) : null;
   try {
