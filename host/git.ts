@@ -114,7 +114,7 @@ export class GitRepository {
     try {
       return this.run(['rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`]).toString('utf8').trim();
     } catch (err) {
-      if (err instanceof GitError && err.kind === 'failed') throw new GitError('unknown_ref', `unknown ref ${JSON.stringify(ref)}: no commit of that name in the repository`);
+      if (err instanceof GitError && err.kind === 'failed') throw new GitError('unknown_ref', `unknown ref ${JSON.stringify(ref)}: no commit of that name`);
       throw err;
     }
   }
@@ -293,7 +293,7 @@ export class GitRepository {
       const objects = join(scratch, 'objects');
       const { tree } = this.commitChange(base, changes, message, objects);
       const env = this.env({ GIT_OBJECT_DIRECTORY: objects, GIT_ALTERNATE_OBJECT_DIRECTORIES: this.objectsDir() });
-      return this.run(['diff-tree', '-r', '-p', '--binary', '--no-renames', '--no-ext-diff', '--no-textconv', '--no-color', '--src-prefix=a/', '--dst-prefix=b/', base, tree], { env }).toString('utf8');
+      return this.run(['diff-tree', '-r', '-p', '--binary', '--full-index', '--no-renames', '--no-ext-diff', '--no-textconv', '--no-color', '--src-prefix=a/', '--dst-prefix=b/', base, tree], { env }).toString('utf8');
     } finally {
       rmSync(scratch, { recursive: true, force: true });
     }
