@@ -229,8 +229,9 @@ class AgentRun {
       this.view.isolation = evidence;
       this.trace.add('isolation_checked', evidence);
       if (!evidence.verified) {
-        const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name]) => name);
-        return this.finish(new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join(', ')}`));
+        // Each failed check with what it found, so a refusal names what is missing or wrong.
+        const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
+        return this.finish(new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`));
       }
     }
     if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
