@@ -9,7 +9,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { ManifestEntry } from '../activities/workspace';
@@ -91,7 +91,8 @@ describe('repository runs through npm run agent', () => {
   afterAll(async () => {
     const worker = readWorkerRecord(stateDir);
     if (worker) await stopWorker(worker);
-    process.kill(Number(readFileSync(join(stateDir, 'temporal-server.pid'), 'utf8')), 'SIGTERM');
+    const pidFile = join(stateDir, 'temporal-server.pid');
+    if (existsSync(pidFile)) process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGTERM');
   });
 
   const cli = (...args: string[]) => exec(process.execPath, [CLI, ...args], { env, cwd: PROJECT_ROOT, maxBuffer: 64 * 1024 * 1024 });
@@ -251,6 +252,26 @@ describe('repository runs through npm run agent', () => {
     expect(report.summary).toEqual({ runs: 3, completed: 2, failed: 1 });
     for (const file of ['report.md', 'report.html', 'timings.json']) expect(readFileSync(join(out, file), 'utf8').length).toBeGreaterThan(0);
     expect([repoPicture(linkcheck.dir), repoPicture(dotenv.dir)]).toEqual(pictures);
+  });
+
+  it("runs the README's command on a clone of this checkout: the tree tests pass and the branch holds the new one", async () => {
+    const readme = readFileSync(join(PROJECT_ROOT, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Your own repository'));
+    const start = section.indexOf('```sh\n') + '```sh\n'.length;
+    const command = section.slice(start, section.indexOf('\n```', start));
+    expect(command).toMatch(/^npm run agent -- run \. /);
+    // A clone, so the branch lands there and not in the repository these tests run from.
+    const clone = join(tempDir('own-checkout'), 'coding-agent');
+    git(PROJECT_ROOT, 'clone', '-q', PROJECT_ROOT, clone);
+    const head = git(clone, 'rev-parse', 'HEAD').trim();
+    const before = repoPicture(clone);
+    const args = command.replace(/^npm run agent -- /, '').split(' ');
+    const { stdout } = await exec(process.execPath, [CLI, ...args], { env, cwd: clone, maxBuffer: 16 * 1024 * 1024 });
+    expect(stdout).toMatch(/\ncompleted: 1 writes, 1 receipts, diff tree-tests\/origins\.test\.js\n/);
+    const branch = /branch (agent\/agent-coding-agent-[0-9a-f]{8}) at ([0-9a-f]{40}) \(parent ([0-9a-f]{40})\)/.exec(stdout)!;
+    expect(branch[3]).toBe(head);
+    expect(git(clone, 'diff', '--name-status', head, branch[1])).toBe('A\ttree-tests/origins.test.js\n');
+    expect(repoPicture(clone)).toEqual({ ...before, [`ref:refs/heads/${branch[1]}`]: branch[2] });
   });
 
   it('refuses a batch whose task names no repository, no commit or a bad field, naming its line, before starting anything', async () => {
