@@ -43,14 +43,11 @@ export type TreeChange =
   | { path: string; kind: 'symlink'; target: string }
   | { path: string; kind: 'deleted' };
 
-/** Variables of the caller that git may use; nothing named GIT_* is passed on. */
-const PASSED_ENV = ['PATH', 'HOME', 'USER', 'LOGNAME', 'LANG', 'LC_ALL', 'TMPDIR', 'XDG_CONFIG_HOME'];
-
 const MAX_OUTPUT = 512 * 1024 * 1024;
 
+/** The caller's environment for git, whole but for every GIT_* variable (which would redirect it). */
 function baseEnv(): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const name of PASSED_ENV) if (process.env[name] !== undefined) env[name] = process.env[name];
+  const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('GIT_')));
   const config = { 'core.hooksPath': '/dev/null', 'core.fsmonitor': 'false' };
   Object.entries(config).forEach(([key, value], i) => {
     env[`GIT_CONFIG_KEY_${i}`] = key;
