@@ -87,8 +87,6 @@ export async function runInput(handle: RunHandle): Promise<unknown> {
   return payload ? defaultPayloadConverter.fromPayload<unknown>(payload) : null;
 }
 
-export { WorkflowNotFoundError };
-
 export async function isRunning(handle: RunHandle): Promise<boolean> {
   return (await handle.describe()).status.name === 'RUNNING';
 }

@@ -8,6 +8,7 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { inspectBase, keepVerifiedChange, prepareRepositoryWorkspace, readVerifiedChange, treeChanges } from '../activities/repository';
+import { workspaceDiff } from '../activities/tools/show_diff';
 import { baselineManifest, manifest, runPaths } from '../activities/workspace';
 import { GitError, GitRepository } from '../host/git';
 import { BINARY, git, gitBuffer, objectNames, repoPicture, sampleRepo } from './helpers/git-repo';
@@ -115,6 +116,14 @@ describe('the verified change back in the repository', () => {
       'file tools/gen.sh',
       'symlink tools/source.link',
     ]);
+    // The run's own diff (show_diff) shows what git will record: modes, links, binary files.
+    const { diff, paths: diffPaths } = workspaceDiff(paths, 1 << 20);
+    expect(diffPaths).toEqual(changes.map((c) => c.path));
+    expect(diff).toContain('old mode 100644\nnew mode 100755\n===================================================================\n--- a/tools/gen.sh\n+++ b/tools/gen.sh\n');
+    expect(diff).toContain('old mode 100755\nnew mode 100644\n');
+    expect(diff).toContain('Binary files a/assets/more/data.bin and b/assets/more/data.bin differ\n');
+    expect(diff).toContain('new file mode 120000\n');
+    expect(diff).toContain('+symlink -> ../src/linkcheck.py');
     keepVerifiedChange(paths, head, changes);
     // What the run's tests do afterwards is not part of the verified change.
     writeFileSync(join(ws, 'src', 'linkcheck.py'), 'changed after verification\n');

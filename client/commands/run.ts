@@ -77,6 +77,7 @@ export const run = command({
     if ((values.provider || values.endpoint) && !values.model) throw new UsageError('--model NAME is required with --endpoint or --provider');
     if (!values.provider && (values['base-url'] || values['api-key-env'])) throw new UsageError('--base-url and --api-key-env go with --provider');
     if (values.branch && !values.wait) throw new UsageError('--branch needs --wait: the branch is made when the run has completed');
+    if (values.image && values.backend !== 'docker') throw new UsageError('--image goes with --backend docker: the local backend runs on this machine, in no image');
     if (isFixture(positionals[0])) {
       if (values.task !== undefined || values['task-file'] !== undefined || values.base !== undefined || values.branch) {
         throw new UsageError('a fixture brings its own task and tree: --task, --task-file, --base and --branch are for a repository');

@@ -54,6 +54,8 @@ export function sampleRepo(fixtureDir: string, extra: Record<string, string> = {
   git(dir, 'add', '-A');
   git(dir, 'commit', '-q', '-m', 'upstream tree');
   const first = git(dir, 'rev-parse', 'HEAD').trim();
+  git(dir, 'tag', 'v0.1');
+  git(dir, 'tag', '-a', '-m', 'first release', 'v0.1-annotated');
 
   mkdirSync(join(dir, 'tools'), { recursive: true });
   writeFileSync(join(dir, 'tools', 'check.sh'), '#!/bin/sh\necho checked\n');
