@@ -16,7 +16,7 @@ import { faultPoint } from './faults';
 import { anthropicAdapter } from './providers/anthropic';
 import { classify } from './providers/errors';
 import { openaiAdapter } from './providers/openai';
-import { SYSTEM_PROMPT } from './providers/prompt';
+import { systemPrompt } from './providers/prompt';
 import { scrubbedError, scrubSecret } from './providers/secrets';
 import type { ProviderAdapter, ReplyDecision } from './providers/types';
 import type { Store } from './store';
@@ -111,10 +111,13 @@ export async function liveDecide(
     throw nonRetryable('ProviderUnavailable', `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`);
   }
 
+  // A repository run's instructions join the system prompt; the room for the context shrinks by what they take.
+  const system = systemPrompt(facts.instructions ? store.get<{ text: string }>(facts.instructions) : null);
+  const instructionTokens = estimateTokens(system) - estimateTokens(systemPrompt(null));
   let compacted = false;
   for (let factor = 1; ; factor /= 2) {
-    const context = buildContext(facts, groups, room(factor));
-    const body = adapter.body(source.model, SYSTEM_PROMPT, context, maxOutput, orchestrating);
+    const context = buildContext(facts, groups, room(factor) - instructionTokens);
+    const body = adapter.body(source.model, system, context, maxOutput, orchestrating);
     const request = digestJson({ provider: source.provider, model: source.model, run_id: input.run_id, turn: input.turn, retry: input.retry, body });
     let stored = store.modelResponse(request);
     const fromStore = stored !== null;

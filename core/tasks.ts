@@ -3,8 +3,8 @@
  * the user asked, the facts established, the orchestrator's advice: kept apart), the rules it
  * works under, and the messages its parent sees. Workflow-safe.
  */
-import { globMatches } from './paths';
-import type { Fixture, RunStatus } from './contracts';
+import { isWritable, mayCreate } from './policy';
+import type { RunSpec, RunStatus } from './contracts';
 import type { TaskView } from './run-view';
 import type { DispatchTaskArgs } from './tools';
 
@@ -35,13 +35,16 @@ export function taskInstruction(args: DispatchTaskArgs): string {
   ].join('\n');
 }
 
-/** The fixture a task's run works under: the instruction as its task, and only the paths it was given. */
-export function taskFixture(fixture: Fixture, args: DispatchTaskArgs, paths: string[] | null): Fixture {
+/**
+ * The rules a task's run works under: the instruction as its task, and only the paths it was
+ * given (for a repository run, whose rules are patterns, those paths exactly).
+ */
+export function taskFixture<S extends RunSpec>(fixture: S, args: DispatchTaskArgs, paths: string[] | null): S {
   const task = taskInstruction(args);
   if (paths === null) return { ...fixture, task };
-  const writable = fixture.writable.filter((p) => paths.includes(p));
-  const newFiles = paths.filter((p) => !fixture.writable.includes(p) && fixture.new_files.some((pattern) => globMatches(pattern, p)));
-  return { ...fixture, task, writable, new_files: newFiles };
+  const writable = fixture.writable_match === 'pattern' ? paths.filter((p) => isWritable(fixture, p)) : fixture.writable.filter((p) => paths.includes(p));
+  const newFiles = paths.filter((p) => !isWritable(fixture, p) && mayCreate(fixture, p));
+  return { ...fixture, task, writable, new_files: newFiles, ...(fixture.writable_match === 'pattern' ? { writable_match: 'exact' as const } : {}) };
 }
 
 const ENDED: ReadonlySet<TaskView['status']> = new Set<RunStatus>(['completed', 'failed', 'cancelled', 'budget_exhausted']);

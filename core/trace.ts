@@ -4,6 +4,7 @@
  */
 export const TRACE_TYPES = [
   'run_started',
+  'repository_loaded',
   'isolation_checked',
   'model_requested',
   'model_retry',

@@ -29,7 +29,7 @@ import {
   type Usage,
 } from '../core/contracts';
 import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
-import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
+import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type TraceRequest } from '../core/trace';
@@ -219,14 +219,18 @@ class AgentRun {
     const loaded = await this.act.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
     this.pinTo(loaded.host_queue ?? null);
+    // A repository run: what its base commit said (settings digest, tests, instructions digest).
+    if (loaded.repository) this.trace.add('repository_loaded', { ...loaded.repository.facts, image: loaded.image ?? null });
     if (input.backend === 'docker') {
-      const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, []));
+      const image: [string?] = loaded.image !== undefined ? [loaded.image] : [];
+      const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, image));
       if (evidence === null) return this.finish(new RunStop('failed', 'host_lost', this.hostLostDetail()));
       this.view.isolation = evidence;
       this.trace.add('isolation_checked', evidence);
       if (!evidence.verified) {
-        const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name]) => name);
-        return this.finish(new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join(', ')}`));
+        // Each failed check with what it found, so a refusal names what is missing or wrong.
+        const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
+        return this.finish(new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`));
       }
     }
     if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
@@ -243,14 +247,23 @@ class AgentRun {
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
     this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
     this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
-    this.s.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend, ...(child ? { hidden_acceptance: false } : {}) };
+    this.s.ref = {
+      run_id: this.view.run_id,
+      fixture: loaded.fixture,
+      fixture_dir: loaded.fixture_dir,
+      backend: input.backend,
+      ...(child ? { hidden_acceptance: false } : {}),
+      ...(loaded.repository ? { repository: loaded.repository.ref } : {}),
+      ...(loaded.instructions ? { instructions: loaded.instructions } : {}),
+      ...(loaded.image !== undefined ? { image: loaded.image } : {}),
+    };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     this.setStatus('running');
 
     const stop = await this.withDeadline(async () => {
       await this.act.prepareWorkspace.executeWithOptions(
-        { startToCloseTimeout: '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
-        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(child ? { from_run: child.from_run } : {}) }],
+        { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
+        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(child ? { from_run: child.from_run } : {}), ...(this.ref.repository ? { repository: this.ref.repository } : {}) }],
       );
       return this.loop();
     });
@@ -392,6 +405,7 @@ class AgentRun {
     const v = this.view.verification;
     const pending = this.view.pending_approval;
     return runFacts(this.ref.fixture, {
+      ...(this.ref.instructions ? { instructions: this.ref.instructions } : {}),
       status: this.view.status,
       turn: this.view.counters.turns,
       counters: { turns: this.view.counters.turns, tool_calls: this.view.counters.tool_calls, writes: this.view.counters.writes },
@@ -529,7 +543,7 @@ class AgentRun {
           this.view.counters.receipts++;
           this.trace.add('action_receipt', { path: action.path }, ids);
         }
-        if (paths.some((p) => this.ref.fixture.writable.includes(p))) this.s.wrote_writable = true;
+        if (paths.some((p) => endsRedWindow(this.ref.fixture, p, action.paths ? 'merged' : action.before))) this.s.wrote_writable = true;
         return okResult(call.call_id, { action_id: action.action_id, path: action.path, ...(action.paths ? { paths, task_id: pending.merge?.task_id } : {}), before: action.before, after: action.after });
     }
   }
@@ -608,7 +622,8 @@ class AgentRun {
       return new RunStop('completed', '');
     }
     this.trace.add('verification_failed', findings);
-    return new RunStop('failed', findings.acceptance.error !== null ? 'verification_error' : 'verification_failed', findings.acceptance.error);
+    const protocolError = findings.acceptance?.error ?? null;
+    return new RunStop('failed', protocolError !== null ? 'verification_error' : 'verification_failed', protocolError);
   }
 
   /**

@@ -137,7 +137,9 @@ export class Orchestration {
     const ref = this.s.task_refs[task.task_id];
     const depth = (input.child?.depth ?? 0) + 1;
     const child: RunInput = {
-      fixture: input.fixture,
+      ...(input.fixture !== undefined ? { fixture: input.fixture } : {}),
+      ...(input.repo !== undefined ? { repo: input.repo } : {}),
+      ...(input.image !== undefined ? { image: input.image } : {}),
       source: input.source,
       backend: input.backend,
       approver: input.approver,
