@@ -121,6 +121,8 @@ export interface RunSpec {
   /** Null when a repository run has no acceptance: the record then says `acceptance: null`. */
   acceptance: AcceptanceSpec | null;
   budgets: Budgets;
+  /** Sub-runs for this spec's runs (a run's input may set its own). */
+  subruns?: Subruns;
 }
 
 // ---- decisions and replays (section 5) ----

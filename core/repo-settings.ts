@@ -8,6 +8,7 @@ import {
   acceptanceSchema,
   approverSchema,
   budgetsSchema,
+  subrunsSchema,
   ENV_NAME,
   testsSchema,
   type Budgets,
@@ -68,6 +69,8 @@ export const repoSettingsSchema = z.strictObject({
   budgets: budgetsSchema.partial().optional(),
   /** The approver a run of this repository gets when the command line names none. */
   policy: approverSchema.nullable().optional(),
+  /** Sub-runs (SPEC section 12) for runs on this repository. */
+  subruns: subrunsSchema.optional(),
   setup: z
     .strictObject({ commands: z.array(command).min(1), timeout_s: z.number().positive() })
     .nullable()
@@ -203,6 +206,7 @@ export function repositorySpec(o: {
     tests: o.tests,
     acceptance: o.acceptance,
     budgets: { ...DEFAULT_REPO_BUDGETS, ...Object.fromEntries(Object.entries(s?.budgets ?? {}).filter(([, v]) => v !== undefined)) },
+    ...(s?.subruns ? { subruns: s.subruns } : {}),
   };
 }
 
