@@ -155,7 +155,7 @@ describe('a 300-turn run across continue-as-new', () => {
         await waitFor('the wait to continue as new', async () => {
           const view = await queryState(h);
           if (view.segment > segment && view.status === 'awaiting_approval') return true;
-          for (let i = 0; i < 50; i++) await sendApproval(h, ignored(first));
+          for (let i = 0; i < 50; i++) await sendApproval(h, ignored(first!));
           return false;
         });
         await sendApproval(h, valid(first));
