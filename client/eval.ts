@@ -179,7 +179,7 @@ export async function collectReport(client: Client, settings: Settings, batch: s
       const extra: HtmlRunExtra = {
         duration_s: duration,
         workflow_id: last.workflowId,
-        web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(settings.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
+        web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(client.options.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
         trace: events.length > 0 ? events.map(traceLine) : null,
       };
       return { run, extra };
