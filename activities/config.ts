@@ -33,7 +33,7 @@ export interface HarnessConfig {
   /** Project state folder: run workspaces, control folders and the ledger live below it. */
   stateDir: string;
   limits: Limits;
-  /** Model prices in US dollars per million tokens (`AGENT_PRICES_FILE`); a model not listed costs null. */
+  /** Model prices in US dollars per million tokens (the settings' prices file); a model not listed costs null. */
   prices?: Record<string, { input: number; output: number; cached_input?: number }>;
   /** The operator's providers file (`AGENT_PROVIDERS_FILE`, default `<state>/providers.json`). */
   providersFile: string;
@@ -44,4 +44,11 @@ export interface HarnessConfig {
    * transcript live on the host that loaded it, so every later activity of the run goes here.
    */
   hostQueue?: string;
+  /** Where an endpoint of each kind without its own `base_url` sends requests (the worker's settings). */
+  baseUrls: Record<'openai' | 'anthropic', string>;
+  /**
+   * The value of the worker's key variable `name` (an endpoint's `api_key_env`), read at each call
+   * (host/settings.ts readCredential); undefined when it is not set.
+   */
+  credential: (name: string) => string | undefined;
 }

@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import type { Decision } from '../core/contracts';
+import type { Decision, Usage } from '../core/contracts';
 import { replaySchema, type Replay } from '../core/contracts';
 import { formatIssues } from '../core/validate';
 import type { RunFacts } from '../core/context';
@@ -27,29 +27,27 @@ export interface DecideInput {
   retry: number;
   /** False for the wrap-up turn after the turn limit: the source may only summarise. */
   tools_enabled: boolean;
+  /** The run may call the orchestration tools (sub-runs enabled). */
+  orchestrating?: boolean;
   /** The transcript so far: its stored head and the entries not stored yet. */
   transcript: { head: string | null; append: PendingEntry[] };
   /** The authoritative facts a live context is rebuilt from (null for a replay). */
   facts: RunFacts | null;
 }
 
-/** What one model call cost. */
-export interface UsageStep {
-  input_tokens: number;
-  output_tokens: number;
-  cached_tokens: number;
-  /** Null when the model has no price in the configuration: never guessed. */
-  cost_usd: number | null;
+
+/** How a live reply was had (absent for a replay and when no reply came). */
+interface LiveReply {
   /** True when the context had to be compacted after the provider said it was too long. */
-  compacted: boolean;
+  compacted?: boolean;
   /** The response came from the host store: a retried activity, not a new provider request. */
-  from_store: boolean;
+  from_store?: boolean;
 }
 
 export type DecideResult =
-  | { kind: 'decisions'; decisions: DecisionView[]; cursor: number; head: string | null; usage: UsageStep | null }
+  | ({ kind: 'decisions'; decisions: DecisionView[]; cursor: number; head: string | null; usage: Usage | null } & LiveReply)
   | { kind: 'exhausted'; head: string | null; usage: null }
-  | {
+  | ({
       kind: 'model_error';
       transient: boolean;
       retry_after_ms: number | null;
@@ -60,9 +58,9 @@ export type DecideResult =
       ref: string | null;
       cursor: number;
       head: string | null;
-      usage: UsageStep | null;
-    }
-  | { kind: 'refused'; detail: string; head: string | null; usage: UsageStep | null };
+      usage: Usage | null;
+    } & LiveReply)
+  | ({ kind: 'refused'; detail: string; head: string | null; usage: Usage | null } & LiveReply);
 
 export class ReplayFileError extends Error {
   override name = 'ReplayFileError';

@@ -1,26 +1,21 @@
 /**
- * Fault injection for crash tests. When AGENT_FAULT names a point, the worker process kills
- * itself with SIGKILL on reaching it, exactly as a power cut would: no finally blocks, no flush.
+ * Fault injection for crash tests. When the worker's `AGENT_FAULT` setting names a point, the
+ * process kills itself with SIGKILL on reaching it, exactly as a power cut would: no finally
+ * blocks, no flush. The points are listed (and the variable typed) in host/settings.ts.
  */
-export const FAULT_POINTS = [
-  /** writePatch: the approval is recorded, nothing of the write has happened (no intent yet). */
-  'before_write',
-  /** writePatch: intent recorded, temporary file written and synced, not yet renamed. */
-  'after_temp_write',
-  /** writePatch: the target holds the new content, the receipt is missing. */
-  'after_rename',
-  /** writePatch: receipt recorded, the activity has not completed. */
-  'after_receipt',
-  /** verify: the model said final, nothing of the verification has happened. */
-  'in_verifier',
-  /** Local backend: a candidate-test process group has just been spawned and recorded. */
-  'during_tests',
-  /** decide (live provider): the provider answered and the response is stored; the activity has not completed. */
-  'after_model_response',
-] as const;
+import { readSetting, type FaultPoint } from '../host/settings';
 
-export type FaultPoint = (typeof FAULT_POINTS)[number];
+export { FAULT_POINTS, type FaultPoint } from '../host/settings';
+
+/** The armed point: set by the worker from its settings, else read from the settings module once. */
+let armed: FaultPoint | null | undefined;
+
+/** Arms `point` (null: none) for this process; the worker does this with its settings. */
+export function armFault(point: FaultPoint | null): void {
+  armed = point;
+}
 
 export function faultPoint(point: FaultPoint): void {
-  if (process.env.AGENT_FAULT === point) process.kill(process.pid, 'SIGKILL');
+  if (armed === undefined) armed = readSetting('fault');
+  if (armed === point) process.kill(process.pid, 'SIGKILL');
 }

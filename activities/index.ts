@@ -6,13 +6,17 @@ import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { fixtureSchema, type Decision, type Fixture, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { z } from 'zod';
+import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
-import type { ValidCall } from '../core/tools';
+import { isOrchestrationTool, type ValidCall } from '../core/tools';
+import { taskFixture, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { HarnessConfig } from './config';
+import { digestJson } from './digest';
+import { nonRetryable } from './failures';
 import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from './decisions';
 import type { Ledger } from './ledger';
 import { liveDecide } from './live';
@@ -24,6 +28,8 @@ import { readFile } from './tools/read_file';
 import { runTests } from './tools/run_tests';
 import { search } from './tools/search';
 import { showDiff, workspaceDiff } from './tools/show_diff';
+import { prepareMerge as mergePrepare, writeMerge as mergeWrite, type MergeEntry, type MergeOutcome, type MergePrepared } from './tools/merge_task';
+import { faultPoint } from './faults';
 import { expectedFile, verify as runVerifier } from './verifier';
 import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace } from './workspace';
 
@@ -43,15 +49,27 @@ export interface RunRef {
   /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory. */
   fixture_dir: string;
   backend: 'local' | 'docker';
+  /** False for a task's child run: the hidden acceptance cases judge the orchestrating run only. */
+  hidden_acceptance?: boolean;
 }
 
 export type LoadRunResult =
-  | { ok: true; fixture: Fixture; fixture_dir: string; replay: string | null; source: SourceRef; /** The loading host's own task queue. */ host_queue: string | null }
+  | {
+      ok: true;
+      fixture: Fixture;
+      fixture_dir: string;
+      replay: string | null;
+      source: SourceRef;
+      /** The loading host's own task queue. */
+      host_queue: string | null;
+      /** An orchestrating replay's task replays, by task title: digests in the host store. */
+      child_replays: Record<string, string>;
+    }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
 function infrastructure(err: unknown): never {
   if (err instanceof BackendUnavailableError) {
-    throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true, details: [err.detail] });
+    throw nonRetryable('InfrastructureError', err.message, [err.detail]);
   }
   throw err;
 }
@@ -74,24 +92,29 @@ export function createActivities(deps: ActivityDeps) {
   const storedCall = <N extends ValidCall['name']>(call: CallView, name: N): Extract<ValidCall, { name: N }> => {
     const full = store.get<ValidCall>(call.ref);
     if (full.name !== name || full.call_id !== call.call_id) {
-      throw ApplicationFailure.nonRetryable(`stored call ${call.ref} is not the ${name} call ${call.call_id}`, 'ProtocolError');
+      throw nonRetryable('ProtocolError', `stored call ${call.ref} is not the ${name} call ${call.call_id}`);
     }
     return full as Extract<ValidCall, { name: N }>;
   };
 
   /** A decision as the workflow sees it: validated here, stored whole, carried by digest. */
-  const decisionView = (decision: Exclude<Decision, { kind: 'model_error' }>, turn: number, reply: string | null): DecisionView => {
+  const decisionView = (decision: Exclude<Decision, { kind: 'model_error' }>, input: { run_id: string; turn: number; orchestrating?: boolean }, reply: string | null): DecisionView => {
     const ref = store.put('decision', decision);
     switch (decision.kind) {
       case 'plan':
       case 'final':
         return { kind: decision.kind, text: brief(decision.text) as string, ref, reply };
       case 'tool': {
-        const validation = validateCall(decision.call, `call-${turn}`);
+        const validation = validateCall(decision.call, `call-${input.turn}`, input.orchestrating ?? false);
         if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result, reply };
         const call = validation.call;
         const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
-        return { kind: 'tool', ref, raw: brief(decision.call), call: { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) }, invalid: null, reply };
+        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) };
+        if (isOrchestrationTool(call.name)) {
+          const { requirements: _r, known_facts: _k, suggestions: _s, ...args } = call.arguments as Record<string, unknown>;
+          view.task = { action_id: digestJson({ run_id: input.run_id, name: call.name, arguments: call.arguments }), args };
+        }
+        return { kind: 'tool', ref, raw: brief(decision.call), call: view, invalid: null, reply };
       }
     }
   };
@@ -101,7 +124,7 @@ export function createActivities(deps: ActivityDeps) {
     try {
       return resolveEndpoint(config.providersFile, name, model);
     } catch (err) {
-      if (err instanceof ProvidersFileError) throw ApplicationFailure.create({ type: 'InfrastructureError', message: err.message, nonRetryable: true });
+      if (err instanceof ProvidersFileError) throw nonRetryable('InfrastructureError', err.message);
       throw err;
     }
   };
@@ -109,7 +132,7 @@ export function createActivities(deps: ActivityDeps) {
   const backendFor = (name: RunRef['backend']): ExecBackend => {
     const backend = deps.backends[name];
     if (!backend) {
-      throw ApplicationFailure.create({ type: 'InfrastructureError', message: `backend ${name} is not configured on this worker`, nonRetryable: true, details: ['runtime_unavailable'] });
+      throw nonRetryable('InfrastructureError', `backend ${name} is not configured on this worker`, ['runtime_unavailable']);
     }
     return backend;
   };
@@ -160,26 +183,40 @@ export function createActivities(deps: ActivityDeps) {
       } catch (err) {
         return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
       }
+      const child = input.child;
+      if (child) faultPoint('child_started');
+      // A task's run works on the parent's fixture with the task's instruction and paths.
+      const fixture = child ? taskFixture(parsed.data, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths) : parsed.data;
+      const hostQueue = config.hostQueue ?? null;
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
         const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
-        return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: null, source: ref, host_queue: config.hostQueue ?? null };
-      }
-      let replay;
-      try {
-        replay = loadReplay(source.path);
-      } catch (err) {
-        if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
-        throw err;
+        return { ok: true, fixture, fixture_dir: input.fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {} };
       }
       // A replay can create test files that the test command then executes on the host.
       if (input.backend === 'local' && !source.trusted) {
         return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
       }
+      let replay: Replay;
+      let name: string;
+      if (child) {
+        // The parent read its replay once; a task without a replay of its own has no decision to take.
+        replay = child.replay_digest ? store.get<Replay>(child.replay_digest) : { schema_version: 1, decisions: [] };
+        name = child.title;
+      } else {
+        try {
+          replay = loadReplay(source.path);
+        } catch (err) {
+          if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
+          throw err;
+        }
+        name = basename(source.path).replace(/\.json$/, '');
+      }
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
-      return { ok: true, fixture: parsed.data, fixture_dir: input.fixture, replay: basename(source.path).replace(/\.json$/, ''), source: { kind: 'replay', digest }, host_queue: config.hostQueue ?? null };
+      const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
+      return { ok: true, fixture, fixture_dir: input.fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays };
     },
 
     /** The isolation evidence of the docker backend; never throws for a missing engine. */
@@ -190,8 +227,23 @@ export function createActivities(deps: ActivityDeps) {
       return deps.isolation();
     },
 
-    async prepareWorkspace(ref: { run_id: string; fixture_dir: string }): Promise<PreparedWorkspace> {
-      return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), join(resolve(ref.fixture_dir), 'repo'));
+    /** A fresh workspace from the fixture's repository, or (a task's run) from the parent run's workspace as it is now. */
+    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string }): Promise<PreparedWorkspace> {
+      const from = ref.from_run ? runPaths(config.stateDir, ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
+      return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), from);
+    },
+
+    /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */
+    async prepareMerge(ref: RunRef, task: { task_id: string; run_id: string }): Promise<Exclude<MergePrepared, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction; entries_ref: string }> {
+      const prepared = mergePrepare(toolContext(ref, 0), config.stateDir, task);
+      if (prepared.kind !== 'prepared') return prepared;
+      return { kind: 'prepared', action: prepared.action, entries_ref: store.put('merge', prepared.entries) };
+    },
+
+    /** merge_task's second half: the approved merge, exactly once; receipted like a write. */
+    async writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & { receipted: boolean }> {
+      const outcome = mergeWrite(toolContext(ref, 0), action, store.get<MergeEntry[]>(entriesRef));
+      return { ...outcome, receipted: ledger.receipt(action.action_id) !== null };
     },
 
     async decide(input: DecideInput): Promise<DecideResult> {
@@ -203,12 +255,12 @@ export function createActivities(deps: ActivityDeps) {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok || found.endpoint.kind !== source.provider) {
           const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
-          throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: detail, nonRetryable: true });
+          throw nonRetryable('ProviderUnavailable', detail);
         }
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), env: process.env, endpoint: found.endpoint };
+        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint };
         return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
           kind: 'decisions',
-          decisions: decisions.map((d) => decisionView(d, input.turn, reply)),
+          decisions: decisions.map((d) => decisionView(d, input, reply)),
           cursor: input.cursor,
           head,
           usage: null,
@@ -221,7 +273,7 @@ export function createActivities(deps: ActivityDeps) {
         const ref = store.put('decision', next);
         return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
       }
-      return { kind: 'decisions', decisions: [decisionView(next, input.turn, null)], cursor: input.cursor + 1, head, usage: null };
+      return { kind: 'decisions', decisions: [decisionView(next, input, null)], cursor: input.cursor + 1, head, usage: null };
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
@@ -250,7 +302,7 @@ export function createActivities(deps: ActivityDeps) {
 
     async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
       const ctx = toolContext(ref, timeoutMs);
-      const findings = await runVerifier({ ...ctx, paths: ctx.paths, onProgress: ctx.heartbeat }).catch(infrastructure);
+      const findings = await runVerifier({ ...ctx, paths: ctx.paths, onProgress: ctx.heartbeat, hiddenAcceptance: ref.hidden_acceptance !== false }).catch(infrastructure);
       if (ctx.signal.aborted) throw new CancelledFailure('verification was cancelled');
       return findings;
     },
@@ -279,7 +331,9 @@ async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
       return result;
     }
     case 'apply_patch':
-      throw ApplicationFailure.nonRetryable('apply_patch goes through preparePatch and writePatch', 'ProtocolError');
+      throw nonRetryable('ProtocolError', 'apply_patch goes through preparePatch and writePatch');
+    default:
+      throw nonRetryable('ProtocolError', `${call.name} is carried out by the workflow, not as a tool activity`);
   }
 }
 
@@ -288,7 +342,8 @@ const DETERMINISTIC_ERRNO = new Set(['EACCES', 'EPERM', 'EROFS', 'EISDIR', 'ENOT
 
 /**
  * Turns a failure that would repeat on every attempt into a non-retryable ApplicationFailure
- * with its own type, so the run ends at once with a reason instead of retrying to its deadline.
+ * with its own type (core/failures.ts), so the run ends at once with a reason instead of
+ * retrying to its deadline. Errors are told apart by class or errno code, never by name.
  * Everything else (a lost engine, a busy database, a crash) stays retryable, within the
  * activity's bounded attempts.
  */
@@ -296,10 +351,13 @@ export function deterministicFailure(name: string, err: unknown): unknown {
   if (err instanceof ApplicationFailure || err instanceof CancelledFailure) return err;
   const e = err as NodeJS.ErrnoException;
   if (typeof e?.code === 'string' && DETERMINISTIC_ERRNO.has(e.code)) {
-    return ApplicationFailure.create({ type: 'InfrastructureError', message: `${name}: ${e.message}`, nonRetryable: true, details: [e.code] });
+    return nonRetryable('InfrastructureError', `${name}: ${e.message}`, [e.code]);
   }
-  if (err instanceof SyntaxError || err instanceof StoreError || (err as Error)?.name === 'ZodError') {
-    return ApplicationFailure.create({ type: 'DataError', message: `${name}: ${(err as Error).message}`, nonRetryable: true });
+  if (err instanceof BackendUnavailableError) return nonRetryable('InfrastructureError', `${name}: ${err.message}`, [err.detail]);
+  if (err instanceof ProvidersFileError) return nonRetryable('InfrastructureError', `${name}: ${err.message}`);
+  if (err instanceof ReplayFileError) return nonRetryable('ReplayFileError', `${name}: ${err.message}`);
+  if (err instanceof SyntaxError || err instanceof StoreError || err instanceof z.core.$ZodError) {
+    return nonRetryable('DataError', `${name}: ${(err as Error).message}`);
   }
   return err;
 }

@@ -5,19 +5,20 @@
  * Temporal retries after the provider answered (a worker killed at the wrong moment) finds the
  * answer in the store and does not pay for it again.
  */
-import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
+import { CancelledFailure } from '@temporalio/common';
 import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
-import type { Decision, Endpoint, ToolResult } from '../core/contracts';
+import type { Decision, Endpoint, ToolResult, Usage } from '../core/contracts';
 import type { TranscriptEntry } from '../core/transcript';
-import type { DecideInput, DecideResult, SourceRef, UsageStep } from './decisions';
+import type { DecideInput, DecideResult, SourceRef } from './decisions';
 import { digestJson } from './digest';
+import { nonRetryable } from './failures';
 import { faultPoint } from './faults';
 import { anthropicAdapter } from './providers/anthropic';
 import { classify } from './providers/errors';
 import { openaiAdapter } from './providers/openai';
 import { SYSTEM_PROMPT } from './providers/prompt';
 import { scrubbedError, scrubSecret } from './providers/secrets';
-import type { ProviderAdapter, ReplyDecision, Usage } from './providers/types';
+import type { ProviderAdapter, ReplyDecision } from './providers/types';
 import type { Store } from './store';
 
 export const DEFAULT_CONTEXT_BUDGET_TOKENS = 60_000;
@@ -33,7 +34,10 @@ export interface LiveContext {
   timeoutMs: number;
   signal: AbortSignal;
   heartbeat: () => void;
-  env: NodeJS.ProcessEnv;
+  /** The worker's key variable of that name, read at each call (never kept). */
+  credential: (name: string) => string | undefined;
+  /** Where an endpoint without `base_url` sends requests, by kind (the worker's settings). */
+  baseUrls: Record<Endpoint['kind'], string>;
   /** The operator's endpoint the run named, looked up for this call. */
   endpoint: Endpoint;
 }
@@ -50,7 +54,7 @@ export function transcriptGroups(store: Store, entries: TranscriptEntry[]): Cont
   let current: { reply: string | null; group: Extract<ContextGroup, { kind: 'reply' }> } | null = null;
   for (const entry of entries) {
     if ('message' in entry) {
-      groups.push({ kind: 'message', text: entry.message });
+      groups.push({ kind: 'message', text: entry.message, ...(entry.pinned ? { pinned: true as const } : {}) });
       current = null;
       continue;
     }
@@ -66,7 +70,7 @@ export function transcriptGroups(store: Store, entries: TranscriptEntry[]): Cont
       const call = (decision.call ?? {}) as { call_id?: unknown; name?: unknown; arguments?: unknown };
       const result = entry.result !== undefined ? store.get<ToolResult>(entry.result) : null;
       // A call without its result cannot go to a provider; the workflow never leaves one behind.
-      if (result === null) throw ApplicationFailure.nonRetryable(`transcript call ${String(call.call_id)} has no result`, 'ProtocolError');
+      if (result === null) throw nonRetryable('ProtocolError', `transcript call ${String(call.call_id)} has no result`);
       const c: ContextCall = { id: String(call.call_id ?? result.call_id), name: String(call.name ?? ''), arguments: call.arguments ?? {}, result };
       group.calls.push(c);
     } else {
@@ -98,18 +102,19 @@ export async function liveDecide(
   const budget = facts.budgets.context_budget_tokens ?? DEFAULT_CONTEXT_BUDGET_TOKENS;
   const maxOutput = facts.budgets.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
   const groups = transcriptGroups(store, store.transcript(head));
-  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools()) - maxOutput) * factor);
+  const orchestrating = facts.orchestrating === true;
+  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools(orchestrating)) - maxOutput) * factor);
 
   // Read only here, inside the activity; never returned, logged or stored.
-  const apiKey = ctx.env[endpoint.api_key_env];
+  const apiKey = ctx.credential(endpoint.api_key_env);
   if (!apiKey) {
-    throw ApplicationFailure.create({ type: 'ProviderUnavailable', message: `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`, nonRetryable: true });
+    throw nonRetryable('ProviderUnavailable', `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`);
   }
 
   let compacted = false;
   for (let factor = 1; ; factor /= 2) {
     const context = buildContext(facts, groups, room(factor));
-    const body = adapter.body(source.model, SYSTEM_PROMPT, context, maxOutput);
+    const body = adapter.body(source.model, SYSTEM_PROMPT, context, maxOutput, orchestrating);
     const request = digestJson({ provider: source.provider, model: source.model, run_id: input.run_id, turn: input.turn, retry: input.retry, body });
     let stored = store.modelResponse(request);
     const fromStore = stored !== null;
@@ -119,7 +124,7 @@ export async function liveDecide(
       let raw: unknown;
       try {
         ctx.heartbeat();
-        raw = await adapter.send(body, { apiKey, baseURL: endpoint.base_url, timeoutMs: ctx.timeoutMs, signal });
+        raw = await adapter.send(body, { apiKey, baseURL: endpoint.base_url ?? ctx.baseUrls[endpoint.kind], timeoutMs: ctx.timeoutMs, signal });
       } catch (err) {
         if (signal.aborted) throw new CancelledFailure('the model request was cancelled');
         const failure = classify(err);
@@ -139,14 +144,15 @@ export async function liveDecide(
       faultPoint('after_model_response');
     }
     const reply = adapter.parse(stored.raw);
-    const usage: UsageStep = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage), compacted, from_store: fromStore };
+    const usage: Usage = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage) };
+    const how = { compacted, from_store: fromStore };
     switch (reply.kind) {
       case 'refused':
-        return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage };
+        return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage, ...how };
       case 'truncated':
-        return { kind: 'model_error', transient: true, cut_off: true, retry_after_ms: null, detail: 'the reply was cut off by the output limit; none of its calls ran', ref: null, cursor: input.cursor, head, usage };
+        return { kind: 'model_error', transient: true, cut_off: true, retry_after_ms: null, detail: 'the reply was cut off by the output limit; none of its calls ran', ref: null, cursor: input.cursor, head, usage, ...how };
       case 'decisions':
-        return { ...toView(reply.decisions, stored.digest), usage };
+        return { ...toView(reply.decisions, stored.digest), usage, ...how };
     }
   }
 }

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { JUNIT_PLACEHOLDER, type Fixture } from '../core/contracts';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from './config';
+import { nonRetryable } from './failures';
 import { parseJunit } from './junit';
 
 export type TestStatus = 'passed' | 'failed' | 'no_tests' | 'timeout' | 'cancelled' | 'error';
@@ -79,8 +80,11 @@ export async function runCandidateTests(opts: {
     try {
       if (statSync(reportPath).size > opts.limits.reportBytes) return { status: 'error', ...base, ...zero, detail: 'test report is over the size cap' };
       xml = readFileSync(reportPath, 'utf8');
-    } catch {
-      return { status: 'error', ...base, ...zero, detail: 'the test command wrote no test report' };
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'ENOENT') return { status: 'error', ...base, ...zero, detail: 'the test command wrote no test report' };
+      // A report there but unreadable (EACCES, EIO, a folder in its place: EISDIR) is the host's failure, not "no report".
+      throw nonRetryable('InfrastructureError', `cannot read the test report <out>/junit.xml: ${code ?? (err as Error).message}`, [code ?? 'unknown']);
     }
     let counts;
     try {

@@ -74,6 +74,8 @@ export async function verify(opts: {
   timeoutMs: number;
   signal: AbortSignal;
   onProgress: () => void;
+  /** False for a task's child run: the hidden cases judge the orchestrating run, not a part of it. */
+  hiddenAcceptance?: boolean;
 }): Promise<VerifierFindings> {
   const { fixture, paths } = opts;
   faultPoint('in_verifier');
@@ -83,6 +85,26 @@ export async function verify(opts: {
 
   const tests = await runCandidateTests({ ...opts, workspaceDir: paths.workspace, outRoot: join(paths.control, 'out') });
 
+  const acceptance = opts.hiddenAcceptance === false ? { total: 0, passed: 0, failed: [], error: null } : await runAcceptance(opts);
+  const testsOk = tests.status === 'passed' && tests.discovered > 0;
+  return {
+    passed: protectedChanged.length === 0 && testsOk && acceptance.error === null && acceptance.failed.length === 0,
+    protected_changed: protectedChanged,
+    candidate_tests: {
+      status: tests.status,
+      discovered: tests.discovered,
+      passed: tests.passed,
+      failed: tests.failed,
+      error: testsOk ? null : (tests.detail ?? `candidate tests ${tests.status}`),
+    },
+    acceptance,
+    diff_paths: changedFiles(base, current),
+  };
+}
+
+/** The hidden acceptance cases, run read-only against the workspace and judged against expected.json on the host. */
+async function runAcceptance(opts: Parameters<typeof verify>[0]): Promise<AcceptanceResult> {
+  const { fixture, paths } = opts;
   // The acceptance runner files, minus expected.json, in a fresh host folder mounted read-only.
   mkdirSync(join(paths.control, 'out'), { recursive: true });
   const scratch = mkdtempSync(join(paths.control, 'out', 'acceptance-'));
@@ -114,19 +136,5 @@ export async function verify(opts: {
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
-
-  const testsOk = tests.status === 'passed' && tests.discovered > 0;
-  return {
-    passed: protectedChanged.length === 0 && testsOk && acceptance.error === null && acceptance.failed.length === 0,
-    protected_changed: protectedChanged,
-    candidate_tests: {
-      status: tests.status,
-      discovered: tests.discovered,
-      passed: tests.passed,
-      failed: tests.failed,
-      error: testsOk ? null : (tests.detail ?? `candidate tests ${tests.status}`),
-    },
-    acceptance,
-    diff_paths: changedFiles(base, current),
-  };
+  return acceptance;
 }

@@ -14,7 +14,7 @@ import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batc
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
-import { replayTrusted, type Settings } from '../worker/settings';
+import { replayTrusted, type Settings } from '../host/settings';
 import { evalProgress, evalResult, runOutcome } from './run-access';
 import { openStore } from './stored-trace';
 

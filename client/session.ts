@@ -10,7 +10,7 @@ import { connectTemporal, resolveTarget } from '../host/connection';
 import { ensureDevServer } from '../host/temporal-server';
 import { ensureBackgroundWorker, type EnsuredWorker } from '../worker/background';
 import { runtimeLogger } from '../worker/logger';
-import { readSettings, type Settings } from '../worker/settings';
+import { readSettings, type Settings } from '../host/settings';
 
 export interface Session {
   settings: Settings;
@@ -19,6 +19,8 @@ export interface Session {
   /** The namespace of the connection (TEMPORAL_NAMESPACE, else the profile's, else `default`). */
   namespace: string;
   embedded: boolean;
+  /** The Web UI runs link to: the embedded server's own, else the settings' `webUiUrl` (null: no links). */
+  webUi: string | null;
   /**
    * Embedded default: the state folder's background worker, running this build with this
    * shell's provider variables (reused when it does, replaced otherwise). Null on a cluster.
@@ -30,7 +32,7 @@ export interface Session {
 /** Opens the connection; a configuration or connection fault throws a ConnectionError (one line, exit 2). */
 export async function openSession(settings: Settings = readSettings()): Promise<Session> {
   Runtime.install({ logger: runtimeLogger('WARN') });
-  const target = resolveTarget(settings.temporal);
+  const target = resolveTarget(settings);
   const embedded = target.address === null;
   const address = embedded
     ? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address
@@ -44,6 +46,7 @@ export async function openSession(settings: Settings = readSettings()): Promise<
     address,
     namespace: target.namespace,
     embedded,
+    webUi: embedded ? `http://localhost:${settings.devUiPort}` : settings.webUiUrl,
     async ensureWorker() {
       if (!embedded) return null;
       ensured ??= ensureBackgroundWorker(settings).then((w) => {

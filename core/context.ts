@@ -7,6 +7,8 @@
  */
 import { canonicalJson } from './canonical';
 import type { Budgets, Fixture, PreparedAction, ToolResult, VerifierFindings } from './contracts';
+import type { TaskView } from './run-view';
+import { rosterLine } from './tasks';
 
 /** What the summary is regenerated from: facts the workflow holds, never the model's own words. */
 export interface RunFacts {
@@ -23,6 +25,10 @@ export interface RunFacts {
   verification: Pick<VerifierFindings, 'passed' | 'protected_changed' | 'candidate_tests' | 'acceptance'> | null;
   /** A note for the next request, e.g. that the previous reply was cut off by the output limit. */
   notice: string | null;
+  /** An orchestrating run's tasks (the roster); absent or null when sub-runs are off. */
+  tasks?: TaskView[] | null;
+  /** The run may call the orchestration tools. */
+  orchestrating?: boolean;
 }
 
 export function runFacts(fixture: Fixture, facts: Omit<RunFacts, 'task' | 'writable' | 'new_files'>): RunFacts {
@@ -38,7 +44,10 @@ export interface ContextCall {
 }
 
 /** One step of the conversation: a model reply (text and/or calls), or a user message. */
-export type ContextGroup = { kind: 'reply'; text: string | null; calls: ContextCall[] } | { kind: 'message'; text: string };
+export type ContextGroup = { kind: 'reply'; text: string | null; calls: ContextCall[] } | { kind: 'message'; text: string; pinned?: true };
+
+/** Groups compaction never drops: messages about tasks, and replies that dispatched one. */
+export const isPinned = (g: ContextGroup) => (g.kind === 'message' ? g.pinned === true : g.calls.some((c) => c.name === 'dispatch_task'));
 
 export interface BuiltContext {
   /** The first user message: task, rules and the state summary (and the compaction note). */
@@ -87,6 +96,11 @@ export function summaryText(facts: RunFacts): string {
         `hidden acceptance ${v.acceptance.passed}/${v.acceptance.total}; protected paths changed: ${v.protected_changed.join(', ') || 'none'}`,
     );
   }
+  if (facts.tasks) {
+    // The roster and every dispatch's outcome live here, in the part of the context that is always kept.
+    lines.push('', '## Your tasks (sub-runs; copy their ids, never invent one)');
+    lines.push(...(facts.tasks.length ? facts.tasks.map(rosterLine) : ['- (none dispatched)']));
+  }
   if (facts.notice) lines.push('', `Note: ${facts.notice}`);
   return lines.join('\n');
 }
@@ -124,9 +138,11 @@ export function buildContext(facts: RunFacts, groups: ContextGroup[], budgetToke
     chosen.add(i);
     return true;
   };
+  // Pinned groups first (an orchestrator's dispatches and its tasks' results), then the latest failure.
+  for (let i = 0; i < fitted.length; i++) if (isPinned(fitted[i])) take(i);
   let latestFailure = -1;
   for (let i = fitted.length - 1; i >= 0; i--) if (isFailure(fitted[i])) { latestFailure = i; break; }
-  if (latestFailure >= 0) take(latestFailure);
+  if (latestFailure >= 0 && !chosen.has(latestFailure)) take(latestFailure);
   for (let i = fitted.length - 1; i >= 0; i--) {
     if (chosen.has(i)) continue;
     if (!take(i)) break;

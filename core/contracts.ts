@@ -98,11 +98,18 @@ export const decisionSchema = z.discriminatedUnion('kind', [
 ]);
 export type Decision = z.infer<typeof decisionSchema>;
 
-export const replaySchema = z.strictObject({
+/** A replay's own decisions; an orchestrating replay also drives its tasks, by title (SPEC 12). */
+export interface Replay {
+  schema_version: 1;
+  decisions: Decision[];
+  children?: Record<string, Replay>;
+}
+
+export const replaySchema: z.ZodType<Replay> = z.strictObject({
   schema_version: z.literal(1),
   decisions: z.array(decisionSchema),
+  children: z.record(z.string().min(1).max(120), z.lazy(() => replaySchema)).optional(),
 });
-export type Replay = z.infer<typeof replaySchema>;
 
 /** The name of an environment variable. */
 export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
@@ -145,6 +152,51 @@ export type DecisionSource = z.infer<typeof decisionSourceSchema>;
 
 export const approverSchema = z.union([z.literal('interactive'), z.string().regex(/^policy:[a-z0-9-]+$/)]);
 
+/** Sub-runs (SPEC section 12): off unless a run's input enables them. */
+export const subrunsSchema = z.strictObject({
+  /** Tasks a run may dispatch in all. */
+  max_children: z.int().min(1).max(50),
+  /** Tasks running at once. */
+  max_active: z.int().min(1).max(10),
+  /** How deep tasks may nest: 1 lets this run dispatch, and its tasks not. */
+  max_depth: z.int().min(1).max(3).default(1),
+});
+export type Subruns = z.output<typeof subrunsSchema>;
+
+/**
+ * What a parent gives the child run of a task (set by the workflow; a run whose Temporal parent is
+ * not `parent_workflow_id` refuses it).
+ */
+export const childSchema = z.strictObject({
+  parent_workflow_id: z.string().min(1),
+  task_id: z.string().min(1),
+  title: z.string().min(1).max(120),
+  /** The validated dispatch_task call in the host store: its requirements, facts and advice make the task. */
+  dispatch_ref: digest,
+  /** Paths the task may change (a subset of the parent's); null: all the parent may change. */
+  paths: z.array(z.string().min(1)).nullable(),
+  /** The parent's run id: its workspace is the task's starting point. */
+  from_run: z.string().min(1),
+  /** The parent's host queue: the task runs where the workspace is. */
+  host_queue: z.string().nullable(),
+  /** The replay of this task (a digest in the host store), or null for the parent's live source. */
+  replay_digest: z.string().nullable(),
+  /** Depth of this task: 1 for a task of a top-level run. */
+  depth: z.int().min(1),
+  /** A reopened task: the run it continues (its workspace and transcript) and the message it takes. */
+  reopen: z
+    .strictObject({
+      run_id: z.string().min(1),
+      transcript_head: z.string().nullable(),
+      /** The replay cursor and trace numbering the last run of the task ended at. */
+      cursor: z.int().min(0),
+      next_seq: z.int().min(1),
+      message: z.string().min(1),
+    })
+    .nullable(),
+});
+export type ChildInput = z.infer<typeof childSchema>;
+
 export const runInputSchema = z.strictObject({
   /** Fixture folder, absolute or relative to the worker's working directory. */
   fixture: z.string().min(1),
@@ -157,6 +209,10 @@ export const runInputSchema = z.strictObject({
    * `host_lost` (default 600): the host that holds its workspace is taken as gone.
    */
   host_lost_s: z.number().int().min(1).max(7 * 24 * 3600).optional(),
+  /** Sub-runs: the orchestration tools, and how many tasks. */
+  subruns: subrunsSchema.optional(),
+  /** Set only by a parent run for the child run of one of its tasks. */
+  child: childSchema.optional(),
 });
 export type RunInput = z.input<typeof runInputSchema>;
 export type ParsedRunInput = z.output<typeof runInputSchema>;
@@ -181,7 +237,10 @@ export type ApprovalSignal = z.infer<typeof approvalSignalSchema>;
 /** A write that passed every check and waits for (or has) its approval. */
 export interface PreparedAction {
   action_id: string;
+  /** The file written (a merge's first path). */
   path: string;
+  /** Every path of a merge (merge_task writes several files as one action); absent for apply_patch. */
+  paths?: string[];
   before: string; // digest, or "absent"
   after: string;
   args_digest: string;
@@ -229,14 +288,29 @@ export interface VerifierFindings {
   diff_paths: string[];
 }
 
-/** Model usage of a run with a live source (SPEC section 7). */
+/**
+ * Model usage, the one type for it: of one model call (`model_calls: 1`, as a provider adapter
+ * reads it from a reply and `decide` prices it) and of a whole run (the sum, SPEC section 7).
+ */
 export interface Usage {
   model_calls: number;
   input_tokens: number;
   output_tokens: number;
   cached_tokens: number;
-  /** Null when the model's price is not configured: never guessed. */
+  /** Null when the model's price is not configured (or not applied yet): never guessed. */
   cost_usd: number | null;
+}
+
+/** `total` with one more call's usage added; a cost stays null once any call had none. */
+export function addUsage(total: Usage | null, step: Usage): Usage {
+  const t = total ?? { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: 0 };
+  return {
+    model_calls: t.model_calls + step.model_calls,
+    input_tokens: t.input_tokens + step.input_tokens,
+    output_tokens: t.output_tokens + step.output_tokens,
+    cached_tokens: t.cached_tokens + step.cached_tokens,
+    cost_usd: t.cost_usd === null || step.cost_usd === null ? null : t.cost_usd + step.cost_usd,
+  };
 }
 
 export interface RunRecord {
@@ -252,4 +326,18 @@ export interface RunRecord {
   acceptance: { total: number; passed: number; failed: string[] } | null;
   tool_errors: Partial<Record<ErrorCode, number>>;
   usage?: Usage;
+  /** An orchestrating run's sub-run figures (SPEC section 12). */
+  subruns?: SubrunCounts;
+  /** An orchestrating run's tasks and how each ended. */
+  tasks?: { task_id: string; title: string; status: RunStatus; reason: string | null }[];
+}
+
+/** What an orchestrating run did with its tasks; `unknown_task` and `messages_to_ended` measure mis-dispatch. */
+export interface SubrunCounts {
+  dispatched: number;
+  messages: number;
+  stops: number;
+  merges: number;
+  unknown_task: number;
+  messages_to_ended: number;
 }

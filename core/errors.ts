@@ -1,6 +1,7 @@
 /**
  * The closed set of tool error codes (SPEC section 3), with what the caller should do next.
- * `binary_file` is this project's one addition: read_file on a file that is not UTF-8 text.
+ * `binary_file` is this project's addition: read_file on a file that is not UTF-8 text; the
+ * sub-run codes (`unknown_task`, `task_not_accepting`, `merge_conflict`) are SPEC section 12's.
  */
 export const ERROR_CODES = {
   unknown_tool: 'Use one of the listed tools.',
@@ -19,6 +20,9 @@ export const ERROR_CODES = {
   approval_rejected: 'Propose something else: a human or policy rejected this action.',
   approval_stale: 'Read again, then propose again: the workspace changed while the approval was pending.',
   interrupted: 'The user interrupted this turn before the call ran; follow their next message.',
+  unknown_task: 'Copy a task_id from the roster or from dispatch_task\'s result: this one names no task of this run.',
+  task_not_accepting: 'This task cannot take a message now (see its status); dispatch a new task or wait for it to end.',
+  merge_conflict: 'Your files changed underneath the task: read them, then merge by hand with apply_patch or dispatch again.',
 } as const;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

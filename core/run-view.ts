@@ -1,13 +1,34 @@
 /**
  * What the `state` query returns and how a run's record (SPEC section 7) is derived from it.
  */
-import type { Budgets, IsolationEvidence, PreparedAction, RunRecord, RunStatus, Usage, VerifierFindings } from './contracts';
+import type { Budgets, IsolationEvidence, PreparedAction, RunRecord, RunStatus, SubrunCounts, Usage, VerifierFindings } from './contracts';
 import type { ErrorCode } from './errors';
 
 export interface PendingApproval extends PreparedAction {
   call_id: string;
   /** The tool-policy rules that put this action at "ask" (why a person is asked). */
   rules: { id: string; why: string }[];
+}
+
+/** One task of an orchestrating run, as its roster shows it. */
+export interface TaskView {
+  task_id: string;
+  title: string;
+  /** The dispatch's action id (the task id derives from it). */
+  action_id: string;
+  status: RunStatus | 'starting';
+  reason: string | null;
+  /** The write the task waits to have approved: its open question to a person. */
+  pending_path: string | null;
+  /** The task's final summary, when it ended (shortened). */
+  summary: string | null;
+  diff_paths: string[];
+  /** The task's run id (its workspace), once it started. */
+  run_id: string | null;
+  /** True once its change was merged into this run's workspace. */
+  merged: boolean;
+  /** 1, plus one for each time a message reopened it. */
+  executions: number;
 }
 
 export interface RunView {
@@ -47,6 +68,12 @@ export interface RunView {
   deadline_reached: boolean;
   /** Model usage of a live source; null for a replay. */
   usage: Usage | null;
+  /** The model's `final` text that verification judged (shortened), when there was one. */
+  final_summary: string | null;
+  /** An orchestrating run's tasks and counts; null when sub-runs are off. */
+  subruns: { counts: SubrunCounts; tasks: TaskView[] } | null;
+  /** The task this run works on for its parent; null for a run of its own. */
+  parent: { workflow_id: string; task_id: string; title: string } | null;
 }
 
 export function buildRecord(view: RunView): RunRecord {
@@ -64,5 +91,8 @@ export function buildRecord(view: RunView): RunRecord {
     acceptance: v ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
     tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
     ...(view.usage !== null ? { usage: view.usage } : {}),
+    ...(view.subruns !== null
+      ? { subruns: view.subruns.counts, tasks: view.subruns.tasks.map((t) => ({ task_id: t.task_id, title: t.title, status: t.status === 'starting' ? 'running' : t.status, reason: t.reason })) }
+      : {}),
   };
 }

@@ -22,6 +22,8 @@ export const TRACE_TYPES = [
   'verification_passed',
   'verification_failed',
   'continued_as_new',
+  'task_ended',
+  'stop_received',
   'run_finished',
 ] as const;
 

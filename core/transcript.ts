@@ -13,6 +13,11 @@ export interface CallView {
   /** The normalised target path of read_file / search / apply_patch, when the call has one. */
   path: string | null;
   ref: string;
+  /**
+   * An orchestration call's arguments the workflow acts on (a dispatch's long instruction stays in
+   * the store under `ref`), and its action id: the digest of the run, the tool and the arguments.
+   */
+  task?: { action_id: string; args: { task_id?: string; title?: string; text?: string; reason?: string; paths?: string[] } };
 }
 
 /** A tool result as the workflow sees it: the full result is in the store under `ref`. */
@@ -32,10 +37,10 @@ export type DecisionView = (
 };
 
 /** A transcript entry as stored: every part by digest, except user messages. */
-export type TranscriptEntry = { decision: string; result?: string; reply?: string | null } | { message: string };
+export type TranscriptEntry = { decision: string; result?: string; reply?: string | null } | { message: string; pinned?: true };
 
 /** A transcript entry on its way to the store: a result the workflow made itself goes inline. */
-export type PendingEntry = { decision: string; result?: { ref: string } | { inline: ToolResult }; reply?: string | null } | { message: string };
+export type PendingEntry = { decision: string; result?: { ref: string } | { inline: ToolResult }; reply?: string | null } | { message: string; pinned?: true };
 
 export const BRIEF_STRING = 240;
 const BRIEF_ITEMS = 8;

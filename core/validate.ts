@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { CALL_ID, errorResult, toolCallEnvelope, type ToolResult } from './contracts';
 import { normalizeRepoPath } from './paths';
-import { isToolName, TOOL_NAMES, TOOLS, type ValidCall } from './tools';
+import { isToolName, toolNames, TOOLS, type ValidCall } from './tools';
 
 export type Validation = { ok: true; call: ValidCall } | { ok: false; result: ToolResult };
 
@@ -22,8 +22,11 @@ export function formatIssues(error: z.ZodError): string {
   return error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
 }
 
-/** `fallbackCallId` names the result when the proposal has no usable call_id of its own. */
-export function validateCall(raw: unknown, fallbackCallId: string): Validation {
+/**
+ * `fallbackCallId` names the result when the proposal has no usable call_id of its own;
+ * `orchestrating` adds the sub-run tools to the five.
+ */
+export function validateCall(raw: unknown, fallbackCallId: string, orchestrating = false): Validation {
   const rawId = (raw as { call_id?: unknown } | null)?.call_id;
   const callId = typeof rawId === 'string' && CALL_ID.test(rawId) ? rawId : fallbackCallId;
 
@@ -32,14 +35,23 @@ export function validateCall(raw: unknown, fallbackCallId: string): Validation {
     return { ok: false, result: errorResult(callId, 'invalid_fields', { issues: issues(envelope.error) }) };
   }
   const { name } = envelope.data;
-  if (!isToolName(name)) {
-    return { ok: false, result: errorResult(callId, 'unknown_tool', { name: name.slice(0, 64), tools: TOOL_NAMES }) };
+  if (!isToolName(name, orchestrating)) {
+    return { ok: false, result: errorResult(callId, 'unknown_tool', { name: name.slice(0, 64), tools: toolNames(orchestrating) }) };
   }
   const args = TOOLS[name].args.safeParse(envelope.data.arguments);
   if (!args.success) {
     return { ok: false, result: errorResult(callId, 'invalid_fields', { issues: issues(args.error) }) };
   }
   const parsed = args.data as Record<string, unknown>;
+  if (Array.isArray(parsed.paths)) {
+    const normalized: string[] = [];
+    for (const p of parsed.paths as string[]) {
+      const checked = normalizeRepoPath(p, false);
+      if (!checked.ok) return { ok: false, result: errorResult(callId, 'path_denied', { path: p, reason: checked.reason }) };
+      normalized.push(checked.path);
+    }
+    parsed.paths = [...new Set(normalized)].sort();
+  }
   if (typeof parsed.path === 'string') {
     const checked = normalizeRepoPath(parsed.path, name === 'search');
     if (!checked.ok) return { ok: false, result: errorResult(callId, 'path_denied', { path: parsed.path, reason: checked.reason }) };

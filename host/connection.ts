@@ -23,24 +23,10 @@ import { connect as tlsConnect } from 'node:tls';
 import type { TLSConfig } from '@temporalio/common/lib/internal-non-workflow';
 import { loadClientConfig, loadClientConfigProfile, toClientOptions, type ClientConfig, type ClientConfigProfile, type ConfigDataSource } from '@temporalio/envconfig';
 import { NativeConnection } from '@temporalio/worker';
+import type { Settings } from './settings';
 
-/** The `temporal` CLI's connection variables, as read once from the environment (worker/settings.ts). */
-export interface TemporalSettings {
-  /** TEMPORAL_ADDRESS. */
-  address: string | null;
-  /** TEMPORAL_NAMESPACE (unset: the profile's, else `default`). */
-  namespace: string | null;
-  /** TEMPORAL_PROFILE (unset: `default`, which may be absent). */
-  profile: string | null;
-  /** TEMPORAL_CONFIG_FILE (`explicit`), else the CLI's default location; null when there is none. */
-  configFile: { path: string; explicit: boolean } | null;
-  /** TEMPORAL_API_KEY: a secret, never printed. */
-  apiKey: string | null;
-  /** TEMPORAL_TLS and TEMPORAL_TLS_* (certificates, CA, server name), as given. */
-  tls: Record<string, string>;
-  /** TEMPORAL_GRPC_META_*: headers on every request. */
-  grpcMeta: Record<string, string>;
-}
+/** The `temporal` CLI's connection variables, as read once from the environment (host/settings.ts). */
+export type TemporalSettings = Pick<Settings, 'temporalAddress' | 'namespace' | 'temporalProfile' | 'temporalConfigFile' | 'temporalApiKey' | 'temporalTls' | 'temporalGrpcMeta'>;
 
 export type ConnectionFault = 'config' | 'unreachable' | 'tls' | 'refused';
 
@@ -69,10 +55,10 @@ const firstLine = (text: string) => text.split('\n')[0].slice(0, 400);
 
 /** The environment envconfig sees: the variables given, nothing else of this process's. */
 function envconfigEnv(t: TemporalSettings): Record<string, string> {
-  const env: Record<string, string> = { ...t.tls, ...t.grpcMeta };
-  if (t.address !== null) env.TEMPORAL_ADDRESS = t.address;
+  const env: Record<string, string> = { ...t.temporalTls, ...t.temporalGrpcMeta };
+  if (t.temporalAddress !== null) env.TEMPORAL_ADDRESS = t.temporalAddress;
   if (t.namespace !== null) env.TEMPORAL_NAMESPACE = t.namespace;
-  if (t.apiKey !== null) env.TEMPORAL_API_KEY = t.apiKey;
+  if (t.temporalApiKey !== null) env.TEMPORAL_API_KEY = t.temporalApiKey;
   return env;
 }
 
@@ -88,11 +74,12 @@ function readConfigFile(path: string): ClientConfig {
 
 /** Resolves where to connect; throws a ConnectionError for a configuration that cannot work. */
 export function resolveTarget(t: TemporalSettings): TemporalTarget {
-  const file = t.configFile !== null && existsSync(t.configFile.path) ? t.configFile.path : null;
-  if (t.configFile?.explicit && file === null) throw new ConnectionError('config', `TEMPORAL_CONFIG_FILE names ${t.configFile.path}, which does not exist`);
-  const name = t.profile ?? 'default';
+  const config = t.temporalConfigFile;
+  const file = config !== null && existsSync(config.path) ? config.path : null;
+  if (config?.explicit && file === null) throw new ConnectionError('config', `TEMPORAL_CONFIG_FILE names ${config.path}, which does not exist`);
+  const name = t.temporalProfile ?? 'default';
   const profiles = file === null ? {} : readConfigFile(file).profiles;
-  if (t.profile !== null && !(name in profiles)) {
+  if (t.temporalProfile !== null && !(name in profiles)) {
     const where = file === null ? 'there is no Temporal config file (TEMPORAL_CONFIG_FILE, or ~/.config/temporalio/temporal.toml)' : `${file} has ${Object.keys(profiles).length ? `only ${Object.keys(profiles).sort().map((p) => `'${p}'`).join(', ')}` : 'no profile'}`;
     throw new ConnectionError('config', `unknown Temporal profile '${name}' (TEMPORAL_PROFILE): ${where}`);
   }
@@ -103,7 +90,7 @@ export function resolveTarget(t: TemporalSettings): TemporalTarget {
   } catch (err) {
     throw new ConnectionError('config', `profile '${name}' of ${file}: ${firstLine((err as Error).message)}`);
   }
-  const origin = [fromFile ? `profile '${name}' of ${file}` : null, t.address !== null ? 'TEMPORAL_ADDRESS' : null].filter(Boolean).join(' and ') || 'TEMPORAL_* variables';
+  const origin = [fromFile ? `profile '${name}' of ${file}` : null, t.temporalAddress !== null ? 'TEMPORAL_ADDRESS' : null].filter(Boolean).join(' and ') || 'TEMPORAL_* variables';
   for (const [field, source] of Object.entries({ client_cert: profile.tls?.clientCert, client_key: profile.tls?.clientKey, server_ca_cert: profile.tls?.serverCACert }) as [string, ConfigDataSource | undefined][]) {
     if (source !== undefined && 'path' in source && !existsSync(source.path)) throw new ConnectionError('config', `the TLS file ${source.path} (${field}, from ${origin}) does not exist`);
   }

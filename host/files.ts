@@ -1,8 +1,9 @@
 /**
  * Small files that must survive a crash whole: written to a temporary file, synced, renamed over
- * the target, and the folder synced, so a reader sees the old content or the new, never a part.
+ * the target (or, exclusive, linked to it), and the folder synced, so a reader sees the old
+ * content or the new, never a part.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
 
@@ -10,6 +11,12 @@ export interface AtomicWriteOptions {
   /** Folder of the temporary file; it must be on the target's file system. Default: the target's folder. */
   tmpDir?: string;
   mode?: number;
+  /**
+   * Create only: fails with EEXIST when the target exists, and leaves it as it is. The temporary
+   * file is hard-linked to the target instead of renamed over it, so of several writers exactly
+   * one wins, and the target never exists without its whole content.
+   */
+  exclusive?: boolean;
 }
 
 export function writeFileAtomic(path: string, data: string | Buffer, options: AtomicWriteOptions = {}): void {
@@ -27,7 +34,15 @@ export function writeFileAtomic(path: string, data: string | Buffer, options: At
     throw err;
   }
   closeSync(fd);
-  renameSync(tmp, path);
+  if (options.exclusive) {
+    try {
+      linkSync(tmp, path);
+    } finally {
+      rmSync(tmp, { force: true });
+    }
+  } else {
+    renameSync(tmp, path);
+  }
   fsyncDir(dirname(path));
 }
 

@@ -6,6 +6,7 @@
 import { execFileSync } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
+import { readSettings, type Settings } from './settings';
 import { toolsBinDir } from './tools-env';
 
 function executable(path: string): boolean {
@@ -17,11 +18,11 @@ function executable(path: string): boolean {
   }
 }
 
-export function temporalBinary(): string {
-  if (process.env.TEMPORAL_BIN) return process.env.TEMPORAL_BIN;
-  const own = join(toolsBinDir(), 'temporal');
+export function temporalBinary(settings: Pick<Settings, 'temporalBin' | 'toolsDir' | 'path'> = readSettings()): string {
+  if (settings.temporalBin !== null) return settings.temporalBin;
+  const own = join(toolsBinDir(settings), 'temporal');
   if (executable(own)) return own;
-  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+  for (const dir of settings.path.split(delimiter)) {
     if (dir && executable(join(dir, 'temporal'))) return join(dir, 'temporal');
   }
   try {

@@ -4,17 +4,17 @@
  * `AGENT_TOOLS_DIR`. Fixed per checkout, not per state folder, so every run and test finds it.
  */
 import { existsSync } from 'node:fs';
-import { delimiter, join, resolve } from 'node:path';
+import { delimiter, join } from 'node:path';
+import { readSettings, type Settings } from './settings';
 
-const PROJECT_ROOT = resolve(__dirname, '..', '..');
+type ToolSettings = Pick<Settings, 'toolsDir' | 'path'>;
 
-export function toolsBinDir(env: NodeJS.ProcessEnv = process.env): string {
-  return join(env.AGENT_TOOLS_DIR || join(PROJECT_ROOT, '.agent-state', 'tools'), 'bin');
+export function toolsBinDir(settings: Pick<Settings, 'toolsDir'> = readSettings()): string {
+  return join(settings.toolsDir, 'bin');
 }
 
 /** PATH for processes the harness runs on the host: the tools environment first, when it exists. */
-export function hostPath(env: NodeJS.ProcessEnv = process.env): string {
-  const path = env.PATH ?? '/usr/local/bin:/usr/bin:/bin';
-  const bin = toolsBinDir(env);
-  return existsSync(bin) ? `${bin}${delimiter}${path}` : path;
+export function hostPath(settings: ToolSettings = readSettings()): string {
+  const bin = toolsBinDir(settings);
+  return existsSync(bin) ? `${bin}${delimiter}${settings.path}` : settings.path;
 }

@@ -19,7 +19,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import type { EvalPlan } from '../core/batch-plan';
 import { PROJECT_ROOT, tempDir } from '../tests/helpers/run-dir';
 import { killed, spawnWorker, startServer, uniqueQueue } from '../tests/helpers/temporal';
-import { readSettings } from '../worker/settings';
+import { readSettings } from '../host/settings';
 import { evalResult, startEval } from '../client/run-access';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 2);

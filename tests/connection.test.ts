@@ -11,7 +11,7 @@ import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'nod
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ConnectionError, resolveTarget, type TemporalSettings } from '../host/connection';
-import { readTemporalSettings } from '../worker/settings';
+import { readSettings } from '../host/settings';
 import { fragments, historyJson, leaks } from './helpers/leaks';
 import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { CANONICAL_RECORD, killed, startServer, uniqueQueue, waitFor } from './helpers/temporal';
@@ -155,7 +155,7 @@ describe('the embedded default, once profiles exist', () => {
   writeFileSync(keyOnly, '[profile.default]\napi_key = "tk-key-without-address"\n');
   const noProfiles = join(dir, 'empty.toml');
   writeFileSync(noProfiles, '# nothing here\n');
-  const settings = (env: Record<string, string>): TemporalSettings => readTemporalSettings({ HOME: join(dir, 'home-without-config'), ...env });
+  const settings = (env: Record<string, string>): TemporalSettings => readSettings({ HOME: join(dir, 'home-without-config'), ...env });
 
   it('applies exactly when neither TEMPORAL_ADDRESS nor the selected profile gives an address', () => {
     expect(resolveTarget(settings({}))).toMatchObject({ address: null, namespace: 'default', options: {} });

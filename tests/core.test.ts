@@ -1,5 +1,9 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { PAGE_BYTES, PAGE_EVENTS, Trace, WINDOW_EVENTS } from '../core/trace';
 import { canonicalJson, jsonEqual } from '../core/canonical';
+import { addUsage } from '../core/contracts';
+import { activityFailureReason, ACTIVITY_FAILURE_REASONS, FAILURE_TYPES, NON_RETRYABLE_FAILURE_TYPES, RETRIES_EXHAUSTED_REASON } from '../core/failures';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import { globMatches, normalizeRepoPath } from '../core/paths';
 import { evaluatePolicy } from '../core/policy';
@@ -110,6 +114,41 @@ describe('canonical JSON and budgets', () => {
     const patch = defs.find((d) => d.name === 'apply_patch')!.parameters as { required: string[]; additionalProperties: boolean };
     expect(patch.required).toEqual(['path', 'version', 'old', 'new']);
     expect(patch.additionalProperties).toBe(false);
+  });
+});
+
+describe('failures as data', () => {
+  it('maps every non-retryable failure type to a reason, and any other type to activity_failed', () => {
+    expect([...NON_RETRYABLE_FAILURE_TYPES].sort()).toEqual(['DataError', 'InfrastructureError', 'PayloadTooLarge', 'ProtocolError', 'ProviderUnavailable', 'ReplayFileError']);
+    for (const type of NON_RETRYABLE_FAILURE_TYPES) {
+      expect(FAILURE_TYPES[type].type).toBe(type);
+      expect(activityFailureReason(type)).toBe(ACTIVITY_FAILURE_REASONS[type]);
+    }
+    expect(activityFailureReason('ProtocolError')).toBe('harness_error');
+    expect(activityFailureReason('PayloadTooLarge')).toBe('harness_error');
+    expect(activityFailureReason('Error')).toBe(RETRIES_EXHAUSTED_REASON);
+    expect(activityFailureReason('toString')).toBe('activity_failed');
+    expect(activityFailureReason(undefined)).toBe('activity_failed');
+  });
+
+  it('has a row of the README failure table for every type, with the reason it ends the run with', () => {
+    const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+    const table = readme.slice(readme.indexOf('## Failure semantics'), readme.indexOf('## Determinism guard'));
+    const rows = table.split('\n').filter((l) => l.startsWith('| '));
+    for (const f of Object.values(FAILURE_TYPES)) {
+      expect({ type: f.type, row: rows.some((r) => r.includes(`\`${f.type}\``) && r.includes(`\`failed\` / \`${f.reason}\``)) }).toEqual({ type: f.type, row: true });
+    }
+    expect(rows.some((r) => r.includes(`\`failed\` / \`${RETRIES_EXHAUSTED_REASON}\``))).toBe(true);
+  });
+});
+
+describe('model usage', () => {
+  it('sums calls into a run total, and a cost stays null once any call had no price', () => {
+    const call = (input: number, cost: number | null) => ({ model_calls: 1, input_tokens: input, output_tokens: 10, cached_tokens: 5, cost_usd: cost });
+    const two = addUsage(addUsage(null, call(100, 0.5)), call(200, 0.25));
+    expect(two).toEqual({ model_calls: 2, input_tokens: 300, output_tokens: 20, cached_tokens: 10, cost_usd: 0.75 });
+    expect(addUsage(two, call(1, null))).toMatchObject({ model_calls: 3, cost_usd: null });
+    expect(addUsage(addUsage(two, call(1, null)), call(1, 1))).toMatchObject({ model_calls: 4, cost_usd: null });
   });
 });
 

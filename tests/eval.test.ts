@@ -10,7 +10,7 @@ import { promisify } from 'node:util';
 import Database = require('better-sqlite3');
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { collectReport } from '../client/eval';
-import { readSettings } from '../worker/settings';
+import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import type { EvalPlan } from '../core/batch-plan';
 import type { EvalReport } from '../core/report';

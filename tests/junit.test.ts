@@ -2,7 +2,8 @@
  * The junit test format: any runner whose command writes a JUnit XML report to `{junit}`. The
  * py-duration-junit fixture runs its unittest suite under a vendored third-party runner
  * (unittest-xml-reporting, inside the fixture's repository) on both backends with exact counts;
- * the zero-test guard, timeouts and a missing report behave as for the built-in formats.
+ * the zero-test guard, timeouts and a missing report behave as for the built-in formats, and an
+ * unreadable report is an infrastructure error.
  */
 import { cpSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -72,6 +73,14 @@ describe('run_tests with the junit format', () => {
 
     const slow = prepareRun({ repo: { 'tests/x.txt': '' }, fixture: junitTests(['python3', '-c', 'import time; time.sleep(300)', '{junit}'], 2) });
     expect(await runTests(slow.ctx, 'slow')).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'timeout' } });
+  });
+
+  it('reports a report it cannot read (a folder in its place: EISDIR) as an infrastructure error with the errno, not as a missing report', async () => {
+    // Running as root, a mode-000 file would still be readable; a folder where the report goes fails every read, as root too.
+    const folder = prepareRun({ repo: { 'tests/x.txt': '' }, fixture: junitTests(['mkdir', '{junit}']) });
+    const failure = runTests(folder.ctx, 'folder');
+    await expect(failure).rejects.toMatchObject({ type: 'InfrastructureError', nonRetryable: true, details: ['EISDIR'] });
+    await expect(failure).rejects.toThrow('cannot read the test report <out>/junit.xml: EISDIR');
   });
 });
 

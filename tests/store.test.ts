@@ -3,7 +3,10 @@
  * guard that keeps every history payload under its cap.
  */
 import { join } from 'node:path';
+import { z } from 'zod';
 import { deterministicFailure } from '../activities';
+import { BackendUnavailableError } from '../activities/backends/types';
+import { ReplayFileError } from '../activities/decisions';
 import { Store, StoreError } from '../activities/store';
 import { canonicalJson } from '../core/canonical';
 import { brief, BRIEF_STRING } from '../core/transcript';
@@ -61,6 +64,12 @@ describe('failures that would repeat on every attempt', () => {
     expect(deterministicFailure('executeTool', denied)).toMatchObject({ type: 'InfrastructureError', nonRetryable: true, details: ['EACCES'] });
     expect(deterministicFailure('verify', new SyntaxError('Unexpected end of JSON input'))).toMatchObject({ type: 'DataError', nonRetryable: true });
     expect(deterministicFailure('decide', new StoreError('nothing is stored under x'))).toMatchObject({ type: 'DataError', nonRetryable: true });
+    // Recognised by class, never by name: a zod error is one, an error merely named ZodError is not.
+    expect(deterministicFailure('loadRun', z.object({ a: z.string() }).safeParse({ a: 1 }).error)).toMatchObject({ type: 'DataError', nonRetryable: true });
+    const impostor = Object.assign(new Error('looks like one'), { name: 'ZodError' });
+    expect(deterministicFailure('loadRun', impostor)).toBe(impostor);
+    expect(deterministicFailure('loadRun', new ReplayFileError('replay x is invalid'))).toMatchObject({ type: 'ReplayFileError', nonRetryable: true });
+    expect(deterministicFailure('executeTool', new BackendUnavailableError('runtime not found: pytest', 'runtime_missing'))).toMatchObject({ type: 'InfrastructureError', nonRetryable: true, details: ['runtime_missing'] });
     const busy = Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' });
     expect(deterministicFailure('persist', busy)).toBe(busy);
   });
@@ -82,5 +91,6 @@ describe('views carried in history', () => {
     const at = { metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES) };
     await expect(guard.encode([at])).resolves.toEqual([at]);
     await expect(guard.encode([{ metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES + 1) }])).rejects.toThrow(/exceeds the 65536-byte cap/);
+    await expect(guard.encode([{ metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES + 1) }])).rejects.toMatchObject({ type: 'PayloadTooLarge', nonRetryable: true });
   });
 });

@@ -1,5 +1,7 @@
 import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { CappedOutput } from '../activities/backends/capped-output';
+import { LocalBackend } from '../activities/backends/local';
 import { sha256 } from '../activities/digest';
 import { preparePatch, writePatch } from '../activities/tools/apply_patch';
 import { readFile } from '../activities/tools/read_file';
@@ -259,5 +261,50 @@ describe('run_tests', () => {
       fixture: { tests: { command: ['node', '--test', 'test/'], format: 'node-test', timeout_s: 30 } },
     });
     expect(await runTests(t.ctx, 't')).toMatchObject({ error: 'tests_failed', data: { discovered: 2, passed: 1, failed: 1 } });
+  });
+});
+
+describe('capped process output', () => {
+  const bytes = (...parts: (string | number[])[]) => Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
+
+  it('ends before a multi-byte character cut at the cap, never with a replacement character', () => {
+    // '€' is E2 82 AC; '😀' is F0 9F 98 80. Every cut inside them drops the whole character.
+    for (const [text, cap, kept] of [
+      ['ab€', 3, 'ab'],
+      ['ab€', 4, 'ab'],
+      ['ab€', 5, 'ab€'],
+      ['a😀', 2, 'a'],
+      ['a😀', 3, 'a'],
+      ['a😀', 4, 'a'],
+      ['a😀b', 5, 'a😀'],
+    ] as const) {
+      const out = new CappedOutput(cap);
+      out.push(Buffer.from(text));
+      expect({ text, cap, kept: out.text(), truncated: out.truncated }).toEqual({ text, cap, kept, truncated: Buffer.byteLength(text) > cap });
+    }
+    // A character split across chunks, then cut: still dropped whole.
+    const split = new CappedOutput(4);
+    for (const chunk of [bytes('ab'), bytes([0xe2]), bytes([0x82, 0xac]), bytes('tail')]) split.push(chunk);
+    expect([split.text(), split.truncated]).toEqual(['ab', true]);
+    // Output that was not cut is decoded as the process wrote it, even a dangling lead byte.
+    const whole = new CappedOutput(10);
+    whole.push(bytes('ab', [0xe2]));
+    expect([whole.text(), whole.truncated]).toEqual(['ab\ufffd', false]);
+  });
+
+  it('keeps whole characters of a real process whose output the cap cuts inside one', async () => {
+    const dir = tempDir('capped');
+    const result = await new LocalBackend().exec({
+      argv: ['python3', '-c', 'import sys; sys.stdout.write("x" + "\u20ac" * 1000); sys.stderr.write("\u00e9" * 1000)'],
+      workspaceDir: dir,
+      workspaceReadOnly: false,
+      outDir: dir,
+      timeoutMs: 30_000,
+      outputCapBytes: 101, // stdout: x + 33 euros is 100 bytes, the 34th is cut after one byte; stderr: 50 e-acutes and one byte
+      signal: new AbortController().signal,
+    });
+    expect(result).toMatchObject({ exitCode: 0, stdoutTruncated: true, stderrTruncated: true });
+    expect(result.stdout).toBe(`x${'\u20ac'.repeat(33)}`);
+    expect(result.stderr).toBe('\u00e9'.repeat(50));
   });
 });

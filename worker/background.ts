@@ -17,7 +17,7 @@ import { readProvidersFile } from '../activities/providers/endpoints';
 import { buildId } from '../host/build';
 import { writeFileAtomic } from '../host/files';
 import { identityOf, processAlive, processEnded, type ProcessIdentity } from '../host/processes';
-import type { Settings } from './settings';
+import { readCredential, VARIABLES, type Settings } from '../host/settings';
 
 export interface WorkerRecord extends ProcessIdentity {
   build: string;
@@ -27,18 +27,23 @@ export interface WorkerRecord extends ProcessIdentity {
 }
 
 export const WORKER_RECORD = 'worker.json';
-/** Tells worker/main.js it is the background worker of its state folder. */
-export const BACKGROUND_MARK = 'AGENT_BACKGROUND_WORKER';
+/** Tells worker/main.js it is the background worker of its state folder (its `backgroundWorker` setting). */
+export const BACKGROUND_MARK = VARIABLES.backgroundWorker.name;
 
-/** Digests (never values) of the variables the operator's endpoints name, as `env` has them. */
-export function providerEnv(settings: Settings, env: NodeJS.ProcessEnv): Record<string, string | null> {
+/** Digests (never values) of the variables the operator's endpoints name, as `env` has them (default: this process's). */
+export function providerEnv(settings: Settings, env?: NodeJS.ProcessEnv): Record<string, string | null> {
   let names: string[] = [];
   try {
     names = readProvidersFile(settings.providersFile).endpoints.map((e) => e.api_key_env);
   } catch {
     // An unreadable file names nothing here; the run that needs it reports the error.
   }
-  return Object.fromEntries([...new Set(names)].sort().map((n) => [n, env[n] ? sha256(`agent-provider-env\0${env[n]}`).slice(0, 16) : null]));
+  return Object.fromEntries(
+    [...new Set(names)].sort().map((n) => {
+      const value = readCredential(n, env);
+      return [n, value !== undefined ? sha256(`agent-provider-env\0${value}`).slice(0, 16) : null];
+    }),
+  );
 }
 
 export function readWorkerRecord(stateDir: string): WorkerRecord | null {
@@ -56,13 +61,13 @@ export function liveWorker(stateDir: string): WorkerRecord | null {
 }
 
 /** What a worker started now from this environment would record. */
-function expectedRecord(settings: Settings, env: NodeJS.ProcessEnv): Omit<WorkerRecord, 'pid' | 'start'> {
+function expectedRecord(settings: Settings, env?: NodeJS.ProcessEnv): Omit<WorkerRecord, 'pid' | 'start'> {
   return { build: buildId(), provider_env: providerEnv(settings, env), task_queue: settings.taskQueue };
 }
 
 /** Called by the background worker once it polls: it is now the state folder's worker. */
 export function recordSelf(settings: Settings): WorkerRecord {
-  const record: WorkerRecord = { ...identityOf(), ...expectedRecord(settings, process.env) };
+  const record: WorkerRecord = { ...identityOf(), ...expectedRecord(settings) };
   writeFileAtomic(join(settings.stateDir, WORKER_RECORD), JSON.stringify(record));
   return record;
 }
@@ -76,6 +81,7 @@ export interface EnsuredWorker {
 
 const same = (a: Record<string, string | null>, b: Record<string, string | null>) => JSON.stringify(a) === JSON.stringify(b);
 
+/** `env`: the environment the worker is started with (default: this process's, passed on whole). */
 export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.ProcessEnv = process.env): Promise<EnsuredWorker> {
   const release = await lock(join(settings.stateDir, 'worker.lock'));
   try {

@@ -4,14 +4,18 @@
  * bundle when there is one.
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { PriceTable } from '../activities/live';
 import { formatIssues } from '../core/validate';
 import { join } from 'node:path';
 import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities } from '../activities';
+import { armFault } from '../activities/faults';
 import { workerIdentity } from '../host/build';
+import { writeFileAtomic } from '../host/files';
+import { readCredential, readSettings, type Settings } from '../host/settings';
+import { hostPath } from '../host/tools-env';
 import { LocalBackend } from '../activities/backends/local';
 import type { ExecBackend } from '../activities/backends/types';
 import { DEFAULT_LIMITS, type Limits } from '../activities/config';
@@ -21,8 +25,6 @@ import { PayloadSizeGuard } from './payload-guard';
 import { createSandbox, type SandboxOptions } from './sandbox';
 
 const priceTableSchema = z.record(z.string(), z.strictObject({ input: z.number().min(0), output: z.number().min(0), cached_input: z.number().min(0).optional() }));
-
-const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
 
 export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
 
@@ -46,26 +48,31 @@ export interface WorkerOptions {
   providersFile?: string;
   limits?: Partial<Limits>;
   /**
-   * The docker backend (default: image `AGENT_SANDBOX_IMAGE`, else `coding-agent-sandbox:1`, on the
-   * engine named by `DOCKER_HOST`, else the local socket). `false`: no docker backend, so docker
-   * runs end `isolation_unverified` / `runtime_unavailable`.
+   * The docker backend (default: the settings' image and engine). `false`: no docker backend, so
+   * docker runs end `isolation_unverified` / `runtime_unavailable`.
    */
   docker?: SandboxOptions | false;
   /** Timeout of one provider HTTP request (default 120 s). */
   modelTimeoutMs?: number;
   /**
-   * Workflows kept in this worker's cache (default `AGENT_MAX_CACHED_WORKFLOWS`, else 100). A run
-   * waiting for a person is evicted when the cache is full and replayed from history when its
-   * Signal arrives, so parked runs cost the worker no memory.
+   * Workflows kept in this worker's cache (default: the settings', 100). A run waiting for a
+   * person is evicted when the cache is full and replayed from history when its Signal arrives,
+   * so parked runs cost the worker no memory.
    */
   maxCachedWorkflows?: number;
+  /**
+   * The environment's settings (host/settings.ts) for everything the options above leave open:
+   * prices, cache size, sandbox image and engine, provider base URLs, PATH, the fault point.
+   * Default: read from the environment when the worker is created.
+   */
+  settings?: Settings;
   /** Wraps each execution backend (the benchmark times test processes this way). */
   wrapBackend?: (backend: ExecBackend) => ExecBackend;
 }
 
 /** The price table (US dollars per million tokens by model), or none: costs are then null, never guessed. */
-function loadPrices(file: string | undefined): PriceTable {
-  if (!file) return {};
+function loadPrices(file: string | null): PriceTable {
+  if (file === null) return {};
   const parsed = priceTableSchema.safeParse(JSON.parse(readFileSync(file, 'utf8')));
   if (!parsed.success) throw new Error(`AGENT_PRICES_FILE ${file}: ${formatIssues(parsed.error)}`);
   return parsed.data;
@@ -92,18 +99,32 @@ export interface HarnessWorker {
 }
 
 export async function createWorker(options: WorkerOptions): Promise<HarnessWorker> {
+  const settings = options.settings ?? readSettings();
+  armFault(settings.fault);
   mkdirSync(options.stateDir, { recursive: true });
   // Built before the ledger opens, so a malformed DOCKER_HOST fails with nothing to close.
-  const sandbox = options.docker === false ? null : createSandbox(options.docker);
+  const sandbox = options.docker === false ? null : createSandbox(options.docker, settings);
   const hostQueue = `${options.taskQueue}@${hostId(options.stateDir)}`;
+  const prices = loadPrices(settings.pricesFile);
   const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
   const store = new Store(join(options.stateDir, 'store.sqlite'));
+  const local = new LocalBackend({ path: hostPath(settings) });
   const activities = createActivities({
     store,
-    config: { stateDir: options.stateDir, providersFile: options.providersFile ?? join(options.stateDir, 'providers.json'), limits: { ...DEFAULT_LIMITS, ...options.limits }, prices: loadPrices(process.env.AGENT_PRICES_FILE), modelTimeoutMs: options.modelTimeoutMs, hostQueue },
+    config: {
+      stateDir: options.stateDir,
+      providersFile: options.providersFile ?? join(options.stateDir, 'providers.json'),
+      limits: { ...DEFAULT_LIMITS, ...options.limits },
+      prices,
+      modelTimeoutMs: options.modelTimeoutMs,
+      hostQueue,
+      baseUrls: { openai: settings.openaiBaseUrl, anthropic: settings.anthropicBaseUrl },
+      // Read at each call, never kept: see readCredential.
+      credential: (name) => readCredential(name),
+    },
     ledger,
     backends: Object.fromEntries(
-      Object.entries(sandbox ? { local: new LocalBackend(), docker: sandbox.backend } : { local: new LocalBackend() }).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b]),
+      Object.entries(sandbox ? { local, docker: sandbox.backend } : { local }).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b]),
     ),
     isolation: sandbox?.isolation,
   });
@@ -118,7 +139,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     identity: workerIdentity(),
     // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
     shutdownGraceTime: '10 seconds',
-    maxCachedWorkflows: options.maxCachedWorkflows ?? Number(process.env.AGENT_MAX_CACHED_WORKFLOWS || DEFAULT_MAX_CACHED_WORKFLOWS),
+    maxCachedWorkflows: options.maxCachedWorkflows ?? settings.maxCachedWorkflows,
   });
   const own = await Worker.create({
     connection: options.connection,
@@ -155,15 +176,23 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   };
 }
 
-/** This host's identity: made once and kept in its state folder, so a restarted worker is the same host. */
+/**
+ * This host's identity: made once and kept in its state folder, so a restarted worker is the same
+ * host. The file appears whole or not at all (a synced temporary file linked into place), so a
+ * crash never leaves it empty and a concurrent reader never sees it half-written; the link fails
+ * when another worker of this host made it first, and then that worker's id is this host's.
+ */
 export function hostId(stateDir: string): string {
   const file = join(stateDir, 'host-id');
-  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
-  try {
-    writeFileSync(file, `host-${randomBytes(6).toString('hex')}\n`, { flag: 'wx' });
-  } catch (err) {
-    // Another worker of this host made it first: its id is this host's.
-    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  if (!existsSync(file)) {
+    try {
+      writeFileAtomic(file, `host-${randomBytes(6).toString('hex')}\n`, { exclusive: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
   }
-  return readFileSync(file, 'utf8').trim();
+  const id = readFileSync(file, 'utf8').trim();
+  // Only an earlier version could leave a file without an id (it created the file, then wrote it).
+  if (!/^\S{1,200}$/.test(id)) throw new Error(`${file} holds no host id; if no run is waiting on this host, remove it and start the worker again, else write the id its runs name in their task queue (<queue>@host-...)`);
+  return id;
 }

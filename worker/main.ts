@@ -9,24 +9,24 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Runtime } from '@temporalio/worker';
-import { BACKGROUND_MARK, readWorkerRecord, recordSelf } from './background';
+import { readWorkerRecord, recordSelf } from './background';
 import { buildId } from '../host/build';
 import { ConnectionError, connectTemporal, resolveTarget } from '../host/connection';
 import { processAlive } from '../host/processes';
 import { ensureDevServer } from '../host/temporal-server';
 import { runtimeLogger } from './logger';
-import { readSettings, type Settings } from './settings';
+import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
 
 async function main(): Promise<void> {
   Runtime.install({ logger: runtimeLogger('WARN') });
   const settings = readSettings();
-  const target = resolveTarget(settings.temporal);
+  const target = resolveTarget(settings);
   const address = target.address ?? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await connectTemporal(address, target);
-  const { worker, close } = await createWorker({ connection, namespace: target.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile });
+  const { worker, close } = await createWorker({ connection, namespace: target.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings });
   console.error(`worker ${process.pid} (build ${buildId()}) polling task queue ${settings.taskQueue} in namespace ${target.namespace} on ${address} (settings from ${target.origin}; state: ${settings.stateDir})`);
-  const background = process.env[BACKGROUND_MARK] === '1';
+  const background = settings.backgroundWorker;
   if (background) recordSelf(settings);
   const watch = background ? watchdog(settings, worker) : null;
   try {

@@ -6,12 +6,9 @@
  * Temporal's 2 MiB payload limit and losing the run.
  */
 import type { Payload, PayloadCodec } from '@temporalio/common';
+import { nonRetryable } from '../activities/failures';
 
 export const MAX_PAYLOAD_BYTES = 64 * 1024;
-
-export class PayloadTooLarge extends Error {
-  override name = 'PayloadTooLarge';
-}
 
 export class PayloadSizeGuard implements PayloadCodec {
   constructor(private readonly maxBytes = MAX_PAYLOAD_BYTES) {}
@@ -21,7 +18,8 @@ export class PayloadSizeGuard implements PayloadCodec {
       const bytes = p.data?.length ?? 0;
       if (bytes > this.maxBytes) {
         const head = Buffer.from(p.data!.subarray(0, 120)).toString('utf8');
-        throw new PayloadTooLarge(`a ${bytes}-byte payload exceeds the ${this.maxBytes}-byte cap of this harness: ${head}…`);
+        // Typed explicitly (core/failures.ts): an activity result refused here fails the activity, not retried.
+        throw nonRetryable('PayloadTooLarge', `a ${bytes}-byte payload exceeds the ${this.maxBytes}-byte cap of this harness: ${head}…`);
       }
     }
     return payloads;

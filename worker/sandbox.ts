@@ -17,15 +17,16 @@ import Dockerode from 'dockerode';
 import { DockerBackend, type ContainerSettings, type DockerLimits, type SettingsOverride } from '../activities/backends/docker';
 import { probeIsolation } from '../activities/backends/isolation';
 import type { IsolationEvidence } from '../core/contracts';
+import { DEFAULT_SANDBOX_IMAGE, readSettings, type Settings } from '../host/settings';
 
-export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
+export { DEFAULT_SANDBOX_IMAGE };
 
 export interface SandboxOptions {
-  /** Image tag or content id; default `AGENT_SANDBOX_IMAGE`, else `coding-agent-sandbox:1`. */
+  /** Image tag or content id; default the settings' `sandboxImage`. */
   image?: string;
   /** Weakens (or changes) the settings of every exec and of the probe; for tests. */
   override?: SettingsOverride;
-  /** How to reach the engine; default dockerode's own (`DOCKER_HOST`, else the local socket). */
+  /** How to reach the engine; default dockerode's own reading of `DOCKER_HOST` (else the local socket). */
   engine?: Dockerode.DockerOptions;
   limits?: Partial<DockerLimits>;
 }
@@ -40,8 +41,8 @@ export interface Sandbox {
 
 const measured = new Map<string, Promise<IsolationEvidence>>();
 
-export function createSandbox(options: SandboxOptions = {}, env: NodeJS.ProcessEnv = process.env): Sandbox {
-  const image = options.image ?? (env.AGENT_SANDBOX_IMAGE || DEFAULT_SANDBOX_IMAGE);
+export function createSandbox(options: SandboxOptions = {}, settings: Pick<Settings, 'sandboxImage' | 'dockerHost'> = readSettings()): Sandbox {
+  const image = options.image ?? settings.sandboxImage;
   let engine: Dockerode;
   try {
     // Constructing talks to no engine; only a malformed DOCKER_HOST throws here.
@@ -52,7 +53,7 @@ export function createSandbox(options: SandboxOptions = {}, env: NodeJS.ProcessE
   const reference = new DockerBackend({ image, docker: engine, limits: options.limits });
   const backend = options.override ? reference.withOverride(options.override) : reference;
   const key = JSON.stringify({
-    engine: options.engine ?? env.DOCKER_HOST ?? 'default',
+    engine: options.engine ?? settings.dockerHost ?? 'default',
     declared: reference.settings(),
     actual: backend.settings(),
   });

@@ -10,10 +10,11 @@
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
 import type { Activities, RunRef } from '../activities';
-import type { DecideResult, SourceRef, UsageStep } from '../activities/decisions';
+import type { DecideResult } from '../activities/decisions';
 import { runFacts, type RunFacts } from '../core/context';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import {
+  addUsage,
   approvalSignalSchema,
   errorResult,
   okResult,
@@ -22,18 +23,24 @@ import {
   type ApprovalSignal,
   type Budgets,
   type ParsedRunInput,
-  type PreparedAction,
   type RunRecord,
   type RunStatus,
   type ToolResult,
+  type Usage,
 } from '../core/contracts';
+import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
 import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
-import { Trace, type CarriedTrace, type TraceRequest } from '../core/trace';
-import { brief, resultView, type CallView, type DecisionView, type PendingEntry } from '../core/transcript';
+import { Trace, type TraceRequest } from '../core/trace';
+import { isOrchestrationTool } from '../core/tools';
+import { brief, resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
-import { approvalSignal, interruptSignal, stateQuery, steerSignal, traceQuery } from './messages';
+import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
+import { Orchestration } from './subruns';
+import { initialState, type PendingWrite, type RunState } from './run-state';
+
+export type { RunState };
 import { workflowTime } from './time';
 
 /**
@@ -46,111 +53,8 @@ export interface RunOutcome {
   trace: { run_id: string; events: number };
   /** Head of the run's transcript in the host store: every decision with its one result. */
   transcript: string | null;
-}
-
-/** A write waiting for its approval when the run continued as new. */
-interface PendingWrite {
-  decision_ref: string;
-  reply: string | null;
-  call: CallView;
-  action: PreparedAction;
-  policy: PolicyEvaluation;
-}
-
-/**
- * Everything a run knows, as one value: the workflow's methods read and update it, and
- * continue-as-new carries it whole to the next segment (state, never contents), so no field can
- * be forgotten in a copy.
- */
-export interface RunState {
-  /** What the `state` Query answers. */
-  view: RunView;
-  ref: RunRef | null;
-  source: SourceRef | null;
-  /** When the agent's working time ends; moved on by the time a person took to decide. */
-  deadline_at: number;
-  /** Set while the run waits for a person: the deadline is paused. */
-  waiting_since: number | null;
-  /** When the pending approval times out (`approval_timeout_s` after it was first asked). */
-  approval_deadline_at: number | null;
-  /** Decisions taken so far: the replay's cursor. */
+  /** Decisions taken from a replay (a reopened task goes on from here). */
   cursor: number;
-  /** The transcript's stored head and the entries not stored yet. */
-  transcript: { head: string | null; append: PendingEntry[] };
-  /** An approval received for the pending action, not acted on yet. */
-  approval: ApprovalSignal | null;
-  interrupted: string | null;
-  steering: string[];
-  wrote_writable: boolean;
-  /** The proposed call that has no result yet: it gets a synthesized one if the run ends first. */
-  in_flight: { call_id: string; decision_ref: string; reply: string | null } | null;
-  /** A write waiting for its approval when the run continued as new. */
-  pending_write: PendingWrite | null;
-  /** The decisions of the current reply not taken yet, and the interrupt of its turn. */
-  reply_rest: DecisionView[];
-  turn_interrupted: string | null;
-  /** The latest plan the model stated (live context). */
-  plan: string | null;
-  /** A note for the next live request (e.g. the previous reply was cut off). */
-  notice: string | null;
-  /** Malformed calls in a row from a live model. */
-  format_errors: number;
-  /** The task queue of the host that holds the run's workspace (null: the shared queue). */
-  host_queue: string | null;
-  /** The trace's numbering and unstored events (filled when the run continues as new). */
-  trace: CarriedTrace;
-  /** Ids of the client messages taken, newest last (at most `SEEN_MESSAGES`): a repeat is ignored. */
-  seen_messages: string[];
-}
-
-function initialState(runId: string): RunState {
-  return {
-    view: {
-      run_id: runId,
-      fixture: null,
-      task: null,
-      replay: null,
-      replay_digest: null,
-      segment: 1,
-      backend: 'local',
-      approver: 'interactive',
-      status: 'running',
-      reason: null,
-      detail: null,
-      budgets: null,
-      counters: { turns: 0, tool_calls: 0, writes: 0, receipts: 0, model_retries: 0 },
-      tool_errors: {},
-      red_observed: false,
-      pending_approval: null,
-      verification: null,
-      isolation: null,
-      diff_paths: [],
-      wrap_up: null,
-      deadline_reached: false,
-      usage: null,
-    },
-    ref: null,
-    source: null,
-    deadline_at: 0,
-    waiting_since: null,
-    approval_deadline_at: null,
-    cursor: 0,
-    transcript: { head: null, append: [] },
-    approval: null,
-    interrupted: null,
-    steering: [],
-    wrote_writable: false,
-    in_flight: null,
-    pending_write: null,
-    reply_rest: [],
-    turn_interrupted: null,
-    plan: null,
-    notice: null,
-    format_errors: 0,
-    host_queue: null,
-    trace: { next_seq: 1, unstored: [] },
-    seen_messages: [],
-  };
 }
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
@@ -170,14 +74,6 @@ const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
 const MAX_FORMAT_ERRORS = 3;
 
-/** Reasons for non-retryable activity failures, by ApplicationFailure type. */
-const ACTIVITY_FAILURE_REASONS: Record<string, string> = {
-  InfrastructureError: 'infrastructure_error',
-  ReplayFileError: 'model_error',
-  ProviderUnavailable: 'model_error',
-  DataError: 'infrastructure_error',
-};
-
 /**
  * Every activity: bounded attempts (a crashed worker costs one each), and failures that would
  * repeat on every attempt are not retried at all (activities/index.ts marks them).
@@ -188,7 +84,7 @@ const ACTIVITY_OPTIONS: wf.ActivityOptions = {
     initialInterval: '500 milliseconds',
     maximumInterval: '5 seconds',
     maximumAttempts: 10,
-    nonRetryableErrorTypes: ['InfrastructureError', 'DataError', 'ProtocolError', 'ReplayFileError', 'ProviderUnavailable', 'PayloadTooLarge'],
+    nonRetryableErrorTypes: [...NON_RETRYABLE_FAILURE_TYPES],
   },
 };
 /** The shared queue: a run's first activity, taken by whichever host is free. */
@@ -234,17 +130,28 @@ export async function agentRun(rawInput: unknown, carried?: RunState): Promise<R
 
 class AgentRun {
   /** The run's state: one value, carried whole across continue-as-new. */
-  private readonly s: RunState;
+  readonly s: RunState;
   /** The trace: numbering, unstored events and a bounded window for queries. */
-  private readonly trace: Trace;
-  private input!: ParsedRunInput;
+  trace: Trace;
+  input!: ParsedRunInput;
   /** The activities of the host that holds the run; `hostLost` once it is found gone. */
-  private act = quick;
+  act = quick;
   private hostLost = false;
+  /** The tasks of an orchestrating run. */
+  private readonly tasks: Orchestration;
+  /** The scope of the loop: a parent's stop cancels it. */
+  private loopScope: wf.CancellationScope | null = null;
 
   constructor(carried?: RunState) {
     this.s = carried ?? initialState(wf.workflowInfo().runId);
     this.trace = new Trace(this.s.trace);
+    this.tasks = new Orchestration(this);
+    wf.setHandler(stopSignal, (payload) => {
+      if (this.view.parent === null || this.repeated(payload?.message_id)) return;
+      this.s.stop = typeof payload?.reason === 'string' && payload.reason !== '' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'stopped by the parent run';
+      this.trace.add('stop_received', { reason: this.s.stop });
+      this.loopScope?.cancel();
+    });
     wf.setHandler(stateQuery, () => this.s.view);
     wf.setHandler(traceQuery, (request?: TraceRequest) => this.trace.page(cleanRequest(request)));
     wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
@@ -265,7 +172,7 @@ class AgentRun {
     return this.s.view;
   }
 
-  private get ref(): RunRef {
+  get ref(): RunRef {
     return this.s.ref!;
   }
 
@@ -284,16 +191,33 @@ class AgentRun {
 
   async execute(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
+    const child = input.child ?? null;
+    // A reopened task goes on in its own workspace, transcript and trace numbering.
+    if (child?.reopen) {
+      this.view.run_id = child.reopen.run_id;
+      this.trace = new Trace({ next_seq: child.reopen.next_seq, unstored: [] });
+      this.s.transcript = { head: child.reopen.transcript_head, append: [] };
+      this.s.cursor = child.reopen.cursor;
+      this.s.steering.push(child.reopen.message);
+    }
     this.view.backend = input.backend;
     this.view.approver = input.approver;
-    this.trace.add('run_started', { source: input.source.kind, backend: input.backend, approver: input.approver });
+    if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
+    if (input.subruns) this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
+    this.trace.add('run_started', { source: input.source.kind, backend: input.backend, approver: input.approver, ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}) });
     const policyName = input.approver.startsWith('policy:') ? input.approver.slice('policy:'.length) : null;
     if (policyName !== null && !(policyName in APPROVAL_POLICIES)) {
       return this.finish(new RunStop('failed', 'invalid_input', `unknown approval policy ${input.approver}`));
     }
+    // A task's run is started by its parent only: Temporal names the parent, the input must agree.
+    if (child && wf.workflowInfo().parent?.workflowId !== child.parent_workflow_id) {
+      return this.finish(new RunStop('failed', 'invalid_input', 'the child input is for the run of a task: only its parent run starts it'));
+    }
+    // A task runs on the host that holds its parent's workspace.
+    if (child) this.pinTo(child.host_queue);
     // Nothing is created, and no key is read, before the fixture, the decision source, the trust
     // gate and the sandbox check out. The replay is read here, once, into the host store.
-    const loaded = await quick.loadRun(input);
+    const loaded = await this.act.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
     this.pinTo(loaded.host_queue ?? null);
     if (input.backend === 'docker') {
@@ -310,20 +234,21 @@ class AgentRun {
       return this.finish(new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation'));
     }
     this.s.source = loaded.source;
+    this.s.child_replays = loaded.child_replays;
     this.view.fixture = loaded.fixture.id;
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
     this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
     this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
-    this.s.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend };
+    this.s.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend, ...(child ? { hidden_acceptance: false } : {}) };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     this.setStatus('running');
 
     const stop = await this.withDeadline(async () => {
       await this.act.prepareWorkspace.executeWithOptions(
         { startToCloseTimeout: '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
-        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir }],
+        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(child ? { from_run: child.from_run } : {}) }],
       );
       return this.loop();
     });
@@ -353,7 +278,7 @@ class AgentRun {
         if (limit === 'max_turns') await this.wrapUp();
         return new RunStop('budget_exhausted', limit);
       }
-      if (wf.workflowInfo().continueAsNewSuggested) await this.continueAsNew(null);
+      if (this.mayContinueAsNew()) await this.continueAsNew(null);
       if (this.trace.unstoredBytes() > TRACE_FLUSH_BYTES) await this.storeTrace();
       this.view.counters.turns++;
       const decisions = await this.decide(true);
@@ -408,7 +333,10 @@ class AgentRun {
     for (let retries = 0; ; retries++) {
       const messages = this.s.steering.splice(0);
       for (const message of messages) this.s.transcript.append.push({ message });
-      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages, ...(retries > 0 ? { retry: retries } : {}) });
+      // Messages about tasks are pinned: compaction never drops them.
+      const notes = this.s.task_messages.splice(0);
+      for (const message of notes) this.s.transcript.append.push({ message, pinned: true });
+      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...(retries > 0 ? { retry: retries } : {}) });
       const result: DecideResult = await this.act.decide.executeWithOptions(
         {
           startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
@@ -424,6 +352,7 @@ class AgentRun {
             turn: this.view.counters.turns,
             retry: retries,
             tools_enabled: toolsEnabled,
+            orchestrating: this.input.subruns !== undefined,
             transcript: this.s.transcript,
             facts: live ? this.facts(toolsEnabled) : null,
           },
@@ -468,16 +397,13 @@ class AgentRun {
       pending_action: pending ? { action_id: pending.action_id, path: pending.path, before: pending.before, after: pending.after } : null,
       verification: v ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance } : null,
       notice: toolsEnabled ? this.s.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
+      tasks: this.view.subruns?.tasks ?? null,
+      orchestrating: this.input.subruns !== undefined,
     });
   }
 
-  private addUsage(step: UsageStep): void {
-    const u = (this.view.usage ??= { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: 0 });
-    u.model_calls++;
-    u.input_tokens += step.input_tokens;
-    u.output_tokens += step.output_tokens;
-    u.cached_tokens += step.cached_tokens;
-    u.cost_usd = u.cost_usd === null || step.cost_usd === null ? null : u.cost_usd + step.cost_usd;
+  private addUsage(step: Usage): void {
+    this.view.usage = addUsage(this.view.usage, step);
   }
 
   /** After the turn limit: one more decision with tools disabled, kept as the run's summary. */
@@ -513,6 +439,7 @@ class AgentRun {
     const call = decision.call;
     if (interrupted !== null) return this.interruptedResult(callId, interrupted);
     if (call.name === 'apply_patch') return this.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
+    if (isOrchestrationTool(call.name)) return this.tasks.call(decision.ref, decision.reply, call);
     // The call's own limit only: the deadline is the workflow timer's, which cancels the call, so
     // a call cut by the deadline gets the harness's result rather than a tool timeout.
     const timeout = this.budgets.call_timeout_s * 1000;
@@ -570,7 +497,8 @@ class AgentRun {
     return this.approveAndWrite({ decision_ref: decisionRef, reply, call, action, policy });
   }
 
-  private async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
+  /** Approval, then the write (a patch, or a task's merge), each keyed by its action_id. */
+  async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
     const { call, action } = pending;
     const decision = await this.awaitApproval(pending);
     if (decision === 'interrupted') {
@@ -581,22 +509,25 @@ class AgentRun {
     if (decision.decision === 'reject') {
       return errorResult(call.call_id, 'approval_rejected', { action_id: action.action_id, principal: decision.principal ?? null, reason: decision.reason ?? null });
     }
-    const outcome = await this.act.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
+    const outcome = pending.merge
+      ? await this.act.writeMerge.executeWithOptions({ summary: `merge_task ${action.path}` }, [this.ref, action, pending.merge.entries_ref])
+      : await this.act.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
     const ids = { call_id: call.call_id, action_id: action.action_id };
+    const paths = action.paths ?? [action.path];
     switch (outcome.kind) {
       case 'approval_stale':
-        return errorResult(call.call_id, 'approval_stale', { action_id: action.action_id, path: action.path });
+        return errorResult(call.call_id, 'approval_stale', { action_id: action.action_id, path: action.path, ...(action.paths ? { paths } : {}) });
       case 'recovery_uncertain':
-        throw new RunStop('failed', 'recovery_uncertain', `${action.path} matches neither the digest before nor after action ${action.action_id}`);
+        throw new RunStop('failed', 'recovery_uncertain', `${'path' in outcome ? outcome.path : action.path} matches neither the digest before nor after action ${action.action_id}`);
       default:
         this.view.counters.writes++;
-        this.trace.add('action_written', { path: action.path, before: action.before, after: action.after, recovered: outcome.recovered }, ids);
+        this.trace.add('action_written', { path: action.path, ...(action.paths ? { paths } : {}), before: action.before, after: action.after, recovered: outcome.recovered }, ids);
         if (outcome.receipted) {
           this.view.counters.receipts++;
           this.trace.add('action_receipt', { path: action.path }, ids);
         }
-        if (this.ref.fixture.writable.includes(action.path)) this.s.wrote_writable = true;
-        return okResult(call.call_id, { action_id: action.action_id, path: action.path, before: action.before, after: action.after });
+        if (paths.some((p) => this.ref.fixture.writable.includes(p))) this.s.wrote_writable = true;
+        return okResult(call.call_id, { action_id: action.action_id, path: action.path, ...(action.paths ? { paths, task_id: pending.merge?.task_id } : {}), before: action.before, after: action.after });
     }
   }
 
@@ -620,7 +551,7 @@ class AgentRun {
     const answered = () => this.s.approval !== null || this.s.interrupted !== null;
     this.s.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
     this.s.waiting_since = workflowTime();
-    const inTime = await wf.condition(() => answered() || wf.workflowInfo().continueAsNewSuggested, Math.max(1, this.s.approval_deadline_at - workflowTime()));
+    const inTime = await wf.condition(() => answered() || this.mayContinueAsNew(), Math.max(1, this.s.approval_deadline_at - workflowTime()));
     this.resumeDeadline();
     if (!inTime) throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S} s`);
     if (!answered()) await this.continueAsNew(pending);
@@ -655,6 +586,7 @@ class AgentRun {
   // ---- verification, continue-as-new and the end ----
 
   private async verify(finalText: string): Promise<RunStop> {
+    this.view.final_summary = brief(finalText) as string;
     this.setStatus('verifying');
     this.trace.add('verification_started', { final: finalText });
     const timeout = Math.max(1000, this.msLeft());
@@ -722,6 +654,7 @@ class AgentRun {
    */
   private async withDeadline(body: () => Promise<RunStop>): Promise<RunStop> {
     const loopScope = new wf.CancellationScope();
+    this.loopScope = loopScope;
     const timerScope = new wf.CancellationScope();
     timerScope
       .run(async () => {
@@ -741,6 +674,8 @@ class AgentRun {
       return await loopScope.run(body);
     } catch (err) {
       if (err instanceof RunStop) return err;
+      // A parent stopped this task's run: its cut-off call gets its result in finish().
+      if (isCancellation(err) && this.s.stop !== null) return new RunStop('cancelled', 'interrupted', this.s.stop);
       if (isCancellation(err)) {
         if (wf.CancellationScope.current().consideredCancelled) return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
         if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
@@ -748,12 +683,13 @@ class AgentRun {
       if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
       // A non-retryable activity failure still ends the run with a status and a reason.
       if (err instanceof wf.ActivityFailure && err.cause instanceof ApplicationFailure) {
-        const reason = ACTIVITY_FAILURE_REASONS[err.cause.type ?? ''] ?? 'activity_failed';
+        const reason = activityFailureReason(err.cause.type);
         return new RunStop('failed', reason, err.cause.message);
       }
       throw err;
     } finally {
       timerScope.cancel();
+      this.loopScope = null;
     }
   }
 
@@ -784,7 +720,7 @@ class AgentRun {
     }
     this.setStatus(stop.status);
     const record = buildRecord(this.view);
-    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.s.transcript.head };
+    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.s.transcript.head, cursor: this.s.cursor };
   }
 
   // ---- small helpers ----
@@ -816,7 +752,14 @@ class AgentRun {
   }
 
   private setStatus(status: RunStatus): void {
+    const changed = this.view.status !== status;
     this.view.status = status;
+    // A task's run tells its parent how it is doing; its outcome goes back as its result.
+    const parent = this.view.parent;
+    if (parent !== null && changed && !TERMINAL_STATUSES.has(status)) {
+      const update = { task_id: parent.task_id, status, pending_path: this.view.pending_approval?.path ?? null, run_id: this.view.run_id };
+      void wf.getExternalWorkflowHandle(parent.workflow_id).signal(taskUpdateSignal, update).catch(() => undefined);
+    }
     wf.upsertSearchAttributes([
       { key: STATUS_ATTRIBUTE, value: status },
       ...(TERMINAL_STATUSES.has(status) && this.view.reason ? [{ key: REASON_ATTRIBUTE, value: this.view.reason }] : []),
@@ -828,6 +771,11 @@ class AgentRun {
     if (this.s.waiting_since === null) return;
     this.s.deadline_at += workflowTime() - this.s.waiting_since;
     this.s.waiting_since = null;
+  }
+
+  /** Temporal suggests a new segment, and no task runs (its outcome would be lost with this segment). */
+  private mayContinueAsNew(): boolean {
+    return wf.workflowInfo().continueAsNewSuggested && !this.tasks.active();
   }
 
   private msLeft(): number {

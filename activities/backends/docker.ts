@@ -11,9 +11,9 @@ import { randomUUID } from 'node:crypto';
 import { lstat, lchown, chmod, mkdir, readdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import Dockerode from 'dockerode';
 import { processAlive } from '../../host/processes';
+import { CappedSink } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 
 export const SANDBOX_LABEL = 'coding-agent';
@@ -129,44 +129,6 @@ function unavailable(err: unknown): BackendUnavailableError {
     `docker engine unreachable: ${(err as Error)?.message ?? String(err)}`,
     'runtime_unavailable',
   );
-}
-
-/** Keeps the first `cap` bytes written and drops (but keeps draining) the rest. */
-class CappedSink extends Writable {
-  private chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-  constructor(private readonly cap: number) {
-    super();
-  }
-  override _write(chunk: Buffer, _enc: BufferEncoding, done: (err?: Error | null) => void): void {
-    const room = this.cap - this.size;
-    if (chunk.length > room) this.truncated = true;
-    if (room > 0) {
-      const kept = chunk.subarray(0, Math.min(room, chunk.length));
-      this.chunks.push(kept);
-      this.size += kept.length;
-    }
-    done();
-  }
-  text(): string {
-    const buf = Buffer.concat(this.chunks);
-    return (this.truncated ? utf8Prefix(buf) : buf).toString('utf8');
-  }
-}
-
-/** The longest prefix of `buf` that does not end inside a multi-byte UTF-8 character. */
-function utf8Prefix(buf: Buffer): Buffer {
-  let i = buf.length - 1;
-  let back = 0;
-  while (i >= 0 && back < 4 && (buf[i] & 0xc0) === 0x80) {
-    i--;
-    back++;
-  }
-  if (i < 0) return buf;
-  const lead = buf[i];
-  const need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
-  return need > back + 1 ? buf.subarray(0, i) : buf;
 }
 
 type Owner = { uid: number; gid: number };
@@ -376,8 +338,10 @@ export class DockerBackend implements ExecBackend {
   }
 
   private async runAttached(container: Dockerode.Container, spec: ExecSpec): Promise<ExecResult> {
-    const stdout = new CappedSink(spec.outputCapBytes);
-    const stderr = new CappedSink(spec.outputCapBytes);
+    const stdoutSink = new CappedSink(spec.outputCapBytes);
+    const stderrSink = new CappedSink(spec.outputCapBytes);
+    const stdout = stdoutSink.output;
+    const stderr = stderrSink.output;
     // Attach before start, so not a byte of output is missed.
     const stream = await container.attach({ stream: true, stdout: true, stderr: true });
     const streamEnded = new Promise<void>((resolve) => {
@@ -385,7 +349,7 @@ export class DockerBackend implements ExecBackend {
       stream.on('close', resolve);
       stream.on('error', () => resolve());
     });
-    this.docker.modem.demuxStream(stream, stdout, stderr);
+    this.docker.modem.demuxStream(stream, stdoutSink, stderrSink);
 
     let timedOut = false;
     let cancelled = false;

@@ -6,6 +6,7 @@
  * (see `ProbeOptions.override`) is caught rather than trusted.
  */
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
@@ -45,155 +46,20 @@ export interface ProbeOptions {
 const SECRET_NAME = 'AGENT_PROBE_SECRET';
 
 /**
- * The probe. argv[1] is a JSON object: {targets: [[host, port]...], pids_bound, memory_bound}.
+ * The probe: `probe.py` beside this file (the build copies it next to the compiled one, see
+ * scripts/copy-assets.js). It runs as `python3 -c <its text> <config>`: nothing of the host is
+ * mounted for it. argv[1] is a JSON object: {targets: [[host, port]...], pids_bound, memory_bound}.
  * It prints exactly one JSON object of facts on its last stdout line.
  */
-export const PROBE = String.raw`
-import errno, json, os, socket, subprocess, sys
+export const PROBE_FILE = join(__dirname, 'probe.py');
 
-cfg = json.loads(sys.argv[1])
-facts = {}
+let probeText: string | null = null;
 
-def err_name(e):
-    return errno.errorcode.get(e.errno, str(e.errno)) if isinstance(e, OSError) and e.errno else type(e).__name__
-
-def connect(host, port):
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(2)
-    try:
-        s.connect((host, port))
-        return 'connected'
-    except socket.timeout:
-        return 'timeout'
-    except OSError as e:
-        return err_name(e)
-    finally:
-        s.close()
-
-facts['net'] = [{'target': '%s:%d' % (h, p), 'result': connect(h, p)} for h, p in cfg['targets']]
-facts['interfaces'] = sorted(os.listdir('/sys/class/net'))
-
-# Routes and resolvers are read, never used: nothing is sent to learn them.
-def read_lines(path):
-    try:
-        with open(path) as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        return []
-
-def hex4(h):
-    n = int(h, 16)  # little-endian
-    return '%d.%d.%d.%d' % (n & 255, (n >> 8) & 255, (n >> 16) & 255, (n >> 24) & 255)
-
-def hex6(h):
-    return ':'.join(h[i:i + 4] for i in range(0, 32, 4))
-
-routes = []
-for line in read_lines('/proc/net/route')[1:]:
-    f = line.split()
-    if len(f) >= 8:
-        routes.append({'family': 'ipv4', 'iface': f[0], 'dest': hex4(f[1]), 'mask': hex4(f[7])})
-for line in read_lines('/proc/net/ipv6_route'):
-    f = line.split()
-    if len(f) >= 10:
-        routes.append({'family': 'ipv6', 'iface': f[9], 'dest': hex6(f[0]), 'mask': str(int(f[1], 16))})
-facts['routes'] = routes
-
-def sockets(path, proto, wanted_state, decode):
-    out = []
-    for line in read_lines(path)[1:]:
-        f = line.split()
-        if len(f) >= 4 and f[3] == wanted_state:
-            addr, port = f[1].split(':')
-            out.append('%s:%d/%s' % (decode(addr), int(port, 16), proto))
-    return out
-
-six = lambda a: hex6(''.join(a[i:i + 8][j:j + 2] for i in range(0, 32, 8) for j in (6, 4, 2, 0)))
-facts['sockets'] = (sockets('/proc/net/tcp', 'tcp', '0A', hex4) + sockets('/proc/net/tcp6', 'tcp', '0A', six)
-                    + sockets('/proc/net/udp', 'udp', '07', hex4) + sockets('/proc/net/udp6', 'udp', '07', six))
-facts['nameservers'] = [l.split()[1] for l in read_lines('/etc/resolv.conf') if l.startswith('nameserver') and len(l.split()) > 1]
-
-def try_write(path):
-    try:
-        with open(path, 'w') as f:
-            f.write('probe')
-        os.unlink(path)
-        return 'written'
-    except OSError as e:
-        return err_name(e)
-
-facts['writes'] = {p: try_write(p) for p in ['/probe', '/usr/probe', '/workspace/probe', '/out/probe']}
-
-facts['environ'] = dict(os.environ)
-try:
-    with open('/proc/1/environ', 'rb') as f:
-        facts['proc1_environ'] = [e.decode('utf-8', 'replace') for e in f.read().split(b'\0') if e]
-except OSError as e:
-    facts['proc1_environ'] = 'unreadable:' + err_name(e)
-
-facts['docker_sock'] = {p: os.path.exists(p) for p in ['/var/run/docker.sock', '/run/docker.sock']}
-with open('/proc/self/mountinfo') as f:
-    facts['mounts'] = sorted({line.split()[4] for line in f})
-
-status = {}
-with open('/proc/self/status') as f:
-    for line in f:
-        k, _, v = line.partition(':')
-        status[k] = v.strip()
-facts['ids'] = {'uid': os.getuid(), 'euid': os.geteuid(), 'gid': os.getgid(), 'egid': os.getegid(),
-                'groups': os.getgroups()}
-facts['status'] = {k: status.get(k) for k in ['NoNewPrivs', 'CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'Seccomp']}
-
-# Bounded fork loop: children block on a pipe until the parent closes it.
-r, w = os.pipe()
-kids, stop = [], 'bound'
-for _ in range(cfg['pids_bound']):
-    try:
-        pid = os.fork()
-    except OSError as e:
-        stop = err_name(e)
-        break
-    if pid == 0:
-        os.close(w)
-        try:
-            os.read(r, 1)
-        finally:
-            os._exit(0)
-    kids.append(pid)
-os.close(w)
-for pid in kids:
-    os.waitpid(pid, 0)
-os.close(r)
-facts['pids'] = {'forked': len(kids), 'stopped_by': stop}
-
-# Bounded allocation in a child, so this probe survives the OOM kill and can report it. The
-# child volunteers as the OOM killer's first choice.
-ALLOC = r'''
-import sys
-try:
-    with open('/proc/self/oom_score_adj', 'w') as f:
-        f.write('1000')
-except OSError:
-    pass
-step, bound, held, n = 16 << 20, int(sys.argv[1]), [], 0
-while n < bound:
-    held.append(b'\x01' * step)
-    n += step
-    print(n, flush=True)
-print('bound', flush=True)
-'''
-try:
-    p = subprocess.run([sys.executable, '-c', ALLOC, str(cfg['memory_bound'])],
-                       capture_output=True, text=True, timeout=60)
-    lines = p.stdout.split()
-    allocated = max([int(x) for x in lines if x.isdigit()] or [0])
-    outcome = 'bound' if 'bound' in lines else ('MemoryError' if 'MemoryError' in p.stderr else 'exit:%d' % p.returncode)
-    facts['memory'] = {'allocated': allocated, 'outcome': outcome, 'returncode': p.returncode}
-except Exception as e:
-    facts['memory'] = {'allocated': 0, 'outcome': 'probe_error:' + type(e).__name__, 'returncode': None}
-
-print(json.dumps(facts))
-`;
+/** The probe's source, read once; a build without it fails the probe with the missing path named. */
+export function probeSource(): string {
+  probeText ??= readFileSync(PROBE_FILE, 'utf8');
+  return probeText;
+}
 
 interface ProbeFacts {
   net: { target: string; result: string }[];
@@ -447,7 +313,7 @@ export async function probeIsolation(backend: DockerBackend, options: ProbeOptio
       memory_bound: expected.hostConfig.Memory + 256 * 1048576,
     };
     const result = await probed.exec({
-      argv: ['python3', '-c', PROBE, JSON.stringify(config)],
+      argv: ['python3', '-c', probeSource(), JSON.stringify(config)],
       workspaceDir: join(scratch, 'workspace'),
       workspaceReadOnly: true,
       outDir: join(scratch, 'out'),

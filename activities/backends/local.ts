@@ -9,35 +9,17 @@
  * ProcessGroups). A group whose owner is alive is never touched.
  */
 import { groupAlive, HAS_PROC, identityOf, processAlive, procStat, type ProcessIdentity } from '../../host/processes';
+import { writeFileAtomic } from '../../host/files';
 import { hostPath } from '../../host/tools-env';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { faultPoint } from '../faults';
 import { copyTree } from '../workspace';
+import { CappedOutput } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
-
-/** Keeps the first `cap` bytes of a stream and counts the rest. */
-class CappedBuffer {
-  private chunks: Buffer[] = [];
-  private size = 0;
-  truncated = false;
-  constructor(private readonly cap: number) {}
-  push(chunk: Buffer): void {
-    const room = this.cap - this.size;
-    if (chunk.length > room) this.truncated = true;
-    if (room > 0) {
-      const kept = chunk.subarray(0, room);
-      this.chunks.push(kept);
-      this.size += kept.length;
-    }
-  }
-  text(): string {
-    return Buffer.concat(this.chunks).toString('utf8');
-  }
-}
 
 function killGroup(pid: number | undefined): void {
   if (pid === undefined) return;
@@ -91,14 +73,14 @@ export class ProcessGroups {
   /**
    * Records a group this process just started, whose processes carry GROUP_MARK=<token>. The
    * token is in the file name, so a record never replaces another group's, even one that
-   * reused the same group id.
+   * reused the same group id. Written like every small file of the harness (host/files.ts): a
+   * temporary file synced, renamed into place, the folder synced, so a reaper never reads half a
+   * record. The temporary file's name (a dot file) is one reaping never reads.
    */
   add(pgid: number, token: string, command: string): void {
     this.ensureDir();
     const record: GroupRecord = { pgid, token, owner: this.owner, command };
-    const file = this.file(pgid, token);
-    writeFileSync(`${file}.tmp`, JSON.stringify(record));
-    renameSync(`${file}.tmp`, file); // never a half-written record
+    writeFileAtomic(this.file(pgid, token), JSON.stringify(record), { mode: 0o600 });
   }
 
   remove(pgid: number, token: string): void {
@@ -154,6 +136,8 @@ export interface LocalBackendOptions {
    * Default: `agent-process-groups-<uid>` under the OS temp folder.
    */
   processDir?: string;
+  /** PATH of the processes it runs (default: the settings' PATH behind the tools environment, host/tools-env.ts). */
+  path?: string;
 }
 
 export function defaultProcessDir(): string {
@@ -163,9 +147,11 @@ export function defaultProcessDir(): string {
 export class LocalBackend implements ExecBackend {
   readonly name = 'local' as const;
   readonly groups: ProcessGroups;
+  private readonly path: string;
 
   constructor(options: LocalBackendOptions = {}) {
     this.groups = new ProcessGroups(options.processDir ?? defaultProcessDir());
+    this.path = options.path ?? hostPath();
   }
 
   async exec(spec: ExecSpec): Promise<ExecResult> {
@@ -190,8 +176,8 @@ export class LocalBackend implements ExecBackend {
 
   private spawnCapped(argv: string[], cwd: string, spec: ExecSpec): Promise<ExecResult> {
     return new Promise((resolve, reject) => {
-      const stdout = new CappedBuffer(spec.outputCapBytes);
-      const stderr = new CappedBuffer(spec.outputCapBytes);
+      const stdout = new CappedOutput(spec.outputCapBytes);
+      const stderr = new CappedOutput(spec.outputCapBytes);
       let timedOut = false;
       let cancelled = false;
       const token = randomUUID();
@@ -200,7 +186,7 @@ export class LocalBackend implements ExecBackend {
         detached: true, // own process group, so the whole tree can be killed
         stdio: ['ignore', 'pipe', 'pipe'],
         env: {
-          PATH: hostPath(),
+          PATH: this.path,
           HOME: spec.outDir,
           TMPDIR: spec.outDir,
           LANG: 'C.UTF-8',

@@ -3,7 +3,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import type { BuiltContext } from '../../core/context';
 import { singleCredentialFetch } from './secrets';
 import { anthropicTools } from './tool-schemas';
-import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions, Usage } from './types';
+import type { Usage } from '../../core/contracts';
+import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions } from './types';
 
 type Block = Record<string, unknown>;
 
@@ -30,14 +31,14 @@ function messages(context: BuiltContext): { role: 'user' | 'assistant'; content:
 }
 
 function usageOf(raw: { usage?: { input_tokens?: number; output_tokens?: number; cache_read_input_tokens?: number | null } }): Usage {
-  return { input_tokens: raw.usage?.input_tokens ?? 0, output_tokens: raw.usage?.output_tokens ?? 0, cached_tokens: raw.usage?.cache_read_input_tokens ?? 0 };
+  return { model_calls: 1, cost_usd: null, input_tokens: raw.usage?.input_tokens ?? 0, output_tokens: raw.usage?.output_tokens ?? 0, cached_tokens: raw.usage?.cache_read_input_tokens ?? 0 };
 }
 
 export const anthropicAdapter: ProviderAdapter = {
   name: 'anthropic',
   tools: anthropicTools,
-  body(model, system, context, maxOutputTokens) {
-    return { model, max_tokens: maxOutputTokens, system, tools: anthropicTools(), messages: messages(context) };
+  body(model, system, context, maxOutputTokens, orchestrating = false) {
+    return { model, max_tokens: maxOutputTokens, system, tools: anthropicTools(orchestrating), messages: messages(context) };
   },
   async send(body, options: SendOptions) {
     // Every credential the SDK would take from the environment is given here instead (null: none).

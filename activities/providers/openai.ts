@@ -3,7 +3,8 @@ import OpenAI from 'openai';
 import type { BuiltContext, ContextGroup } from '../../core/context';
 import { singleCredentialFetch } from './secrets';
 import { dropNulls, openaiTools } from './tool-schemas';
-import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions, Usage } from './types';
+import type { Usage } from '../../core/contracts';
+import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions } from './types';
 
 function messages(system: string, context: BuiltContext): unknown[] {
   const out: unknown[] = [{ role: 'system', content: system }, { role: 'user', content: context.summary }];
@@ -22,7 +23,7 @@ function messages(system: string, context: BuiltContext): unknown[] {
 }
 
 function usageOf(raw: { usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } } }): Usage {
-  return { input_tokens: raw.usage?.prompt_tokens ?? 0, output_tokens: raw.usage?.completion_tokens ?? 0, cached_tokens: raw.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+  return { model_calls: 1, cost_usd: null, input_tokens: raw.usage?.prompt_tokens ?? 0, output_tokens: raw.usage?.completion_tokens ?? 0, cached_tokens: raw.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
 }
 
 function parseArguments(text: string): unknown {
@@ -36,8 +37,8 @@ function parseArguments(text: string): unknown {
 export const openaiAdapter: ProviderAdapter = {
   name: 'openai',
   tools: openaiTools,
-  body(model, system, context, maxOutputTokens) {
-    return { model, messages: messages(system, context), tools: openaiTools(), tool_choice: 'auto', max_tokens: maxOutputTokens };
+  body(model, system, context, maxOutputTokens, orchestrating = false) {
+    return { model, messages: messages(system, context), tools: openaiTools(orchestrating), tool_choice: 'auto', max_tokens: maxOutputTokens };
   },
   async send(body, options: SendOptions) {
     // Every value the SDK would take from the environment is given here instead (null: none).

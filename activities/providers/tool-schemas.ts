@@ -5,7 +5,7 @@
  */
 import { zodFunction } from 'openai/helpers/zod';
 import { z } from 'zod';
-import { TOOL_NAMES, TOOLS } from '../../core/tools';
+import { toolNames, TOOLS } from '../../core/tools';
 
 function strictWire(schema: z.ZodObject): z.ZodObject {
   const shape = Object.fromEntries(
@@ -17,17 +17,24 @@ function strictWire(schema: z.ZodObject): z.ZodObject {
   return z.strictObject(shape);
 }
 
-let openai: unknown[] | null = null;
-let anthropic: unknown[] | null = null;
+const openai = new Map<boolean, unknown[]>();
+const anthropic = new Map<boolean, unknown[]>();
 
-/** The same definitions for every request (built once per process). */
-export function openaiTools(): unknown[] {
+/** The same definitions for every request (built once per process); `orchestrating` adds the sub-run tools. */
+export function openaiTools(orchestrating = false): unknown[] {
   // Round-tripped through JSON: the helper attaches parse functions that are not part of the wire format.
-  return (openai ??= TOOL_NAMES.map((name) => JSON.parse(JSON.stringify(zodFunction({ name, description: TOOLS[name].description, parameters: strictWire(TOOLS[name].args as unknown as z.ZodObject) })))));
+  const make = () => toolNames(orchestrating).map((name) => JSON.parse(JSON.stringify(zodFunction({ name, description: TOOLS[name].description, parameters: strictWire(TOOLS[name].args as unknown as z.ZodObject) }))));
+  if (!openai.has(orchestrating)) openai.set(orchestrating, make());
+  return openai.get(orchestrating)!;
 }
 
-export function anthropicTools(): unknown[] {
-  return (anthropic ??= TOOL_NAMES.map((name) => {
+export function anthropicTools(orchestrating = false): unknown[] {
+  if (!anthropic.has(orchestrating)) anthropic.set(orchestrating, anthropicDefinitions(orchestrating));
+  return anthropic.get(orchestrating)!;
+}
+
+function anthropicDefinitions(orchestrating: boolean): unknown[] {
+  return (toolNames(orchestrating).map((name) => {
     const { $schema: _drop, ...schema } = z.toJSONSchema(TOOLS[name].args, { io: 'input' }) as Record<string, unknown>;
     return { name, description: TOOLS[name].description, input_schema: schema };
   }));

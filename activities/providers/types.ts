@@ -5,17 +5,12 @@
  * free text alone.
  */
 import type { BuiltContext } from '../../core/context';
-import type { Decision } from '../../core/contracts';
-
-export interface Usage {
-  input_tokens: number;
-  output_tokens: number;
-  cached_tokens: number;
-}
+import type { Decision, Usage } from '../../core/contracts';
 
 /** What a model reply can decide: a provider failure is never a decision of the reply. */
 export type ReplyDecision = Exclude<Decision, { kind: 'model_error' }>;
 
+/** A reply's `usage` is one model call (`model_calls: 1`), not priced yet (`cost_usd: null`; `decide` prices it). */
 export type ParsedReply =
   | { kind: 'decisions'; decisions: ReplyDecision[]; usage: Usage }
   /** Cut off by the output limit: no call of it may run. */
@@ -24,7 +19,8 @@ export type ParsedReply =
 
 export interface SendOptions {
   apiKey: string;
-  baseURL?: string;
+  /** Always given (the endpoint's, else the worker's settings), so the SDK reads no base URL from the environment. */
+  baseURL: string;
   timeoutMs: number;
   signal: AbortSignal;
 }
@@ -32,8 +28,8 @@ export interface SendOptions {
 export interface ProviderAdapter {
   readonly name: 'openai' | 'anthropic';
   /** The tool definitions exactly as sent. */
-  tools(): unknown[];
-  body(model: string, system: string, context: BuiltContext, maxOutputTokens: number): Record<string, unknown>;
+  tools(orchestrating?: boolean): unknown[];
+  body(model: string, system: string, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
   /** Sends the body; resolves to the raw JSON response. */
   send(body: Record<string, unknown>, options: SendOptions): Promise<unknown>;
   parse(raw: unknown): ParsedReply;

@@ -4,7 +4,7 @@ import { basename, resolve } from 'node:path';
 import { ensureEndpoint } from '../../activities/providers/endpoints';
 import { endpointSchema, type RunInput } from '../../core/contracts';
 import { formatIssues } from '../../core/validate';
-import { replayTrusted } from '../../worker/settings';
+import { replayTrusted } from '../../host/settings';
 import { command, UsageError, type Values } from '../command';
 import type { Session } from '../session';
 import { openStore, storedTrace } from '../stored-trace';

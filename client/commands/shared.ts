@@ -24,7 +24,7 @@ export async function handleFor(session: Session, positionals: string[]): Promis
 
 /** The Temporal Web UI's address, when known (the embedded dev server's, or AGENT_WEB_UI_URL). */
 export function webUi(session: Session): string | null {
-  return session.embedded ? `http://localhost:${session.settings.devUiPort}` : (process.env.AGENT_WEB_UI_URL ?? null);
+  return session.webUi;
 }
 
 /**

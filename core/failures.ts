@@ -1,0 +1,75 @@
+/**
+ * Failures as data. An activity failure that would repeat on every attempt is thrown as a
+ * non-retryable `ApplicationFailure` whose `type` is a key of `FAILURE_TYPES`; the workflow ends
+ * the run `failed` with that type's reason. Every type and its reason has a row in the README's
+ * failure table (tests/core.test.ts checks it). Pure data: safe to import from workflow code.
+ *
+ * Types are named here and nowhere else: activities throw `FAILURE_TYPES.X.type`, the workflow's
+ * retry policy takes `NON_RETRYABLE_FAILURE_TYPES`, and no error is recognised by its class name.
+ */
+
+/** A run's reason when an activity failure ends it. */
+export type ActivityFailureReason = 'infrastructure_error' | 'model_error' | 'harness_error' | 'activity_failed';
+
+interface FailureType {
+  /** The `ApplicationFailure.type`, equal to its key. */
+  type: string;
+  /** The run's reason (`failed` / reason) when a failure of this type ends it. */
+  reason: ActivityFailureReason;
+  /** What it means, as the README's failure table says it. */
+  meaning: string;
+}
+
+export const FAILURE_TYPES = {
+  InfrastructureError: {
+    type: 'InfrastructureError',
+    reason: 'infrastructure_error',
+    meaning: 'the host cannot do it, the same way on every attempt: a permission error, a missing runtime, a backend this worker lacks, an unreadable providers file or test report',
+  },
+  DataError: {
+    type: 'DataError',
+    reason: 'infrastructure_error',
+    meaning: 'data the host holds does not parse or is missing: unparsable JSON, a schema mismatch, a digest the store lacks',
+  },
+  ProtocolError: {
+    type: 'ProtocolError',
+    reason: 'harness_error',
+    meaning: 'the workflow and its activities disagree (a harness defect): a stored call that is not the one named, a transcript call without its result, apply_patch sent as a read-only tool',
+  },
+  ReplayFileError: {
+    type: 'ReplayFileError',
+    reason: 'model_error',
+    meaning: 'the replay file cannot be read or is not a valid replay',
+  },
+  ProviderUnavailable: {
+    type: 'ProviderUnavailable',
+    reason: 'model_error',
+    meaning: "the run's endpoint is gone from the providers file or changed kind, or its key variable is not set on the worker",
+  },
+  PayloadTooLarge: {
+    type: 'PayloadTooLarge',
+    reason: 'harness_error',
+    meaning: 'a payload over the 64 KiB cap about to enter history (a harness defect), refused by the payload guard',
+  },
+} as const satisfies Record<string, FailureType>;
+
+export type FailureTypeName = keyof typeof FAILURE_TYPES;
+
+/** The activities' retry policy: failures of these types are never retried. */
+export const NON_RETRYABLE_FAILURE_TYPES: readonly FailureTypeName[] = Object.keys(FAILURE_TYPES) as FailureTypeName[];
+
+/** Reason by failure type, for the workflow's lookup. */
+export const ACTIVITY_FAILURE_REASONS: Readonly<Record<FailureTypeName, ActivityFailureReason>> = Object.fromEntries(
+  Object.values(FAILURE_TYPES).map((f) => [f.type, f.reason]),
+) as Record<FailureTypeName, ActivityFailureReason>;
+
+/**
+ * The reason of a run ended by an activity failure of any other type: a retryable failure (a
+ * crash, a lost engine, a busy database) that failed every one of the activity's attempts.
+ */
+export const RETRIES_EXHAUSTED_REASON: ActivityFailureReason = 'activity_failed';
+
+/** The run's reason for an activity failure of `type` (an `ApplicationFailure.type`). */
+export function activityFailureReason(type: string | null | undefined): ActivityFailureReason {
+  return Object.prototype.hasOwnProperty.call(ACTIVITY_FAILURE_REASONS, type ?? '') ? ACTIVITY_FAILURE_REASONS[type as FailureTypeName] : RETRIES_EXHAUSTED_REASON;
+}

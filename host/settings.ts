@@ -1,0 +1,333 @@
+/**
+ * Configuration, read once from the environment: every variable the worker and the command line
+ * read is a row of `VARIABLES`, with its typed field in `Settings`, its default and one line of
+ * meaning. The README's table of variables is checked against this table (tests/settings.test.ts),
+ * so the two cannot drift. Nothing else in the harness reads `process.env` for a setting; it
+ * takes `Settings` (or one of its fields) from its entry point.
+ *
+ * One kind of variable has no fixed name and so no row: the key variable each endpoint of the
+ * operator's providers file names (`api_key_env`). It is read through `readCredential`, inside the
+ * `decide` activity, at each call.
+ */
+import { isAbsolute, join, relative, resolve } from 'node:path';
+
+export const PROJECT_ROOT = resolve(__dirname, '..', '..');
+export const DEFAULT_TASK_QUEUE = 'coding-agent';
+export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
+export const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
+/** Where each provider's SDK sends requests when neither the endpoint nor the environment says otherwise. */
+export const PUBLIC_BASE_URLS = { openai: 'https://api.openai.com/v1', anthropic: 'https://api.anthropic.com' } as const;
+
+/**
+ * Fault points of the crash tests: where a worker started with `AGENT_FAULT=<point>` kills itself
+ * (activities/faults.ts). Listed here so the variable is typed like every other.
+ */
+export const FAULT_POINTS = [
+  /** writePatch: the approval is recorded, nothing of the write has happened (no intent yet). */
+  'before_write',
+  /** writePatch: intent recorded, temporary file written and synced, not yet renamed. */
+  'after_temp_write',
+  /** writePatch: the target holds the new content, the receipt is missing. */
+  'after_rename',
+  /** writePatch: receipt recorded, the activity has not completed. */
+  'after_receipt',
+  /** verify: the model said final, nothing of the verification has happened. */
+  'in_verifier',
+  /** Local backend: a candidate-test process group has just been spawned and recorded. */
+  'during_tests',
+  /** decide (live provider): the provider answered and the response is stored; the activity has not completed. */
+  'after_model_response',
+  /** loadRun of a task's child run: the child has started, its parent may not have recorded it yet. */
+  'child_started',
+  /** A task's child run stores its last trace events: its outcome is reached, not yet handed to its parent. */
+  'child_finishing',
+] as const;
+
+export type FaultPoint = (typeof FAULT_POINTS)[number];
+
+export interface Settings {
+  /**
+   * How to reach Temporal, as the `temporal` CLI reads it (resolved with the config file by
+   * host/connection.ts): no address here nor in the profile means the embedded dev server.
+   */
+  temporalAddress: string | null;
+  /** Null: the profile's namespace, else `default` (a connection's namespace is its target's). */
+  namespace: string | null;
+  temporalProfile: string | null;
+  /** The config file: TEMPORAL_CONFIG_FILE (`explicit`), else the CLI's default location; null when there is none. */
+  temporalConfigFile: { path: string; explicit: boolean } | null;
+  /** A secret: sent only as the connection's `authorization` header, never printed. */
+  temporalApiKey: string | null;
+  /** TEMPORAL_TLS and TEMPORAL_TLS_* as given (CA, client certificate and key, server name). */
+  temporalTls: Record<string, string>;
+  /** TEMPORAL_GRPC_META_* as given (an empty one removes a header the profile sets). */
+  temporalGrpcMeta: Record<string, string>;
+  taskQueue: string;
+  stateDir: string;
+  /** The operator's model endpoints (default `<state>/providers.json`). */
+  providersFile: string;
+  /** Ports of the embedded dev server and its Web UI. */
+  devServerPort: number;
+  devUiPort: number;
+  /** Folders whose replays the operator trusts without --trust-replay (the project's own fixtures). */
+  trustedReplayDirs: string[];
+  /** The Web UI to link runs to on a cluster (the embedded default links to its own). */
+  webUiUrl: string | null;
+  /** The `temporal` CLI as the operator names it; null: looked up (host/temporal-bin.ts). */
+  temporalBin: string | null;
+  /** The project's virtual environment with the Temporal CLI and pytest. */
+  toolsDir: string;
+  /** The search path of the harness's own processes (the local backend's get the tools environment first). */
+  path: string;
+  /** Model prices (US dollars per million tokens by model); null: none, so costs are null. */
+  pricesFile: string | null;
+  /** Workflows one worker keeps in its cache. */
+  maxCachedWorkflows: number;
+  /** Image tag or content id of the docker backend's sandbox. */
+  sandboxImage: string;
+  /** The engine the docker backend talks to, as the operator names it; null: the local socket. */
+  dockerHost: string | null;
+  /** Where an endpoint of each kind without its own `base_url` sends requests. */
+  openaiBaseUrl: string;
+  anthropicBaseUrl: string;
+  /** Crash tests only: the point at which this worker kills itself with SIGKILL. */
+  fault: FaultPoint | null;
+  /** Set by the command line on the background worker it starts (worker/background.ts). */
+  backgroundWorker: boolean;
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+/** One environment variable: its name, the default and meaning the README shows, and how it is read. */
+export interface Variable<T> {
+  name: string;
+  /** As the README's table shows it. */
+  default: string;
+  /** One line, as the README's table shows it. */
+  meaning: string;
+  /** The value given (undefined when unset) to the typed field; throws an actionable error for a bad one. */
+  read: (value: string | undefined, env: Env) => T;
+}
+
+const given = (value: string | undefined): string | null => (value === undefined || value === '' ? null : value);
+
+function integer(name: string, min: number, max: number, fallback: number): (value: string | undefined) => number {
+  return (value) => {
+    if (given(value) === null) return fallback;
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(value)}`);
+    return n;
+  };
+}
+
+/** The variables of a family (`TEMPORAL_TLS_*`...), by name; `keepEmpty` keeps those set to "". */
+function family(env: Env, member: (name: string) => boolean, keepEmpty: boolean): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => member(e[0]) && e[1] !== undefined && (keepEmpty || e[1] !== '')).sort(([a], [b]) => (a < b ? -1 : 1)));
+}
+
+const stateDirOf = (env: Env): string => resolve(given(env.AGENT_STATE_DIR) ?? resolve(PROJECT_ROOT, '.agent-state'));
+
+/** The table: one row per variable, every field of `Settings` with exactly one. */
+export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> } = {
+  temporalAddress: {
+    name: 'TEMPORAL_ADDRESS',
+    default: 'unset',
+    meaning: "cluster to use, over the profile's address; no address here nor in the profile: the embedded dev server",
+    read: given,
+  },
+  namespace: {
+    name: 'TEMPORAL_NAMESPACE',
+    default: '`default`',
+    meaning: "namespace, over the profile's",
+    read: given,
+  },
+  temporalProfile: {
+    name: 'TEMPORAL_PROFILE',
+    default: '`default`',
+    meaning: 'profile of the config file, as the `temporal` CLI reads it (a profile named but missing is an error)',
+    read: given,
+  },
+  temporalConfigFile: {
+    name: 'TEMPORAL_CONFIG_FILE',
+    default: '`~/.config/temporalio/temporal.toml`',
+    meaning: "the `temporal` CLI's config file of profiles (`$XDG_CONFIG_HOME/temporalio/temporal.toml` when that is set); named but missing is an error",
+    read: (v, env) => {
+      const explicit = given(v);
+      if (explicit !== null) return { path: resolve(explicit), explicit: true };
+      const xdg = given(env.XDG_CONFIG_HOME);
+      const dir = xdg !== null && isAbsolute(xdg) ? xdg : given(env.HOME) !== null ? join(env.HOME!, '.config') : null;
+      return dir === null ? null : { path: join(dir, 'temporalio', 'temporal.toml'), explicit: false };
+    },
+  },
+  temporalApiKey: {
+    name: 'TEMPORAL_API_KEY',
+    default: 'unset',
+    meaning: "API key, over the profile's: sent as `authorization: Bearer`, turns TLS on; never printed or logged",
+    read: given,
+  },
+  temporalTls: {
+    name: 'TEMPORAL_TLS',
+    default: 'unset',
+    meaning: "TLS on or off, and with `TEMPORAL_TLS_*` over the profile's: `_CLIENT_CERT_PATH`/`_DATA`, `_CLIENT_KEY_PATH`/`_DATA`, `_SERVER_CA_CERT_PATH`/`_DATA`, `_SERVER_NAME`",
+    // An empty value is unset, as for the other variables.
+    read: (_v, env) => family(env, (name) => name === 'TEMPORAL_TLS' || name.startsWith('TEMPORAL_TLS_'), false),
+  },
+  temporalGrpcMeta: {
+    name: 'TEMPORAL_GRPC_META_*',
+    default: 'unset',
+    meaning: 'gRPC headers on every request (`TEMPORAL_GRPC_META_X_TEAM=a` sends `x-team: a`; empty: removes the profile\'s)',
+    read: (_v, env) => family(env, (name) => name.startsWith('TEMPORAL_GRPC_META_'), true),
+  },
+  taskQueue: {
+    name: 'AGENT_TASK_QUEUE',
+    default: `\`${DEFAULT_TASK_QUEUE}\``,
+    meaning: 'task queue of `agentRun` and its activities',
+    read: (v) => given(v) ?? DEFAULT_TASK_QUEUE,
+  },
+  stateDir: {
+    name: 'AGENT_STATE_DIR',
+    default: '`.agent-state`',
+    meaning: 'run workspaces, control folders, ledger, host store, dev server database and logs',
+    read: (_v, env) => stateDirOf(env),
+  },
+  providersFile: {
+    name: 'AGENT_PROVIDERS_FILE',
+    default: '`<state>/providers.json`',
+    meaning: "the worker operator's model endpoints (section Live models)",
+    read: (v, env) => resolve(given(v) ?? join(stateDirOf(env), 'providers.json')),
+  },
+  devServerPort: {
+    name: 'AGENT_DEV_SERVER_PORT',
+    default: '7233',
+    meaning: 'port of the embedded dev server',
+    read: integer('AGENT_DEV_SERVER_PORT', 1, 65535, 7233),
+  },
+  devUiPort: {
+    name: 'AGENT_DEV_UI_PORT',
+    default: '8233',
+    meaning: "port of the embedded dev server's Web UI",
+    read: integer('AGENT_DEV_UI_PORT', 1, 65535, 8233),
+  },
+  trustedReplayDirs: {
+    name: 'AGENT_TRUSTED_REPLAY_DIRS',
+    default: '`fixtures`',
+    meaning: '`:`-separated folders whose replays the operator trusts (set but empty: none)',
+    // Set but empty means "trust none", so only an unset variable takes the default.
+    read: (v) => (v ?? resolve(PROJECT_ROOT, 'fixtures')).split(':').filter(Boolean).map((d) => resolve(d)),
+  },
+  webUiUrl: {
+    name: 'AGENT_WEB_UI_URL',
+    default: 'unset',
+    meaning: "the Web UI that the console and `report.html` link runs to on a cluster (the embedded default links to its own)",
+    read: given,
+  },
+  temporalBin: {
+    name: 'TEMPORAL_BIN',
+    default: 'found',
+    meaning: 'path of the `temporal` CLI (otherwise the tools environment, `PATH`, then Python\'s scripts folder)',
+    read: given,
+  },
+  toolsDir: {
+    name: 'AGENT_TOOLS_DIR',
+    default: '`.agent-state/tools`',
+    meaning: "the project's virtual environment with the Temporal CLI and pytest (fixed per checkout, not per state folder)",
+    read: (v) => resolve(given(v) ?? join(PROJECT_ROOT, '.agent-state', 'tools')),
+  },
+  path: {
+    name: 'PATH',
+    default: '`/usr/local/bin:/usr/bin:/bin`',
+    meaning: "where the `temporal` CLI is looked up; the local backend's test processes get the tools environment's `bin` first, then this",
+    read: (v) => given(v) ?? '/usr/local/bin:/usr/bin:/bin',
+  },
+  pricesFile: {
+    name: 'AGENT_PRICES_FILE',
+    default: 'unset',
+    meaning: 'model prices for `usage.cost_usd` (section Live models); unset: costs are null',
+    read: given,
+  },
+  maxCachedWorkflows: {
+    name: 'AGENT_MAX_CACHED_WORKFLOWS',
+    default: String(DEFAULT_MAX_CACHED_WORKFLOWS),
+    meaning: "workflows a worker keeps in its cache; a parked run beyond it is evicted and replayed when its Signal comes",
+    read: integer('AGENT_MAX_CACHED_WORKFLOWS', 0, 1_000_000, DEFAULT_MAX_CACHED_WORKFLOWS),
+  },
+  sandboxImage: {
+    name: 'AGENT_SANDBOX_IMAGE',
+    default: `\`${DEFAULT_SANDBOX_IMAGE}\``,
+    meaning: "the docker backend's sandbox image (tag or content id)",
+    read: (v) => given(v) ?? DEFAULT_SANDBOX_IMAGE,
+  },
+  dockerHost: {
+    name: 'DOCKER_HOST',
+    default: 'unset',
+    meaning: "the Docker engine of the docker backend, unset: the local socket (dockerode also reads it, with `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH`)",
+    read: given,
+  },
+  openaiBaseUrl: {
+    name: 'OPENAI_BASE_URL',
+    default: '`https://api.openai.com/v1`',
+    meaning: 'where an `openai` endpoint without `base_url` sends its requests',
+    read: (v) => given(v) ?? PUBLIC_BASE_URLS.openai,
+  },
+  anthropicBaseUrl: {
+    name: 'ANTHROPIC_BASE_URL',
+    default: '`https://api.anthropic.com`',
+    meaning: 'where an `anthropic` endpoint without `base_url` sends its requests',
+    read: (v) => given(v) ?? PUBLIC_BASE_URLS.anthropic,
+  },
+  fault: {
+    name: 'AGENT_FAULT',
+    default: 'unset',
+    meaning: 'crash tests only: the fault point at which the worker kills itself with SIGKILL (`activities/faults.ts`)',
+    read: (v) => {
+      const point = given(v);
+      if (point === null) return null;
+      if (!(FAULT_POINTS as readonly string[]).includes(point)) throw new Error(`AGENT_FAULT must be one of ${FAULT_POINTS.join(', ')}, not ${JSON.stringify(point)}`);
+      return point as FaultPoint;
+    },
+  },
+  backgroundWorker: {
+    name: 'AGENT_BACKGROUND_WORKER',
+    default: 'unset',
+    meaning: 'set to `1` by the command line on the background worker it starts; not for people to set',
+    read: (v) => v === '1',
+  },
+};
+
+/** Every setting, read from `env` (the process's environment by default). Throws on a malformed value. */
+export function readSettings(env: Env = process.env): Settings {
+  const out: Partial<Record<keyof Settings, unknown>> = {};
+  for (const [field, variable] of Object.entries(VARIABLES) as [keyof Settings, Variable<unknown>][]) {
+    out[field] = variable.read(env[variable.name], env);
+  }
+  return out as Settings;
+}
+
+/** One setting, for a module that needs only it. */
+export function readSetting<K extends keyof Settings>(field: K, env: Env = process.env): Settings[K] {
+  const variable = VARIABLES[field];
+  return variable.read(env[variable.name], env);
+}
+
+/**
+ * The value of a key variable an endpoint names (`api_key_env`); undefined when unset or empty.
+ * Read at each use, never kept: the caller must not return, log or store it.
+ */
+export function readCredential(name: string, env: Env = process.env): string | undefined {
+  return given(env[name]) ?? undefined;
+}
+
+/** The README's table of variables, as this module defines it. */
+export function variablesTable(): string {
+  const rows = Object.values(VARIABLES).map((v: Variable<unknown>) => `| \`${v.name}\` | ${v.default} | ${v.meaning} |`);
+  return ['| variable | default | meaning |', '|---|---|---|', ...rows].join('\n');
+}
+
+/** A replay is trusted when the operator says so, or when it lies in a folder the operator trusts. */
+export function replayTrusted(settings: Pick<Settings, 'trustedReplayDirs'>, replayPath: string, flag: boolean): boolean {
+  if (flag) return true;
+  return settings.trustedReplayDirs.some((dir) => {
+    const rel = relative(dir, resolve(replayPath));
+    return rel !== '' && !rel.startsWith('..') && !isAbsolute(rel);
+  });
+}

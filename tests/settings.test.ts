@@ -1,0 +1,135 @@
+/**
+ * Configuration read once: the settings module's table of variables is the README's, every field
+ * is read from exactly one variable with its default, malformed values stop with the variable's
+ * name, and no module outside host/settings.ts reads a setting from the environment.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { PROJECT_ROOT, PUBLIC_BASE_URLS, readCredential, readSettings, replayTrusted, VARIABLES, variablesTable } from '../host/settings';
+import { hostPath, toolsBinDir } from '../host/tools-env';
+import { temporalBinary } from '../host/temporal-bin';
+
+describe('the settings module', () => {
+  it('is exactly the README table of variables, row for row', () => {
+    const readme = readFileSync(join(PROJECT_ROOT, 'README.md'), 'utf8');
+    const table = variablesTable();
+    // On a mismatch, the message shows the table to paste into the README's Configuration section.
+    expect({ inReadme: readme.includes(`\n${table}\n`), table }).toEqual({ inReadme: true, table });
+    expect(readme.split('| variable | default | meaning |').length - 1).toBe(1);
+  });
+
+  it('names each variable once, and every variable in the table is one the module reads', () => {
+    const names = Object.values(VARIABLES).map((v) => v.name);
+    expect(new Set(names).size).toBe(names.length);
+    expect(names).toEqual(expect.arrayContaining(['TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'AGENT_PRICES_FILE', 'AGENT_MAX_CACHED_WORKFLOWS', 'AGENT_SANDBOX_IMAGE', 'DOCKER_HOST', 'AGENT_TOOLS_DIR', 'TEMPORAL_BIN', 'AGENT_WEB_UI_URL', 'AGENT_FAULT']));
+  });
+
+  it('gives every field its default from an empty environment', () => {
+    expect(readSettings({})).toEqual({
+      temporalAddress: null,
+      namespace: null,
+      temporalProfile: null,
+      temporalConfigFile: null,
+      temporalApiKey: null,
+      temporalTls: {},
+      temporalGrpcMeta: {},
+      taskQueue: 'coding-agent',
+      stateDir: join(PROJECT_ROOT, '.agent-state'),
+      providersFile: join(PROJECT_ROOT, '.agent-state', 'providers.json'),
+      devServerPort: 7233,
+      devUiPort: 8233,
+      trustedReplayDirs: [join(PROJECT_ROOT, 'fixtures')],
+      webUiUrl: null,
+      temporalBin: null,
+      toolsDir: join(PROJECT_ROOT, '.agent-state', 'tools'),
+      path: '/usr/local/bin:/usr/bin:/bin',
+      pricesFile: null,
+      maxCachedWorkflows: 100,
+      sandboxImage: 'coding-agent-sandbox:1',
+      dockerHost: null,
+      openaiBaseUrl: PUBLIC_BASE_URLS.openai,
+      anthropicBaseUrl: PUBLIC_BASE_URLS.anthropic,
+      fault: null,
+      backgroundWorker: false,
+    });
+  });
+
+  it('reads each variable into its typed field; an empty value is unset, except for trusted folders', () => {
+    const s = readSettings({
+      TEMPORAL_ADDRESS: 'cluster:7233',
+      AGENT_STATE_DIR: '/srv/agent',
+      AGENT_DEV_SERVER_PORT: '17233',
+      AGENT_MAX_CACHED_WORKFLOWS: '0',
+      AGENT_TRUSTED_REPLAY_DIRS: '',
+      AGENT_WEB_UI_URL: '',
+      AGENT_FAULT: 'after_rename',
+      AGENT_BACKGROUND_WORKER: '1',
+      OPENAI_BASE_URL: 'http://127.0.0.1:9/v1',
+    });
+    expect(s).toMatchObject({
+      temporalAddress: 'cluster:7233',
+      stateDir: '/srv/agent',
+      providersFile: '/srv/agent/providers.json',
+      devServerPort: 17233,
+      maxCachedWorkflows: 0,
+      trustedReplayDirs: [],
+      webUiUrl: null,
+      fault: 'after_rename',
+      backgroundWorker: true,
+      openaiBaseUrl: 'http://127.0.0.1:9/v1',
+    });
+    expect(replayTrusted(readSettings({}), join(PROJECT_ROOT, 'fixtures', 'x', 'replays', 'canonical.json'), false)).toBe(true);
+    expect(replayTrusted(s, join(PROJECT_ROOT, 'fixtures', 'x', 'replays', 'canonical.json'), false)).toBe(false);
+  });
+
+  it('stops on a malformed value with the name of its variable', () => {
+    expect(() => readSettings({ AGENT_DEV_UI_PORT: 'eighty' })).toThrow(/AGENT_DEV_UI_PORT must be an integer from 1 to 65535, not "eighty"/);
+    expect(() => readSettings({ AGENT_MAX_CACHED_WORKFLOWS: '-1' })).toThrow(/AGENT_MAX_CACHED_WORKFLOWS/);
+    expect(() => readSettings({ AGENT_FAULT: 'after_lunch' })).toThrow(/AGENT_FAULT must be one of before_write, .*after_model_response, .*not "after_lunch"/);
+  });
+
+  it('reads a key variable by the name an endpoint gives, an empty one as unset', () => {
+    expect(readCredential('SOME_KEY', { SOME_KEY: 'sk-1' })).toBe('sk-1');
+    expect(readCredential('SOME_KEY', { SOME_KEY: '' })).toBeUndefined();
+    expect(readCredential('SOME_KEY', {})).toBeUndefined();
+  });
+
+  it('finds the tools and the temporal CLI from settings, not from the environment', () => {
+    const settings = { toolsDir: '/nonexistent/tools', path: '/opt/a:/opt/b', temporalBin: '/opt/temporal' };
+    expect(toolsBinDir(settings)).toBe('/nonexistent/tools/bin');
+    expect(hostPath(settings)).toBe('/opt/a:/opt/b'); // no tools environment there: PATH alone
+    const own = readSettings();
+    expect(hostPath(own).startsWith(`${toolsBinDir(own)}:`)).toBe(true);
+    expect(temporalBinary(settings)).toBe('/opt/temporal');
+  });
+});
+
+describe('the environment outside the settings module', () => {
+  /**
+   * Lines of the harness's own sources (not tests, not scripts) that read process.env. Each allowed
+   * one passes the environment on whole to a child process or plants the probe's secret; none
+   * reads a setting.
+   */
+  const ALLOWED = [
+    /^host\/settings\.ts:/,
+    /^host\/temporal-server\.ts:.*env: \{ \.\.\.process\.env, TEMPORAL_VERSION_CHECK_DISABLED/,
+    /^worker\/background\.ts:.*ensureBackgroundWorker\(settings: Settings, env: NodeJS\.ProcessEnv = process\.env\)/,
+    /^activities\/backends\/isolation\.ts:.*process\.env\[SECRET_NAME\]/,
+  ];
+
+  const sources = (dir: string): string[] =>
+    readdirSync(join(PROJECT_ROOT, dir), { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? sources(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+    );
+
+  it('is read nowhere else in the harness', () => {
+    const lines = ['core', 'host', 'activities', 'worker', 'workflows', 'client'].flatMap(sources).flatMap((file) =>
+      readFileSync(join(PROJECT_ROOT, file), 'utf8')
+        .split('\n')
+        .map((line, i) => `${file}:${i + 1}:${line}`)
+        .filter((l) => l.includes('process.env')),
+    );
+    expect(lines.length).toBeGreaterThan(0); // the module itself
+    expect(lines.filter((l) => !ALLOWED.some((re) => re.test(l)))).toEqual([]);
+  });
+});

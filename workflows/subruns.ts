@@ -1,0 +1,279 @@
+/**
+ * Sub-runs (SPEC section 12): an orchestrating run's tasks are child agentRun workflows, addressed
+ * by id. This file carries out the five orchestration tools for the run that owns it; the roster
+ * lives in the run's state (view.subruns), the child handles only in memory.
+ *
+ * Hazards:
+ * - A task's id derives from the parent's workflow id and the dispatch's action id, so the same
+ *   proposal made again names the task that exists; Temporal refuses a second start of that id.
+ * - A child's outcome arrives as its result while this run goes on; it becomes a message for the
+ *   next decision. The parent does not continue as new while a task runs (its result would be
+ *   lost with the run that started it), and its close policy cancels the tasks still running.
+ * - A merge is one write over several paths, through the usual write path (policy, approval bound
+ *   to the action and digests, ledger, receipt).
+ */
+import * as wf from '@temporalio/workflow';
+import type { Activities, RunRef } from '../activities';
+import { errorResult, okResult, type ChildInput, type ParsedRunInput, type RunInput, type ToolResult } from '../core/contracts';
+import { evaluatePolicy, type PolicyDecision, type PolicyEvaluation } from '../core/policy';
+import type { TaskView } from '../core/run-view';
+import { taskEnded, taskEndedMessage, taskId } from '../core/tasks';
+import type { Trace } from '../core/trace';
+import type { CallView } from '../core/transcript';
+import type { RunOutcome } from './agentRun';
+import { AGENT_RUN, steerSignal, stopSignal, taskUpdateSignal } from './messages';
+import type { PendingWrite, RunState } from './run-state';
+
+/** What the orchestration needs of the run that owns it. */
+export interface TaskHost {
+  readonly s: RunState;
+  readonly trace: Trace;
+  readonly input: ParsedRunInput;
+  readonly ref: RunRef;
+  readonly act: wf.ActivityInterfaceFor<Activities>;
+  approveAndWrite(pending: PendingWrite): Promise<ToolResult>;
+}
+
+const STRICTNESS: Record<PolicyDecision, number> = { allow: 0, ask: 1, deny: 2 };
+
+export class Orchestration {
+  constructor(private readonly host: TaskHost) {
+    wf.setHandler(taskUpdateSignal, (u) => {
+      const task = this.find(u?.task_id);
+      // The outcome is the child's result: an update never overrides an end.
+      if (task === null || taskEnded(task)) return;
+      task.status = u.status as TaskView['status'];
+      task.pending_path = u.pending_path ?? null;
+      task.run_id ??= u.run_id;
+    });
+  }
+
+  private get s(): RunState {
+    return this.host.s;
+  }
+
+  private get tasks(): TaskView[] {
+    return this.s.view.subruns?.tasks ?? [];
+  }
+
+  /** True while a task of this run has not ended. */
+  active(): boolean {
+    return this.tasks.some((t) => !taskEnded(t));
+  }
+
+  private find(id: unknown): TaskView | null {
+    return typeof id === 'string' ? (this.tasks.find((t) => t.task_id === id) ?? null) : null;
+  }
+
+  /** Carries out one orchestration call; every call gets its one result. */
+  async call(decisionRef: string, reply: string | null, call: CallView): Promise<ToolResult> {
+    const args = call.task!.args;
+    switch (call.name) {
+      case 'dispatch_task':
+        return this.dispatch(call);
+      case 'task_status': {
+        if (args.task_id === undefined) return okResult(call.call_id, { tasks: this.tasks });
+        const task = this.find(args.task_id);
+        return task ? okResult(call.call_id, { tasks: [task] }) : this.unknown(call.call_id, args.task_id);
+      }
+      case 'message_task':
+        return this.message(call);
+      case 'stop_task':
+        return this.stop(call);
+      case 'merge_task':
+        return this.merge(decisionRef, reply, call);
+      default:
+        throw new Error(`${call.name} is not an orchestration tool`);
+    }
+  }
+
+  private unknown(callId: string, given: unknown): ToolResult {
+    this.s.view.subruns!.counts.unknown_task++;
+    return errorResult(callId, 'unknown_task', { task_id: typeof given === 'string' ? given.slice(0, 200) : null, known: this.tasks.map((t) => t.task_id) });
+  }
+
+  private notAccepting(callId: string, task: TaskView, why: string): ToolResult {
+    return errorResult(callId, 'task_not_accepting', { task_id: task.task_id, status: task.status, reason: why });
+  }
+
+  private async dispatch(call: CallView): Promise<ToolResult> {
+    const limits = this.host.input.subruns!;
+    const { action_id, args } = call.task!;
+    const id = taskId(wf.workflowInfo().workflowId, action_id);
+    const existing = this.find(id);
+    if (existing) return okResult(call.call_id, { task_id: id, title: existing.title, status: existing.status, already_dispatched: true });
+    const known = this.tasks.map((t) => t.task_id);
+    if (this.tasks.length >= limits.max_children) return errorResult(call.call_id, 'task_not_accepting', { reason: `this run may dispatch at most ${limits.max_children} tasks`, known });
+    const running = this.tasks.filter((t) => !taskEnded(t)).map((t) => t.task_id);
+    if (running.length >= limits.max_active) return errorResult(call.call_id, 'task_not_accepting', { reason: `at most ${limits.max_active} tasks run at once; merge or wait for one to end`, running });
+    const title = args.title!;
+    this.s.task_refs[id] = {
+      dispatch_ref: call.ref,
+      paths: args.paths ?? null,
+      replay_digest: this.s.source?.kind === 'replay' ? (this.s.child_replays[title] ?? null) : null,
+      transcript_head: null,
+      cursor: 0,
+      next_seq: 1,
+    };
+    const task: TaskView = { task_id: id, title, action_id, status: 'starting', reason: null, pending_path: null, summary: null, diff_paths: [], run_id: null, merged: false, executions: 1 };
+    this.s.view.subruns!.tasks.push(task);
+    this.s.view.subruns!.counts.dispatched++;
+    await this.start(task, null);
+    return okResult(call.call_id, { task_id: id, title, status: task.status });
+  }
+
+  /** Starts (or reopens) the child run of a task, and watches for its outcome. */
+  private async start(task: TaskView, reopen: ChildInput['reopen']): Promise<void> {
+    const input = this.host.input;
+    const ref = this.s.task_refs[task.task_id];
+    const depth = (input.child?.depth ?? 0) + 1;
+    const child: RunInput = {
+      fixture: input.fixture,
+      source: input.source,
+      backend: input.backend,
+      approver: input.approver,
+      ...(input.budgets ? { budgets: input.budgets } : {}),
+      ...(input.host_lost_s ? { host_lost_s: input.host_lost_s } : {}),
+      // A task may dispatch tasks of its own only while max_depth allows.
+      ...(input.subruns && depth < input.subruns.max_depth ? { subruns: input.subruns } : {}),
+      child: {
+        parent_workflow_id: wf.workflowInfo().workflowId,
+        task_id: task.task_id,
+        title: task.title,
+        dispatch_ref: ref.dispatch_ref,
+        paths: ref.paths,
+        from_run: this.s.view.run_id,
+        host_queue: this.s.host_queue,
+        replay_digest: ref.replay_digest,
+        depth,
+        reopen,
+      },
+    };
+    let handle;
+    try {
+      handle = await wf.startChild(AGENT_RUN, {
+        workflowId: task.task_id,
+        args: [child],
+        // Closing or cancelling this run cancels its tasks still running.
+        parentClosePolicy: 'REQUEST_CANCEL',
+        workflowIdReusePolicy: reopen ? 'ALLOW_DUPLICATE' : 'REJECT_DUPLICATE',
+      });
+    } catch (err) {
+      this.ended(task.task_id, { status: 'failed', reason: 'task_not_started', summary: String((err as Error)?.message ?? err).slice(0, 240), diff_paths: [] });
+      return;
+    }
+    if (task.status === 'starting') task.status = 'running';
+    void handle.result().then(
+      (outcome) => this.finished(task.task_id, outcome as RunOutcome),
+      (err: unknown) => this.ended(task.task_id, { status: wf.isCancellation(err) ? 'cancelled' : 'failed', reason: 'workflow_failed', summary: String((err as Error)?.message ?? err).slice(0, 240), diff_paths: [] }),
+    );
+  }
+
+  private finished(id: string, outcome: RunOutcome): void {
+    const ref = this.s.task_refs[id];
+    ref.transcript_head = outcome.transcript;
+    ref.cursor = outcome.cursor;
+    ref.next_seq = outcome.trace.events + 1;
+    this.ended(id, {
+      status: outcome.record.status,
+      reason: outcome.record.reason,
+      summary: outcome.state.final_summary ?? outcome.state.wrap_up,
+      diff_paths: outcome.record.diff_paths,
+      run_id: outcome.state.run_id,
+    });
+  }
+
+  /** A task ended: its roster entry, a trace event, and a message for the next decision. */
+  private ended(id: string, end: { status: TaskView['status']; reason: string | null; summary: string | null; diff_paths: string[]; run_id?: string }): void {
+    const task = this.find(id)!;
+    task.status = end.status;
+    task.reason = end.reason;
+    task.summary = end.summary;
+    task.diff_paths = end.diff_paths;
+    task.pending_path = null;
+    if (end.run_id) task.run_id = end.run_id;
+    this.host.trace.add('task_ended', { task_id: id, title: task.title, status: task.status, reason: task.reason, diff_paths: task.diff_paths, execution: task.executions });
+    this.s.task_messages.push(taskEndedMessage(task));
+  }
+
+  private async message(call: CallView): Promise<ToolResult> {
+    const { action_id, args } = call.task!;
+    const task = this.find(args.task_id);
+    if (task === null) return this.unknown(call.call_id, args.task_id);
+    if (task.status === 'cancelled') return this.notAccepting(call.call_id, task, 'the task was stopped');
+    if (task.merged) return this.notAccepting(call.call_id, task, 'the task was merged; dispatch a new task for more work');
+    if (task.status === 'verifying') return this.notAccepting(call.call_id, task, 'the task is being verified; message it when it has ended');
+    const counts = this.s.view.subruns!.counts;
+    if (!taskEnded(task)) {
+      // The id makes the message count once however often the signal is delivered.
+      await wf.getExternalWorkflowHandle(task.task_id).signal(steerSignal, { message: args.text!, message_id: `${this.s.view.run_id}:${action_id}` });
+      counts.messages++;
+      return okResult(call.call_id, { task_id: task.task_id, delivered: 'to the running task, at its next step' });
+    }
+    if (task.run_id === null) return this.notAccepting(call.call_id, task, 'the task never started');
+    counts.messages++;
+    counts.messages_to_ended++;
+    const ref = this.s.task_refs[task.task_id];
+    task.executions++;
+    task.status = 'starting';
+    task.reason = null;
+    await this.start(task, { run_id: task.run_id, transcript_head: ref.transcript_head, cursor: ref.cursor, next_seq: ref.next_seq, message: args.text! });
+    return okResult(call.call_id, { task_id: task.task_id, delivered: 'reopened the task with its context', execution: task.executions });
+  }
+
+  private async stop(call: CallView): Promise<ToolResult> {
+    const { action_id, args } = call.task!;
+    const task = this.find(args.task_id);
+    if (task === null) return this.unknown(call.call_id, args.task_id);
+    if (taskEnded(task)) return this.notAccepting(call.call_id, task, 'the task has ended already');
+    await wf.getExternalWorkflowHandle(task.task_id).signal(stopSignal, { reason: args.reason!, message_id: `${this.s.view.run_id}:${action_id}` });
+    this.s.view.subruns!.counts.stops++;
+    // The task's end (and the result of its cut-off call) reaches the next decision.
+    await wf.condition(() => taskEnded(task));
+    return okResult(call.call_id, { task_id: task.task_id, status: task.status, reason: task.reason });
+  }
+
+  private async merge(decisionRef: string, reply: string | null, call: CallView): Promise<ToolResult> {
+    const task = this.find(call.task!.args.task_id);
+    if (task === null) return this.unknown(call.call_id, call.task!.args.task_id);
+    // A merge waits for the task to end: only a verified change is merged.
+    await wf.condition(() => taskEnded(task));
+    if (task.merged) return okResult(call.call_id, { task_id: task.task_id, already_merged: true });
+    if (task.status !== 'completed') return this.notAccepting(call.call_id, task, `only a completed task is merged; this one ended ${task.status}${task.reason ? ` (${task.reason})` : ''}`);
+    const prepared = await this.host.act.prepareMerge.executeWithOptions({ summary: `prepare merge_task ${task.title}` }, [this.host.ref, { task_id: task.task_id, run_id: task.run_id! }]);
+    switch (prepared.kind) {
+      case 'conflict':
+        return errorResult(call.call_id, 'merge_conflict', { task_id: task.task_id, paths: prepared.paths, reason: 'these files changed in your workspace since the task was dispatched' });
+      case 'unsupported':
+        return errorResult(call.call_id, 'merge_conflict', { task_id: task.task_id, paths: prepared.paths, reason: prepared.reason });
+      case 'empty':
+        task.merged = true;
+        return okResult(call.call_id, { task_id: task.task_id, paths: [] });
+    }
+    const { action } = prepared;
+    const policy = mergePolicy(action.paths!, this.host.ref);
+    if (policy.decision === 'deny') {
+      const denied = action.paths!.filter((p) => evaluatePolicy({ name: 'apply_patch' }, p, this.host.ref.fixture).decision === 'deny');
+      return errorResult(call.call_id, 'write_denied', { task_id: task.task_id, paths: denied, rules: policy.matched.filter((r) => r.decision === 'deny') });
+    }
+    this.host.trace.add(
+      'approval_requested',
+      { path: action.path, paths: action.paths, before: action.before, after: action.after, args_digest: action.args_digest, workspace_digest: action.workspace_digest, diff_bytes: action.diff.length, task_id: task.task_id },
+      { call_id: call.call_id, action_id: action.action_id },
+    );
+    const result = await this.host.approveAndWrite({ decision_ref: decisionRef, reply, call, action, policy, merge: { task_id: task.task_id, entries_ref: prepared.entries_ref } });
+    if (result.ok) {
+      task.merged = true;
+      this.s.view.subruns!.counts.merges++;
+    }
+    return result;
+  }
+}
+
+/** The policy of a merge: every path as apply_patch would meet it; the strictest decision wins. */
+function mergePolicy(paths: string[], ref: RunRef): PolicyEvaluation {
+  const evaluations = paths.map((p) => evaluatePolicy({ name: 'apply_patch' }, p, ref.fixture));
+  const decision = evaluations.reduce<PolicyDecision>((worst, e) => (STRICTNESS[e.decision] > STRICTNESS[worst] ? e.decision : worst), 'allow');
+  const matched = [...new Map(evaluations.flatMap((e) => e.matched).map((m) => [m.id, m])).values()];
+  return { decision, matched };
+}
