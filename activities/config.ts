@@ -37,6 +37,8 @@ export interface HarnessConfig {
   prices?: Record<string, { input: number; output: number; cached_input?: number }>;
   /** The operator's providers file (`AGENT_PROVIDERS_FILE`, default `<state>/providers.json`). */
   providersFile: string;
+  /** The prompt versions a live source may use (`AGENT_PROMPTS_DIR`, default the build's `prompts/`). */
+  promptsDir: string;
   /** Timeout of one provider HTTP request (default 120 s). */
   modelTimeoutMs?: number;
   /**

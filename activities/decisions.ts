@@ -9,13 +9,21 @@ import type { Decision, Usage } from '../core/contracts';
 import { replaySchema, type Replay } from '../core/contracts';
 import { formatIssues } from '../core/validate';
 import type { RunFacts } from '../core/context';
+import type { PromptRef } from '../core/prompt';
 import type { DecisionView, PendingEntry } from '../core/transcript';
 
 /** The decision source as the workflow passes it to `decide`: a replay by digest, or a provider. */
 export type SourceRef =
   | { kind: 'replay'; digest: string }
   /** An endpoint of the worker's providers file, by name: its URL and key variable are looked up there at each call. */
-  | { kind: 'provider'; endpoint: string; provider: 'openai' | 'anthropic'; model: string };
+  | {
+      kind: 'provider';
+      endpoint: string;
+      provider: 'openai' | 'anthropic';
+      model: string;
+      /** The prompt version loadRun read, stored in the host store under its digest (absent in runs started before prompts were versioned). */
+      prompt?: PromptRef;
+    };
 
 export interface DecideInput {
   run_id: string;

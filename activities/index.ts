@@ -8,6 +8,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import type { PromptRef, PromptTexts } from '../core/prompt';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
 import { isOrchestrationTool, type ValidCall } from '../core/tools';
@@ -21,6 +22,7 @@ import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideR
 import type { Ledger } from './ledger';
 import { liveDecide } from './live';
 import { ProvidersFileError, resolveEndpoint } from './providers/endpoints';
+import { loadPrompt, PromptError } from './providers/prompt';
 import { StoreError, type Store } from './store';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
@@ -129,6 +131,23 @@ export function createActivities(deps: ActivityDeps) {
     }
   };
 
+  /**
+   * The run's prompt version (named, or the newest), read once into the host store under its
+   * digest. A version the worker lacks is the run's input at fault; unusable prompt files are the
+   * operator's, and stop the run without a retry.
+   */
+  const readPrompt = (version: string | undefined): { ok: true; ref: PromptRef } | { ok: false; detail: string } => {
+    try {
+      const { ref, texts } = loadPrompt(config.promptsDir, version);
+      store.put('prompt', texts);
+      return { ok: true, ref };
+    } catch (err) {
+      if (err instanceof PromptError && err.kind === 'unknown_version') return { ok: false, detail: err.message };
+      if (err instanceof PromptError) throw nonRetryable('InfrastructureError', err.message);
+      throw err;
+    }
+  };
+
   const backendFor = (name: RunRef['backend']): ExecBackend => {
     const backend = deps.backends[name];
     if (!backend) {
@@ -191,9 +210,12 @@ export function createActivities(deps: ActivityDeps) {
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
-        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
+        const prompt = readPrompt(input.prompt);
+        if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
+        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model, prompt: prompt.ref };
         return { ok: true, fixture, fixture_dir: input.fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {} };
       }
+      if (input.prompt !== undefined) return { ok: false, reason: 'invalid_input', detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay' };
       // A replay can create test files that the test command then executes on the host.
       if (input.backend === 'local' && !source.trusted) {
         return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
@@ -257,7 +279,9 @@ export function createActivities(deps: ActivityDeps) {
           const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
           throw nonRetryable('ProviderUnavailable', detail);
         }
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint };
+        // The content loadRun stored; a run from before prompts were versioned takes the newest version.
+        const prompt = source.prompt ? { ref: source.prompt, texts: store.get<PromptTexts>(source.prompt.digest) } : loadPrompt(config.promptsDir);
+        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint, prompt };
         return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
           kind: 'decisions',
           decisions: decisions.map((d) => decisionView(d, input, reply)),

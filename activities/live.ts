@@ -16,8 +16,8 @@ import { faultPoint } from './faults';
 import { anthropicAdapter } from './providers/anthropic';
 import { classify } from './providers/errors';
 import { openaiAdapter } from './providers/openai';
-import { SYSTEM_PROMPT } from './providers/prompt';
 import { scrubbedError, scrubSecret } from './providers/secrets';
+import type { Prompt } from './providers/tool-schemas';
 import type { ProviderAdapter, ReplyDecision } from './providers/types';
 import type { Store } from './store';
 
@@ -40,6 +40,8 @@ export interface LiveContext {
   baseUrls: Record<Endpoint['kind'], string>;
   /** The operator's endpoint the run named, looked up for this call. */
   endpoint: Endpoint;
+  /** The run's prompt version: the system prompt and the tool texts every request is built with. */
+  prompt: Prompt;
 }
 
 const ADAPTERS: Record<'openai' | 'anthropic', ProviderAdapter> = { openai: openaiAdapter, anthropic: anthropicAdapter };
@@ -103,7 +105,7 @@ export async function liveDecide(
   const maxOutput = facts.budgets.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
   const groups = transcriptGroups(store, store.transcript(head));
   const orchestrating = facts.orchestrating === true;
-  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools(orchestrating)) - maxOutput) * factor);
+  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools(ctx.prompt, orchestrating)) - maxOutput) * factor);
 
   // Read only here, inside the activity; never returned, logged or stored.
   const apiKey = ctx.credential(endpoint.api_key_env);
@@ -114,7 +116,7 @@ export async function liveDecide(
   let compacted = false;
   for (let factor = 1; ; factor /= 2) {
     const context = buildContext(facts, groups, room(factor));
-    const body = adapter.body(source.model, SYSTEM_PROMPT, context, maxOutput, orchestrating);
+    const body = adapter.body(source.model, ctx.prompt, context, maxOutput, orchestrating);
     const request = digestJson({ provider: source.provider, model: source.model, run_id: input.run_id, turn: input.turn, retry: input.retry, body });
     let stored = store.modelResponse(request);
     const fromStore = stored !== null;

@@ -3,6 +3,7 @@
  */
 import type { Budgets, IsolationEvidence, PreparedAction, RunRecord, RunStatus, SubrunCounts, Usage, VerifierFindings } from './contracts';
 import type { ErrorCode } from './errors';
+import type { PromptRef } from './prompt';
 
 export interface PendingApproval extends PreparedAction {
   call_id: string;
@@ -68,6 +69,8 @@ export interface RunView {
   deadline_reached: boolean;
   /** Model usage of a live source; null for a replay. */
   usage: Usage | null;
+  /** The prompt version a live source uses, with the digest of its content; null for a replay. */
+  prompt: PromptRef | null;
   /** The model's `final` text that verification judged (shortened), when there was one. */
   final_summary: string | null;
   /** An orchestrating run's tasks and counts; null when sub-runs are off. */
@@ -91,6 +94,8 @@ export function buildRecord(view: RunView): RunRecord {
     acceptance: v ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
     tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
     ...(view.usage !== null ? { usage: view.usage } : {}),
+    // Absent from the state of a run that started before prompts were versioned.
+    ...(view.prompt ? { prompt: view.prompt } : {}),
     ...(view.subruns !== null
       ? { subruns: view.subruns.counts, tasks: view.subruns.tasks.map((t) => ({ task_id: t.task_id, title: t.title, status: t.status === 'starting' ? 'running' : t.status, reason: t.reason })) }
       : {}),

@@ -13,6 +13,8 @@ import { isAbsolute, join, relative, resolve } from 'node:path';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
 export const DEFAULT_TASK_QUEUE = 'coding-agent';
+/** The prompt versions the build ships: `prompts/` copied into `dist/prompts` (scripts/copy-assets.js). */
+export const BUILD_PROMPTS_DIR = resolve(__dirname, '..', 'prompts');
 export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
 export const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
 /** Where each provider's SDK sends requests when neither the endpoint nor the environment says otherwise. */
@@ -66,6 +68,8 @@ export interface Settings {
   stateDir: string;
   /** The operator's model endpoints (default `<state>/providers.json`). */
   providersFile: string;
+  /** The prompt versions of live sources (`v1/`, `v2/`...; default the build's `prompts/`). */
+  promptsDir: string;
   /** Ports of the embedded dev server and its Web UI. */
   devServerPort: number;
   devUiPort: number;
@@ -195,6 +199,12 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: '`<state>/providers.json`',
     meaning: "the worker operator's model endpoints (section Live models)",
     read: (v, env) => resolve(given(v) ?? join(stateDirOf(env), 'providers.json')),
+  },
+  promptsDir: {
+    name: 'AGENT_PROMPTS_DIR',
+    default: "the build's `prompts/`",
+    meaning: 'prompt versions of live sources (`v1/system.md`, `v1/tools.json`, ...; the newest is the default; section Live models)',
+    read: (v) => resolve(given(v) ?? BUILD_PROMPTS_DIR),
   },
   devServerPort: {
     name: 'AGENT_DEV_SERVER_PORT',

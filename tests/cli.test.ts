@@ -8,7 +8,7 @@ import { readWorkerRecord, stopWorker } from '../worker/background';
 import { launchChromium, testOutput } from './helpers/browser';
 import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
-import { CANONICAL_RECORD, waitFor } from './helpers/temporal';
+import { CANONICAL_RECORD, CURRENT_PROMPT, waitFor } from './helpers/temporal';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
@@ -85,7 +85,7 @@ describe('npm run agent on the embedded default', () => {
         '--backend', 'docker', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', id,
       );
       const record = JSON.parse(stdout);
-      expect(record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
+      expect(record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null }, prompt: CURRENT_PROMPT });
       expect(server.count()).toBe(7);
 
       const exported = join(tempDir('exported'), `${id}.json`);

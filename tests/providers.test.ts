@@ -18,7 +18,7 @@ import type { RunOutcome } from '../workflows';
 import { historyJson } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type ReplyCall, type Script, type Scripted } from './helpers/provider-server';
-import { approveAll, CANONICAL_RECORD, killed, runOnce, spawnWorker, startServer, traceIn, uniqueQueue, waitFor, type RunOnceOptions } from './helpers/temporal';
+import { approveAll, CANONICAL_RECORD, CURRENT_PROMPT, killed, runOnce, spawnWorker, startServer, traceIn, uniqueQueue, waitFor, type RunOnceOptions } from './helpers/temporal';
 import { startRun } from '../client/run-access';
 
 const exec = promisify(execFile);
@@ -101,7 +101,7 @@ describe.each(['openai', 'anthropic'] as const)('the canonical fixture solved th
   it('completes on the docker backend with approvals sent as real Signals, usage counted, the key sent only to the provider', async () => {
     const server = await serve(session(api));
     const { outcome, trace, handle } = await run(liveInput(api, server, { approver: 'interactive' }), { drive: (h) => approveAll(h) });
-    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
+    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null }, prompt: CURRENT_PROMPT });
     expect(server.count()).toBe(CANONICAL_REQUESTS);
     expect(trace.filter((e) => e.type === 'approval_recorded').map((e) => (e.data as { principal: string }).principal)).toEqual(['user:test', 'user:test']);
     const auth = server.requests.map((r) => (api === 'openai' ? r.headers.authorization : (r.headers['x-api-key'] ?? r.headers.authorization)));
@@ -372,6 +372,49 @@ describe('long live sessions', () => {
       return value;
     });
     expect(Math.max(...sizes)).toBeLessThanOrEqual(64 * 1024);
+  });
+});
+
+describe('prompt versions of a live run', () => {
+  it('records the version and digest in the record and every model_requested event; an edited file or a newer version changes them', async () => {
+    const dir = join(tempDir('prompts'), 'prompts');
+    cpSync(join(PROJECT_ROOT, 'prompts'), dir, { recursive: true });
+    const systemOf = (body: { system: unknown }) => JSON.stringify(body.system);
+    const live = async (overrides: Partial<RunInput> = {}) => {
+      const server = await serve(session('anthropic'));
+      const result = await run(liveInput('anthropic', server, overrides), { promptsDir: dir });
+      const requested = result.trace.filter((e) => e.type === 'model_requested').map((e) => e.data as { prompt_version?: string; prompt_digest?: string });
+      return { record: result.outcome.record, requested, bodies: server.requests.map((r) => r.body) };
+    };
+
+    const first = await live();
+    expect(first.record).toMatchObject({ status: 'completed', prompt: CURRENT_PROMPT });
+    expect(first.requested.length).toBe(CANONICAL_REQUESTS);
+    for (const e of first.requested) expect(e).toMatchObject({ prompt_version: 'v1', prompt_digest: CURRENT_PROMPT.digest });
+
+    // An edited v1: the same version, another digest, and the requests carry the new text.
+    writeFileSync(join(dir, 'v1', 'system.md'), `${readFileSync(join(dir, 'v1', 'system.md'), 'utf8')}Prefer the smallest change that makes the tests pass.\n`);
+    const edited = await live();
+    expect(edited.record.prompt).toEqual({ version: 'v1', digest: expect.not.stringMatching(CURRENT_PROMPT.digest) });
+    for (const e of edited.requested) expect(e).toEqual(expect.objectContaining({ prompt_version: 'v1', prompt_digest: edited.record.prompt!.digest }));
+    for (const body of edited.bodies) expect(systemOf(body)).toContain('Prefer the smallest change');
+
+    // A newer version becomes the default; a run that names v1 keeps it.
+    cpSync(join(PROJECT_ROOT, 'prompts', 'v1'), join(dir, 'v2'), { recursive: true });
+    writeFileSync(join(dir, 'v2', 'system.md'), 'You are a coding agent. Propose tool calls; the harness decides.\n');
+    const newest = await live();
+    expect(newest.record.prompt).toMatchObject({ version: 'v2' });
+    expect(new Set([CURRENT_PROMPT.digest, edited.record.prompt!.digest, newest.record.prompt!.digest]).size).toBe(3);
+    for (const body of newest.bodies) expect(systemOf(body)).toContain('the harness decides');
+    const named = await live({ prompt: 'v1' });
+    expect(named.record.prompt).toEqual(edited.record.prompt);
+
+    // A version the worker lacks: refused before any request.
+    const server = await serve(session('anthropic'));
+    const { outcome } = await run(liveInput('anthropic', server, { prompt: 'v7' }), { promptsDir: dir });
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'invalid_input' });
+    expect(outcome.state.detail).toBe('prompt version v7 does not exist; the worker has v1, v2');
+    expect(server.count()).toBe(0);
   });
 });
 

@@ -36,6 +36,7 @@ describe('the settings module', () => {
       taskQueue: 'coding-agent',
       stateDir: join(PROJECT_ROOT, '.agent-state'),
       providersFile: join(PROJECT_ROOT, '.agent-state', 'providers.json'),
+      promptsDir: join(PROJECT_ROOT, 'dist', 'prompts'),
       devServerPort: 7233,
       devUiPort: 8233,
       trustedReplayDirs: [join(PROJECT_ROOT, 'fixtures')],

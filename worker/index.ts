@@ -114,6 +114,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     config: {
       stateDir: options.stateDir,
       providersFile: options.providersFile ?? join(options.stateDir, 'providers.json'),
+      promptsDir: settings.promptsDir,
       limits: { ...DEFAULT_LIMITS, ...options.limits },
       prices,
       modelTimeoutMs: options.modelTimeoutMs,

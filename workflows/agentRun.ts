@@ -239,6 +239,7 @@ class AgentRun {
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
+    this.view.prompt = loaded.source.kind === 'provider' ? (loaded.source.prompt ?? null) : null;
     this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
     this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
     this.s.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend, ...(child ? { hidden_acceptance: false } : {}) };
@@ -336,7 +337,9 @@ class AgentRun {
       // Messages about tasks are pinned: compaction never drops them.
       const notes = this.s.task_messages.splice(0);
       for (const message of notes) this.s.transcript.append.push({ message, pinned: true });
-      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...(retries > 0 ? { retry: retries } : {}) });
+      // A live request names the prompt version it is built with (absent in runs that started before prompts were versioned).
+      const prompt = live && this.view.prompt ? { prompt_version: this.view.prompt.version, prompt_digest: this.view.prompt.digest } : {};
+      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...prompt, ...(retries > 0 ? { retry: retries } : {}) });
       const result: DecideResult = await this.act.decide.executeWithOptions(
         {
           startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),

@@ -111,6 +111,7 @@ export function initialState(runId: string): RunState {
       wrap_up: null,
       deadline_reached: false,
       usage: null,
+      prompt: null,
       final_summary: null,
       subruns: null,
       parent: null,

@@ -37,8 +37,8 @@ function usageOf(raw: { usage?: { input_tokens?: number; output_tokens?: number;
 export const anthropicAdapter: ProviderAdapter = {
   name: 'anthropic',
   tools: anthropicTools,
-  body(model, system, context, maxOutputTokens, orchestrating = false) {
-    return { model, max_tokens: maxOutputTokens, system, tools: anthropicTools(orchestrating), messages: messages(context) };
+  body(model, prompt, context, maxOutputTokens, orchestrating = false) {
+    return { model, max_tokens: maxOutputTokens, system: prompt.texts.system, tools: anthropicTools(prompt, orchestrating), messages: messages(context) };
   },
   async send(body, options: SendOptions) {
     // Every credential the SDK would take from the environment is given here instead (null: none).

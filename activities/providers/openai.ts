@@ -37,8 +37,8 @@ function parseArguments(text: string): unknown {
 export const openaiAdapter: ProviderAdapter = {
   name: 'openai',
   tools: openaiTools,
-  body(model, system, context, maxOutputTokens, orchestrating = false) {
-    return { model, messages: messages(system, context), tools: openaiTools(orchestrating), tool_choice: 'auto', max_tokens: maxOutputTokens };
+  body(model, prompt, context, maxOutputTokens, orchestrating = false) {
+    return { model, messages: messages(prompt.texts.system, context), tools: openaiTools(prompt, orchestrating), tool_choice: 'auto', max_tokens: maxOutputTokens };
   },
   async send(body, options: SendOptions) {
     // Every value the SDK would take from the environment is given here instead (null: none).

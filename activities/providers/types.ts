@@ -5,6 +5,7 @@
  * free text alone.
  */
 import type { BuiltContext } from '../../core/context';
+import type { Prompt } from './tool-schemas';
 import type { Decision, Usage } from '../../core/contracts';
 
 /** What a model reply can decide: a provider failure is never a decision of the reply. */
@@ -28,8 +29,9 @@ export interface SendOptions {
 export interface ProviderAdapter {
   readonly name: 'openai' | 'anthropic';
   /** The tool definitions exactly as sent. */
-  tools(orchestrating?: boolean): unknown[];
-  body(model: string, system: string, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
+  tools(prompt: Prompt, orchestrating?: boolean): unknown[];
+  /** The request body: the prompt version's system prompt and tool texts, the context, the limits. */
+  body(model: string, prompt: Prompt, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
   /** Sends the body; resolves to the raw JSON response. */
   send(body: Record<string, unknown>, options: SendOptions): Promise<unknown>;
   parse(raw: unknown): ParsedReply;

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { basename, resolve } from 'node:path';
 import { ensureEndpoint } from '../../activities/providers/endpoints';
 import { endpointSchema, type RunInput } from '../../core/contracts';
+import { PROMPT_VERSION } from '../../core/prompt';
 import { formatIssues } from '../../core/validate';
 import { replayTrusted } from '../../host/settings';
 import { command, UsageError, type Values } from '../command';
@@ -28,6 +29,7 @@ const options = {
   'deadline-s': { kind: 'seconds', value: 'S' },
   'approval-timeout-s': { kind: 'seconds', value: 'S' },
   'max-model-tokens': { kind: 'int', value: 'N' },
+  prompt: { kind: 'string', value: 'VERSION' },
 } as const;
 
 type RunValues = Values<typeof options>;
@@ -36,14 +38,15 @@ export const run = command({
   name: 'run',
   usage: [
     'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S]',
-    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [...the options above]',
+    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [--prompt VERSION] [...the options above]',
     'run <fixture-dir> --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR] --backend docker [...the options above]',
   ],
   summary:
     'start an agentRun; print its workflow id; with --wait follow it to the end.\n' +
     'On the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).\n' +
     "--endpoint names one of the worker operator's endpoints (its providers file); on the embedded default,\n" +
-    '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.',
+    '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.\n' +
+    "--prompt names the prompt version a live source uses (default: the worker's newest, under AGENT_PROMPTS_DIR).",
   options,
   check(positionals, values) {
     if (!positionals[0]) throw new UsageError('missing <fixture-dir>');
@@ -52,6 +55,8 @@ export const run = command({
     if (sources.length > 1) throw new UsageError(`give one decision source, not ${sources.map((k) => `--${k}`).join(' and ')}`);
     if ((values.provider || values.endpoint) && !values.model) throw new UsageError('--model NAME is required with --endpoint or --provider');
     if (!values.provider && (values['base-url'] || values['api-key-env'])) throw new UsageError('--base-url and --api-key-env go with --provider');
+    if (values.prompt !== undefined && !values.provider && !values.endpoint) throw new UsageError('--prompt VERSION goes with a live source (--endpoint or --provider)');
+    if (values.prompt !== undefined && !PROMPT_VERSION.test(values.prompt)) throw new UsageError(`--prompt must name a version such as v1, got ${JSON.stringify(values.prompt)}`);
   },
   async run(session, positionals, values) {
     const fixture = positionals[0];
@@ -74,6 +79,7 @@ export const run = command({
       backend: values.backend as RunInput['backend'],
       approver: values.approver,
       ...(Object.keys(budgets).length ? { budgets } : {}),
+      ...(values.prompt !== undefined ? { prompt: values.prompt } : {}),
     };
     const workflowId = values.id ?? `agent-${basename(resolve(fixture))}-${randomBytes(4).toString('hex')}`;
     const { startRun } = await access();
