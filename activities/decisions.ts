@@ -50,6 +50,11 @@ interface LiveReply {
   compacted?: boolean;
   /** The response came from the host store: a retried activity, not a new provider request. */
   from_store?: boolean;
+  /**
+   * The provider's prompt cache on this call: `hit` when part of the input was read from it
+   * (`usage.cached_tokens` > 0), and the input tokens written to it (Anthropic; 0 for OpenAI).
+   */
+  cache?: { hit: boolean; write_tokens: number };
 }
 
 export type DecideResult =

@@ -25,7 +25,7 @@ export const DEFAULT_CONTEXT_BUDGET_TOKENS = 60_000;
 export const DEFAULT_MAX_OUTPUT_TOKENS = 4_096;
 
 /** Prices in US dollars per million tokens, by model name. */
-export type PriceTable = Record<string, { input: number; output: number; cached_input?: number }>;
+export type PriceTable = Record<string, { input: number; output: number; cached_input?: number; cache_write_input?: number }>;
 
 export interface LiveContext {
   store: Store;
@@ -82,12 +82,15 @@ export function transcriptGroups(store: Store, entries: TranscriptEntry[]): Cont
   return groups;
 }
 
-function cost(prices: PriceTable, model: string, usage: Usage): number | null {
+/**
+ * The price of one call: input read from the cache at `cached_input`, input written to it at
+ * `cache_write_input` (each at `input` when not given), the rest of the input at `input`.
+ */
+function cost(prices: PriceTable, model: string, usage: Usage, cacheWriteTokens: number): number | null {
   const p = prices[model];
   if (!p) return null;
-  const fresh = Math.max(0, usage.input_tokens - usage.cached_tokens);
-  const cached = p.cached_input ?? p.input;
-  return (fresh * p.input + usage.cached_tokens * cached + usage.output_tokens * p.output) / 1_000_000;
+  const fresh = Math.max(0, usage.input_tokens - usage.cached_tokens - cacheWriteTokens);
+  return (fresh * p.input + usage.cached_tokens * (p.cached_input ?? p.input) + cacheWriteTokens * (p.cache_write_input ?? p.input) + usage.output_tokens * p.output) / 1_000_000;
 }
 
 export async function liveDecide(
@@ -146,8 +149,8 @@ export async function liveDecide(
       faultPoint('after_model_response');
     }
     const reply = adapter.parse(stored.raw);
-    const usage: Usage = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage) };
-    const how = { compacted, from_store: fromStore };
+    const usage: Usage = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage, reply.cache_write_tokens) };
+    const how = { compacted, from_store: fromStore, cache: { hit: reply.usage.cached_tokens > 0, write_tokens: reply.cache_write_tokens } };
     switch (reply.kind) {
       case 'refused':
         return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage, ...how };

@@ -38,6 +38,8 @@ export function describeEvent(e: TraceEvent): string {
     case 'verification_passed':
     case 'verification_failed':
       return `${head} tests ${d.candidate_tests?.passed}/${d.candidate_tests?.discovered} passed, acceptance ${d.acceptance?.passed}/${d.acceptance?.total}${d.acceptance?.failed?.length ? ` (failed: ${d.acceptance.failed.join(', ')})` : ''}${d.protected_changed?.length ? `, protected changed: ${d.protected_changed.join(', ')}` : ''}`;
+    case 'model_usage':
+      return `${head} ${d.input_tokens} in (${d.cached_tokens} from the prompt cache${d.cache_write_tokens ? `, ${d.cache_write_tokens} written to it` : ''}), ${d.output_tokens} out${d.cost_usd === null ? '' : `, $${Number(d.cost_usd).toFixed(6)}`}${d.from_store ? ' (stored response)' : ''}`;
     case 'run_finished':
       return `${head} ${d.status}${d.reason ? ` (${d.reason})` : ''}${d.detail ? `: ${d.detail}` : ''}`;
     default:

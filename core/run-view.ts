@@ -71,6 +71,11 @@ export interface RunView {
   usage: Usage | null;
   /** The prompt version a live source uses, with the digest of its content; null for a replay. */
   prompt: PromptRef | null;
+  /**
+   * The provider's prompt cache over a live run: calls that read part of their input from it
+   * (`usage.cached_tokens` counts those tokens) and input tokens written to it. Null for a replay.
+   */
+  prompt_cache: { hits: number; write_tokens: number } | null;
   /** The model's `final` text that verification judged (shortened), when there was one. */
   final_summary: string | null;
   /** An orchestrating run's tasks and counts; null when sub-runs are off. */

@@ -375,6 +375,78 @@ describe('long live sessions', () => {
   });
 });
 
+describe('prompt caching', () => {
+  const PRICES = { 'cached-model': { input: 3, output: 15, cached_input: 0.3, cache_write_input: 3.75 } };
+  const withPrices = async <T>(fn: () => Promise<T>): Promise<T> => {
+    const prices = join(tempDir('prices'), 'prices.json');
+    writeFileSync(prices, JSON.stringify(PRICES));
+    process.env.AGENT_PRICES_FILE = prices;
+    try {
+      return await fn();
+    } finally {
+      delete process.env.AGENT_PRICES_FILE;
+    }
+  };
+  const stripMarks = (v: unknown) => JSON.parse(JSON.stringify(v, (k, x) => (k === 'cache_control' ? undefined : x)));
+
+  it('marks the stable prefix for Anthropic, keeps the run state after it, and counts and prices what the cache read and wrote', async () => {
+    // Call i: all input, output, read from the cache, written to it.
+    const usageOf = (i: number): [number, number, number, number] => (i === 0 ? [1000, 200, 0, 800] : [1000 + 100 * i, 200, 800 + 50 * i, 100]);
+    const server = await serve((_req, i) => ({ body: reply('anthropic', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: usageOf(i) }) }));
+    const base = liveInput('anthropic', server);
+    const { outcome, trace } = await withPrices(() => run({ ...base, source: { ...(base.source as object), model: 'cached-model' } as RunInput['source'] }));
+    expect(outcome.record.status).toBe('completed');
+
+    // Usage: all input, of it what was read from the cache; cost with reads and writes at their own prices.
+    const calls = Array.from({ length: CANONICAL_REQUESTS }, (_, i) => usageOf(i));
+    const sum = (k: number) => calls.reduce((n, u) => n + u[k], 0);
+    const cost = calls.reduce((n, [all, out, read, written]) => n + ((all - read - written) * 3 + read * 0.3 + written * 3.75 + out * 15) / 1e6, 0);
+    expect(outcome.record.usage).toEqual({ model_calls: CANONICAL_REQUESTS, input_tokens: sum(0), output_tokens: sum(1), cached_tokens: sum(2), cost_usd: expect.closeTo(cost, 12) });
+    expect(outcome.state.prompt_cache).toEqual({ hits: CANONICAL_REQUESTS - 1, write_tokens: sum(3) });
+    const usage = trace.filter((e) => e.type === 'model_usage').map((e) => e.data as { cache_hit: boolean; cached_tokens: number; cache_write_tokens: number });
+    expect(usage.map((u) => [u.cache_hit, u.cached_tokens, u.cache_write_tokens])).toEqual(calls.map(([, , read, written]) => [read > 0, read, written]));
+
+    // Every request: the system prompt (after the tools), the task and its rules, and the conversation so far are marked; the run state comes last.
+    type Block = { type: string; text?: string; cache_control?: unknown };
+    const bodies = server.requests.map((r) => r.body as { system: Block[]; messages: { role: string; content: Block[] }[] });
+    for (const [i, body] of bodies.entries()) {
+      const marked = body.messages.flatMap((m) => m.content).filter((b) => b.cache_control !== undefined);
+      expect(body.system).toEqual([expect.objectContaining({ cache_control: { type: 'ephemeral' } })]);
+      expect(body.messages[0].content[0]).toMatchObject({ type: 'text', cache_control: { type: 'ephemeral' }, text: expect.stringMatching(/^Task: /) });
+      expect(marked.length).toBe(i === 0 ? 1 : 2);
+      const last = body.messages.at(-1)!.content.at(-1)!;
+      expect(last).toEqual({ type: 'text', text: expect.stringMatching(/^## Run state/) });
+      expect(JSON.stringify(body.messages.slice(0, -1))).not.toContain('## Run state');
+    }
+    // Each request repeats the previous one's cached prefix byte for byte: only the marks move.
+    for (let i = 1; i < bodies.length; i++) {
+      const prefix = stripMarks(bodies[i - 1].messages);
+      prefix.at(-1).content.pop(); // the run state
+      const next = stripMarks(bodies[i].messages);
+      expect(next.slice(0, prefix.length - 1)).toEqual(prefix.slice(0, -1));
+      expect(next[prefix.length - 1].content.slice(0, prefix.at(-1).content.length)).toEqual(prefix.at(-1).content);
+      expect(stripMarks(bodies[i].system)).toEqual(stripMarks(bodies[0].system));
+    }
+  });
+
+  it('sends OpenAI one prompt_cache_key for every request of a run, and counts and prices the cached input', async () => {
+    const server = await serve((_req, i) => ({ body: reply('openai', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: [2000, 100, i === 0 ? 0 : 1536] }) }));
+    const base = liveInput('openai', server);
+    const { outcome, trace } = await withPrices(() => run({ ...base, source: { ...(base.source as object), model: 'cached-model' } as RunInput['source'] }));
+    expect(outcome.record.status).toBe('completed');
+    const cached = 1536 * (CANONICAL_REQUESTS - 1);
+    const cost = (CANONICAL_REQUESTS * 2000 * 3 - cached * 3 + cached * 0.3 + CANONICAL_REQUESTS * 100 * 15) / 1e6;
+    expect(outcome.record.usage).toEqual({ model_calls: CANONICAL_REQUESTS, input_tokens: 2000 * CANONICAL_REQUESTS, output_tokens: 100 * CANONICAL_REQUESTS, cached_tokens: cached, cost_usd: expect.closeTo(cost, 12) });
+    expect(outcome.state.prompt_cache).toEqual({ hits: CANONICAL_REQUESTS - 1, write_tokens: 0 });
+    expect(trace.filter((e) => e.type === 'model_usage').map((e) => (e.data as { cache_hit: boolean }).cache_hit)).toEqual([false, ...new Array(CANONICAL_REQUESTS - 1).fill(true)]);
+    const keys = new Set(server.requests.map((r) => r.body.prompt_cache_key));
+    expect(keys.size).toBe(1);
+    expect([...keys][0]).toMatch(/^coding-agent:v1:[0-9a-f]{24}$/);
+    // The first user message starts with the task and its rules; the run state follows them.
+    for (const r of server.requests) expect(r.body.messages[1].content).toMatch(/^Task: [\s\S]*\n\n## Run state/);
+  });
+});
+
 describe('prompt versions of a live run', () => {
   it('records the version and digest in the record and every model_requested event; an edited file or a newer version changes them', async () => {
     const dir = join(tempDir('prompts'), 'prompts');

@@ -26,7 +26,6 @@ import {
   type RunRecord,
   type RunStatus,
   type ToolResult,
-  type Usage,
 } from '../core/contracts';
 import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
 import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
@@ -362,7 +361,7 @@ class AgentRun {
         ],
       );
       this.s.transcript = { head: result.head, append: [] };
-      if (result.usage) this.addUsage(result.usage);
+      if (result.usage) this.addUsage(result, retries);
       switch (result.kind) {
         case 'exhausted':
           throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
@@ -405,8 +404,26 @@ class AgentRun {
     });
   }
 
-  private addUsage(step: Usage): void {
+  /** One call's usage added to the run's; a live call's prompt-cache facts counted and traced. */
+  private addUsage(result: DecideResult, retry: number): void {
+    const step = result.usage!;
     this.view.usage = addUsage(this.view.usage, step);
+    if (result.kind === 'exhausted' || result.cache === undefined) return;
+    const cache = result.cache;
+    const counted = (this.view.prompt_cache ??= { hits: 0, write_tokens: 0 });
+    if (cache.hit) counted.hits++;
+    counted.write_tokens += cache.write_tokens;
+    this.trace.add('model_usage', {
+      turn: this.view.counters.turns,
+      ...(retry > 0 ? { retry } : {}),
+      input_tokens: step.input_tokens,
+      output_tokens: step.output_tokens,
+      cached_tokens: step.cached_tokens,
+      cache_write_tokens: cache.write_tokens,
+      cache_hit: cache.hit,
+      cost_usd: step.cost_usd,
+      from_store: result.from_store === true,
+    });
   }
 
   /** After the turn limit: one more decision with tools disabled, kept as the run's summary. */

@@ -112,6 +112,7 @@ export function initialState(runId: string): RunState {
       deadline_reached: false,
       usage: null,
       prompt: null,
+      prompt_cache: null,
       final_summary: null,
       subruns: null,
       parent: null,

@@ -11,12 +11,17 @@ import type { Decision, Usage } from '../../core/contracts';
 /** What a model reply can decide: a provider failure is never a decision of the reply. */
 export type ReplyDecision = Exclude<Decision, { kind: 'model_error' }>;
 
-/** A reply's `usage` is one model call (`model_calls: 1`), not priced yet (`cost_usd: null`; `decide` prices it). */
-export type ParsedReply =
-  | { kind: 'decisions'; decisions: ReplyDecision[]; usage: Usage }
+/**
+ * A reply's `usage` is one model call (`model_calls: 1`), not priced yet (`cost_usd: null`; `decide`
+ * prices it); `input_tokens` is all the input, of which `cached_tokens` were read from the
+ * provider's prompt cache and `cache_write_tokens` written to it.
+ */
+export type ParsedReply = (
+  | { kind: 'decisions'; decisions: ReplyDecision[] }
   /** Cut off by the output limit: no call of it may run. */
-  | { kind: 'truncated'; usage: Usage }
-  | { kind: 'refused'; detail: string; usage: Usage };
+  | { kind: 'truncated' }
+  | { kind: 'refused'; detail: string }
+) & { usage: Usage; cache_write_tokens: number };
 
 export interface SendOptions {
   apiKey: string;
