@@ -57,7 +57,8 @@ interface LiveReply {
   cache?: { hit: boolean; write_tokens: number };
 }
 
-export type DecideResult =
+/** What `decide` answers, with the build of the worker that answered (absent from histories recorded before it). */
+export type DecideResult = (
   | ({ kind: 'decisions'; decisions: DecisionView[]; cursor: number; head: string | null; usage: Usage | null } & LiveReply)
   | { kind: 'exhausted'; head: string | null; usage: null }
   | ({
@@ -73,7 +74,8 @@ export type DecideResult =
       head: string | null;
       usage: Usage | null;
     } & LiveReply)
-  | ({ kind: 'refused'; detail: string; head: string | null; usage: Usage | null } & LiveReply);
+  | ({ kind: 'refused'; detail: string; head: string | null; usage: Usage | null } & LiveReply)
+) & { build?: string };
 
 export class ReplayFileError extends Error {
   override name = 'ReplayFileError';

@@ -15,6 +15,7 @@ import { isOrchestrationTool, type ValidCall } from '../core/tools';
 import { taskFixture, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
+import { buildId } from '../host/build';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
 import { nonRetryable } from './failures';
@@ -66,6 +67,8 @@ export type LoadRunResult =
       host_queue: string | null;
       /** An orchestrating replay's task replays, by task title: digests in the host store. */
       child_replays: Record<string, string>;
+      /** The build of the worker that loaded the run (host/build.ts). */
+      build: string;
     }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
@@ -172,6 +175,39 @@ export function createActivities(deps: ActivityDeps) {
     };
   };
 
+  /** The next decision of the run's source: a replay's next one, or a live model's reply. */
+  const nextDecisions = async (input: DecideInput): Promise<DecideResult> => {
+    const head = appendTranscript(input.transcript);
+    if (input.source.kind === 'provider') {
+      const ctx = Context.current();
+      const source = input.source;
+      // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
+      const found = lookupEndpoint(source.endpoint, source.model);
+      if (!found.ok || found.endpoint.kind !== source.provider) {
+        const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
+        throw nonRetryable('ProviderUnavailable', detail);
+      }
+      // The content loadRun stored; a run from before prompts were versioned takes the newest version.
+      const prompt = source.prompt ? { ref: source.prompt, texts: store.get<PromptTexts>(source.prompt.digest) } : loadPrompt(config.promptsDir);
+      const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint, prompt };
+      return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
+        kind: 'decisions',
+        decisions: decisions.map((d) => decisionView(d, input, reply)),
+        cursor: input.cursor,
+        head,
+        usage: null,
+      }));
+    }
+    store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
+    const next = replayNext(store.get(input.source.digest), input.cursor);
+    if (next === undefined) return { kind: 'exhausted', head, usage: null };
+    if (next.kind === 'model_error') {
+      const ref = store.put('decision', next);
+      return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
+    }
+    return { kind: 'decisions', decisions: [decisionView(next, input, null)], cursor: input.cursor + 1, head, usage: null };
+  };
+
   return withDeterministicFailures({
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
@@ -213,7 +249,7 @@ export function createActivities(deps: ActivityDeps) {
         const prompt = readPrompt(input.prompt);
         if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
         const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model, prompt: prompt.ref };
-        return { ok: true, fixture, fixture_dir: input.fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {} };
+        return { ok: true, fixture, fixture_dir: input.fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, build: buildId() };
       }
       if (input.prompt !== undefined) return { ok: false, reason: 'invalid_input', detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay' };
       // A replay can create test files that the test command then executes on the host.
@@ -238,7 +274,7 @@ export function createActivities(deps: ActivityDeps) {
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
       const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
-      return { ok: true, fixture, fixture_dir: input.fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays };
+      return { ok: true, fixture, fixture_dir: input.fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, build: buildId() };
     },
 
     /** The isolation evidence of the docker backend; never throws for a missing engine. */
@@ -268,36 +304,9 @@ export function createActivities(deps: ActivityDeps) {
       return { ...outcome, receipted: ledger.receipt(action.action_id) !== null };
     },
 
+    /** The next decision, and the build of the worker that took it (the run records which builds served it). */
     async decide(input: DecideInput): Promise<DecideResult> {
-      const head = appendTranscript(input.transcript);
-      if (input.source.kind === 'provider') {
-        const ctx = Context.current();
-        const source = input.source;
-        // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
-        const found = lookupEndpoint(source.endpoint, source.model);
-        if (!found.ok || found.endpoint.kind !== source.provider) {
-          const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
-          throw nonRetryable('ProviderUnavailable', detail);
-        }
-        // The content loadRun stored; a run from before prompts were versioned takes the newest version.
-        const prompt = source.prompt ? { ref: source.prompt, texts: store.get<PromptTexts>(source.prompt.digest) } : loadPrompt(config.promptsDir);
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint, prompt };
-        return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
-          kind: 'decisions',
-          decisions: decisions.map((d) => decisionView(d, input, reply)),
-          cursor: input.cursor,
-          head,
-          usage: null,
-        }));
-      }
-      store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
-      const next = replayNext(store.get(input.source.digest), input.cursor);
-      if (next === undefined) return { kind: 'exhausted', head, usage: null };
-      if (next.kind === 'model_error') {
-        const ref = store.put('decision', next);
-        return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
-      }
-      return { kind: 'decisions', decisions: [decisionView(next, input, null)], cursor: input.cursor + 1, head, usage: null };
+      return { ...(await nextDecisions(input)), build: buildId() };
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */

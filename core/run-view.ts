@@ -76,6 +76,11 @@ export interface RunView {
    * (`usage.cached_tokens` counts those tokens) and input tokens written to it. Null for a replay.
    */
   prompt_cache: { hits: number; write_tokens: number } | null;
+  /**
+   * The builds of the workers that ran the run (package version and source digest, host/build.ts),
+   * in the order they first took part: the one that loaded it, then any other that took a turn.
+   */
+  builds: string[];
   /** The model's `final` text that verification judged (shortened), when there was one. */
   final_summary: string | null;
   /** An orchestrating run's tasks and counts; null when sub-runs are off. */

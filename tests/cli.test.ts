@@ -157,6 +157,13 @@ describe('npm run agent on the embedded default', () => {
     expect(readFileSync(join(outA, 'report.md'), 'utf8')).toContain('| linkcheck-nested | canonical | 1 | completed |');
     expect(readFileSync(join(outA, 'report.html'), 'utf8')).toContain('"replay":"canonical"');
     expect(JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8'))).toMatchObject({ runs: 5, concurrency: 3 });
+    // The build that ran each run is in timings.json and report.html; report.json stays the same across builds.
+    const build = readWorkerRecord(stateDir)!.build;
+    const timings = JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8')) as { build: string; run_builds: Record<string, string[]> };
+    expect(timings.build).toBe(build);
+    expect(Object.values(timings.run_builds)).toEqual(new Array(5).fill([build]));
+    expect(readFileSync(join(outA, 'report.html'), 'utf8')).toContain(`"builds":["${build}"]`);
+    expect(a).not.toContain(build.split('+')[1]);
   });
 
   it('report.html opens from disk in headless Chromium: every run a row, the status filter, a screenshot', async () => {

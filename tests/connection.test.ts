@@ -10,6 +10,7 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { buildId } from '../host/build';
 import { ConnectionError, resolveTarget, type TemporalSettings } from '../host/connection';
 import { readSettings } from '../host/settings';
 import { fragments, historyJson, leaks } from './helpers/leaks';
@@ -106,7 +107,9 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
     expect(run.stderr).not.toMatch(/^error:/m);
     expect({ code: run.code, record: JSON.parse(run.stdout) }).toEqual({ code: 0, record: CANONICAL_RECORD });
     const status = await cli('status', 'secure', 'status', 'tls-canonical', '--json');
-    expect(JSON.parse(status.stdout)).toMatchObject({ status: 'completed', counters: { writes: 2, receipts: 2 } });
+    expect(JSON.parse(status.stdout)).toMatchObject({ status: 'completed', counters: { writes: 2, receipts: 2 }, builds: [buildId()] });
+    // Which build ran it: the worker's, as status shows it.
+    expect((await cli('status text', 'secure', 'status', 'tls-canonical')).stdout).toContain(`\nran on build ${buildId()}\n`);
     // Everything went through TLS with the key: the terminator forwarded it all and refused nothing.
     expect(terminator.forwarded).toBeGreaterThan(20);
     expect(terminator.refused).toBe(0);

@@ -68,6 +68,8 @@ const MAX_STEER_CHARS = 4000;
 const SEEN_MESSAGES = 256;
 
 const MAX_MODEL_RETRIES = 2;
+/** Builds a run's state names at most (the first, then the newest). */
+const MAX_BUILDS = 8;
 /** How long a write waits for a person by default: 7 days. */
 const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
@@ -218,6 +220,7 @@ class AgentRun {
     // gate and the sandbox check out. The replay is read here, once, into the host store.
     const loaded = await this.act.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
+    this.noteBuild(loaded.build);
     this.pinTo(loaded.host_queue ?? null);
     if (input.backend === 'docker') {
       const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, []));
@@ -361,6 +364,7 @@ class AgentRun {
         ],
       );
       this.s.transcript = { head: result.head, append: [] };
+      this.noteBuild(result.build);
       if (result.usage) this.addUsage(result, retries);
       switch (result.kind) {
         case 'exhausted':
@@ -402,6 +406,15 @@ class AgentRun {
       tasks: this.view.subruns?.tasks ?? null,
       orchestrating: this.input.subruns !== undefined,
     });
+  }
+
+  /** A build that took part in the run, once (results recorded before builds were reported carry none). */
+  private noteBuild(build: string | undefined): void {
+    const builds = (this.view.builds ??= []);
+    if (build === undefined || builds.includes(build)) return;
+    // A long run's workers are rebuilt rarely; the first and the newest few are what matter.
+    if (builds.length >= MAX_BUILDS) builds.splice(1, 1);
+    builds.push(build);
   }
 
   /** One call's usage added to the run's; a live call's prompt-cache facts counted and traced. */
@@ -725,7 +738,7 @@ class AgentRun {
     this.view.pending_approval = null;
     this.view.reason = stop.reason === '' ? null : stop.reason;
     this.view.detail = stop.detail;
-    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached });
+    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached, builds: this.view.builds ?? [] });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
       const stored = await this.onHost(() =>

@@ -113,6 +113,7 @@ export function initialState(runId: string): RunState {
       usage: null,
       prompt: null,
       prompt_cache: null,
+      builds: [],
       final_summary: null,
       subruns: null,
       parent: null,
