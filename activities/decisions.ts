@@ -37,6 +37,11 @@ export interface DecideInput {
   tools_enabled: boolean;
   /** The run may call the orchestration tools (sub-runs enabled). */
   orchestrating?: boolean;
+  /**
+   * An orchestrating run's task ids by title: a replay cannot know a run's ids in advance, so a
+   * replayed call's `task_id` of `$task:<title>` means the task of that title.
+   */
+  tasks?: Record<string, string>;
   /** The transcript so far: its stored head and the entries not stored yet. */
   transcript: { head: string | null; append: PendingEntry[] };
   /** The authoritative facts a live context is rebuilt from (null for a replay). */

@@ -7,12 +7,12 @@ import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { PromptRef, PromptTexts } from '../core/prompt';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
 import { isOrchestrationTool, type ValidCall } from '../core/tools';
-import { taskFixture, type DispatchCall } from '../core/tasks';
+import { taskFixture, withTaskIds, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import { buildId } from '../host/build';
@@ -34,7 +34,10 @@ import { showDiff, workspaceDiff } from './tools/show_diff';
 import { prepareMerge as mergePrepare, writeMerge as mergeWrite, type MergeEntry, type MergeOutcome, type MergePrepared } from './tools/merge_task';
 import { faultPoint } from './faults';
 import { expectedFile, verify as runVerifier } from './verifier';
-import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace } from './workspace';
+import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from './workspace';
+// ---- repository runs (SPEC section 10) ----
+import { loadRepository, prepareRepositoryWorkspace, type RepositoryFacts, type RepositoryRef } from './repository';
+// ----
 
 export interface ActivityDeps {
   config: HarnessConfig;
@@ -43,24 +46,88 @@ export interface ActivityDeps {
   backends: Partial<Record<'local' | 'docker', ExecBackend>>;
   /** The docker backend's isolation evidence (measured once per worker, then reused). */
   isolation?: () => Promise<IsolationEvidence>;
+  /** The docker backend and its evidence for another image than the worker's (a run's --image, a repository's settings). */
+  dockerImage?: (image: string) => { backend: ExecBackend; isolation: () => Promise<IsolationEvidence> };
 }
 
 /** What the workflow passes to every run-scoped activity. */
 export interface RunRef {
   run_id: string;
-  fixture: Fixture;
-  /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory. */
+  /** The run's rules: its fixture's, or a repository run's (from its settings). */
+  fixture: RunSpec;
+  /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory ('' for a repository run). */
   fixture_dir: string;
   backend: 'local' | 'docker';
   /** False for a task's child run: the hidden acceptance cases judge the orchestrating run only. */
   hidden_acceptance?: boolean;
+  /** A repository run: its repository and base commit (not for a task's run, whose workspace is its parent's). */
+  repository?: RepositoryRef;
+  /** The docker backend's image, when it is not the worker's own. */
+  image?: string;
+  /** A repository run's project instructions (AGENTS.md, capped): their digest in the host store. */
+  instructions?: string | null;
+}
+
+/** What a run works on, before its decision source is checked. */
+interface Work {
+  fixture: RunSpec;
+  fixture_dir: string;
+  /** A repository run: where its workspace comes from, and what its base said (for the trace). */
+  repository?: { ref: RepositoryRef; facts: RepositoryFacts };
+  /** A repository run's instructions: their digest in the host store. */
+  instructions?: string | null;
+  image?: string;
+}
+
+/** Where a run's acceptance files are on the host, or null when it has none. */
+function acceptanceDirOf(ref: RunRef, paths: RunPaths): string | null {
+  if (ref.fixture.acceptance === null) return null;
+  if (!ref.repository) return ref.fixture_dir === '' ? null : join(resolve(ref.fixture_dir), 'acceptance');
+  if (ref.repository.acceptance_host_dir !== null) return resolve(ref.repository.acceptance_host_dir);
+  return join(paths.control, 'acceptance'); // written there from the base tree by prepareWorkspace
+}
+
+/** A fixture folder, checked: fixture.json, repo/, acceptance/ and a well-formed expected.json. */
+function loadFixture(dir: string): { ok: true; fixture: Fixture } | { ok: false; reason: 'invalid_input'; detail: string } {
+  const fixtureDir = resolve(dir);
+  const fixtureFile = join(fixtureDir, 'fixture.json');
+  if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${dir}` };
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
+  } catch (err) {
+    return { ok: false, reason: 'invalid_input', detail: `fixture.json is not JSON: ${(err as Error).message}` };
+  }
+  const parsed = fixtureSchema.safeParse(raw);
+  if (!parsed.success) {
+    return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${formatIssues(parsed.error)}` };
+  }
+  for (const part of ['repo', 'acceptance']) {
+    if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory()) {
+      return { ok: false, reason: 'invalid_input', detail: `fixture has no ${part}/ folder` };
+    }
+  }
+  if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
+  // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
+  try {
+    const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
+    if (!expected.success) return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
+  } catch (err) {
+    return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
+  }
+  return { ok: true, fixture: parsed.data };
 }
 
 export type LoadRunResult =
   | {
       ok: true;
-      fixture: Fixture;
+      fixture: RunSpec;
       fixture_dir: string;
+      /** A repository run: its source and what its base said. */
+      repository?: { ref: RepositoryRef; facts: RepositoryFacts };
+      instructions?: string | null;
+      /** The docker image of the run, when it is not the worker's own. */
+      image?: string;
       replay: string | null;
       source: SourceRef;
       /** The loading host's own task queue. */
@@ -151,7 +218,8 @@ export function createActivities(deps: ActivityDeps) {
     }
   };
 
-  const backendFor = (name: RunRef['backend']): ExecBackend => {
+  const backendFor = (name: RunRef['backend'], image?: string): ExecBackend => {
+    if (name === 'docker' && image !== undefined && deps.dockerImage) return deps.dockerImage(image).backend;
     const backend = deps.backends[name];
     if (!backend) {
       throw nonRetryable('InfrastructureError', `backend ${name} is not configured on this worker`, ['runtime_unavailable']);
@@ -161,14 +229,16 @@ export function createActivities(deps: ActivityDeps) {
 
   const toolContext = (ref: RunRef, timeoutMs: number): ToolContext => {
     const ctx = Context.current();
+    const paths = runPaths(config.stateDir, ref.run_id);
     return {
       runId: ref.run_id,
-      paths: runPaths(config.stateDir, ref.run_id),
+      paths,
       fixture: ref.fixture,
-      fixtureDir: resolve(ref.fixture_dir),
+      acceptanceDir: acceptanceDirOf(ref, paths),
+      baseCommit: ref.repository?.base_commit ?? null,
       limits: config.limits,
       ledger,
-      backend: backendFor(ref.backend),
+      backend: backendFor(ref.backend, ref.image),
       timeoutMs,
       signal: ctx.cancellationSignal,
       heartbeat: () => ctx.heartbeat(),
@@ -205,43 +275,30 @@ export function createActivities(deps: ActivityDeps) {
       const ref = store.put('decision', next);
       return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
     }
-    return { kind: 'decisions', decisions: [decisionView(next, input, null)], cursor: input.cursor + 1, head, usage: null };
+    return { kind: 'decisions', decisions: [decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null)], cursor: input.cursor + 1, head, usage: null };
   };
 
   return withDeterministicFailures({
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
-      const fixtureDir = resolve(input.fixture);
       const source = input.source;
-      const fixtureFile = join(fixtureDir, 'fixture.json');
-      if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${input.fixture}` };
-      let raw: unknown;
-      try {
-        raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
-      } catch (err) {
-        return { ok: false, reason: 'invalid_input', detail: `fixture.json is not JSON: ${(err as Error).message}` };
-      }
-      const parsed = fixtureSchema.safeParse(raw);
-      if (!parsed.success) {
-        return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${formatIssues(parsed.error)}` };
-      }
-      for (const part of ['repo', 'acceptance']) {
-        if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory()) {
-          return { ok: false, reason: 'invalid_input', detail: `fixture has no ${part}/ folder` };
-        }
-      }
-      if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
-      // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
-      try {
-        const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
-        if (!expected.success) return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
-      } catch (err) {
-        return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
+      let work: Work;
+      if (input.repo) {
+        const loaded = loadRepository(input.repo, (instructions) => store.put('instructions', instructions));
+        if (!loaded.ok) return { ok: false, reason: 'invalid_input', detail: loaded.detail };
+        const image = input.image ?? loaded.image ?? undefined;
+        work = { fixture: loaded.spec, fixture_dir: '', repository: { ref: loaded.ref, facts: loaded.facts }, instructions: loaded.instructions, ...(image ? { image } : {}) };
+      } else {
+        const loaded = loadFixture(input.fixture!);
+        if (!loaded.ok) return loaded;
+        work = { fixture: loaded.fixture, fixture_dir: input.fixture!, ...(input.image ? { image: input.image } : {}) };
       }
       const child = input.child;
       if (child) faultPoint('child_started');
-      // A task's run works on the parent's fixture with the task's instruction and paths.
-      const fixture = child ? taskFixture(parsed.data, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths) : parsed.data;
+      // A task's run works on the parent's rules with the task's instruction and paths, in a copy of
+      // the parent's workspace: a repository task keeps no change of its own to make a branch of.
+      const fixture = child ? taskFixture(work.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths) : work.fixture;
+      if (child) delete work.repository;
       const hostQueue = config.hostQueue ?? null;
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
@@ -249,7 +306,7 @@ export function createActivities(deps: ActivityDeps) {
         const prompt = readPrompt(input.prompt);
         if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
         const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model, prompt: prompt.ref };
-        return { ok: true, fixture, fixture_dir: input.fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, build: buildId() };
+        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, build: buildId() };
       }
       if (input.prompt !== undefined) return { ok: false, reason: 'invalid_input', detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay' };
       // A replay can create test files that the test command then executes on the host.
@@ -274,11 +331,12 @@ export function createActivities(deps: ActivityDeps) {
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
       const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
-      return { ok: true, fixture, fixture_dir: input.fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, build: buildId() };
+      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, build: buildId() };
     },
 
-    /** The isolation evidence of the docker backend; never throws for a missing engine. */
-    async checkIsolation(): Promise<IsolationEvidence> {
+    /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */
+    async checkIsolation(image?: string): Promise<IsolationEvidence> {
+      if (image !== undefined && deps.dockerImage) return deps.dockerImage(image).isolation();
       if (!deps.backends.docker || !deps.isolation) {
         return { verified: false, checks: {}, image_id: null, settings: null, reason_detail: 'runtime_unavailable' };
       }
@@ -286,7 +344,8 @@ export function createActivities(deps: ActivityDeps) {
     },
 
     /** A fresh workspace from the fixture's repository, or (a task's run) from the parent run's workspace as it is now. */
-    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string }): Promise<PreparedWorkspace> {
+    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string; repository?: RepositoryRef }): Promise<PreparedWorkspace> {
+      if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(runPaths(config.stateDir, ref.run_id), ref.repository);
       const from = ref.from_run ? runPaths(config.stateDir, ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
       return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), from);
     },
@@ -310,7 +369,8 @@ export function createActivities(deps: ActivityDeps) {
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
-    async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] } }): Promise<string | null> {
+    async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] }; task_finishing?: boolean }): Promise<string | null> {
+      if (input.task_finishing) faultPoint('child_finishing');
       store.appendTrace(input.run_id, input.trace);
       return appendTranscript(input.transcript);
     },

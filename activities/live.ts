@@ -6,6 +6,7 @@
  * answer in the store and does not pay for it again.
  */
 import { CancelledFailure } from '@temporalio/common';
+import { systemText } from '../core/prompt';
 import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
 import type { Decision, Endpoint, ToolResult, Usage } from '../core/contracts';
 import type { TranscriptEntry } from '../core/transcript';
@@ -116,10 +117,13 @@ export async function liveDecide(
     throw nonRetryable('ProviderUnavailable', `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`);
   }
 
+  // A repository run's instructions join the system prompt; the room for the context shrinks by what they take.
+  const system = systemText(ctx.prompt.texts, facts.instructions ? store.get<{ text: string }>(facts.instructions).text : null);
+  const instructionTokens = estimateTokens(system) - estimateTokens(ctx.prompt.texts.system);
   let compacted = false;
   for (let factor = 1; ; factor /= 2) {
-    const context = buildContext(facts, groups, room(factor));
-    const body = adapter.body(source.model, ctx.prompt, context, maxOutput, orchestrating);
+    const context = buildContext(facts, groups, room(factor) - instructionTokens);
+    const body = adapter.body(source.model, ctx.prompt, system, context, maxOutput, orchestrating);
     const request = digestJson({ provider: source.provider, model: source.model, run_id: input.run_id, turn: input.turn, retry: input.retry, body });
     let stored = store.modelResponse(request);
     const fromStore = stored !== null;

@@ -4,7 +4,7 @@
  * (SPEC section 8). Each command lives in client/commands/; this file parses, dispatches, and
  * turns usage errors and connection faults (host/connection.ts) into exit status 2.
  */
-import { parseOptions, UsageError } from './command';
+import { parseOptions, RefusedInput, UsageError } from './command';
 import { commandUsage, findCommand, help } from './commands';
 import type { Session } from './session';
 
@@ -25,6 +25,10 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`${(err as Error).message}\n${commandUsage(command)}\n`);
     return 2;
   };
+  const refused = (err: RefusedInput) => {
+    process.stderr.write(`${err.message}\n`);
+    return 2;
+  };
   let parsed;
   try {
     parsed = parseOptions(command.options, rest);
@@ -35,6 +39,7 @@ async function main(argv: string[]): Promise<number> {
     command.check?.(parsed.positionals, parsed.values);
   } catch (err) {
     if (err instanceof UsageError) return usageError(err);
+    if (err instanceof RefusedInput) return refused(err);
     throw err;
   }
   // Loaded here, not at the top: help and usage errors answer without loading the Temporal SDK.
@@ -53,6 +58,7 @@ async function main(argv: string[]): Promise<number> {
     return await command.run(session, parsed.positionals, parsed.values);
   } catch (err) {
     if (err instanceof UsageError) return usageError(err);
+    if (err instanceof RefusedInput) return refused(err);
     throw err;
   } finally {
     if (!offline) await session.close();

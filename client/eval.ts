@@ -11,7 +11,8 @@ import { basename, join, resolve } from 'node:path';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import type { RunOutcome } from '../workflows/agentRun';
 import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
-import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
+import { entryName, plannedRun, planSize, runWorkflowId, type EvalPlan, type PlannedEntry } from '../core/batch-plan';
+import { readTasksFile } from './tasks-file';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
@@ -51,10 +52,19 @@ export interface PlanOptions {
   hostLostS?: number;
 }
 
-export function buildPlan(settings: Settings, dirs: string[], o: PlanOptions): EvalPlan {
-  const fixtures = findFixtures(dirs)
-    .map((dir) => ({ dir, replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: replayTrusted(settings, path, o.trustReplay) })) }))
-    .filter((f) => f.replays.length > 0);
+/**
+ * The plan of fixture folders (or folders of them) and JSONL files of tasks on repositories.
+ * Entries without replays are left out (a task's are named in its line). Records are keyed by
+ * a task's id where a fixture uses its folder name.
+ */
+export function buildPlan(settings: Settings, args: string[], o: PlanOptions): EvalPlan {
+  const trusted = (path: string) => replayTrusted(settings, path, o.trustReplay);
+  const taskFiles = args.filter((a) => a.endsWith('.jsonl'));
+  const dirs = args.filter((a) => !a.endsWith('.jsonl'));
+  const fixtures: PlannedEntry[] = [
+    ...findFixtures(dirs).map((dir) => ({ dir, replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: trusted(path) })) })),
+    ...taskFiles.flatMap((file) => readTasksFile(resolve(file)).map((t) => ({ dir: t.repo.path, repo: t.repo, replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })) }))),
+  ].filter((f) => f.replays.length > 0);
   return { fixtures, epochs: o.epochs, backend: o.backend, approver: o.approver, ...(o.hostLostS ? { host_lost_s: o.hostLostS } : {}) };
 }
 
@@ -151,7 +161,7 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
   if (a.kind === 'done') return a.outcome.record;
   const run = plannedRun(plan, index);
   const fixture = plan.fixtures[run.fixture];
-  return { fixture: basename(fixture.dir), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {} };
+  return { fixture: entryName(fixture), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {} };
 }
 
 export interface Collected {

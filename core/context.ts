@@ -6,7 +6,7 @@
  * note of what was left out. Pure and deterministic; the store keeps every raw payload.
  */
 import { canonicalJson } from './canonical';
-import type { Budgets, Fixture, PreparedAction, ToolResult, VerifierFindings } from './contracts';
+import type { Budgets, PreparedAction, RunSpec, ToolResult, VerifierFindings } from './contracts';
 import type { TaskView } from './run-view';
 import { rosterLine } from './tasks';
 
@@ -15,6 +15,10 @@ export interface RunFacts {
   task: string;
   writable: string[];
   new_files: string[];
+  /** A repository run's protected patterns (its writable and new files are patterns too). */
+  protected?: string[];
+  /** A repository run's project instructions (AGENTS.md, capped), by their digest in the host store. */
+  instructions?: string | null;
   status: string;
   turn: number;
   counters: { turns: number; tool_calls: number; writes: number };
@@ -31,8 +35,9 @@ export interface RunFacts {
   orchestrating?: boolean;
 }
 
-export function runFacts(fixture: Fixture, facts: Omit<RunFacts, 'task' | 'writable' | 'new_files'>): RunFacts {
-  return { task: fixture.task, writable: fixture.writable, new_files: fixture.new_files, ...facts };
+export function runFacts(spec: RunSpec, facts: Omit<RunFacts, 'task' | 'writable' | 'new_files' | 'protected'>): RunFacts {
+  const rules = spec.writable_match === 'pattern' ? { protected: spec.protected ?? [] } : {};
+  return { task: spec.task, writable: spec.writable, new_files: spec.new_files, ...rules, ...facts };
 }
 
 /** One call of a reply with its one result. `id` is the provider's id of the call. */
@@ -84,13 +89,19 @@ export function shortenResult(result: ToolResult, maxTokens: number): { result: 
 
 /** The task and its rules: the same on every request of a run (a cached prefix). */
 export function stableText(facts: RunFacts): string {
-  return [
-    `Task: ${facts.task}`,
-    '',
-    `Files you may change: ${facts.writable.join(', ') || '(none)'}`,
-    `New files you may create (patterns, * within one path segment): ${facts.new_files.join(', ') || '(none)'}`,
-    'Every other path is protected.',
-  ].join('\n');
+  const rules =
+    facts.protected === undefined
+      ? [
+          `Files you may change: ${facts.writable.join(', ') || '(none)'}`,
+          `New files you may create (patterns, * within one path segment): ${facts.new_files.join(', ') || '(none)'}`,
+          'Every other path is protected.',
+        ]
+      : [
+          `Files you may change (patterns: * within one path segment, ** across segments): ${facts.writable.join(', ') || '(none)'}`,
+          `New files you may create (patterns): ${facts.new_files.join(', ') || '(none)'}`,
+          `Protected, whatever the patterns above say: ${facts.protected.join(', ') || '(none)'}`,
+        ];
+  return [`Task: ${facts.task}`, '', ...rules].join('\n');
 }
 
 /** The task and rules, then the run state. */
@@ -111,7 +122,7 @@ export function stateText(facts: RunFacts): string {
     const v = facts.verification;
     lines.push(
       `- last verification: ${v.passed ? 'passed' : 'failed'}; candidate tests ${v.candidate_tests.passed}/${v.candidate_tests.discovered} passed; ` +
-        `hidden acceptance ${v.acceptance.passed}/${v.acceptance.total}; protected paths changed: ${v.protected_changed.join(', ') || 'none'}`,
+        `${v.acceptance ? `hidden acceptance ${v.acceptance.passed}/${v.acceptance.total}` : 'no hidden acceptance'}; protected paths changed: ${v.protected_changed.join(', ') || 'none'}`,
     );
   }
   if (facts.tasks) {

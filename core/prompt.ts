@@ -1,6 +1,7 @@
 /**
  * Prompts as versioned configuration. A prompt version is a folder `prompts/v<N>/` holding the
- * system prompt (`system.md`) and the model-facing texts of every tool and each of its arguments
+ * system prompt (`system.md`), the heading that introduces a repository's own instructions
+ * (`project-instructions.md`) and the model-facing texts of every tool and each of its arguments
  * (`tools.json`); the validating schemas stay in core/tools. A run names a version or takes the
  * newest, and records the version with the digest of its content (the SHA-256 of the canonical
  * JSON of `PromptTexts`), so a changed text is a changed digest. Pure: the files are read by
@@ -16,7 +17,18 @@ export const promptVersionSchema = z.string().regex(PROMPT_VERSION, 'a prompt ve
 /** What the model reads besides the run's own facts. */
 export interface PromptTexts {
   system: string;
+  /** Introduces a repository run's project instructions (AGENTS.md) after the system prompt. */
+  project_instructions: string;
   tools: ToolTexts;
+}
+
+/**
+ * The system prompt of a run: the harness's rules, then a repository run's project instructions
+ * (AGENTS.md, capped) under their heading. Both stay the same for every request of the run, so
+ * they are part of the stable front of the prompt that providers cache.
+ */
+export function systemText(texts: PromptTexts, instructions: string | null): string {
+  return instructions === null ? texts.system : [texts.system, '', texts.project_instructions, '', instructions].join('\n');
 }
 
 /** The prompt a run uses: its version and the digest of its content. */

@@ -101,7 +101,7 @@ export function buildRecord(view: RunView): RunRecord {
     red_observed: view.red_observed,
     diff_paths: v ? v.diff_paths : view.diff_paths,
     candidate_tests: v ? { discovered: v.candidate_tests.discovered, passed: v.candidate_tests.passed, failed: v.candidate_tests.failed } : null,
-    acceptance: v ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
+    acceptance: v?.acceptance ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
     tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
     ...(view.usage !== null ? { usage: view.usage } : {}),
     // Absent from the state of a run that started before prompts were versioned.

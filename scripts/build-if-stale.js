@@ -17,8 +17,8 @@ const COPIED = ['prompts'];
 function newest(path) {
   const st = statSync(path, { throwIfNoEntry: false });
   if (!st) return 0;
-  // .py: sources the build copies into dist (scripts/copy-assets.js), such as the isolation probe.
-  if (!st.isDirectory()) return path.endsWith('.ts') || path.endsWith('.py') || FILES.some((f) => path.endsWith(f)) ? st.mtimeMs : 0;
+  // .py, .sh: sources the build copies into dist (scripts/copy-assets.js), such as the isolation probes.
+  if (!st.isDirectory()) return path.endsWith('.ts') || path.endsWith('.py') || path.endsWith('.sh') || FILES.some((f) => path.endsWith(f)) ? st.mtimeMs : 0;
   return readdirSync(path).reduce((m, name) => Math.max(m, newest(join(path, name))), 0);
 }
 

@@ -116,6 +116,8 @@ describe('the environment outside the settings module', () => {
     /^host\/temporal-server\.ts:.*env: \{ \.\.\.process\.env, TEMPORAL_VERSION_CHECK_DISABLED/,
     /^worker\/background\.ts:.*ensureBackgroundWorker\(settings: Settings, env: NodeJS\.ProcessEnv = process\.env\)/,
     /^activities\/backends\/isolation\.ts:.*process\.env\[SECRET_NAME\]/,
+    // git gets the environment whole, but for the GIT_* variables that would redirect it.
+    /^host\/git\.ts:.*Object\.fromEntries\(Object\.entries\(process\.env\)\.filter\(\(\[k\]\) => !k\.startsWith\('GIT_'\)\)\)/,
   ];
 
   const sources = (dir: string): string[] =>

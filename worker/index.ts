@@ -128,6 +128,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       Object.entries(sandbox ? { local, docker: sandbox.backend } : { local }).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b]),
     ),
     isolation: sandbox?.isolation,
+    dockerImage: sandbox ? (image) => sandbox.forImage(image) : undefined,
   });
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
   const shared = await Worker.create({

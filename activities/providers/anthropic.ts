@@ -64,8 +64,8 @@ function usageOf(raw: { usage?: { input_tokens?: number; output_tokens?: number;
 export const anthropicAdapter: ProviderAdapter = {
   name: 'anthropic',
   tools: anthropicTools,
-  body(model, prompt, context, maxOutputTokens, orchestrating = false) {
-    return { model, max_tokens: maxOutputTokens, system: [{ type: 'text', text: prompt.texts.system, ...CACHED }], tools: anthropicTools(prompt, orchestrating), messages: messages(context) };
+  body(model, prompt, system, context, maxOutputTokens, orchestrating = false) {
+    return { model, max_tokens: maxOutputTokens, system: [{ type: 'text', text: system, ...CACHED }], tools: anthropicTools(prompt, orchestrating), messages: messages(context) };
   },
   async send(body, options: SendOptions) {
     // Every credential the SDK would take from the environment is given here instead (null: none).

@@ -37,19 +37,20 @@ function parseArguments(text: string): unknown {
 
 /**
  * Chat Completions caches the longest prefix a request shares with recent ones by itself; the key
- * routes requests that share one to the same cache. It names that prefix: the prompt version's
- * content, the tool set and the task with its rules, which the first user message starts with
- * (the run state follows them), so every request of a run and every run of the same task share it.
+ * routes requests that share one to the same cache. It names that prefix: the system prompt (with
+ * a repository's instructions), the prompt version's tool texts, the tool set and the task with
+ * its rules, which the first user message starts with (the run state follows them), so every
+ * request of a run and every run of the same task share it.
  */
-function cacheKey(prompt: Prompt, context: BuiltContext, orchestrating: boolean): string {
-  return `coding-agent:${prompt.ref.version}:${sha256(`${prompt.ref.digest}\0${orchestrating}\0${context.stable}`).slice(0, 24)}`;
+function cacheKey(prompt: Prompt, system: string, context: BuiltContext, orchestrating: boolean): string {
+  return `coding-agent:${prompt.ref.version}:${sha256(`${prompt.ref.digest}\0${orchestrating}\0${system}\0${context.stable}`).slice(0, 24)}`;
 }
 
 export const openaiAdapter: ProviderAdapter = {
   name: 'openai',
   tools: openaiTools,
-  body(model, prompt, context, maxOutputTokens, orchestrating = false) {
-    return { model, messages: messages(prompt.texts.system, context), tools: openaiTools(prompt, orchestrating), tool_choice: 'auto', max_tokens: maxOutputTokens, prompt_cache_key: cacheKey(prompt, context, orchestrating) };
+  body(model, prompt, system, context, maxOutputTokens, orchestrating = false) {
+    return { model, messages: messages(system, context), tools: openaiTools(prompt, orchestrating), tool_choice: 'auto', max_tokens: maxOutputTokens, prompt_cache_key: cacheKey(prompt, system, context, orchestrating) };
   },
   async send(body, options: SendOptions) {
     // Every value the SDK would take from the environment is given here instead (null: none).

@@ -1,6 +1,6 @@
 /**
- * Reads a prompt version (core/prompt.ts) from the prompts folder: `<dir>/v<N>/system.md` and
- * `<dir>/v<N>/tools.json`, checked against the harness's tools (every tool and argument has its
+ * Reads a prompt version (core/prompt.ts) from the prompts folder: `<dir>/v<N>/system.md`,
+ * `project-instructions.md` and `tools.json`, checked against the harness's tools (every tool and argument has its
  * one text, nothing else). `loadRun` reads it once and stores it in the host store under its
  * digest; every request of the run is built from that stored content, so editing the files
  * during a run changes nothing of it.
@@ -48,6 +48,8 @@ export function loadPrompt(dir: string, version?: string): { ref: PromptRef; tex
   // The file's one final newline is the file's, not the prompt's.
   const system = read('system.md').replace(/\n$/, '');
   if (system.trim() === '') throw new PromptError('invalid', `prompt ${chosen}: system.md is empty`);
+  const projectInstructions = read('project-instructions.md').replace(/\n$/, '');
+  if (projectInstructions.trim() === '') throw new PromptError('invalid', `prompt ${chosen}: project-instructions.md is empty`);
   let raw: unknown;
   try {
     raw = JSON.parse(read('tools.json'));
@@ -59,7 +61,7 @@ export function loadPrompt(dir: string, version?: string): { ref: PromptRef; tex
   if (!parsed.success) throw new PromptError('invalid', `prompt ${chosen}: tools.json: ${formatIssues(parsed.error)}`);
   const problems = toolTextProblems(parsed.data.tools);
   if (problems.length > 0) throw new PromptError('invalid', `prompt ${chosen}: tools.json does not fit the tools: ${problems.join('; ')}`);
-  const texts: PromptTexts = { system, tools: parsed.data.tools as ToolTexts };
+  const texts: PromptTexts = { system, project_instructions: projectInstructions, tools: parsed.data.tools as ToolTexts };
   // The same digest the host store files it under (SHA-256 of the canonical JSON).
   return { ref: { version: chosen, digest: digestJson(texts) }, texts };
 }

@@ -35,8 +35,11 @@ export interface ProviderAdapter {
   readonly name: 'openai' | 'anthropic';
   /** The tool definitions exactly as sent. */
   tools(prompt: Prompt, orchestrating?: boolean): unknown[];
-  /** The request body: the prompt version's system prompt and tool texts, the context, the limits. */
-  body(model: string, prompt: Prompt, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
+  /**
+   * The request body: the system prompt (the prompt version's, with a repository's instructions),
+   * the tools with the version's texts, the context, the limits.
+   */
+  body(model: string, prompt: Prompt, system: string, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
   /** Sends the body; resolves to the raw JSON response. */
   send(body: Record<string, unknown>, options: SendOptions): Promise<unknown>;
   parse(raw: unknown): ParsedReply;

@@ -26,6 +26,7 @@ export const stop_taskArgs = z.strictObject({
 
 export const task_statusArgs = z.strictObject({
   task_id: taskId.optional(),
+  wait: z.boolean().optional(),
 });
 
 export const merge_taskArgs = z.strictObject({ task_id: taskId });
