@@ -4,10 +4,10 @@
  * version becomes the default; versions order by number; a version the folder lacks and a tools
  * file that does not fit the tools are refused with what is wrong.
  */
-import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadPrompt, PromptError, promptVersions } from '../activities/providers/prompt';
-import { orderedVersions } from '../core/prompt';
+import { orderedVersions, systemText } from '../core/prompt';
 import { TOOLS } from '../core/tools';
 import { BUILD_PROMPTS_DIR, PROJECT_ROOT } from '../host/settings';
 import { tempDir } from './helpers/run-dir';
@@ -49,8 +49,13 @@ describe('prompt versions', () => {
     const tools = JSON.parse(readFileSync(join(dir, 'v1', 'tools.json'), 'utf8'));
     tools.tools.read_file.arguments.path = 'The path of the file, relative to the repository root.';
     writeFileSync(join(dir, 'v1', 'tools.json'), JSON.stringify(tools));
+    const retitled = loadPrompt(dir).ref;
+    expect(retitled.digest).not.toBe(edited.digest);
+    // The heading of a repository's instructions is part of the version too.
+    writeFileSync(join(dir, 'v1', 'project-instructions.md'), '## Notes from the repository\n');
     const described = loadPrompt(dir).ref;
-    expect(described.digest).not.toBe(edited.digest);
+    expect(described.digest).not.toBe(retitled.digest);
+    expect(systemText(loadPrompt(dir).texts, 'Run make test.')).toMatch(/\n\n## Notes from the repository\n\nRun make test\.$/);
 
     // A newer version is the default; the older one stays loadable by name, with its own digest.
     cpSync(join(dir, 'v1'), join(dir, 'v2'), { recursive: true });
@@ -83,6 +88,9 @@ describe('prompt versions', () => {
     );
     writeFileSync(join(dir, 'v1', 'system.md'), '\n');
     expect(failure(() => loadPrompt(dir))).toBe('invalid: prompt v1: system.md is empty');
+    writeFileSync(join(dir, 'v1', 'system.md'), 'Rules.\n');
+    rmSync(join(dir, 'v1', 'project-instructions.md'));
+    expect(failure(() => loadPrompt(dir))).toMatch(/^invalid: prompt v1: cannot read project-instructions\.md: ENOENT/);
     const empty = join(tempDir('prompts-empty'), 'prompts');
     mkdirSync(join(empty, 'drafts'), { recursive: true });
     expect(failure(() => loadPrompt(empty))).toBe(`invalid: the prompts folder ${empty} holds no version (v1, v2, ...)`);
