@@ -25,7 +25,7 @@ async function main(): Promise<void> {
   const address = target.address ?? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await connectTemporal(address, target);
   const { worker, close } = await createWorker({ connection, namespace: target.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings });
-  console.error(`worker ${process.pid} (build ${buildId()}) polling task queue ${settings.taskQueue} in namespace ${target.namespace} on ${address} (settings from ${target.origin}; state: ${settings.stateDir})`);
+  console.error(`worker polling task queue ${settings.taskQueue} in namespace ${target.namespace} on ${address} (process ${process.pid}, build ${buildId()}; settings from ${target.origin}; state: ${settings.stateDir})`);
   const background = settings.backgroundWorker;
   if (background) recordSelf(settings);
   const watch = background ? watchdog(settings, worker) : null;
