@@ -7,13 +7,15 @@ import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
+import type { PromptRef, PromptTexts } from '../core/prompt';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
 import { isOrchestrationTool, READ_ONLY_TOOLS, type ValidCall } from '../core/tools';
-import { taskFixture, type DispatchCall } from '../core/tasks';
+import { taskFixture, withTaskIds, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
+import { buildId } from '../host/build';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
 import { nonRetryable } from './failures';
@@ -21,6 +23,7 @@ import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideR
 import type { Ledger } from './ledger';
 import { liveDecide } from './live';
 import { ProvidersFileError, resolveEndpoint } from './providers/endpoints';
+import { loadPrompt, PromptError } from './providers/prompt';
 import { StoreError, type Store } from './store';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
@@ -31,7 +34,10 @@ import { showDiff, workspaceDiff } from './tools/show_diff';
 import { prepareMerge as mergePrepare, writeMerge as mergeWrite, type MergeEntry, type MergeOutcome, type MergePrepared } from './tools/merge_task';
 import { faultPoint } from './faults';
 import { expectedFile, verify as runVerifier } from './verifier';
-import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace } from './workspace';
+import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from './workspace';
+// ---- repository runs (SPEC section 10) ----
+import { loadRepository, prepareRepositoryWorkspace, type RepositoryFacts, type RepositoryRef } from './repository';
+// ----
 
 export interface ActivityDeps {
   config: HarnessConfig;
@@ -40,30 +46,96 @@ export interface ActivityDeps {
   backends: Partial<Record<'local' | 'docker', ExecBackend>>;
   /** The docker backend's isolation evidence (measured once per worker, then reused). */
   isolation?: () => Promise<IsolationEvidence>;
+  /** The docker backend and its evidence for another image than the worker's (a run's --image, a repository's settings). */
+  dockerImage?: (image: string) => { backend: ExecBackend; isolation: () => Promise<IsolationEvidence> };
 }
 
 /** What the workflow passes to every run-scoped activity. */
 export interface RunRef {
   run_id: string;
-  fixture: Fixture;
-  /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory. */
+  /** The run's rules: its fixture's, or a repository run's (from its settings). */
+  fixture: RunSpec;
+  /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory ('' for a repository run). */
   fixture_dir: string;
   backend: 'local' | 'docker';
   /** False for a task's child run: the hidden acceptance cases judge the orchestrating run only. */
   hidden_acceptance?: boolean;
+  /** A repository run: its repository and base commit (not for a task's run, whose workspace is its parent's). */
+  repository?: RepositoryRef;
+  /** The docker backend's image, when it is not the worker's own. */
+  image?: string;
+  /** A repository run's project instructions (AGENTS.md, capped): their digest in the host store. */
+  instructions?: string | null;
+}
+
+/** What a run works on, before its decision source is checked. */
+interface Work {
+  fixture: RunSpec;
+  fixture_dir: string;
+  /** A repository run: where its workspace comes from, and what its base said (for the trace). */
+  repository?: { ref: RepositoryRef; facts: RepositoryFacts };
+  /** A repository run's instructions: their digest in the host store. */
+  instructions?: string | null;
+  image?: string;
+}
+
+/** Where a run's acceptance files are on the host, or null when it has none. */
+function acceptanceDirOf(ref: RunRef, paths: RunPaths): string | null {
+  if (ref.fixture.acceptance === null) return null;
+  if (!ref.repository) return ref.fixture_dir === '' ? null : join(resolve(ref.fixture_dir), 'acceptance');
+  if (ref.repository.acceptance_host_dir !== null) return resolve(ref.repository.acceptance_host_dir);
+  return join(paths.control, 'acceptance'); // written there from the base tree by prepareWorkspace
+}
+
+/** A fixture folder, checked: fixture.json, repo/, acceptance/ and a well-formed expected.json. */
+function loadFixture(dir: string): { ok: true; fixture: Fixture } | { ok: false; reason: 'invalid_input'; detail: string } {
+  const fixtureDir = resolve(dir);
+  const fixtureFile = join(fixtureDir, 'fixture.json');
+  if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${dir}` };
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
+  } catch (err) {
+    return { ok: false, reason: 'invalid_input', detail: `fixture.json is not JSON: ${(err as Error).message}` };
+  }
+  const parsed = fixtureSchema.safeParse(raw);
+  if (!parsed.success) {
+    return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${formatIssues(parsed.error)}` };
+  }
+  for (const part of ['repo', 'acceptance']) {
+    if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory()) {
+      return { ok: false, reason: 'invalid_input', detail: `fixture has no ${part}/ folder` };
+    }
+  }
+  if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
+  // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
+  try {
+    const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
+    if (!expected.success) return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
+  } catch (err) {
+    return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
+  }
+  return { ok: true, fixture: parsed.data };
 }
 
 export type LoadRunResult =
   | {
       ok: true;
-      fixture: Fixture;
+      fixture: RunSpec;
       fixture_dir: string;
+      /** A repository run: its source and what its base said. */
+      repository?: { ref: RepositoryRef; facts: RepositoryFacts };
+      instructions?: string | null;
+      /** The docker image of the run, when it is not the worker's own. */
+      image?: string;
       replay: string | null;
       source: SourceRef;
       /** The loading host's own task queue. */
       host_queue: string | null;
       /** An orchestrating replay's task replays, by task title: digests in the host store. */
       child_replays: Record<string, string>;
+      /** The build of the worker that loaded the run (host/build.ts). */
+      build: string;
     }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
@@ -157,7 +229,25 @@ export function createActivities(deps: ActivityDeps) {
     }
   };
 
-  const backendFor = (name: RunRef['backend']): ExecBackend => {
+  /**
+   * The run's prompt version (named, or the newest), read once into the host store under its
+   * digest. A version the worker lacks is the run's input at fault; unusable prompt files are the
+   * operator's, and stop the run without a retry.
+   */
+  const readPrompt = (version: string | undefined): { ok: true; ref: PromptRef } | { ok: false; detail: string } => {
+    try {
+      const { ref, texts } = loadPrompt(config.promptsDir, version);
+      store.put('prompt', texts);
+      return { ok: true, ref };
+    } catch (err) {
+      if (err instanceof PromptError && err.kind === 'unknown_version') return { ok: false, detail: err.message };
+      if (err instanceof PromptError) throw nonRetryable('InfrastructureError', err.message);
+      throw err;
+    }
+  };
+
+  const backendFor = (name: RunRef['backend'], image?: string): ExecBackend => {
+    if (name === 'docker' && image !== undefined && deps.dockerImage) return deps.dockerImage(image).backend;
     const backend = deps.backends[name];
     if (!backend) {
       throw nonRetryable('InfrastructureError', `backend ${name} is not configured on this worker`, ['runtime_unavailable']);
@@ -167,14 +257,16 @@ export function createActivities(deps: ActivityDeps) {
 
   const toolContext = (ref: RunRef, timeoutMs: number): ToolContext => {
     const ctx = Context.current();
+    const paths = runPaths(config.stateDir, ref.run_id);
     return {
       runId: ref.run_id,
-      paths: runPaths(config.stateDir, ref.run_id),
+      paths,
       fixture: ref.fixture,
-      fixtureDir: resolve(ref.fixture_dir),
+      acceptanceDir: acceptanceDirOf(ref, paths),
+      baseCommit: ref.repository?.base_commit ?? null,
       limits: config.limits,
       ledger,
-      backend: backendFor(ref.backend),
+      backend: backendFor(ref.backend, ref.image),
       timeoutMs,
       signal: ctx.cancellationSignal,
       heartbeat: () => ctx.heartbeat(),
@@ -195,59 +287,74 @@ export function createActivities(deps: ActivityDeps) {
   /** The next decision of a stored replay. One transaction: the transcript entries, the request and the decision cost one sync. */
   const replayDecide = (input: DecideInput & { source: Extract<SourceRef, { kind: 'replay' }> }): DecideResult =>
     store.batch((): DecideResult => {
-      const source = input.source;
       const head = appendTranscript(input.transcript);
-      store.put('model_request', { run_id: input.run_id, source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
-      const next = replayNext(storedReplay(source.digest), input.cursor);
+      store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
+      const next = replayNext(storedReplay(input.source.digest), input.cursor);
       if (next === undefined) return { kind: 'exhausted', head, usage: null };
       if (next.kind === 'model_error') {
         const ref = store.put('decision', next);
         return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
       }
-      return { kind: 'decisions', decisions: [decisionView(next, input, null)], cursor: input.cursor + 1, head, usage: null };
+      return { kind: 'decisions', decisions: [decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null)], cursor: input.cursor + 1, head, usage: null };
     });
+
+  /** The next decision of the run's source: a replay's next one, or a live model's reply. */
+  const nextDecisions = async (input: DecideInput): Promise<DecideResult> => {
+    if (input.source.kind === 'provider') {
+      const head = appendTranscript(input.transcript);
+      const ctx = Context.current();
+      const source = input.source;
+      // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
+      const found = lookupEndpoint(source.endpoint, source.model);
+      if (!found.ok || found.endpoint.kind !== source.provider) {
+        const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
+        throw nonRetryable('ProviderUnavailable', detail);
+      }
+      // The content loadRun stored; a run from before prompts were versioned takes the newest version.
+      const prompt = source.prompt ? { ref: source.prompt, texts: store.get<PromptTexts>(source.prompt.digest) } : loadPrompt(config.promptsDir);
+      const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint, prompt };
+      return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
+        kind: 'decisions',
+        decisions: decisions.map((d) => decisionView(d, input, reply)),
+        cursor: input.cursor,
+        head,
+        usage: null,
+      }));
+    }
+    return replayDecide({ ...input, source: input.source });
+  };
 
   return withDeterministicFailures({
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
-      const fixtureDir = resolve(input.fixture);
       const source = input.source;
-      const fixtureFile = join(fixtureDir, 'fixture.json');
-      if (!existsSync(fixtureFile)) return { ok: false, reason: 'invalid_input', detail: `no fixture.json in ${input.fixture}` };
-      let raw: unknown;
-      try {
-        raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
-      } catch (err) {
-        return { ok: false, reason: 'invalid_input', detail: `fixture.json is not JSON: ${(err as Error).message}` };
-      }
-      const parsed = fixtureSchema.safeParse(raw);
-      if (!parsed.success) {
-        return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${formatIssues(parsed.error)}` };
-      }
-      for (const part of ['repo', 'acceptance']) {
-        if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory()) {
-          return { ok: false, reason: 'invalid_input', detail: `fixture has no ${part}/ folder` };
-        }
-      }
-      if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
-      // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
-      try {
-        const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
-        if (!expected.success) return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
-      } catch (err) {
-        return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
+      let work: Work;
+      if (input.repo) {
+        const loaded = loadRepository(input.repo, (instructions) => store.put('instructions', instructions));
+        if (!loaded.ok) return { ok: false, reason: 'invalid_input', detail: loaded.detail };
+        const image = input.image ?? loaded.image ?? undefined;
+        work = { fixture: loaded.spec, fixture_dir: '', repository: { ref: loaded.ref, facts: loaded.facts }, instructions: loaded.instructions, ...(image ? { image } : {}) };
+      } else {
+        const loaded = loadFixture(input.fixture!);
+        if (!loaded.ok) return loaded;
+        work = { fixture: loaded.fixture, fixture_dir: input.fixture!, ...(input.image ? { image: input.image } : {}) };
       }
       const child = input.child;
       if (child) faultPoint('child_started');
-      // A task's run works on the parent's fixture with the task's instruction and paths.
-      const fixture = child ? taskFixture(parsed.data, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths) : parsed.data;
+      // A task's run works on the parent's rules with the task's instruction and paths, in a copy of
+      // the parent's workspace: a repository task keeps no change of its own to make a branch of.
+      const fixture = child ? taskFixture(work.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths) : work.fixture;
+      if (child) delete work.repository;
       const hostQueue = config.hostQueue ?? null;
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
-        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
-        return { ok: true, fixture, fixture_dir: input.fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {} };
+        const prompt = readPrompt(input.prompt);
+        if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
+        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model, prompt: prompt.ref };
+        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, build: buildId() };
       }
+      if (input.prompt !== undefined) return { ok: false, reason: 'invalid_input', detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay' };
       // A replay can create test files that the test command then executes on the host.
       if (input.backend === 'local' && !source.trusted) {
         return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
@@ -270,11 +377,12 @@ export function createActivities(deps: ActivityDeps) {
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
       const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
-      return { ok: true, fixture, fixture_dir: input.fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays };
+      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, build: buildId() };
     },
 
-    /** The isolation evidence of the docker backend; never throws for a missing engine. */
-    async checkIsolation(): Promise<IsolationEvidence> {
+    /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */
+    async checkIsolation(image?: string): Promise<IsolationEvidence> {
+      if (image !== undefined && deps.dockerImage) return deps.dockerImage(image).isolation();
       if (!deps.backends.docker || !deps.isolation) {
         return { verified: false, checks: {}, image_id: null, settings: null, reason_detail: 'runtime_unavailable' };
       }
@@ -282,7 +390,8 @@ export function createActivities(deps: ActivityDeps) {
     },
 
     /** A fresh workspace from the fixture's repository, or (a task's run) from the parent run's workspace as it is now. */
-    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string }): Promise<PreparedWorkspace> {
+    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string; repository?: RepositoryRef }): Promise<PreparedWorkspace> {
+      if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(runPaths(config.stateDir, ref.run_id), ref.repository);
       const from = ref.from_run ? runPaths(config.stateDir, ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
       return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), from);
     },
@@ -300,27 +409,9 @@ export function createActivities(deps: ActivityDeps) {
       return { ...outcome, receipted: ledger.receipt(action.action_id) !== null };
     },
 
+    /** The next decision, and the build of the worker that took it (the run records which builds served it). */
     async decide(input: DecideInput): Promise<DecideResult> {
-      if (input.source.kind === 'provider') {
-        const head = appendTranscript(input.transcript);
-        const ctx = Context.current();
-        const source = input.source;
-        // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
-        const found = lookupEndpoint(source.endpoint, source.model);
-        if (!found.ok || found.endpoint.kind !== source.provider) {
-          const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
-          throw nonRetryable('ProviderUnavailable', detail);
-        }
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint };
-        return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
-          kind: 'decisions',
-          decisions: decisions.map((d) => decisionView(d, input, reply)),
-          cursor: input.cursor,
-          head,
-          usage: null,
-        }));
-      }
-      return replayDecide({ ...input, source: input.source });
+      return { ...(await nextDecisions(input)), build: buildId() };
     },
 
     /**
@@ -330,11 +421,12 @@ export function createActivities(deps: ActivityDeps) {
     async localDecide(hostQueue: string | null, input: DecideInput): Promise<DecideResult | Elsewhere> {
       if (input.source.kind !== 'replay') throw nonRetryable('ProtocolError', 'a live decision is never a local activity');
       if (!onThisHost(hostQueue)) return elsewhere();
-      return replayDecide({ ...input, source: input.source });
+      return { ...replayDecide({ ...input, source: input.source }), build: buildId() };
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
-    async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] } }): Promise<string | null> {
+    async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] }; task_finishing?: boolean }): Promise<string | null> {
+      if (input.task_finishing) faultPoint('child_finishing');
       return store.batch(() => {
         store.appendTrace(input.run_id, input.trace);
         return appendTranscript(input.transcript);

@@ -5,7 +5,7 @@
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { JUNIT_PLACEHOLDER, type Fixture } from '../core/contracts';
+import { JUNIT_PLACEHOLDER, type TestsSpec } from '../core/contracts';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from './config';
 import { nonRetryable } from './failures';
@@ -28,7 +28,7 @@ export interface TestRunData {
 const REPORT = '{out}/junit.xml';
 
 /** The fixture's command with the reporter flags that make the counts structured. */
-export function testArgv(tests: Fixture['tests']): string[] {
+export function testArgv(tests: TestsSpec): string[] {
   const [exe, ...rest] = tests.command;
   if (tests.format === 'pytest') return [exe, ...rest, `--junitxml=${REPORT}`];
   // junit: any runner; the fixture's command says where its report goes.
@@ -44,7 +44,7 @@ function tail(text: string, bytes: number): string {
 
 export async function runCandidateTests(opts: {
   backend: ExecBackend;
-  fixture: Fixture;
+  fixture: { tests: TestsSpec };
   workspaceDir: string;
   outRoot: string;
   limits: Limits;

@@ -8,12 +8,13 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { jsonEqual } from '../core/canonical';
-import type { Fixture, VerifierFindings } from '../core/contracts';
-import { globMatches } from '../core/paths';
+import { expectedFileSchema, type RunSpec, type VerifierFindings } from '../core/contracts';
+import { isWritable, mayCreate } from '../core/policy';
 import { formatIssues } from '../core/validate';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from './config';
 import { faultPoint } from './faults';
+import { keepVerifiedChange, treeChanges } from './repository';
 import { runCandidateTests } from './test-runner';
 import { changedFiles, changedPaths } from './tools/show_diff';
 import { baselineManifest, manifest, type RunPaths } from './workspace';
@@ -23,14 +24,14 @@ const acceptanceOutput = z.strictObject({
   cases: z.array(z.strictObject({ id: z.string().min(1), actual: z.json(), error: z.string().nullable() })),
 });
 
-export const expectedFile = z.strictObject({ schema_version: z.literal(1), cases: z.record(z.string(), z.json()) });
+export const expectedFile = expectedFileSchema;
 
-/** Paths the run may change: writable files, and new files that match new_files. */
-export function protectedChanges(fixture: Fixture, changed: string[], baselinePaths: Set<string>): string[] {
+/** Changed paths the run may not change: neither writable nor new files that match new_files (nor, in a repository run, protected). */
+export function protectedChanges(spec: RunSpec, changed: string[], baselinePaths: Set<string>): string[] {
   return changed.filter((path) => {
-    if (fixture.writable.includes(path)) return false;
+    if (isWritable(spec, path)) return false;
     const isNew = !baselinePaths.has(path);
-    if (isNew && fixture.new_files.some((p) => globMatches(p, path))) return false;
+    if (isNew && mayCreate(spec, path)) return false;
     return true;
   });
 }
@@ -67,8 +68,11 @@ export function judgeAcceptance(stdout: string, expectedJson: string): Acceptanc
 
 export async function verify(opts: {
   backend: ExecBackend;
-  fixture: Fixture;
-  fixtureDir: string;
+  fixture: RunSpec;
+  /** The acceptance runner files and expected.json (host folder), or null when the run has none. */
+  acceptanceDir: string | null;
+  /** A repository run's base commit: the verified change is kept for `branch` and `patch`. */
+  baseCommit: string | null;
   paths: RunPaths;
   limits: Limits;
   timeoutMs: number;
@@ -82,13 +86,27 @@ export async function verify(opts: {
   const base = baselineManifest(paths);
   const current = manifest(paths.workspace);
   const protectedChanged = protectedChanges(fixture, changedPaths(base, current), new Set(base.map((e) => e.path)));
+  if (opts.baseCommit !== null) {
+    // The change as the verifier sees it now, before its own test run can add to the workspace.
+    const { changes, unrepresentable } = treeChanges(base, current);
+    // A FIFO or socket cannot go into a tree: the change could not come back whole.
+    for (const path of unrepresentable) if (!protectedChanged.includes(path)) protectedChanged.push(path);
+    protectedChanged.sort();
+    keepVerifiedChange(paths, opts.baseCommit, changes);
+  }
 
   const tests = await runCandidateTests({ ...opts, workspaceDir: paths.workspace, outRoot: join(paths.control, 'out') });
 
-  const acceptance = opts.hiddenAcceptance === false ? { total: 0, passed: 0, failed: [], error: null } : await runAcceptance(opts);
+  const acceptance =
+    opts.hiddenAcceptance === false
+      ? { total: 0, passed: 0, failed: [], error: null }
+      : fixture.acceptance !== null && opts.acceptanceDir !== null
+        ? await runAcceptance({ ...opts, acceptance: fixture.acceptance, acceptanceDir: opts.acceptanceDir })
+        : null; // a repository run without acceptance
   const testsOk = tests.status === 'passed' && tests.discovered > 0;
+  const acceptanceOk = acceptance === null || (acceptance.error === null && acceptance.failed.length === 0);
   return {
-    passed: protectedChanged.length === 0 && testsOk && acceptance.error === null && acceptance.failed.length === 0,
+    passed: protectedChanged.length === 0 && testsOk && acceptanceOk,
     protected_changed: protectedChanged,
     candidate_tests: {
       status: tests.status,
@@ -103,25 +121,25 @@ export async function verify(opts: {
 }
 
 /** The hidden acceptance cases, run read-only against the workspace and judged against expected.json on the host. */
-async function runAcceptance(opts: Parameters<typeof verify>[0]): Promise<AcceptanceResult> {
-  const { fixture, paths } = opts;
+async function runAcceptance(opts: Parameters<typeof verify>[0] & { acceptance: NonNullable<RunSpec['acceptance']>; acceptanceDir: string }): Promise<AcceptanceResult> {
+  const { paths } = opts;
   // The acceptance runner files, minus expected.json, in a fresh host folder mounted read-only.
   mkdirSync(join(paths.control, 'out'), { recursive: true });
   const scratch = mkdtempSync(join(paths.control, 'out', 'acceptance-'));
   let acceptance: AcceptanceResult;
   try {
     const runnerDir = join(scratch, 'acceptance');
-    cpSync(join(opts.fixtureDir, 'acceptance'), runnerDir, { recursive: true, filter: (src) => !src.endsWith('/expected.json') });
+    cpSync(opts.acceptanceDir, runnerDir, { recursive: true, filter: (src) => !src.endsWith('/expected.json') });
     const outDir = join(scratch, 'out');
     mkdirSync(outDir);
-    const expectedJson = readFileSync(join(opts.fixtureDir, 'acceptance', 'expected.json'), 'utf8');
+    const expectedJson = readFileSync(join(opts.acceptanceDir, 'expected.json'), 'utf8');
     const result = await opts.backend.exec({
-      argv: fixture.acceptance.command,
+      argv: opts.acceptance.command,
       workspaceDir: paths.workspace,
       workspaceReadOnly: true,
       outDir,
       acceptanceDir: runnerDir,
-      timeoutMs: Math.min(opts.timeoutMs, fixture.acceptance.timeout_s * 1000),
+      timeoutMs: Math.min(opts.timeoutMs, opts.acceptance.timeout_s * 1000),
       outputCapBytes: opts.limits.execOutputBytes,
       signal: opts.signal,
       onProgress: opts.onProgress,

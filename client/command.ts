@@ -11,6 +11,14 @@ export class UsageError extends Error {
   override name = 'UsageError';
 }
 
+/**
+ * A well-formed command whose input cannot start anything: a path that is no git repository, an
+ * unknown ref, settings that do not validate. Exit status 2 with this one line, and nothing started.
+ */
+export class RefusedInput extends Error {
+  override name = 'RefusedInput';
+}
+
 export type OptionSpec =
   | { kind: 'flag' }
   | { kind: 'string'; value: string; default?: string; choices?: readonly string[] }

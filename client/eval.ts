@@ -4,13 +4,15 @@
  * record is its child workflow's result, found by its key).
  */
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { buildId } from '../host/build';
 import { writeFileAtomic } from '../host/files';
 import { cpus } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import type { RunOutcome } from '../workflows/agentRun';
 import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
-import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
+import { entryName, plannedRun, planSize, runWorkflowId, type EvalPlan, type PlannedEntry } from '../core/batch-plan';
+import { readTasksFile } from './tasks-file';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
@@ -50,10 +52,19 @@ export interface PlanOptions {
   hostLostS?: number;
 }
 
-export function buildPlan(settings: Settings, dirs: string[], o: PlanOptions): EvalPlan {
-  const fixtures = findFixtures(dirs)
-    .map((dir) => ({ dir, replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: replayTrusted(settings, path, o.trustReplay) })) }))
-    .filter((f) => f.replays.length > 0);
+/**
+ * The plan of fixture folders (or folders of them) and JSONL files of tasks on repositories.
+ * Entries without replays are left out (a task's are named in its line). Records are keyed by
+ * a task's id where a fixture uses its folder name.
+ */
+export function buildPlan(settings: Settings, args: string[], o: PlanOptions): EvalPlan {
+  const trusted = (path: string) => replayTrusted(settings, path, o.trustReplay);
+  const taskFiles = args.filter((a) => a.endsWith('.jsonl'));
+  const dirs = args.filter((a) => !a.endsWith('.jsonl'));
+  const fixtures: PlannedEntry[] = [
+    ...findFixtures(dirs).map((dir) => ({ dir, replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: trusted(path) })) })),
+    ...taskFiles.flatMap((file) => readTasksFile(resolve(file)).map((t) => ({ dir: t.repo.path, repo: t.repo, replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })) }))),
+  ].filter((f) => f.replays.length > 0);
   return { fixtures, epochs: o.epochs, backend: o.backend, approver: o.approver, ...(o.hostLostS ? { host_lost_s: o.hostLostS } : {}) };
 }
 
@@ -150,13 +161,15 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
   if (a.kind === 'done') return a.outcome.record;
   const run = plannedRun(plan, index);
   const fixture = plan.fixtures[run.fixture];
-  return { fixture: basename(fixture.dir), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {} };
+  return { fixture: entryName(fixture), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {} };
 }
 
 export interface Collected {
   report: EvalReport;
   extras: HtmlRunExtra[];
   durations: Record<string, number | null>;
+  /** The builds that ran each run, by workflow id (timings.json: they differ across builds, report.json must not). */
+  builds?: Record<string, string[] | null | undefined>;
 }
 
 export const traceLine = (e: { seq: number; type: string; call_id?: string; data: unknown }) => {
@@ -179,8 +192,10 @@ export async function collectReport(client: Client, settings: Settings, batch: s
       const extra: HtmlRunExtra = {
         duration_s: duration,
         workflow_id: last.workflowId,
-        web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(settings.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
+        web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(client.options.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
         trace: events.length > 0 ? events.map(traceLine) : null,
+        // A run's state from before builds were recorded has none.
+        builds: last.kind === 'done' ? (last.outcome.state.builds ?? null) : null,
       };
       return { run, extra };
     });
@@ -189,7 +204,8 @@ export async function collectReport(client: Client, settings: Settings, batch: s
     const order = new Map(rows.map((r) => [r.run, r.extra]));
     const extras = report.runs.map((r) => order.get(r)!);
     const durations = Object.fromEntries(extras.map((e) => [e.workflow_id, e.duration_s]));
-    return { report, extras, durations };
+    const builds = Object.fromEntries(extras.map((e) => [e.workflow_id, e.builds]));
+    return { report, extras, durations, builds };
   } finally {
     store?.close();
   }
@@ -200,8 +216,8 @@ export function writeOutputs(outDir: string, collected: Collected, timing: Recor
   mkdirSync(outDir, { recursive: true });
   writeFileAtomic(join(outDir, 'report.json'), reportJson(collected.report));
   writeFileAtomic(join(outDir, 'report.md'), reportMarkdown(collected.report));
-  writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras));
-  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations }, null, 2)}\n`);
+  writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras, buildId()));
+  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, build: buildId(), node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations, run_builds: collected.builds ?? {} }, null, 2)}\n`);
 }
 
 // ---- progress ----

@@ -9,7 +9,7 @@
  * once.
  */
 import { randomBytes } from 'node:crypto';
-import type { Client, WorkflowHandle } from '@temporalio/client';
+import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import type { ApprovalSignal, RunInput } from '../core/contracts';
 import type { PendingApproval, RunView } from '../core/run-view';
 import type { TraceEvent, TracePage, TraceRequest } from '../core/trace';
@@ -72,6 +72,19 @@ export async function traceSince(handle: RunHandle, after = 0, ms = QUERY_DEADLI
     if (page.next === null) return { events, oldest, newest: page.newest };
     page = await queryTrace(handle, { after: page.next }, ms);
   }
+}
+
+/** The input a run was started with (its latest segment carries the same), or null when there is no such run. */
+export async function runInput(handle: RunHandle): Promise<unknown> {
+  try {
+    await handle.describe();
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return null;
+    throw err;
+  }
+  const history = await handle.fetchHistory();
+  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+  return payload ? defaultPayloadConverter.fromPayload<unknown>(payload) : null;
 }
 
 export async function isRunning(handle: RunHandle): Promise<boolean> {

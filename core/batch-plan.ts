@@ -1,9 +1,24 @@
 /**
- * A batch's plan: fixtures, their replays, epochs and one configuration. Run `i` of a batch is a
- * pure function of the plan, and each attempt of it has a workflow id made of its key.
+ * A batch's plan: fixtures (or tasks on repositories), their replays, epochs and one
+ * configuration. Run `i` of a batch is a pure function of the plan, and each attempt of it has a
+ * workflow id made of its key.
  */
+import type { RepoSource } from './contracts';
+
+/** A fixture folder, or a task on a repository (`repo`, whose `id` names it; `dir` is then its repository). */
+export interface PlannedEntry {
+  dir: string;
+  repo?: RepoSource;
+  replays: { path: string; name: string; trusted: boolean }[];
+}
+
+/** What names an entry in records and run ids: a task's id, or a fixture's folder name. */
+export function entryName(entry: PlannedEntry): string {
+  return entry.repo?.id ?? entry.dir.split('/').filter(Boolean).pop() ?? 'fixture';
+}
+
 export interface EvalPlan {
-  fixtures: { dir: string; replays: { path: string; name: string; trusted: boolean }[] }[];
+  fixtures: PlannedEntry[];
   epochs: number;
   backend: 'local' | 'docker';
   approver: string;
@@ -31,7 +46,7 @@ export function planSize(plan: EvalPlan): number {
 /** The child workflow id of a run's attempt: its key in the batch. */
 export function runWorkflowId(batch: string, plan: EvalPlan, run: PlannedRun, attempt: number): string {
   const fixture = plan.fixtures[run.fixture];
-  const name = fixture.dir.split('/').filter(Boolean).pop() ?? 'fixture';
+  const name = entryName(fixture);
   return `${batch}/${name}/${fixture.replays[run.replay].name}/e${run.epoch}${attempt > 1 ? `~${attempt}` : ''}`;
 }
 

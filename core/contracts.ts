@@ -3,17 +3,10 @@
  * import from workflow code.
  */
 import { z } from 'zod';
+import { matching } from './patterns';
 import type { ErrorCode } from './errors';
+import { promptVersionSchema, type PromptRef } from './prompt';
 
-/**
- * A string that matches `pattern`, checked by a refinement rather than `.regex()`. Workflow code
- * parses the run's input and approval Signals with schemas that one worker thread shares between
- * all its workflows, deep-frozen (worker/index.ts, SHARED_WORKFLOW_MODULES), and zod's regex check
- * writes its pattern's `lastIndex`, which a frozen RegExp refuses. The message is zod's own.
- */
-function matching(pattern: RegExp, message = `Invalid string: must match pattern ${pattern}`) {
-  return z.string().refine((s) => pattern.test(s), message);
-}
 
 const digest = matching(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 digest');
 export const CALL_ID = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -66,24 +59,39 @@ const command = z.array(z.string().min(1)).min(1);
 /** In a junit-format test command: the path where the runner must write its JUnit XML report. */
 export const JUNIT_PLACEHOLDER = '{junit}';
 
+/** How a run's candidate tests are run and counted (a fixture's `tests`, a repository's settings). */
+export const testsSchema = z
+  .strictObject({
+    command,
+    format: z.enum(['pytest', 'node-test', 'junit']),
+    timeout_s: z.number().positive(),
+  })
+  .refine((t) => (t.format === 'junit') === t.command.some((a) => a.includes(JUNIT_PLACEHOLDER)), {
+    message: `the junit format needs ${JUNIT_PLACEHOLDER} in the command (where the runner writes its JUnit XML report), and only that format may use it`,
+    path: ['command'],
+  });
+export type TestsSpec = z.infer<typeof testsSchema>;
+
+/** The hidden acceptance command (SPEC section 2's protocol). */
+export const acceptanceSchema = z.strictObject({ command, timeout_s: z.number().positive() });
+export type AcceptanceSpec = z.infer<typeof acceptanceSchema>;
+
+/** `acceptance/expected.json`: the expected value of each acceptance case; never leaves the host. */
+export const expectedFileSchema = z.strictObject({ schema_version: z.literal(1), cases: z.record(z.string(), z.json()) });
+
+export const FIXTURE_ID = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+
 export const fixtureSchema = z.strictObject({
   schema_version: z.literal(1),
-  id: z.string().regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'fixture id: lowercase letters, digits, . _ -'),
+  id: z.string().regex(FIXTURE_ID, 'fixture id: lowercase letters, digits, . _ -'),
   task: z.string().min(1),
   writable: z.array(z.string().min(1)),
   new_files: z.array(z.string().min(1)),
-  tests: z
-    .strictObject({
-      command,
-      format: z.enum(['pytest', 'node-test', 'junit']),
-      timeout_s: z.number().positive(),
-    })
-    .refine((t) => (t.format === 'junit') === t.command.some((a) => a.includes(JUNIT_PLACEHOLDER)), {
-      message: `the junit format needs ${JUNIT_PLACEHOLDER} in the command (where the runner writes its JUnit XML report), and only that format may use it`,
-      path: ['command'],
-    }),
-  acceptance: z.strictObject({ command, timeout_s: z.number().positive() }),
+  tests: testsSchema,
+  acceptance: acceptanceSchema,
   budgets: budgetsSchema,
+  /** Sub-runs for this fixture's runs (a run's input may set its own). */
+  subruns: z.lazy(() => subrunsSchema).optional(),
   /** Where a fixture taken from a real project comes from: repo/ is the tree at base_commit. */
   origin: z
     .strictObject({
@@ -96,6 +104,29 @@ export const fixtureSchema = z.strictObject({
     .optional(),
 });
 export type Fixture = z.infer<typeof fixtureSchema>;
+
+/**
+ * The rules a run works under: a fixture's, or those a repository run derives from its
+ * `.coding-agent.json` (patterns for writable, protected patterns, acceptance optional). A
+ * fixture is one as it stands.
+ */
+export interface RunSpec {
+  /** The fixture's id, or a repository run's name (a batch task's id). */
+  id: string;
+  task: string;
+  writable: string[];
+  new_files: string[];
+  /** Repository runs: patterns no write may touch. */
+  protected?: string[];
+  /** Repository runs: `writable` holds patterns rather than exact paths. */
+  writable_match?: 'exact' | 'pattern';
+  tests: TestsSpec;
+  /** Null when a repository run has no acceptance: the record then says `acceptance: null`. */
+  acceptance: AcceptanceSpec | null;
+  budgets: Budgets;
+  /** Sub-runs for this spec's runs (a run's input may set its own). */
+  subruns?: Subruns;
+}
 
 // ---- decisions and replays (section 5) ----
 
@@ -207,10 +238,36 @@ export const childSchema = z.strictObject({
 });
 export type ChildInput = z.infer<typeof childSchema>;
 
+/** A commit id: 40 hex digits (SHA-1 repositories) or 64 (SHA-256). */
+export const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
+
+/**
+ * A repository run's source of work (SPEC section 10): a git repository on the worker's machine,
+ * the commit whose tree the workspace starts from (resolved by the command line, so the run never
+ * depends on where a branch points later), and the task in words. `tests` and `acceptance`
+ * override the repository's settings (a batch task may name them); acceptance's `dir` is a host
+ * folder with `expected.json` and the runner files.
+ */
+export const repoSourceSchema = z.strictObject({
+  /** A folder with `.git`, or a bare repository; absolute, or relative to the worker's working directory. */
+  path: z.string().min(1),
+  base_commit: matching(COMMIT_ID, 'a full commit id (40 or 64 hex digits)'),
+  task: z.string().min(1).max(64 * 1024),
+  /** The run's name in records (a batch task's id); default the repository folder's name. */
+  id: matching(FIXTURE_ID, 'id: lowercase letters, digits, . _ - (at most 64)').optional(),
+  tests: testsSchema.optional(),
+  acceptance: acceptanceSchema.extend({ dir: z.string().min(1) }).optional(),
+});
+export type RepoSource = z.infer<typeof repoSourceSchema>;
+
 export const runInputSchema = z.strictObject({
   /** Fixture folder, absolute or relative to the worker's working directory. */
-  fixture: z.string().min(1),
+  fixture: z.string().min(1).optional(),
+  /** A repository run instead of a fixture (exactly one of the two). */
+  repo: repoSourceSchema.optional(),
   source: decisionSourceSchema,
+  /** The docker backend's image for this run (default: the repository's settings, else the worker's sandbox image). */
+  image: z.string().min(1).max(256).optional(),
   backend: z.enum(['local', 'docker']).default('local'),
   approver: approverSchema.default('interactive'),
   budgets: budgetsSchema.partial().optional(),
@@ -221,9 +278,11 @@ export const runInputSchema = z.strictObject({
   host_lost_s: z.number().int().min(1).max(7 * 24 * 3600).optional(),
   /** Sub-runs: the orchestration tools, and how many tasks. */
   subruns: subrunsSchema.optional(),
+  /** The prompt version a live source uses (`v1`, `v2`...); default: the worker's newest. */
+  prompt: promptVersionSchema.optional(),
   /** Set only by a parent run for the child run of one of its tasks. */
   child: childSchema.optional(),
-});
+}).refine((input) => (input.fixture === undefined) !== (input.repo === undefined), { message: 'a run works on a fixture or on a repository: give exactly one of fixture and repo', path: ['fixture'] });
 export type RunInput = z.input<typeof runInputSchema>;
 export type ParsedRunInput = z.output<typeof runInputSchema>;
 
@@ -294,7 +353,8 @@ export interface VerifierFindings {
   /** Protected paths that differ from the baseline (changed, deleted or created). */
   protected_changed: string[];
   candidate_tests: TestCounts & { status: string; error: string | null };
-  acceptance: { total: number; passed: number; failed: string[]; error: string | null };
+  /** Null when the run has no acceptance (a repository run without one). */
+  acceptance: { total: number; passed: number; failed: string[]; error: string | null } | null;
   diff_paths: string[];
 }
 
@@ -336,6 +396,8 @@ export interface RunRecord {
   acceptance: { total: number; passed: number; failed: string[] } | null;
   tool_errors: Partial<Record<ErrorCode, number>>;
   usage?: Usage;
+  /** A live source's prompt version and the digest of its content (the same for the same prompt files). */
+  prompt?: PromptRef;
   /** An orchestrating run's sub-run figures (SPEC section 12). */
   subruns?: SubrunCounts;
   /** An orchestrating run's tasks and how each ended. */

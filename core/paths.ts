@@ -33,11 +33,44 @@ export function normalizeRepoPath(raw: string, allowRoot = false): PathCheck {
   return { ok: true, path: segments.join('/') };
 }
 
-/** `*` matches within one path segment; every other character is literal. */
+/**
+ * `*` matches within one path segment; `**` as a whole segment matches any number of segments
+ * (`src/**` everything below src, `**\/test_*.py` at any depth); every other character is literal.
+ * A pattern without `**` matches exactly as it did before `**` existed.
+ */
 export function globMatches(pattern: string, path: string): boolean {
-  const source = pattern
-    .split('*')
-    .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
-    .join('[^/]*');
+  const segments = pattern.split('/');
+  const source = segments
+    .map((segment, i) => {
+      const last = i === segments.length - 1;
+      if (segment === '**') return last ? '.*' : '(?:[^/]+/)*';
+      const literal = segment
+        .split('*')
+        .map((part) => part.replace(/[.+?^${}()|[\]\\]/g, '\\$&'))
+        .join('[^/]*');
+      return last ? literal : `${literal}/`;
+    })
+    .join('');
   return new RegExp(`^${source}$`).test(path);
+}
+
+/**
+ * Why `pattern` is not a path pattern this project understands, or null when it is one:
+ * repo-relative, `/`-separated, no empty, `.` or `..` segment, `**` only as a whole segment, and
+ * none of the glob syntax it does not implement (`?`, `[...]`, `{...}`, `!`), so a pattern never
+ * silently means something other than what its author read into it.
+ */
+export function globProblem(pattern: string): string | null {
+  if (pattern === '') return 'a pattern may not be empty';
+  if (pattern.includes('\0') || /[\u0001-\u001f\u007f]/.test(pattern)) return 'a pattern may not contain control characters';
+  if (pattern.startsWith('/')) return 'a pattern is repo-relative: no leading /';
+  if (pattern.includes('\\')) return 'use / as the separator; backslash is not allowed';
+  const unsupported = /[?[\]{}!]/.exec(pattern);
+  if (unsupported) return `${JSON.stringify(unsupported[0])} is not supported: use * within a segment and ** across segments`;
+  for (const segment of pattern.split('/')) {
+    if (segment === '') return 'a pattern may not have an empty segment (// or a trailing /)';
+    if (segment === '.' || segment === '..') return `a pattern may not have a ${segment} segment`;
+    if (segment.includes('**') && segment !== '**') return '** must be a whole path segment (src/**/x.py, not src/**.py)';
+  }
+  return null;
 }

@@ -14,8 +14,40 @@ export interface PolicyCall {
 export type PolicyDecision = 'allow' | 'ask' | 'deny';
 
 export interface PolicyScope {
+  /** Exact repo-relative paths that may be modified; patterns when `writable_match` is `pattern`. */
   writable: readonly string[];
+  /** Patterns of paths that may be created. */
   new_files: readonly string[];
+  /** A repository run's protected patterns: no write may touch them, whatever the lists above say. */
+  protected?: readonly string[];
+  /** A repository run's `writable` holds patterns (`*`, `**`); a fixture's holds exact paths. */
+  writable_match?: 'exact' | 'pattern';
+}
+
+/** True when a protected pattern of the scope matches the path. */
+export function isProtectedPath(scope: PolicyScope, path: string): boolean {
+  return (scope.protected ?? []).some((p) => globMatches(p, path));
+}
+
+/** True when the path may be modified (a fixture's writable file, or a repository's writable pattern). */
+export function isWritable(scope: PolicyScope, path: string): boolean {
+  if (isProtectedPath(scope, path)) return false;
+  return scope.writable_match === 'pattern' ? scope.writable.some((p) => globMatches(p, path)) : scope.writable.includes(path);
+}
+
+/** True when a file may be created at the path. */
+export function mayCreate(scope: PolicyScope, path: string): boolean {
+  return !isProtectedPath(scope, path) && scope.new_files.some((p) => globMatches(p, path));
+}
+
+/**
+ * True when a write ends the "red" window of `red_observed`: a write to a fixture's writable file,
+ * or, in a repository run (where patterns make nearly everything writable), a change to a file of
+ * the base tree; creating a file (a new test) does not end it there.
+ */
+export function endsRedWindow(scope: PolicyScope, path: string, before: string): boolean {
+  if (!isWritable(scope, path)) return false;
+  return scope.writable_match !== 'pattern' || before !== 'absent';
 }
 
 interface Rule {
@@ -37,22 +69,25 @@ export const RULES: readonly Rule[] = [
     id: 'writable-file',
     decision: 'ask',
     why: 'the file is listed as writable',
-    matches: (call, path, scope) => call.name === 'apply_patch' && path !== null && scope.writable.includes(path),
+    matches: (call, path, scope) => call.name === 'apply_patch' && path !== null && isWritable(scope, path),
   },
   {
     id: 'allowed-new-file',
     decision: 'ask',
     why: 'the path matches a new_files pattern',
-    matches: (call, path, scope) =>
-      call.name === 'apply_patch' && path !== null && scope.new_files.some((p) => globMatches(p, path)),
+    matches: (call, path, scope) => call.name === 'apply_patch' && path !== null && mayCreate(scope, path),
+  },
+  {
+    id: 'protected-pattern',
+    decision: 'deny',
+    why: "the path matches a protected pattern of the repository's settings",
+    matches: (call, path, scope) => call.name === 'apply_patch' && path !== null && isProtectedPath(scope, path),
   },
   {
     id: 'protected-path',
     decision: 'deny',
     why: 'every path that is neither writable nor an allowed new file is protected',
-    matches: (call, path, scope) =>
-      call.name === 'apply_patch' &&
-      (path === null || (!scope.writable.includes(path) && !scope.new_files.some((p) => globMatches(p, path)))),
+    matches: (call, path, scope) => call.name === 'apply_patch' && (path === null || (!isWritable(scope, path) && !mayCreate(scope, path))),
   },
 ];
 

@@ -2,7 +2,7 @@
  * The batch evaluation report (SPEC section 7). Deterministic: the same runs give the same bytes.
  */
 import { canonicalJson } from './canonical';
-import type { RunRecord, RunStatus } from './contracts';
+import type { RunRecord, RunStatus, SubrunCounts } from './contracts';
 
 /** One run of a batch: its record, its epoch, and the first outcome when it was retried. */
 export interface EvalRun extends RunRecord {
@@ -33,6 +33,8 @@ export interface EvalReport {
     per_fixture?: PairSummary[];
     /** Pairs whose replay gave different outcomes across epochs. */
     flaky?: { fixture: string; replay: string | null; outcomes: string[] }[];
+    /** Sub-run figures summed over the runs that orchestrated tasks (the mis-dispatch measures among them). */
+    subruns?: SubrunCounts;
   };
 }
 
@@ -61,6 +63,12 @@ export function buildReport(records: EvalRun[]): EvalReport {
   const runs = [...records].sort(byRunKey);
   const completed = runs.filter((r) => r.status === 'completed').length;
   const summary: EvalReport['summary'] = { runs: runs.length, completed, failed: runs.length - completed };
+  const orchestrated = runs.filter((r) => r.subruns !== undefined);
+  if (orchestrated.length > 0) {
+    const sum: SubrunCounts = { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 };
+    for (const r of orchestrated) for (const k of Object.keys(sum) as (keyof SubrunCounts)[]) sum[k] += r.subruns![k];
+    summary.subruns = sum;
+  }
   const epochs = runs.reduce((m, r) => Math.max(m, r.epoch), 1);
   if (epochs > 1) {
     const pairs = new Map<string, EvalRun[]>();
@@ -96,6 +104,8 @@ export function reportJson(report: EvalReport): string {
       acceptance: r.acceptance,
       tool_errors: JSON.parse(canonicalJson(r.tool_errors)) as Record<string, number>,
       ...(r.usage ? { usage: r.usage } : {}),
+      ...(r.prompt ? { prompt: r.prompt } : {}),
+      ...(r.subruns ? { subruns: r.subruns, tasks: r.tasks } : {}),
       ...(r.retried ? { retried: r.retried } : {}),
     })),
     summary: report.summary,

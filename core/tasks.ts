@@ -3,8 +3,8 @@
  * the user asked, the facts established, the orchestrator's advice: kept apart), the rules it
  * works under, and the messages its parent sees. Workflow-safe.
  */
-import { globMatches } from './paths';
-import type { Fixture, RunStatus } from './contracts';
+import { isWritable, mayCreate } from './policy';
+import type { RunSpec, RunStatus } from './contracts';
 import type { TaskView } from './run-view';
 import type { DispatchTaskArgs } from './tools';
 
@@ -35,16 +35,28 @@ export function taskInstruction(args: DispatchTaskArgs): string {
   ].join('\n');
 }
 
-/** The fixture a task's run works under: the instruction as its task, and only the paths it was given. */
-export function taskFixture(fixture: Fixture, args: DispatchTaskArgs, paths: string[] | null): Fixture {
+/**
+ * The rules a task's run works under: the instruction as its task, and only the paths it was
+ * given (for a repository run, whose rules are patterns, those paths exactly).
+ */
+export function taskFixture<S extends RunSpec>(fixture: S, args: DispatchTaskArgs, paths: string[] | null): S {
   const task = taskInstruction(args);
   if (paths === null) return { ...fixture, task };
-  const writable = fixture.writable.filter((p) => paths.includes(p));
-  const newFiles = paths.filter((p) => !fixture.writable.includes(p) && fixture.new_files.some((pattern) => globMatches(pattern, p)));
-  return { ...fixture, task, writable, new_files: newFiles };
+  const writable = fixture.writable_match === 'pattern' ? paths.filter((p) => isWritable(fixture, p)) : fixture.writable.filter((p) => paths.includes(p));
+  const newFiles = paths.filter((p) => !isWritable(fixture, p) && mayCreate(fixture, p));
+  return { ...fixture, task, writable, new_files: newFiles, ...(fixture.writable_match === 'pattern' ? { writable_match: 'exact' as const } : {}) };
 }
 
 const ENDED: ReadonlySet<TaskView['status']> = new Set<RunStatus>(['completed', 'failed', 'cancelled', 'budget_exhausted']);
+
+/** Replays name tasks by title (`$task:<title>`): the id of the task of that title, when there is one. */
+export function withTaskIds<D extends { kind: string; call?: unknown }>(decision: D, tasks: Record<string, string>): D {
+  const call = decision.call as { arguments?: Record<string, unknown> } | undefined;
+  const id = call?.arguments?.task_id;
+  if (decision.kind !== 'tool' || typeof id !== 'string' || !id.startsWith('$task:')) return decision;
+  const resolved = tasks[id.slice('$task:'.length)];
+  return resolved === undefined ? decision : ({ ...decision, call: { ...call, arguments: { ...call!.arguments, task_id: resolved } } } as D);
+}
 
 export function taskEnded(task: TaskView): boolean {
   return ENDED.has(task.status);

@@ -4,8 +4,11 @@
  */
 export const TRACE_TYPES = [
   'run_started',
+  'repository_loaded',
   'isolation_checked',
   'model_requested',
+  /** A live call's usage: tokens in, out, read from and written to the prompt cache, cost. */
+  'model_usage',
   'model_retry',
   'plan_recorded',
   'tool_proposed',

@@ -17,7 +17,7 @@ export interface CallView {
    * An orchestration call's arguments the workflow acts on (a dispatch's long instruction stays in
    * the store under `ref`), and its action id: the digest of the run, the tool and the arguments.
    */
-  task?: { action_id: string; args: { task_id?: string; title?: string; text?: string; reason?: string; paths?: string[] } };
+  task?: { action_id: string; args: { task_id?: string; title?: string; text?: string; reason?: string; paths?: string[]; wait?: boolean } };
 }
 
 /** A tool result as the workflow sees it: the full result is in the store under `ref`. */

@@ -1,13 +1,15 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { PROJECT_ROOT } from '../host/settings';
 import { PAGE_BYTES, PAGE_EVENTS, Trace, WINDOW_EVENTS } from '../core/trace';
 import { canonicalJson, jsonEqual } from '../core/canonical';
-import { addUsage } from '../core/contracts';
+import { z } from 'zod';
+import { addUsage, approvalSignalSchema, runInputSchema } from '../core/contracts';
 import { activityFailureReason, ACTIVITY_FAILURE_REASONS, FAILURE_TYPES, NON_RETRYABLE_FAILURE_TYPES, RETRIES_EXHAUSTED_REASON } from '../core/failures';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import { globMatches, normalizeRepoPath } from '../core/paths';
 import { evaluatePolicy } from '../core/policy';
-import { toolDefinitions } from '../core/tools';
+import { toolDefinitions, type ToolTexts } from '../core/tools';
 import { validateCall } from '../core/validate';
 
 const scope = { writable: ['src/linkcheck.py'], new_files: ['tests/test_agent_*.py'] };
@@ -109,7 +111,10 @@ describe('canonical JSON and budgets', () => {
   });
 
   it('generates a JSON schema per tool from the validating schemas', () => {
-    const defs = toolDefinitions();
+    const v1 = JSON.parse(readFileSync(join(PROJECT_ROOT, 'prompts', 'v1', 'tools.json'), 'utf8')) as { tools: ToolTexts };
+    const defs = toolDefinitions(v1.tools);
+    // The model-facing texts come from the prompt version, the shape from the validating schema.
+    expect(defs.find((d) => d.name === 'read_file')!.description).toBe(v1.tools.read_file.description);
     expect(defs.map((d) => d.name)).toEqual(['read_file', 'search', 'apply_patch', 'run_tests', 'show_diff']);
     const patch = defs.find((d) => d.name === 'apply_patch')!.parameters as { required: string[]; additionalProperties: boolean };
     expect(patch.required).toEqual(['path', 'version', 'old', 'new']);
@@ -135,6 +140,23 @@ describe('schemas shared by the workflows of a worker thread', () => {
     Object.freeze(value);
   }
 
+  /** The patterns of zod checks reachable from a schema (its definition, nested schemas and checks). */
+  function patterns(value: unknown, seen = new Set<unknown>(), path = '$'): string[] {
+    if (value === null || typeof value !== 'object' || seen.has(value)) return [];
+    seen.add(value);
+    if (value instanceof RegExp) return [`${path}: ${value}`];
+    const zod = (value as { _zod?: { def?: unknown } })._zod;
+    if (zod?.def !== undefined) return patterns(zod.def, seen, path);
+    return Object.entries(value).flatMap(([k, v]) => (typeof v === 'function' ? [] : patterns(v, seen, `${path}.${k}`)));
+  }
+
+  it('reach no regex check from what workflows parse (any pattern goes through a refinement)', () => {
+    expect(patterns(runInputSchema)).toEqual([]);
+    expect(patterns(approvalSignalSchema)).toEqual([]);
+    // The walk does find one when there is one.
+    expect(patterns(z.object({ a: z.string().regex(/x/) }))).toEqual(['$.shape.a.checks.0.pattern: /x/']);
+  });
+
   it('still parse the run input and approval Signals once deep-frozen, with the same messages', () => {
     jest.isolateModules(() => {
       // Fresh copies, frozen as worker/index.ts SHARED_WORKFLOW_MODULES are inside a workflow thread.
@@ -150,6 +172,10 @@ describe('schemas shared by the workflows of a worker thread', () => {
       expect(bad.success || validate.formatIssues(bad.error)).toBe(
         'source.endpoint: endpoint name: lowercase letters, digits, . _ - (at most 64); source: Unrecognized key: "base_url"; approver: Invalid string: must match pattern /^policy:[a-z0-9-]+$/',
       );
+      const repo = { path: 'repo', base_commit: 'c'.repeat(40), task: 'fix it', id: 'my-repo' };
+      expect(contracts.runInputSchema.parse({ repo, source: { kind: 'provider', endpoint: 'team-openai', model: 'm' }, prompt: 'v1' })).toMatchObject({ repo, prompt: 'v1' });
+      const badRepo = contracts.runInputSchema.safeParse({ repo: { ...repo, base_commit: 'main', id: 'My Repo' }, source: input.source, prompt: 'latest' });
+      expect(badRepo.success || validate.formatIssues(badRepo.error)).toBe('repo.base_commit: a full commit id (40 or 64 hex digits); repo.id: id: lowercase letters, digits, . _ - (at most 64); prompt: a prompt version is v<N>, e.g. v1');
       const digest = 'a'.repeat(64);
       expect(contracts.approvalSignalSchema.parse({ action_id: digest, decision: 'approve', args_digest: digest, workspace_digest: digest, message_id: 'console:alice/1' }).decision).toBe('approve');
       const forged = contracts.approvalSignalSchema.safeParse({ action_id: digest, decision: 'approve', args_digest: 'x', workspace_digest: digest, message_id: 'no spaces' });

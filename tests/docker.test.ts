@@ -197,7 +197,7 @@ describe('runs on the docker backend', () => {
     const { outcome } = await run(dockerInput('always-empty'));
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', candidate_tests: { discovered: 2, passed: 2, failed: 0 } });
     expect(outcome.record.acceptance!.failed).toContain('nested_missing');
-    expect(outcome.state.verification!.acceptance.error).toBeNull(); // judged, not a protocol error
+    expect(outcome.state.verification!.acceptance!.error).toBeNull(); // judged, not a protocol error
   });
 });
 

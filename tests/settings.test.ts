@@ -27,10 +27,16 @@ describe('the settings module', () => {
   it('gives every field its default from an empty environment', () => {
     expect(readSettings({})).toEqual({
       temporalAddress: null,
-      namespace: 'default',
+      namespace: null,
+      temporalProfile: null,
+      temporalConfigFile: null,
+      temporalApiKey: null,
+      temporalTls: {},
+      temporalGrpcMeta: {},
       taskQueue: 'coding-agent',
       stateDir: join(PROJECT_ROOT, '.agent-state'),
       providersFile: join(PROJECT_ROOT, '.agent-state', 'providers.json'),
+      promptsDir: join(PROJECT_ROOT, 'dist', 'prompts'),
       devServerPort: 7233,
       devUiPort: 8233,
       trustedReplayDirs: [join(PROJECT_ROOT, 'fixtures')],
@@ -110,6 +116,8 @@ describe('the environment outside the settings module', () => {
     /^host\/temporal-server\.ts:.*env: \{ \.\.\.process\.env, TEMPORAL_VERSION_CHECK_DISABLED/,
     /^worker\/background\.ts:.*ensureBackgroundWorker\(settings: Settings, env: NodeJS\.ProcessEnv = process\.env\)/,
     /^activities\/backends\/isolation\.ts:.*process\.env\[SECRET_NAME\]/,
+    // git gets the environment whole, but for the GIT_* variables that would redirect it.
+    /^host\/git\.ts:.*Object\.fromEntries\(Object\.entries\(process\.env\)\.filter\(\(\[k\]\) => !k\.startsWith\('GIT_'\)\)\)/,
   ];
 
   const sources = (dir: string): string[] =>

@@ -276,7 +276,7 @@ describe('local activities (read-only steps without a server round trip)', () =>
     const t = run();
     const stateDir = dirname(dirname(t.ctx.paths.root));
     const store = new Store(join(stateDir, 'store.sqlite'));
-    const activities = createActivities({ store, ledger: t.ledger, backends: { local: new LocalBackend() }, config: { stateDir, providersFile: join(stateDir, 'providers.json'), limits: DEFAULT_LIMITS, hostQueue: own, baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' }, credential: () => undefined } });
+    const activities = createActivities({ store, ledger: t.ledger, backends: { local: new LocalBackend() }, config: { stateDir, providersFile: join(stateDir, 'providers.json'), limits: DEFAULT_LIMITS, hostQueue: own, baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' }, credential: () => undefined, promptsDir: join(stateDir, 'prompts') } });
     const ref: RunRef = { run_id: t.ctx.runId, fixture: t.ctx.fixture, fixture_dir: LINKCHECK, backend: 'local' };
     const call = (name: 'read_file' | 'run_tests', args: object): CallView => {
       const full = { call_id: `c-${name}`, name, arguments: args };

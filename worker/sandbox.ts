@@ -37,6 +37,11 @@ export interface Sandbox {
   isolation: () => Promise<IsolationEvidence>;
   /** Removes orphaned containers, then measures; called once when the worker starts. */
   warmUp: () => void;
+  /**
+   * The same sandbox with another image of the engine (a run's `--image`, a repository's
+   * settings): its own backend and its own evidence, measured on that image.
+   */
+  forImage: (image: string) => Sandbox;
 }
 
 const measured = new Map<string, Promise<IsolationEvidence>>();
@@ -78,7 +83,15 @@ export function createSandbox(options: SandboxOptions = {}, settings: Pick<Setti
       .then(() => isolation());
   };
 
-  return { backend, isolation, warmUp };
+  const others = new Map<string, Sandbox>();
+  const forImage = (other: string): Sandbox => {
+    if (other === image) return sandbox;
+    let found = others.get(other);
+    if (!found) others.set(other, (found = createSandbox({ ...options, image: other }, settings)));
+    return found;
+  };
+  const sandbox: Sandbox = { backend, isolation, warmUp, forImage };
+  return sandbox;
 }
 
 async function measure(reference: DockerBackend, override: SettingsOverride | undefined): Promise<IsolationEvidence> {

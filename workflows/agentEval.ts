@@ -84,7 +84,7 @@ export async function agentEval(input: EvalInput, carried?: EvalCarried): Promis
     const fixture = plan.fixtures[run.fixture];
     const replay = fixture.replays[run.replay];
     const child: RunInput = {
-      fixture: fixture.dir,
+      ...(fixture.repo ? { repo: fixture.repo } : { fixture: fixture.dir }),
       source: { kind: 'replay', path: replay.path, trusted: replay.trusted },
       backend: plan.backend,
       approver: plan.approver as RunInput['approver'],

@@ -26,10 +26,9 @@ import {
   type RunRecord,
   type RunStatus,
   type ToolResult,
-  type Usage,
 } from '../core/contracts';
 import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
-import { APPROVAL_POLICIES, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
+import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type TraceRequest } from '../core/trace';
@@ -69,6 +68,8 @@ const MAX_STEER_CHARS = 4000;
 const SEEN_MESSAGES = 256;
 
 const MAX_MODEL_RETRIES = 2;
+/** Builds a run's state names at most (the first, then the newest). */
+const MAX_BUILDS = 8;
 /** How long a write waits for a person by default: 7 days. */
 const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
@@ -225,7 +226,6 @@ class AgentRun {
     this.view.backend = input.backend;
     this.view.approver = input.approver;
     if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
-    if (input.subruns) this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
     this.trace.add('run_started', { source: input.source.kind, backend: input.backend, approver: input.approver, ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}) });
     const policyName = input.approver.startsWith('policy:') ? input.approver.slice('policy:'.length) : null;
     if (policyName !== null && !(policyName in APPROVAL_POLICIES)) {
@@ -241,15 +241,20 @@ class AgentRun {
     // gate and the sandbox check out. The replay is read here, once, into the host store.
     const loaded = await this.act.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
+    this.noteBuild(loaded.build);
     this.pinTo(loaded.host_queue ?? null);
+    // A repository run: what its base commit said (settings digest, tests, instructions digest).
+    if (loaded.repository) this.trace.add('repository_loaded', { ...loaded.repository.facts, image: loaded.image ?? null });
     if (input.backend === 'docker') {
-      const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, []));
+      const image: [string?] = loaded.image !== undefined ? [loaded.image] : [];
+      const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, image));
       if (evidence === null) return this.finish(new RunStop('failed', 'host_lost', this.hostLostDetail()));
       this.view.isolation = evidence;
       this.trace.add('isolation_checked', evidence);
       if (!evidence.verified) {
-        const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name]) => name);
-        return this.finish(new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join(', ')}`));
+        // Each failed check with what it found, so a refusal names what is missing or wrong.
+        const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
+        return this.finish(new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`));
       }
     }
     if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
@@ -257,20 +262,33 @@ class AgentRun {
     }
     this.s.source = loaded.source;
     this.s.child_replays = loaded.child_replays;
+    // Sub-runs: the input's, else the fixture's; a task's run only what its parent passed on.
+    this.s.subruns = child ? (input.subruns ?? null) : (input.subruns ?? loaded.fixture.subruns ?? null);
+    if (this.s.subruns) this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
     this.view.fixture = loaded.fixture.id;
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
+    this.view.prompt = loaded.source.kind === 'provider' ? (loaded.source.prompt ?? null) : null;
     this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
     this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
-    this.s.ref = { run_id: this.view.run_id, fixture: loaded.fixture, fixture_dir: loaded.fixture_dir, backend: input.backend, ...(child ? { hidden_acceptance: false } : {}) };
+    this.s.ref = {
+      run_id: this.view.run_id,
+      fixture: loaded.fixture,
+      fixture_dir: loaded.fixture_dir,
+      backend: input.backend,
+      ...(child ? { hidden_acceptance: false } : {}),
+      ...(loaded.repository ? { repository: loaded.repository.ref } : {}),
+      ...(loaded.instructions ? { instructions: loaded.instructions } : {}),
+      ...(loaded.image !== undefined ? { image: loaded.image } : {}),
+    };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     this.setStatus('running');
 
     const stop = await this.withDeadline(async () => {
       await this.act.prepareWorkspace.executeWithOptions(
-        { startToCloseTimeout: '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
-        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(child ? { from_run: child.from_run } : {}) }],
+        { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
+        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(child ? { from_run: child.from_run } : {}), ...(this.ref.repository ? { repository: this.ref.repository } : {}) }],
       );
       return this.loop();
     });
@@ -358,7 +376,9 @@ class AgentRun {
       // Messages about tasks are pinned: compaction never drops them.
       const notes = this.s.task_messages.splice(0);
       for (const message of notes) this.s.transcript.append.push({ message, pinned: true });
-      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...(retries > 0 ? { retry: retries } : {}) });
+      // A live request names the prompt version it is built with (absent in runs that started before prompts were versioned).
+      const prompt = live && this.view.prompt ? { prompt_version: this.view.prompt.version, prompt_digest: this.view.prompt.digest } : {};
+      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...prompt, ...(retries > 0 ? { retry: retries } : {}) });
       const input = {
         run_id: this.ref.run_id,
         source,
@@ -366,7 +386,8 @@ class AgentRun {
         turn: this.view.counters.turns,
         retry: retries,
         tools_enabled: toolsEnabled,
-        orchestrating: this.input.subruns !== undefined,
+        orchestrating: this.s.subruns !== null,
+        tasks: this.s.subruns !== null ? Object.fromEntries((this.view.subruns?.tasks ?? []).map((t) => [t.title, t.task_id])) : undefined,
         transcript: this.s.transcript,
         facts: live ? this.facts(toolsEnabled) : null,
       };
@@ -379,7 +400,8 @@ class AgentRun {
             () => this.act.decide.executeWithOptions(options, [input]),
           );
       this.s.transcript = { head: result.head, append: [] };
-      if (result.usage) this.addUsage(result.usage);
+      this.noteBuild(result.build);
+      if (result.usage) this.addUsage(result, retries);
       switch (result.kind) {
         case 'exhausted':
           throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
@@ -409,6 +431,7 @@ class AgentRun {
     const v = this.view.verification;
     const pending = this.view.pending_approval;
     return runFacts(this.ref.fixture, {
+      ...(this.ref.instructions ? { instructions: this.ref.instructions } : {}),
       status: this.view.status,
       turn: this.view.counters.turns,
       counters: { turns: this.view.counters.turns, tool_calls: this.view.counters.tool_calls, writes: this.view.counters.writes },
@@ -418,12 +441,39 @@ class AgentRun {
       verification: v ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance } : null,
       notice: toolsEnabled ? this.s.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
       tasks: this.view.subruns?.tasks ?? null,
-      orchestrating: this.input.subruns !== undefined,
+      orchestrating: this.s.subruns !== null,
     });
   }
 
-  private addUsage(step: Usage): void {
+  /** A build that took part in the run, once (results recorded before builds were reported carry none). */
+  private noteBuild(build: string | undefined): void {
+    const builds = (this.view.builds ??= []);
+    if (build === undefined || builds.includes(build)) return;
+    // A long run's workers are rebuilt rarely; the first and the newest few are what matter.
+    if (builds.length >= MAX_BUILDS) builds.splice(1, 1);
+    builds.push(build);
+  }
+
+  /** One call's usage added to the run's; a live call's prompt-cache facts counted and traced. */
+  private addUsage(result: DecideResult, retry: number): void {
+    const step = result.usage!;
     this.view.usage = addUsage(this.view.usage, step);
+    if (result.kind === 'exhausted' || result.cache === undefined) return;
+    const cache = result.cache;
+    const counted = (this.view.prompt_cache ??= { hits: 0, write_tokens: 0 });
+    if (cache.hit) counted.hits++;
+    counted.write_tokens += cache.write_tokens;
+    this.trace.add('model_usage', {
+      turn: this.view.counters.turns,
+      ...(retry > 0 ? { retry } : {}),
+      input_tokens: step.input_tokens,
+      output_tokens: step.output_tokens,
+      cached_tokens: step.cached_tokens,
+      cache_write_tokens: cache.write_tokens,
+      cache_hit: cache.hit,
+      cost_usd: step.cost_usd,
+      from_store: result.from_store === true,
+    });
   }
 
   /** After the turn limit: one more decision with tools disabled, kept as the run's summary. */
@@ -540,7 +590,7 @@ class AgentRun {
           this.view.counters.receipts++;
           this.trace.add('action_receipt', { path: action.path }, ids);
         }
-        if (paths.some((p) => this.ref.fixture.writable.includes(p))) this.s.wrote_writable = true;
+        if (paths.some((p) => endsRedWindow(this.ref.fixture, p, action.paths ? 'merged' : action.before))) this.s.wrote_writable = true;
         return okResult(call.call_id, { action_id: action.action_id, path: action.path, ...(action.paths ? { paths, task_id: pending.merge?.task_id } : {}), before: action.before, after: action.after });
     }
   }
@@ -619,7 +669,8 @@ class AgentRun {
       return new RunStop('completed', '');
     }
     this.trace.add('verification_failed', findings);
-    return new RunStop('failed', findings.acceptance.error !== null ? 'verification_error' : 'verification_failed', findings.acceptance.error);
+    const protocolError = findings.acceptance?.error ?? null;
+    return new RunStop('failed', protocolError !== null ? 'verification_error' : 'verification_failed', protocolError);
   }
 
   /**
@@ -648,14 +699,15 @@ class AgentRun {
   }
 
   /** Stores the trace events held only here, and the transcript entries not stored yet. */
-  private async storeTrace(): Promise<void> {
+  /** `finishing`: the run's last store, before its outcome goes back (a task's run marks it for the crash tests). */
+  private async storeTrace(finishing = false): Promise<void> {
     const batches = this.trace.flushable(TRACE_BATCH_BYTES);
     if (batches.length === 0) batches.push([]);
     for (const [i, events] of batches.entries()) {
       const last = i === batches.length - 1;
       const head = await this.act.persist.executeWithOptions(
         { summary: `store ${events.length} trace events` },
-        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] } }],
+        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] }, ...(finishing && last && this.view.parent ? { task_finishing: true } : {}) }],
       );
       this.trace.markStored(events.length);
       if (last) this.s.transcript = { head, append: [] };
@@ -719,13 +771,13 @@ class AgentRun {
     this.view.pending_approval = null;
     this.view.reason = stop.reason === '' ? null : stop.reason;
     this.view.detail = stop.detail;
-    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached });
+    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached, builds: this.view.builds ?? [] });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
       const stored = await this.onHost(() =>
         wf.CancellationScope.nonCancellable(async () => {
           if (this.view.verification === null && this.s.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
-          await this.storeTrace();
+          await this.storeTrace(true);
           return true;
         }),
       );

@@ -4,7 +4,7 @@
  */
 import type { RunRef } from '../activities';
 import type { SourceRef } from '../activities/decisions';
-import type { ApprovalSignal, PreparedAction } from '../core/contracts';
+import type { ApprovalSignal, PreparedAction, Subruns } from '../core/contracts';
 import type { PolicyEvaluation } from '../core/policy';
 import type { RunView } from '../core/run-view';
 import type { CarriedTrace } from '../core/trace';
@@ -65,6 +65,8 @@ export interface RunState {
   trace: CarriedTrace;
   /** Ids of the client messages taken, newest last (at most `SEEN_MESSAGES`): a repeat is ignored. */
   seen_messages: string[];
+  /** Sub-runs of this run (its input's, else its fixture's; a task's run only as its parent allows), or null. */
+  subruns: Subruns | null;
   /** An orchestrating replay's task replays by title (digests in the host store). */
   child_replays: Record<string, string>;
   /** What the workflow keeps of each task beside its roster entry, to reopen it. */
@@ -84,6 +86,10 @@ export interface TaskRef {
   transcript_head: string | null;
   cursor: number;
   next_seq: number;
+  /** Counts the task's news: each time it ends or starts to wait for a person (task_status wait). */
+  news: number;
+  /** The news the run has seen in a task_status answer. */
+  seen: number;
 }
 
 export function initialState(runId: string): RunState {
@@ -111,6 +117,9 @@ export function initialState(runId: string): RunState {
       wrap_up: null,
       deadline_reached: false,
       usage: null,
+      prompt: null,
+      prompt_cache: null,
+      builds: [],
       final_summary: null,
       subruns: null,
       parent: null,
@@ -136,6 +145,7 @@ export function initialState(runId: string): RunState {
     host_queue: null,
     trace: { next_seq: 1, unstored: [] },
     seen_messages: [],
+    subruns: null,
     child_replays: {},
     task_refs: {},
     task_messages: [],

@@ -42,6 +42,7 @@ export class Orchestration {
       const task = this.find(u?.task_id);
       // The outcome is the child's result: an update never overrides an end.
       if (task === null || taskEnded(task)) return;
+      if (u.status === 'awaiting_approval' && task.status !== 'awaiting_approval') this.s.task_refs[task.task_id].news++;
       task.status = u.status as TaskView['status'];
       task.pending_path = u.pending_path ?? null;
       task.run_id ??= u.run_id;
@@ -72,9 +73,15 @@ export class Orchestration {
       case 'dispatch_task':
         return this.dispatch(call);
       case 'task_status': {
-        if (args.task_id === undefined) return okResult(call.call_id, { tasks: this.tasks });
-        const task = this.find(args.task_id);
-        return task ? okResult(call.call_id, { tasks: [task] }) : this.unknown(call.call_id, args.task_id);
+        const one = args.task_id === undefined ? null : this.find(args.task_id);
+        if (args.task_id !== undefined && one === null) return this.unknown(call.call_id, args.task_id);
+        // With wait: until one of the tasks asked about has news this run has not seen in an
+        // answer yet (it ended, or started to wait for a person); at once when there is some.
+        const asked = one ? [one] : this.tasks;
+        const unseen = () => asked.some((t) => this.s.task_refs[t.task_id].news > this.s.task_refs[t.task_id].seen);
+        if (args.wait && asked.some((t) => !taskEnded(t) || unseen())) await wf.condition(unseen);
+        for (const t of asked) this.s.task_refs[t.task_id].seen = this.s.task_refs[t.task_id].news;
+        return okResult(call.call_id, { tasks: asked });
       }
       case 'message_task':
         return this.message(call);
@@ -97,7 +104,7 @@ export class Orchestration {
   }
 
   private async dispatch(call: CallView): Promise<ToolResult> {
-    const limits = this.host.input.subruns!;
+    const limits = this.s.subruns!;
     const { action_id, args } = call.task!;
     const id = taskId(wf.workflowInfo().workflowId, action_id);
     const existing = this.find(id);
@@ -114,6 +121,8 @@ export class Orchestration {
       transcript_head: null,
       cursor: 0,
       next_seq: 1,
+      news: 0,
+      seen: 0,
     };
     const task: TaskView = { task_id: id, title, action_id, status: 'starting', reason: null, pending_path: null, summary: null, diff_paths: [], run_id: null, merged: false, executions: 1 };
     this.s.view.subruns!.tasks.push(task);
@@ -128,14 +137,18 @@ export class Orchestration {
     const ref = this.s.task_refs[task.task_id];
     const depth = (input.child?.depth ?? 0) + 1;
     const child: RunInput = {
-      fixture: input.fixture,
+      ...(input.fixture !== undefined ? { fixture: input.fixture } : {}),
+      ...(input.repo !== undefined ? { repo: input.repo } : {}),
+      ...(input.image !== undefined ? { image: input.image } : {}),
       source: input.source,
       backend: input.backend,
       approver: input.approver,
       ...(input.budgets ? { budgets: input.budgets } : {}),
       ...(input.host_lost_s ? { host_lost_s: input.host_lost_s } : {}),
       // A task may dispatch tasks of its own only while max_depth allows.
-      ...(input.subruns && depth < input.subruns.max_depth ? { subruns: input.subruns } : {}),
+      ...(this.s.subruns && depth < this.s.subruns.max_depth ? { subruns: this.s.subruns } : {}),
+      // A live task uses its parent's prompt version, whatever version is newest when it starts.
+      ...(this.s.view.prompt ? { prompt: this.s.view.prompt.version } : {}),
       child: {
         parent_workflow_id: wf.workflowInfo().workflowId,
         task_id: task.task_id,
@@ -192,6 +205,7 @@ export class Orchestration {
     task.diff_paths = end.diff_paths;
     task.pending_path = null;
     if (end.run_id) task.run_id = end.run_id;
+    this.s.task_refs[id].news++;
     this.host.trace.add('task_ended', { task_id: id, title: task.title, status: task.status, reason: task.reason, diff_paths: task.diff_paths, execution: task.executions });
     this.s.task_messages.push(taskEndedMessage(task));
   }

@@ -20,6 +20,7 @@ import {
   type ContainerSettings,
   type SettingsOverride,
 } from './docker';
+import { parseShellProbe, shellProbeArgv } from './probe-shell';
 import { BackendUnavailableError } from './types';
 
 export interface IsolationCheck {
@@ -61,7 +62,8 @@ export function probeSource(): string {
   return probeText;
 }
 
-interface ProbeFacts {
+/** What a probe reports (probe.py directly; probe.sh through probe-shell.ts). */
+export interface ProbeFacts {
   net: { target: string; result: string }[];
   interfaces: string[];
   routes: { family: 'ipv4' | 'ipv6'; iface: string; dest: string; mask: string }[];
@@ -77,6 +79,8 @@ interface ProbeFacts {
   status: Record<string, string | null>;
   pids: { forked: number; stopped_by: string };
   memory: { allocated: number; outcome: string; returncode: number | null };
+  /** The shell probe only: tools of the image it needed and did not find (what it could not measure). */
+  missing?: string[];
 }
 
 /**
@@ -165,10 +169,12 @@ function judge(
   const checks: Record<string, IsolationCheck> = {};
   const set = (name: string, ok: boolean, detail: string) => (checks[name] = { ok, detail });
   const reached = facts.net.filter((n) => n.result === 'connected' || n.result === 'ECONNREFUSED');
+  const missing = facts.missing ?? [];
+  if (missing.length > 0) set('probe_tools', false, `the image has no ${missing.join(', ')}, which the shell probe needs`);
   set(
     'network',
     facts.net.length > 0 && reached.length === 0,
-    facts.net.map((n) => `${n.target} ${n.result}`).join(', '),
+    missing.includes('nc') ? 'the image has no nc: the shell probe cannot try the network' : facts.net.map((n) => `${n.target} ${n.result}`).join(', '),
   );
   set('interfaces', facts.interfaces.every((i) => i === 'lo'), facts.interfaces.join(','));
   const outward = facts.routes.filter((r) => r.iface !== 'lo');
@@ -224,8 +230,9 @@ function judge(
   const pidsLimit = expected.hostConfig.PidsLimit;
   set(
     'pids_limit',
-    facts.pids.stopped_by === 'EAGAIN' && facts.pids.forked < pidsLimit,
-    `${facts.pids.forked} forks, then ${facts.pids.stopped_by} (limit ${pidsLimit})`,
+    // A shell that does not name the errno of its failed fork (dash) stops all the same.
+    (facts.pids.stopped_by === 'EAGAIN' || facts.pids.stopped_by.startsWith('fork_failed')) && facts.pids.forked < pidsLimit,
+    missing.includes('sleep') ? 'the image has no sleep: the shell probe cannot run its fork test' : `${facts.pids.forked} forks, then ${facts.pids.stopped_by} (limit ${pidsLimit})`,
   );
   const memLimit = expected.hostConfig.Memory;
   const mib = (n: number) => `${Math.round(n / 1048576)} MiB`;
@@ -312,22 +319,45 @@ export async function probeIsolation(backend: DockerBackend, options: ProbeOptio
       pids_bound: expected.hostConfig.PidsLimit + 64,
       memory_bound: expected.hostConfig.Memory + 256 * 1048576,
     };
-    const result = await probed.exec({
-      argv: ['python3', '-c', probeSource(), JSON.stringify(config)],
-      workspaceDir: join(scratch, 'workspace'),
-      workspaceReadOnly: true,
-      outDir: join(scratch, 'out'),
-      timeoutMs: options.timeoutMs ?? 120_000,
-      outputCapBytes: 1024 * 1024,
-      signal: options.signal ?? new AbortController().signal,
-    });
-    const facts = result.exitCode === 0 && !result.stdoutTruncated ? parseFacts(result.stdout) : null;
+    const exec = (argv: string[]) =>
+      probed.exec({
+        argv,
+        workspaceDir: join(scratch, 'workspace'),
+        workspaceReadOnly: true,
+        outDir: join(scratch, 'out'),
+        timeoutMs: options.timeoutMs ?? 120_000,
+        outputCapBytes: 1024 * 1024,
+        signal: options.signal ?? new AbortController().signal,
+      });
+    // An image without python3 (any image of the engine can be a run's) gets the POSIX sh probe;
+    // one with neither cannot be probed, and is never taken as verified.
+    const missingRuntime = (err: unknown) => err instanceof BackendUnavailableError && err.detail === 'runtime_missing';
+    let shell = false;
+    let result;
+    try {
+      result = await exec(['python3', '-c', probeSource(), JSON.stringify(config)]);
+    } catch (err) {
+      if (!missingRuntime(err)) throw err;
+      shell = true;
+      try {
+        result = await exec(shellProbeArgv(config));
+      } catch (shellErr) {
+        if (!missingRuntime(shellErr)) throw shellErr;
+        const detail = `the image ${probed.settings().image} has neither python3 nor sh: the isolation probe cannot run in it`;
+        return { verified: false, checks: { probe: { ok: false, detail } }, image_id: imageId, settings };
+      }
+    }
+    const complete = result.exitCode === 0 && !result.stdoutTruncated;
+    const facts = !complete ? null : shell ? parseShellProbe(result.stdout) : parseFacts(result.stdout);
     const checks: Record<string, IsolationCheck> = facts
-      ? judge(facts, expected, secret, result.stdout + result.stderr, listener.accepted())
+      ? {
+          ...(shell ? { probe: { ok: true, detail: 'the image has no python3: the POSIX sh probe (probe.sh) ran' } } : {}),
+          ...judge(facts, expected, secret, result.stdout + result.stderr, listener.accepted()),
+        }
       : {
           probe: {
             ok: false,
-            detail: `probe produced no report (exit ${result.exitCode}, timedOut ${result.timedOut}, cancelled ${result.cancelled}): ${result.stderr.slice(-2000)}`,
+            detail: `${shell ? 'shell ' : ''}probe produced no report (exit ${result.exitCode}, timedOut ${result.timedOut}, cancelled ${result.cancelled}): ${result.stderr.slice(-2000)}`,
           },
         };
     return { verified: Object.values(checks).every((c) => c.ok), checks, image_id: imageId, settings };

@@ -7,7 +7,7 @@ import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, ren
 import { dirname, join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import { errorResult, type PreparedAction, type ToolResult } from '../../core/contracts';
-import { globMatches } from '../../core/paths';
+import { isWritable, mayCreate } from '../../core/policy';
 import type { ApplyPatchArgs } from '../../core/tools';
 import { digestJson, sha256 } from '../digest';
 import { faultPoint } from '../faults';
@@ -53,15 +53,15 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
   if (args.version === 'absent') {
     if (resolved.stat !== null) return reject('stale_version', { reason: 'the file exists; read it and pass its version' });
     if (args.old !== '') return reject('invalid_fields', { reason: 'old must be empty when creating a file' });
-    const isNewFilePattern = ctx.fixture.new_files.some((p) => globMatches(p, args.path));
-    if (isNewFilePattern && !ctx.fixture.writable.includes(args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
+    const isNewFilePattern = mayCreate(ctx.fixture, args.path);
+    if (isNewFilePattern && !isWritable(ctx.fixture, args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
       return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
     }
     current = '';
     before = 'absent';
   } else {
     if (resolved.stat === null) return reject('not_found', { reason: `${args.path} does not exist; use version "absent" to create it` });
-    if (!ctx.fixture.writable.includes(args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
+    if (!isWritable(ctx.fixture, args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
       return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
     }
     if (resolved.stat.size > ctx.limits.maxFileBytes) return reject('too_large', { size: resolved.stat.size, limit: ctx.limits.maxFileBytes });

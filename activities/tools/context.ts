@@ -1,15 +1,19 @@
-import type { Fixture } from '../../core/contracts';
+import type { RunSpec } from '../../core/contracts';
 import type { ExecBackend } from '../backends/types';
 import type { Limits } from '../config';
 import type { Ledger } from '../ledger';
 import type { RunPaths } from '../workspace';
 
-/** What a tool handler may use: the run's folders, its fixture rules, the limits and the backend. */
+/** What a tool handler may use: the run's folders, its rules, the limits and the backend. */
 export interface ToolContext {
   runId: string;
   paths: RunPaths;
-  fixture: Fixture;
-  fixtureDir: string;
+  /** The run's rules: its fixture's, or those a repository run derived from its settings. */
+  fixture: RunSpec;
+  /** The acceptance runner files and expected.json (a host folder); null when the run has none. */
+  acceptanceDir: string | null;
+  /** A repository run's base commit (its verified change is kept for `branch`); null for a fixture. */
+  baseCommit: string | null;
   limits: Limits;
   ledger: Ledger;
   backend: ExecBackend;

@@ -31,14 +31,30 @@ function fileText(root: string, entries: Map<string, ManifestEntry>, path: strin
   return decodeText(readFileSync(join(root, path)));
 }
 
-/** Unified diff of one path between the baseline and the workspace. */
+const mode = (e: ManifestEntry | undefined) => (e?.kind === 'file' ? (e.executable ? '100755' : '100644') : e?.kind === 'symlink' ? '120000' : null);
+
+/**
+ * git's mode lines for a path whose mode is not the plain file's default: a changed executable
+ * bit, a new executable file or link, a removed one. A plain text change has none, as in git.
+ */
+function modeLines(before: ManifestEntry | undefined, after: ManifestEntry | undefined): string {
+  const a = mode(before);
+  const b = mode(after);
+  if (a !== null && b !== null) return a !== b ? `old mode ${a}\nnew mode ${b}\n` : '';
+  if (a === null && b !== null && b !== '100644') return `new file mode ${b}\n`;
+  if (a !== null && b === null && a !== '100644') return `deleted file mode ${a}\n`;
+  return '';
+}
+
+/** Unified diff of one path between the baseline and the workspace, with git's mode lines when the mode is not the default. */
 export function diffOf(paths: RunPaths, base: Map<string, ManifestEntry>, current: Map<string, ManifestEntry>, path: string): string {
+  const modes = modeLines(base.get(path), current.get(path));
   const oldText = fileText(paths.baseline, base, path);
   const newText = fileText(paths.workspace, current, path);
-  if (oldText === null || newText === null) return `Binary files a/${path} and b/${path} differ\n`;
+  if (oldText === null || newText === null) return `${modes}Binary files a/${path} and b/${path} differ\n`;
   const oldName = base.has(path) ? `a/${path}` : '/dev/null';
   const newName = current.has(path) ? `b/${path}` : '/dev/null';
-  return createTwoFilesPatch(oldName, newName, oldText, newText, undefined, undefined, { context: 3 });
+  return modes + createTwoFilesPatch(oldName, newName, oldText, newText, undefined, undefined, { context: 3 });
 }
 
 export function workspaceDiff(paths: RunPaths, capBytes: number): { diff: string; paths: string[]; truncated: boolean } {

@@ -10,13 +10,14 @@ import { access, out, webUi } from './shared';
 export const evaluate = command({
   name: 'eval',
   usage: [
-    'eval <fixtures-dir>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
+    'eval <fixtures-dir>|<tasks.jsonl>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
     'eval --resume BATCH-ID [--out DIR] [--concurrency N]',
     'eval watch BATCH-ID',
     'eval compare REPORT-A REPORT-B [--json]',
   ],
   summary:
     'batch evaluation as a parent workflow: every replay of every fixture, K epochs, approved by a named policy;\n' +
+    'a .jsonl file lists tasks on git repositories, one a line: {"id", "repo", "base", "task", "tests"?, "acceptance"?, "replays"?};\n' +
     'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
     '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
     "`watch` shows a running batch's progress; `compare` prints the runs that flipped between two reports",

@@ -5,6 +5,7 @@
  */
 import type { Command, OptionSpecs } from '../command';
 import { approve, reject } from './approve';
+import { branch, patch } from './branch';
 import { consoleCommand } from './console';
 import { evaluate } from './eval';
 import { exportReplay } from './export-replay';
@@ -12,7 +13,7 @@ import { run } from './run';
 import { status, trace } from './status';
 import { interrupt, steer } from './steer';
 
-export const COMMANDS: Command<OptionSpecs>[] = [run, approve, reject, status, trace, exportReplay, evaluate, steer, interrupt, consoleCommand] as unknown as Command<OptionSpecs>[];
+export const COMMANDS: Command<OptionSpecs>[] = [run, branch, patch, approve, reject, status, trace, exportReplay, evaluate, steer, interrupt, consoleCommand] as unknown as Command<OptionSpecs>[];
 
 export const PREFIX = 'npm run agent -- ';
 
@@ -35,8 +36,9 @@ export function help(): string {
   for (const c of COMMANDS) lines.push(`  ${c.name.padEnd(14)} ${c.summary.replace(/\n/g, `\n  ${' '.repeat(14)} `)}`);
   lines.push(
     '',
-    'Each command has --help. With TEMPORAL_ADDRESS unset, a local Temporal dev server is started or reused',
-    '(Web UI on http://localhost:8233) with state under .agent-state/ (AGENT_STATE_DIR).',
+    'Each command has --help. Commands connect like the temporal CLI: TEMPORAL_ADDRESS, or the profile TEMPORAL_PROFILE',
+    '(default: default) of TEMPORAL_CONFIG_FILE (default: ~/.config/temporalio/temporal.toml). With no address in either,',
+    'a local Temporal dev server is started or reused (Web UI on http://localhost:8233) with state under .agent-state/ (AGENT_STATE_DIR).',
   );
   return lines.join('\n');
 }

@@ -1,16 +1,24 @@
-/** `run`: starts an agentRun on a fixture; with --wait follows it to its end. */
+/** `run`: starts an agentRun on a fixture or a git repository; with --wait follows it to its end. */
 import { randomBytes } from 'node:crypto';
-import { basename, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { basename, join, resolve } from 'node:path';
 import { ensureEndpoint } from '../../activities/providers/endpoints';
 import { endpointSchema, type RunInput } from '../../core/contracts';
+import { PROMPT_VERSION } from '../../core/prompt';
 import { formatIssues } from '../../core/validate';
 import { replayTrusted } from '../../host/settings';
 import { command, UsageError, type Values } from '../command';
+import { checkRepositoryRun, taskText, type CheckedRepositoryRun } from '../repository-run';
 import type { Session } from '../session';
 import { openStore, storedTrace } from '../stored-trace';
 import { access, out, principal } from './shared';
 
 const options = {
+  task: { kind: 'string', value: 'TEXT' },
+  'task-file': { kind: 'string', value: 'FILE' },
+  base: { kind: 'string', value: 'REF' },
+  image: { kind: 'string', value: 'NAME' },
+  branch: { kind: 'flag' },
   replay: { kind: 'string', value: 'FILE' },
   endpoint: { kind: 'string', value: 'NAME' },
   provider: { kind: 'string', value: 'KIND', choices: ['openai', 'anthropic'] },
@@ -19,7 +27,8 @@ const options = {
   'api-key-env': { kind: 'string', value: 'VAR' },
   backend: { kind: 'string', value: 'NAME', default: 'local', choices: ['local', 'docker'] },
   'trust-replay': { kind: 'flag' },
-  approver: { kind: 'string', value: 'interactive|policy:NAME', default: 'interactive' },
+  /** Default: the repository settings' `policy`, else interactive. */
+  approver: { kind: 'string', value: 'interactive|policy:NAME' },
   wait: { kind: 'flag' },
   json: { kind: 'flag' },
   id: { kind: 'string', value: 'ID' },
@@ -28,33 +37,65 @@ const options = {
   'deadline-s': { kind: 'seconds', value: 'S' },
   'approval-timeout-s': { kind: 'seconds', value: 'S' },
   'max-model-tokens': { kind: 'int', value: 'N' },
+  prompt: { kind: 'string', value: 'VERSION' },
 } as const;
 
 type RunValues = Values<typeof options>;
+
+/** A folder with fixture.json is a fixture; anything else names a git repository. */
+const isFixture = (path: string) => existsSync(join(path, 'fixture.json'));
+
+/** Repository runs checked by `check`, for `run` (both get the same parsed values). */
+const checked = new WeakMap<object, CheckedRepositoryRun>();
+
+/** The repository run the arguments describe, checked before anything connects (RefusedInput otherwise). */
+function repositoryRun(path: string, values: RunValues): CheckedRepositoryRun {
+  let found = checked.get(values);
+  if (!found) checked.set(values, (found = checkRepositoryRun({ path, task: taskText(values.task, values['task-file']), base: values.base })));
+  return found;
+}
 
 export const run = command({
   name: 'run',
   usage: [
     'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S]',
-    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [...the options above]',
+    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [--prompt VERSION] [...the options above]',
     'run <fixture-dir> --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR] --backend docker [...the options above]',
+    'run <repo> --task TEXT|--task-file FILE [--base REF] [--image NAME] [--branch] (--replay FILE | --endpoint NAME ... | --provider ...) [...the options above]',
   ],
   summary:
     'start an agentRun; print its workflow id; with --wait follow it to the end.\n' +
     'On the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).\n' +
     "--endpoint names one of the worker operator's endpoints (its providers file); on the embedded default,\n" +
-    '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.',
+    '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.\n' +
+    '<repo> is any git repository (a folder with .git, or a bare one): the workspace is the tree of --base (default HEAD),\n' +
+    'its .coding-agent.json and AGENTS.md are read from there; --branch (with --wait) makes the verified change a branch.\n' +
+    "--prompt names the prompt version a live source uses (default: the worker's newest, under AGENT_PROMPTS_DIR).",
   options,
   check(positionals, values) {
-    if (!positionals[0]) throw new UsageError('missing <fixture-dir>');
+    if (!positionals[0]) throw new UsageError('missing <fixture-dir> or <repo>');
     const sources = (['replay', 'endpoint', 'provider'] as const).filter((k) => values[k] !== undefined);
     if (sources.length === 0) throw new UsageError('--replay FILE or --provider NAME is required, or --endpoint NAME (the decision source)');
     if (sources.length > 1) throw new UsageError(`give one decision source, not ${sources.map((k) => `--${k}`).join(' and ')}`);
     if ((values.provider || values.endpoint) && !values.model) throw new UsageError('--model NAME is required with --endpoint or --provider');
     if (!values.provider && (values['base-url'] || values['api-key-env'])) throw new UsageError('--base-url and --api-key-env go with --provider');
+    if (values.prompt !== undefined && !values.provider && !values.endpoint) throw new UsageError('--prompt VERSION goes with a live source (--endpoint or --provider)');
+    if (values.prompt !== undefined && !PROMPT_VERSION.test(values.prompt)) throw new UsageError(`--prompt must name a version such as v1, got ${JSON.stringify(values.prompt)}`);
+    if (values.branch && !values.wait) throw new UsageError('--branch needs --wait: the branch is made when the run has completed');
+    if (values.image && values.backend !== 'docker') throw new UsageError('--image goes with --backend docker: the local backend runs on this machine, in no image');
+    if (isFixture(positionals[0])) {
+      if (values.task !== undefined || values['task-file'] !== undefined || values.base !== undefined || values.branch) {
+        throw new UsageError('a fixture brings its own task and tree: --task, --task-file, --base and --branch are for a repository');
+      }
+    } else {
+      // The repository, its ref, its task and its settings, before any connection or workflow.
+      repositoryRun(positionals[0], values);
+    }
   },
   async run(session, positionals, values) {
     const fixture = positionals[0];
+    const repository = isFixture(fixture) ? null : repositoryRun(fixture, values);
+    const approver = values.approver ?? repository?.settings?.policy ?? 'interactive';
     const budgets = Object.fromEntries(
       Object.entries({
         max_turns: values['max-turns'],
@@ -66,16 +107,19 @@ export const run = command({
     );
     const endpoint = values.provider ? localEndpoint(session, values) : values.endpoint;
     const input: RunInput = {
-      fixture: resolve(fixture),
+      ...(repository ? { repo: repository.source } : { fixture: resolve(fixture) }),
+      ...(values.image ? { image: values.image } : {}),
       source:
         endpoint !== undefined
           ? { kind: 'provider', endpoint, model: values.model! }
           : { kind: 'replay', path: resolve(values.replay!), trusted: replayTrusted(session.settings, values.replay!, values['trust-replay']) },
       backend: values.backend as RunInput['backend'],
-      approver: values.approver,
+      approver: approver as RunInput['approver'],
       ...(Object.keys(budgets).length ? { budgets } : {}),
+      ...(values.prompt !== undefined ? { prompt: values.prompt } : {}),
     };
-    const workflowId = values.id ?? `agent-${basename(resolve(fixture))}-${randomBytes(4).toString('hex')}`;
+    const name = repository ? repository.facts.name : basename(resolve(fixture));
+    const workflowId = values.id ?? `agent-${name}-${randomBytes(4).toString('hex')}`;
     const { startRun } = await access();
     await session.ensureWorker();
     const handle = await startRun(session.client, input, { taskQueue: session.settings.taskQueue, workflowId });
@@ -95,10 +139,22 @@ export const run = command({
           store?.close();
         }
       };
-      const record = await followRun(handle, { interactive: values.approver === 'interactive', principal: principal(), log, stored });
+      const record = await followRun(handle, { interactive: approver === 'interactive', principal: principal(), log, stored });
       if (values.json) out(JSON.stringify(record));
       else log(`\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}`);
-      return record.status === 'completed' ? 0 : 1;
+      if (record.status !== 'completed') return 1;
+      if (values.branch) {
+        const { branchFromRun, NoBranch } = await import('../branch');
+        try {
+          const made = await branchFromRun(session, handle.workflowId);
+          log(`branch ${made.branch} at ${made.commit} (parent ${made.base})`);
+        } catch (err) {
+          if (!(err instanceof NoBranch)) throw err;
+          process.stderr.write(`the run completed, but no branch was made: ${err.message}\n`);
+          return 1;
+        }
+      }
+      return 0;
     } catch (err) {
       if (!(err instanceof StdinClosed)) throw err;
       process.stderr.write(`${err.message}\nthe run keeps waiting; approve with: npm run agent -- approve ${handle.workflowId}\n`);

@@ -65,6 +65,8 @@ export interface PendingRow {
   started: Date | null;
   path: string | null;
   counters: RunView['counters'] | null;
+  /** The orchestrating run this run does a task for, when it is one. */
+  parent: string | null;
 }
 
 export interface FinishedRow {
@@ -86,7 +88,7 @@ const runLink = (id: string) => `/runs/${encodeURIComponent(id)}`;
 export function listPage(user: string, csrf: string, pending: PendingRow[], finished: FinishedRow[], now: Date): string {
   const rows = pending
     .map(
-      (r) => `<tr class="pending"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a></td><td>${esc(r.fixture)}</td><td>${esc(r.path)}</td><td>${age(r.started, now)}</td>
+      (r) => `<tr class="pending"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a>${r.parent ? `<br><small class="parent">task of <a href="${runLink(r.parent)}">${esc(r.parent)}</a></small>` : ''}</td><td>${esc(r.fixture)}</td><td>${esc(r.path)}</td><td>${age(r.started, now)}</td>
 <td>${r.counters ? `${r.counters.turns} turns, ${r.counters.tool_calls} calls, ${r.counters.writes} writes` : ''}</td></tr>`,
     )
     .join('\n');
@@ -180,7 +182,7 @@ export function cardPage(c: CardData, notice: Notice | null): string {
 <h1>Run <code>${esc(c.workflow_id)}</code></h1>
 ${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(text)}</p>` : ''}
 <dl><dt>status</dt><dd id="status">${esc(v.status)}${v.reason ? ` / ${esc(v.reason)}` : ''}</dd>
-<dt>fixture</dt><dd>${esc(v.fixture)}</dd><dt>task</dt><dd id="task">${esc(v.task)}</dd>
+<dt>fixture</dt><dd>${esc(v.fixture)}</dd>${v.parent ? `<dt>task of</dt><dd id="parent"><a href="/runs/${encodeURIComponent(v.parent.workflow_id)}">${esc(v.parent.workflow_id)}</a> (${esc(v.parent.title)})</dd>` : ''}<dt>task</dt><dd id="task">${esc(v.task)}</dd>
 <dt>plan</dt><dd id="plan">${plans.length ? esc(plans.at(-1)) : '(none yet)'}</dd>
 <dt>counters</dt><dd>${v.counters.turns} turns, ${v.counters.tool_calls} tool calls, ${v.counters.writes} writes, ${v.counters.receipts} receipts</dd>
 <dt>approver</dt><dd>${esc(v.approver)}</dd>

@@ -258,7 +258,14 @@ async function pendingRuns(client: Client): Promise<PendingRow[]> {
   return Promise.all(
     runs.map(async (w) => {
       const view = await queryState(runHandle(client, w.workflowId), 3000).catch(() => null);
-      return { workflow_id: w.workflowId, fixture: w.typedSearchAttributes.get(FIXTURE_ATTRIBUTE) ?? view?.fixture ?? null, started: w.startTime, path: view?.pending_approval?.path ?? null, counters: view?.counters ?? null };
+      return {
+        workflow_id: w.workflowId,
+        fixture: w.typedSearchAttributes.get(FIXTURE_ATTRIBUTE) ?? view?.fixture ?? null,
+        started: w.startTime,
+        path: view?.pending_approval?.path ?? null,
+        counters: view?.counters ?? null,
+        parent: view?.parent?.workflow_id ?? null,
+      };
     }),
   );
 }

@@ -1,0 +1,68 @@
+/**
+ * The command line's side of a repository run (SPEC section 10): the repository, the base
+ * commit and the task, checked before any workflow starts, with the same reading of the base
+ * tree the worker does (activities/repository.ts). Each refusal is one line naming what is wrong.
+ */
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import type { RepoSource } from '../core/contracts';
+import { APPROVAL_POLICIES } from '../core/policy';
+import type { RepoSettings } from '../core/repo-settings';
+import { inspectBase, type RepositoryFacts } from '../activities/repository';
+import { GitError, GitRepository } from '../host/git';
+import { RefusedInput } from './command';
+
+export interface CheckedRepositoryRun {
+  source: RepoSource;
+  settings: RepoSettings | null;
+  facts: RepositoryFacts;
+}
+
+/** The task's text: `--task TEXT` or the contents of `--task-file FILE`. */
+export function taskText(task: string | undefined, taskFile: string | undefined): string {
+  if (task !== undefined && taskFile !== undefined) throw new RefusedInput('give the task once: --task TEXT or --task-file FILE, not both');
+  if (taskFile !== undefined) {
+    let text: string;
+    try {
+      text = readFileSync(taskFile, 'utf8');
+    } catch (err) {
+      throw new RefusedInput(`cannot read the task file ${taskFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+    if (text.trim() === '') throw new RefusedInput(`the task file ${taskFile} is empty`);
+    return text;
+  }
+  if (task === undefined || task.trim() === '') throw new RefusedInput('a repository run needs its task: --task TEXT or --task-file FILE');
+  return task;
+}
+
+/**
+ * Opens the repository, resolves `base` to a commit and reads what the base tree says; any
+ * fault is a RefusedInput. Nothing is written anywhere.
+ */
+export function checkRepositoryRun(o: { path: string; task: string; base?: string; id?: string; tests?: RepoSource['tests']; acceptance?: RepoSource['acceptance'] }): CheckedRepositoryRun {
+  let repo: GitRepository;
+  let commit: string;
+  try {
+    repo = GitRepository.open(o.path);
+    commit = repo.resolveCommit(o.base ?? 'HEAD');
+  } catch (err) {
+    if (err instanceof GitError && err.kind === 'unknown_ref' && o.base === undefined) throw new RefusedInput(`${o.path} has no commit yet (HEAD names none); commit something or give --base REF`);
+    if (err instanceof GitError) throw new RefusedInput(err.kind === 'unknown_ref' ? `${err.message} in ${o.path}` : err.message);
+    throw err;
+  }
+  const source: RepoSource = {
+    path: resolve(o.path),
+    base_commit: commit,
+    task: o.task,
+    ...(o.id ? { id: o.id } : {}),
+    ...(o.tests ? { tests: o.tests } : {}),
+    ...(o.acceptance ? { acceptance: o.acceptance } : {}),
+  };
+  const inspected = inspectBase(repo, source);
+  if (!inspected.ok) throw new RefusedInput(inspected.detail);
+  const policy = inspected.settings?.policy;
+  if (policy && policy.startsWith('policy:') && !(policy.slice('policy:'.length) in APPROVAL_POLICIES)) {
+    throw new RefusedInput(`.coding-agent.json: policy: unknown approval policy ${policy} (known: ${Object.keys(APPROVAL_POLICIES).map((p) => `policy:${p}`).join(', ')})`);
+  }
+  return { source, settings: inspected.settings, facts: inspected.facts };
+}

@@ -1,0 +1,218 @@
+/**
+ * A repository run's rules (SPEC section 10): the optional `.coding-agent.json` at the root of the
+ * base tree, validated strictly; the test command detected when it names none; the project
+ * instructions of `AGENTS.md`, capped; and the RunSpec they make. Pure: callers read the tree.
+ */
+import { z } from 'zod';
+import {
+  acceptanceSchema,
+  approverSchema,
+  budgetsSchema,
+  subrunsSchema,
+  ENV_NAME,
+  testsSchema,
+  type Budgets,
+  type RunSpec,
+  type TestsSpec,
+} from './contracts';
+import { globProblem, normalizeRepoPath } from './paths';
+
+export const SETTINGS_FILE = '.coding-agent.json';
+export const INSTRUCTIONS_FILE = 'AGENTS.md';
+/** Project instructions beyond this many bytes are cut, with a note saying so. */
+export const INSTRUCTIONS_CAP_BYTES = 32 * 1024;
+
+export const DEFAULT_PROTECTED = ['.git/**', SETTINGS_FILE, '.github/**', INSTRUCTIONS_FILE] as const;
+/** Protected whatever the settings say: the workspace's `.git` would not be the repository's, and no tree may hold one. */
+export const ALWAYS_PROTECTED = ['.git', '.git/**'] as const;
+
+/** A repository run's budgets when its settings name none. */
+export const DEFAULT_REPO_BUDGETS: Budgets = { max_turns: 40, max_tool_calls: 100, deadline_s: 3600, call_timeout_s: 600 };
+/** The test timeout of a detected test command. */
+export const DETECTED_TESTS_TIMEOUT_S = 300;
+
+const pattern = z.string().superRefine((p, ctx) => {
+  const problem = globProblem(p);
+  if (problem !== null) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(p)}: ${problem}` });
+});
+
+const repoFolder = z.string().superRefine((p, ctx) => {
+  const checked = normalizeRepoPath(p);
+  if (!checked.ok) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(p)}: ${checked.reason}` });
+  else if (checked.path !== p) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(p)}: write it as ${JSON.stringify(checked.path)}` });
+});
+
+const command = z.array(z.string().min(1)).min(1);
+
+/** A host name of an egress allow-list: a name, or `*.` and a name. */
+const hostPattern = z.string().regex(/^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/, 'a host name, optionally starting with *.');
+
+/**
+ * `.coding-agent.json`. Strict: an unknown field is an error, and every error names its field.
+ * `setup` and `egress` (SPEC section 11) are validated and carried; this project does not act on
+ * them yet.
+ */
+export const repoSettingsSchema = z.strictObject({
+  schema_version: z.literal(1),
+  tests: testsSchema.nullable().optional(),
+  /**
+   * The hidden acceptance (SPEC section 2's protocol): `dir` is a folder of the base tree with
+   * `expected.json` and the runner files. It is left out of the workspace, mounted read-only as
+   * `{acceptance}` without `expected.json`, and protected.
+   */
+  acceptance: acceptanceSchema.extend({ dir: repoFolder }).nullable().optional(),
+  protected: z.array(pattern).optional(),
+  writable: z.array(pattern).optional(),
+  new_files: z.array(pattern).optional(),
+  /** The docker backend's image: any image of the worker's engine. */
+  image: z.string().min(1).max(256).nullable().optional(),
+  budgets: budgetsSchema.partial().optional(),
+  /** The approver a run of this repository gets when the command line names none. */
+  policy: approverSchema.nullable().optional(),
+  /** Sub-runs (SPEC section 12) for runs on this repository. */
+  subruns: subrunsSchema.optional(),
+  setup: z
+    .strictObject({ commands: z.array(command).min(1), timeout_s: z.number().positive() })
+    .nullable()
+    .optional(),
+  egress: z
+    .strictObject({
+      allow: z.array(hostPattern),
+      credentials: z.array(z.strictObject({ host: hostPattern, header: z.string().regex(/^[A-Za-z0-9-]{1,64}$/, 'an HTTP header name'), env: z.string().regex(ENV_NAME, 'the name of an environment variable') })).optional(),
+    })
+    .nullable()
+    .optional(),
+});
+export type RepoSettings = z.infer<typeof repoSettingsSchema>;
+
+export type SettingsOutcome = { ok: true; settings: RepoSettings | null } | { ok: false; detail: string };
+
+/** `.coding-agent.json`'s text (null when the base tree has none), parsed and checked. */
+export function parseRepoSettings(text: string | null): SettingsOutcome {
+  if (text === null) return { ok: true, settings: null };
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    return { ok: false, detail: `${SETTINGS_FILE} is not JSON: ${(err as Error).message}` };
+  }
+  const parsed = repoSettingsSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `${SETTINGS_FILE}: ${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
+    return { ok: false, detail: issues.join('; ') };
+  }
+  return { ok: true, settings: parsed.data };
+}
+
+/** What the base tree looks like to the detector: its paths, and the text of a few small files. */
+export interface TreeView {
+  has(path: string): boolean;
+  /** True when some path lies below this folder. */
+  hasFolder(path: string): boolean;
+  paths(): Iterable<string>;
+  /** The text of a small file of the tree, or null. */
+  read(path: string): string | null;
+}
+
+export type Detection = { ok: true; tests: TestsSpec; detected: string } | { ok: false; detail: string };
+
+const PYTEST: TestsSpec = { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider'], format: 'pytest', timeout_s: DETECTED_TESTS_TIMEOUT_S };
+
+/**
+ * The test command when the settings name none: pytest when pyproject.toml, pytest.ini, setup.cfg
+ * or a tests/ folder of Python tests say so; Node's runner when package.json's test script is
+ * `node --test ...` (its counts come from the junit reporter the harness adds). A script of
+ * another runner gives no structured counts by itself, so it is refused with what to write.
+ */
+export function detectTests(tree: TreeView): Detection {
+  const pyproject = tree.read('pyproject.toml');
+  if (pyproject !== null && /^\s*\[tool\.pytest[.\]]/m.test(pyproject)) return { ok: true, tests: PYTEST, detected: 'pytest ([tool.pytest...] in pyproject.toml)' };
+  if (tree.has('pytest.ini')) return { ok: true, tests: PYTEST, detected: 'pytest (pytest.ini)' };
+  const setupCfg = tree.read('setup.cfg');
+  if (setupCfg !== null && /^\s*\[tool:pytest\]/m.test(setupCfg)) return { ok: true, tests: PYTEST, detected: 'pytest ([tool:pytest] in setup.cfg)' };
+  const pythonTests = [...tree.paths()].some((p) => /^tests?\/(.*\/)?(test_[^/]*|[^/]*_test|conftest)\.py$/.test(p));
+  if (pythonTests) return { ok: true, tests: PYTEST, detected: 'pytest (Python test files under tests/)' };
+  if (pyproject !== null && /\bpytest\b/.test(pyproject)) return { ok: true, tests: PYTEST, detected: 'pytest (named in pyproject.toml)' };
+
+  const pkg = tree.read('package.json');
+  if (pkg !== null) {
+    let script: unknown;
+    try {
+      script = (JSON.parse(pkg) as { scripts?: { test?: unknown } }).scripts?.test;
+    } catch {
+      return { ok: false, detail: `package.json is not JSON, so its test script cannot be read; ${HOW_TO_NAME_TESTS}` };
+    }
+    if (typeof script === 'string') {
+      const words = script.trim().split(/\s+/);
+      const plain = words.every((w) => /^[A-Za-z0-9_./=:@+-]+$/.test(w));
+      if (plain && words[0] === 'node' && words.includes('--test')) {
+        return { ok: true, tests: { command: words, format: 'node-test', timeout_s: DETECTED_TESTS_TIMEOUT_S }, detected: `node:test (package.json's test script ${JSON.stringify(script)}, counted through the junit reporter)` };
+      }
+      return { ok: false, detail: `package.json's test script ${JSON.stringify(script)} is not \`node --test ...\`, and its runner's counts cannot be read without a JUnit report; ${HOW_TO_NAME_TESTS}` };
+    }
+  }
+  return { ok: false, detail: `no test command found (no pytest configuration, Python tests under tests/, or a package.json test script); ${HOW_TO_NAME_TESTS}` };
+}
+
+export const HOW_TO_NAME_TESTS =
+  `name one in ${SETTINGS_FILE} at the repository root, e.g. {"schema_version": 1, "tests": {"command": ["python3", "-m", "pytest", "-q"], "format": "pytest", "timeout_s": 300}} ` +
+  '(formats: pytest, node-test, or junit for any runner that writes a JUnit XML report to {junit})';
+
+/** Project instructions as the model gets them: at most the cap, with a visible note when cut. */
+export interface Instructions {
+  text: string;
+  /** Bytes of AGENTS.md as committed. */
+  bytes: number;
+  cut: boolean;
+}
+
+/** Cuts `bytes` to the cap at a line end (or a character boundary) and says so in a note. */
+export function capInstructions(bytes: Buffer, cap = INSTRUCTIONS_CAP_BYTES): Instructions {
+  if (bytes.length <= cap) return { text: bytes.toString('utf8'), bytes: bytes.length, cut: false };
+  let end = cap;
+  // Never inside a UTF-8 character: back up over continuation bytes.
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--;
+  const lineEnd = bytes.lastIndexOf(0x0a, end - 1);
+  if (lineEnd >= cap / 2) end = lineEnd + 1;
+  const kept = bytes.subarray(0, end).toString('utf8');
+  const note = `\n[${INSTRUCTIONS_FILE} is ${bytes.length} bytes; only its first ${end} bytes are shown here (the cap is ${cap} bytes).]`;
+  return { text: `${kept}${note}`, bytes: bytes.length, cut: true };
+}
+
+/** The protected patterns of a run: the settings' (or the defaults), `.git` always, and what the run may not touch. */
+export function protectedPatterns(settings: RepoSettings | null, extra: string[]): string[] {
+  const given = settings?.protected ?? [...DEFAULT_PROTECTED];
+  return [...new Set([...given, ...ALWAYS_PROTECTED, ...extra])];
+}
+
+/** The RunSpec of a repository run. */
+export function repositorySpec(o: {
+  id: string;
+  task: string;
+  settings: RepoSettings | null;
+  tests: TestsSpec;
+  acceptance: RunSpec['acceptance'];
+  /** Paths the run must leave alone beyond the settings' (submodules, the acceptance folder). */
+  extraProtected: string[];
+}): RunSpec {
+  const s = o.settings;
+  return {
+    id: o.id,
+    task: o.task,
+    writable: s?.writable ?? ['**'],
+    new_files: s?.new_files ?? ['**'],
+    protected: protectedPatterns(s, o.extraProtected),
+    writable_match: 'pattern',
+    tests: o.tests,
+    acceptance: o.acceptance,
+    budgets: { ...DEFAULT_REPO_BUDGETS, ...Object.fromEntries(Object.entries(s?.budgets ?? {}).filter(([, v]) => v !== undefined)) },
+    ...(s?.subruns ? { subruns: s.subruns } : {}),
+  };
+}
+
+/** A repository's name as records show it: its folder's name without `.git`, in the id alphabet. */
+export function repositoryName(path: string): string {
+  const base = path.replace(/\/+$/, '').split('/').pop() ?? 'repository';
+  const name = base.replace(/\.git$/, '').toLowerCase().replace(/[^a-z0-9._-]+/g, '-').replace(/^[^a-z0-9]+/, '').slice(0, 64);
+  return name === '' ? 'repository' : name;
+}

@@ -1,0 +1,160 @@
+/**
+ * A repository's rules, pure: path patterns with `**`, `.coding-agent.json` validated strictly
+ * with every error naming its field, the detected test command, the AGENTS.md cap, and the
+ * policy of a repository run beside a fixture's unchanged one.
+ */
+import { globMatches, globProblem } from '../core/paths';
+import { evaluatePolicy, isWritable, mayCreate } from '../core/policy';
+import { capInstructions, detectTests, INSTRUCTIONS_CAP_BYTES, parseRepoSettings, repositoryName, repositorySpec, type TreeView } from '../core/repo-settings';
+import { linkcheckFixture } from './helpers/run-dir';
+
+function tree(files: Record<string, string>): TreeView {
+  const paths = Object.keys(files);
+  return {
+    has: (p) => p in files,
+    hasFolder: (p) => paths.some((x) => x.startsWith(`${p}/`)),
+    paths: () => paths,
+    read: (p) => files[p] ?? null,
+  };
+}
+
+describe('path patterns', () => {
+  it('matches ** across segments and * within one, and a pattern without ** as before', () => {
+    expect(globMatches('**', 'a/b/c.py')).toBe(true);
+    expect(globMatches('.git/**', '.git/hooks/pre-commit')).toBe(true);
+    expect(globMatches('.git/**', '.github/x')).toBe(false);
+    expect(globMatches('.github/**', '.github/workflows/ci.yml')).toBe(true);
+    expect(globMatches('src/**/test_*.py', 'src/test_a.py')).toBe(true);
+    expect(globMatches('src/**/test_*.py', 'src/a/b/test_a.py')).toBe(true);
+    expect(globMatches('src/**/test_*.py', 'src/a/b/atest_a.py')).toBe(false);
+    expect(globMatches('**/conftest.py', 'conftest.py')).toBe(true);
+    expect(globMatches('**/conftest.py', 'tests/deep/conftest.py')).toBe(true);
+    expect(globMatches('tests/test_agent_*.py', 'tests/sub/test_agent_x.py')).toBe(false);
+    expect(globMatches('AGENTS.md', 'docs/AGENTS.md')).toBe(false);
+  });
+
+  it('names what is wrong with a pattern it does not understand', () => {
+    expect(globProblem('src/**.py')).toMatch(/\*\* must be a whole path segment/);
+    expect(globProblem('src/[ab].py')).toMatch(/"\[" is not supported/);
+    expect(globProblem('src/?.py')).toMatch(/"\?" is not supported/);
+    expect(globProblem('/abs/**')).toMatch(/no leading \//);
+    expect(globProblem('a//b')).toMatch(/empty segment/);
+    expect(globProblem('../x')).toMatch(/\.\. segment/);
+    expect(globProblem('src/**')).toBeNull();
+  });
+});
+
+describe('.coding-agent.json', () => {
+  it('takes the SPEC example (setup and egress carried), and no file at all', () => {
+    const example = {
+      schema_version: 1,
+      tests: { command: ['python3', '-m', 'pytest', '-q'], format: 'pytest', timeout_s: 300 },
+      acceptance: null,
+      protected: ['.git/**', '.coding-agent.json', '.github/**', 'AGENTS.md'],
+      writable: ['**'],
+      new_files: ['**'],
+      image: null,
+      budgets: { max_turns: 40 },
+      setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 600 },
+      egress: { allow: ['pypi.example.internal', '*.registry.example'], credentials: [{ host: 'pypi.example.internal', header: 'Authorization', env: 'PRIVATE_INDEX_TOKEN' }] },
+    };
+    const parsed = parseRepoSettings(JSON.stringify(example));
+    expect(parsed).toMatchObject({ ok: true, settings: { setup: example.setup, egress: example.egress } });
+    expect(parseRepoSettings(null)).toEqual({ ok: true, settings: null });
+  });
+
+  it.each([
+    ['an unknown field', { schema_version: 1, test: {} }, /\.coding-agent\.json: \(root\): Unrecognized key: "test"/],
+    ['an unknown field inside tests', { schema_version: 1, tests: { command: ['pytest'], format: 'pytest', timeout_s: 5, retries: 2 } }, /tests: Unrecognized key: "retries"/],
+    ['a bad glob', { schema_version: 1, protected: ['secrets/**.key'] }, /protected\.0: "secrets\/\*\*\.key": \*\* must be a whole path segment/],
+    ['an unknown test format', { schema_version: 1, tests: { command: ['go', 'test'], format: 'gotest', timeout_s: 5 } }, /tests\.format: Invalid option/],
+    ['a junit command without {junit}', { schema_version: 1, tests: { command: ['x'], format: 'junit', timeout_s: 5 } }, /tests\.command: the junit format needs \{junit\}/],
+    ['an egress credential without a variable name', { schema_version: 1, egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'lower' }] } }, /egress\.credentials\.0\.env/],
+    ['a policy that is no approver', { schema_version: 1, policy: 'yes' }, /policy:/],
+    ['another schema version', { schema_version: 2 }, /schema_version/],
+  ])('refuses %s, naming the field', (_what, settings, message) => {
+    const parsed = parseRepoSettings(JSON.stringify(settings));
+    expect(parsed.ok).toBe(false);
+    expect(!parsed.ok && parsed.detail).toMatch(message);
+  });
+
+  it('refuses text that is not JSON', () => {
+    expect(parseRepoSettings('{"schema_version": 1,')).toMatchObject({ ok: false, detail: expect.stringMatching(/^\.coding-agent\.json is not JSON/) });
+  });
+});
+
+describe('the detected test command', () => {
+  it.each([
+    [{ 'pyproject.toml': '[project]\nname = "x"\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n' }, /pyproject\.toml/],
+    [{ 'pytest.ini': '[pytest]\n' }, /pytest\.ini/],
+    [{ 'setup.cfg': '[metadata]\nname = x\n[tool:pytest]\naddopts = -q\n' }, /setup\.cfg/],
+    [{ 'tests/test_x.py': 'def test_x(): pass\n' }, /tests\//],
+  ])('is pytest when the repository says so (%#)', (files, by) => {
+    const detected = detectTests(tree(files));
+    expect(detected).toMatchObject({ ok: true, tests: { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider'], format: 'pytest' } });
+    expect(detected.ok && detected.detected).toMatch(by);
+  });
+
+  it("is Node's runner for a `node --test` script, counted through the junit reporter", () => {
+    expect(detectTests(tree({ 'package.json': JSON.stringify({ scripts: { test: 'node --test test/' } }) }))).toMatchObject({
+      ok: true,
+      tests: { command: ['node', '--test', 'test/'], format: 'node-test' },
+    });
+  });
+
+  it('refuses another runner and an empty repository, saying how to name a test command', () => {
+    const jest = detectTests(tree({ 'package.json': JSON.stringify({ scripts: { test: 'jest --coverage' } }) }));
+    expect(jest).toMatchObject({ ok: false, detail: expect.stringMatching(/"jest --coverage" is not `node --test \.\.\.`.*\.coding-agent\.json/) });
+    const none = detectTests(tree({ 'README.md': '# x\n' }));
+    expect(none).toMatchObject({ ok: false, detail: expect.stringMatching(/no test command found.*"tests": \{"command"/) });
+  });
+});
+
+describe('AGENTS.md as project instructions', () => {
+  it('goes whole under the cap and is cut to the cap with a visible note above it', () => {
+    expect(capInstructions(Buffer.from('Run the tests with pytest.\n'))).toEqual({ text: 'Run the tests with pytest.\n', bytes: 27, cut: false });
+    const line = 'Prefer small functions; every change comes with a test. ü\n';
+    const big = Buffer.from(line.repeat(Math.ceil((1024 * 1024) / Buffer.byteLength(line))));
+    expect(big.length).toBeGreaterThanOrEqual(1024 * 1024);
+    const cut = capInstructions(big);
+    expect(cut.cut).toBe(true);
+    expect(cut.bytes).toBe(big.length);
+    const [kept, note] = cut.text.split('\n[AGENTS.md is ');
+    const keptBytes = Buffer.byteLength(kept);
+    expect(keptBytes).toBeLessThanOrEqual(INSTRUCTIONS_CAP_BYTES);
+    expect(keptBytes).toBeGreaterThan(INSTRUCTIONS_CAP_BYTES - 100);
+    expect(kept.endsWith('\n')).toBe(true); // whole lines, whole characters
+    expect(big.subarray(0, keptBytes).toString('utf8')).toBe(kept);
+    expect(note).toBe(`${big.length} bytes; only its first ${keptBytes} bytes are shown here (the cap is 32768 bytes).]`);
+  });
+});
+
+describe("a repository run's policy", () => {
+  const spec = repositorySpec({ id: 'demo', task: 't', settings: null, tests: { command: ['pytest'], format: 'pytest', timeout_s: 5 }, acceptance: null, extraProtected: ['vendor/lib', 'vendor/lib/**'] });
+
+  it('writes anywhere but the protected patterns, the submodules and .git', () => {
+    expect(spec.protected).toEqual(['.git/**', '.coding-agent.json', '.github/**', 'AGENTS.md', '.git', 'vendor/lib', 'vendor/lib/**']);
+    for (const path of ['src/a.py', 'deep/er/x.bin', 'tests/test_new.py']) {
+      expect(evaluatePolicy({ name: 'apply_patch' }, path, spec).decision).toBe('ask');
+    }
+    for (const path of ['.coding-agent.json', 'AGENTS.md', '.github/workflows/ci.yml', '.git/config', 'vendor/lib/x.c']) {
+      const evaluation = evaluatePolicy({ name: 'apply_patch' }, path, spec);
+      expect(evaluation.decision).toBe('deny');
+      expect(evaluation.matched.map((r) => r.id)).toContain('protected-pattern');
+    }
+    expect(isWritable(spec, 'docs/AGENTS.md')).toBe(true);
+    expect(mayCreate(spec, '.github/x')).toBe(false);
+  });
+
+  it("leaves a fixture's evaluation as it was: exact writable paths, no protected-pattern rule", () => {
+    const fixture = linkcheckFixture();
+    expect(evaluatePolicy({ name: 'apply_patch' }, 'src/linkcheck.py', fixture).matched.map((r) => r.id)).toEqual(['writable-file']);
+    expect(evaluatePolicy({ name: 'apply_patch' }, 'tests/test_agent_x.py', fixture).matched.map((r) => r.id)).toEqual(['allowed-new-file']);
+    expect(evaluatePolicy({ name: 'apply_patch' }, 'README.md', fixture).matched.map((r) => r.id)).toEqual(['protected-path']);
+  });
+
+  it('names a repository by its folder', () => {
+    expect(repositoryName('/srv/git/My.Project.git')).toBe('my.project');
+    expect(repositoryName('/work/checkouts/sqlparse/')).toBe('sqlparse');
+  });
+});
