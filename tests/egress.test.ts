@@ -4,11 +4,19 @@
  * their test names from the hosts file the worker's settings name (AGENT_EGRESS_HOSTS), and
  * nothing else resolves anything.
  */
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { networkInterfaces } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { readSettings } from '../host/settings';
-import { bridgeGateway, buildWheel, finalOnlyReplay, hostsFile, INDEX_HOST, packageIndex, plainServer, pythonRepo, type Upstream } from './helpers/egress';
+import type { CachedSetup } from '../activities/setup/cache';
+import { BLOCKED_HOST, bridgeGateway, buildWheel, finalOnlyReplay, hostsFile, INDEX_HOST, packageIndex, plainServer, pythonRepo, type Upstream } from './helpers/egress';
+import { PROJECT_ROOT } from './helpers/run-dir';
 import { runOnce, startServer } from './helpers/temporal';
 
 jest.setTimeout(240_000);
@@ -48,13 +56,18 @@ function repoInput(repo: { dir: string; head: string }): RunInput {
 
 const pipInstall = (port: number) => ['pip', 'install', '--no-cache-dir', '--break-system-packages', '--disable-pip-version-check', '--index-url', `http://${INDEX_HOST}:${port}/simple/`, '--trusted-host', INDEX_HOST, 'greetlib'];
 const ofType = (trace: TraceEvent[], type: string) => trace.filter((e) => e.type === type);
+const python = (code: string) => ['python3', '-c', code];
+const setupFinished = (trace: TraceEvent[]) => ofType(trace, 'setup_finished')[0].data as { ok: boolean; key: string; cached?: boolean; image_id?: string; detail?: string };
+const cli = (...args: string[]) => promisify(execFile)(process.execPath, [join(PROJECT_ROOT, 'dist', 'client', 'cli.js'), ...args]);
+/** The first run's repository: the cache test runs it again with the same inputs. */
+let installRepo: { dir: string; head: string };
+let installKey: string;
 
 describe('a setup phase behind the egress proxy', () => {
   it('installs a package only the local index has, through the proxy: the run completes with egress allowed > 0 and denied = 0', async () => {
-    const repo = pythonRepo({ setup: { commands: [pipInstall(index.port)], timeout_s: 120 }, egress: { allow: [INDEX_HOST] } });
+    const repo = (installRepo = pythonRepo({ setup: { commands: [pipInstall(index.port)], timeout_s: 120 }, egress: { allow: [INDEX_HOST] } }));
     const before = index.requests.length;
     const { outcome, trace } = await runOnce(env, repoInput(repo), { settings: settings() });
-    if (outcome.record.status !== 'completed') console.log(JSON.stringify({ detail: outcome.state.detail, trace }, null, 1).slice(0, 20000));
     expect(outcome.record).toMatchObject({ status: 'completed', reason: null, candidate_tests: { discovered: 1, passed: 1, failed: 0 } });
     expect(outcome.record.egress!.allowed).toBeGreaterThan(0);
     expect(outcome.record.egress!.denied).toBe(0);
@@ -69,5 +82,126 @@ describe('a setup phase behind the egress proxy', () => {
       ['after_setup', true],
     ]);
     expect(ofType(trace, 'setup_command').map((e) => e.data)).toEqual([{ argv: pipInstall(index.port), exit_code: 0, timed_out: false }]);
+    expect(setupFinished(trace)).toMatchObject({ ok: true, cached: false });
+    installKey = setupFinished(trace).key;
+  });
+
+  it('refuses a host the allow list leaves out and a method it does not allow: egress_denied names each, and the run ends setup_failed', async () => {
+    const script = [
+      'import sys, urllib.request, urllib.error',
+      'def go(url, data=None):',
+      '    try:',
+      '        urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10)',
+      '        return 200',
+      '    except urllib.error.HTTPError as e:',
+      '        print(url, e.code)',
+      '        return e.code',
+      `go("http://${INDEX_HOST}:${index.port}/simple/greetlib/", data=b"upload")`,
+      `sys.exit(1 if go("http://${BLOCKED_HOST}:${blocked.port}/exfiltrate") == 403 else 0)`,
+    ].join('\n');
+    const repo = pythonRepo({ setup: { commands: [python(script)], timeout_s: 60 }, egress: { allow: [INDEX_HOST] } });
+    const before = index.requests.length;
+    const { outcome, trace } = await runOnce(env, repoInput(repo), { settings: settings() });
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'setup_failed', egress: { allowed: 0, denied: 2 }, candidate_tests: null });
+    expect(ofType(trace, 'egress_denied').map((e) => e.data)).toEqual([
+      { host: INDEX_HOST, port: index.port, method: 'POST', bytes: expect.any(Number), status: 403 },
+      { host: BLOCKED_HOST, port: blocked.port, method: 'GET', bytes: expect.any(Number), status: 403 },
+    ]);
+    expect(ofType(trace, 'egress_allowed')).toEqual([]);
+    expect(blocked.requests).toEqual([]);
+    expect(index.requests.length).toBe(before);
+    expect(outcome.state.detail).toMatch(/^setup command "python3 -c .*" exited 1: .*exfiltrate 403/s);
+    expect(ofType(trace, 'setup_command').map((e) => (e.data as { exit_code: number }).exit_code)).toEqual([1]);
+    expect(ofType(trace, 'run_finished')[0].data).toMatchObject({ status: 'failed', reason: 'setup_failed' });
+  });
+
+  it('keeps a setup command from reaching the host directly: its connections fail, the host listener accepts none, and the setup-phase probe says so', async () => {
+    const listener = createServer((socket) => {
+      accepted++;
+      socket.destroy();
+    });
+    let accepted = 0;
+    await new Promise<void>((r) => listener.listen(0, '0.0.0.0', () => r()));
+    const port = (listener.address() as { port: number }).port;
+    const addresses = [gateway, ...Object.values(networkInterfaces()).flatMap((l) => (l ?? []).filter((a) => a.family === 'IPv4' && !a.internal).map((a) => a.address))];
+    const script = [
+      'import socket, sys',
+      'reached = 0',
+      `for host in ${JSON.stringify([...new Set(addresses)])}:`,
+      '    try:',
+      `        socket.create_connection((host, ${port}), timeout=3).close()`,
+      '        reached += 1',
+      '        print(host, "connected")',
+      '    except OSError as e:',
+      '        print(host, type(e).__name__, e)',
+      'sys.exit(0 if reached else 1)',
+    ].join('\n');
+    try {
+      const repo = pythonRepo({ setup: { commands: [python(script)], timeout_s: 60 }, egress: { allow: [INDEX_HOST] } });
+      const { outcome, trace } = await runOnce(env, repoInput(repo), { settings: settings() });
+      expect(outcome.record).toMatchObject({ status: 'failed', reason: 'setup_failed', egress: { allowed: 0, denied: 0 } });
+      expect(accepted).toBe(0);
+      const command = ofType(trace, 'setup_command')[0].data as { exit_code: number; output_tail: string };
+      expect(command.exit_code).toBe(1);
+      for (const host of new Set(addresses)) expect(command.output_tail).toMatch(new RegExp(`^${host.replace(/\./g, '\\.')} (TimeoutError|OSError|ConnectionRefusedError)`, 'm'));
+      expect(command.output_tail).not.toMatch(/connected/);
+      const probe = ofType(trace, 'isolation_checked').map((e) => e.data as { phase?: string; verified: boolean; checks: Record<string, { ok: boolean; detail: string }> }).find((e) => e.phase === 'setup')!;
+      expect(probe.verified).toBe(true);
+      expect(probe.checks.proxy).toMatchObject({ ok: true, detail: expect.stringMatching(/:3128 connected$/) });
+      expect(probe.checks.host_listener).toEqual({ ok: true, detail: '0 connection(s) accepted by the host listener' });
+      // The engine bridge's gateway, the host's interfaces and the internal network's gateway address, none reached.
+      const tried = probe.checks.network.detail.split(', ');
+      expect(tried.length).toBeGreaterThanOrEqual(3);
+      expect(tried.filter((t) => / (connected|ECONNREFUSED)$/.test(t))).toEqual([]);
+      expect(probe.checks.network.detail).toContain(`${gateway}:`);
+    } finally {
+      listener.close();
+    }
+  });
+
+  it('starts a second run with the same inputs from the cached image: setup_cached, no setup command, no request', async () => {
+    const before = index.requests.length;
+    const { outcome, trace } = await runOnce(env, repoInput(installRepo), { settings: settings() });
+    expect(outcome.record).toMatchObject({ status: 'completed', egress: { allowed: 0, denied: 0 }, candidate_tests: { discovered: 1, passed: 1, failed: 0 } });
+    expect(ofType(trace, 'setup_cached').map((e) => (e.data as { key: string }).key)).toEqual([installKey]);
+    expect(ofType(trace, 'setup_command')).toEqual([]);
+    expect([...ofType(trace, 'egress_allowed'), ...ofType(trace, 'egress_denied')]).toEqual([]);
+    expect(index.requests.length).toBe(before);
+    expect(setupFinished(trace)).toMatchObject({ ok: true, cached: true, key: installKey });
+    // Only the run's image is probed: the setup phase ran nothing.
+    expect(ofType(trace, 'isolation_checked').map((e) => (e.data as { phase?: string }).phase ?? 'before_setup')).toEqual(['before_setup', 'after_setup']);
+  });
+
+  it('writes what the setup left in /workspace into the workspace as its baseline: the tests import it, the diff does not show it', async () => {
+    const generate = python('import os\nos.makedirs("gen", exist_ok=True)\nopen("gen/values.py", "w").write("ANSWER = 42\\n")\nopen("gen/__init__.py", "w").close()');
+    const repo = pythonRepo(
+      { setup: { commands: [pipInstall(index.port), generate], timeout_s: 120 }, egress: { allow: [INDEX_HOST] } },
+      { 'tests/test_generated.py': 'from gen.values import ANSWER\n\n\ndef test_answer():\n    assert ANSWER == 42\n' },
+    );
+    const { outcome, trace, stateDir, runId } = await runOnce(env, repoInput(repo), { settings: settings() });
+    expect(outcome.record).toMatchObject({ status: 'completed', diff_paths: [], candidate_tests: { discovered: 2, passed: 2, failed: 0 } });
+    expect(setupFinished(trace)).toMatchObject({ ok: true, added: 2 });
+    expect(readFileSync(join(stateDir, 'runs', runId, 'workspace', 'gen', 'values.py'), 'utf8')).toBe('ANSWER = 42\n');
+  });
+
+  it.each([
+    ['changes a file of the base tree', 'open("greeter.py", "a").write("# touched\\n")', /the setup changed greeter\.py, a file of the base tree/],
+    ['removes a file of the base tree', 'import os\nos.remove("tests/test_greeter.py")', /the setup removed tests\/test_greeter\.py/],
+    ['leaves a .git folder', 'import os\nos.makedirs("vendor/.git")', /vendor\/\.git.*a \.git segment/],
+  ])('refuses a setup that %s, naming the path', async (_what, code, detail) => {
+    const repo = pythonRepo({ setup: { commands: [python(code)], timeout_s: 60 } });
+    const { outcome } = await runOnce(env, repoInput(repo), { settings: settings() });
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'setup_failed', egress: { allowed: 0, denied: 0 } });
+    expect(outcome.state.detail).toMatch(detail);
+  });
+
+  it('lists the cache images with `cache list` and removes them with `cache prune`', async () => {
+    const listed = JSON.parse((await cli('cache', 'list', '--json')).stdout) as CachedSetup[];
+    const mine = listed.find((i) => i.key === installKey)!;
+    expect(mine).toMatchObject({ tag: `coding-agent-setup:${installKey}`, allow: [INDEX_HOST], commands: [pipInstall(index.port).join(' ')] });
+    expect(mine.layer_bytes).toBeGreaterThan(0);
+    const pruned = JSON.parse((await cli('cache', 'prune', '--json')).stdout) as { removed: string[]; kept: unknown[] };
+    expect(pruned.removed).toContain(installKey);
+    expect((JSON.parse((await cli('cache', 'list', '--json')).stdout) as CachedSetup[]).map((i) => i.key)).not.toContain(installKey);
   });
 });

@@ -64,7 +64,8 @@ export interface CachedSetup {
   tag: string;
   /** Seconds since the epoch, as the engine says. */
   created: number;
-  size_bytes: number;
+  /** Bytes of the setup's own layer (the base image's layers are shared, not counted). */
+  layer_bytes: number;
   base_image: string | null;
   base_tree: string | null;
   commands: string[];
@@ -79,8 +80,8 @@ export async function listSetupImages(docker: Dockerode): Promise<CachedSetup[]>
   } catch (err) {
     throw engineError(err);
   }
-  return images
-    .map((i): CachedSetup => {
+  const rows = await Promise.all(
+    images.map(async (i): Promise<CachedSetup> => {
       let summary: Partial<{ base_image: string; base_tree: string; commands: string[]; allow: string[] }> = {};
       try {
         summary = JSON.parse(Buffer.from(i.Labels?.[SUMMARY_LABEL] ?? '', 'base64').toString('utf8'));
@@ -93,14 +94,26 @@ export async function listSetupImages(docker: Dockerode): Promise<CachedSetup[]>
         image_id: i.Id,
         tag: (i.RepoTags ?? []).find((t) => t.startsWith(`${SETUP_REPOSITORY}:`)) ?? '<none>',
         created: i.Created,
-        size_bytes: i.Size,
+        layer_bytes: await layerBytes(docker, i.Id),
         base_image: summary.base_image ?? null,
         base_tree: summary.base_tree ?? null,
         commands: summary.commands ?? [],
         allow: summary.allow ?? [],
       };
-    })
-    .sort((a, b) => b.created - a.created || a.key.localeCompare(b.key));
+    }),
+  );
+  return rows.sort((a, b) => b.created - a.created || a.key.localeCompare(b.key));
+}
+
+/** The newest layer's size: a setup image is its base plus the one layer its commit made. */
+async function layerBytes(docker: Dockerode, id: string): Promise<number> {
+  try {
+    const history = (await docker.getImage(id).history()) as { Size?: number }[];
+    return history[0]?.Size ?? 0;
+  } catch (err) {
+    if ((err as { statusCode?: number }).statusCode === 404) return 0;
+    throw engineError(err);
+  }
 }
 
 /** Removes every setup image; one a container still uses is kept and named. */

@@ -36,6 +36,7 @@ import { findSetupImage, setupInputs, setupKey, setupLabels, SETUP_REPOSITORY } 
 import { applyProducts, dropPreSetup, keepPreSetup, SetupProductError, workspaceArchive } from './products';
 import { createEgressNetwork, PROXY_HOSTS_PATH, ProxyStartError, startProxy, type RunningProxy } from './proxy';
 import { headerValueProblem, parseAccessLine, squidConfig, type EgressEvent } from './squid';
+import { within } from './timing';
 
 /** Egress events a setup result carries in full; the counts are always whole. */
 export const MAX_EGRESS_EVENTS = 100;
@@ -237,7 +238,8 @@ async function runFresh(
       if (run.exitCode !== 0) {
         record.output_tail = scrub(tail(run.stdout + (run.stderr ? `\n${run.stderr}` : ''), TAIL_BYTES));
         const why = run.timedOut ? `timed out (setup.timeout_s ${setup.timeout_s} s for all commands)` : `exited ${run.exitCode}`;
-        return failed('setup_failed', `setup command ${JSON.stringify(argv.join(' ')).slice(0, 300)} ${why}: ${tail(record.output_tail, 1500)}`, isolation);
+        const shown = argv.join(' ');
+        return failed('setup_failed', `setup command ${JSON.stringify(shown.length > 200 ? `${shown.slice(0, 200)}...` : shown)} ${why}: ${tail(record.output_tail, 1500)}`, isolation);
       }
     }
     await container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
@@ -296,12 +298,12 @@ async function runExec(docker: Dockerode, container: Dockerode.Container, argv: 
     // The exec ends when its process does; a child it left holding the output keeps the stream
     // open, so the process's end (polled) with a short grace decides.
     for (;;) {
-      const ended = await Promise.race([streamEnded.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 500))]);
+      const ended = await within(streamEnded.then(() => true), 500, false);
       spec.onProgress?.();
       if (ended) break;
       const state = await exec.inspect();
       if (!state.Running) {
-        await Promise.race([streamEnded, new Promise((r) => setTimeout(r, 2000))]);
+        await within(streamEnded, 2000, undefined);
         break;
       }
     }
@@ -321,3 +323,4 @@ async function runExec(docker: Dockerode, container: Dockerode.Container, argv: 
     (stream as unknown as { destroy?: () => void }).destroy?.();
   }
 }
+

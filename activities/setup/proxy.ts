@@ -23,6 +23,7 @@ import type Dockerode from 'dockerode';
 import { engineError, ownerLabel, removeContainer, SANDBOX_LABEL } from '../backends/docker';
 import { BackendUnavailableError } from '../backends/types';
 import { PROXY_PORT } from './squid';
+import { within } from './timing';
 
 export const EGRESS_NETWORK_LABEL = 'egress';
 export const PROXY_LABEL = 'proxy';
@@ -194,7 +195,7 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
           await container.stop({ t: 2 }).catch((e: unknown) => {
             if (![304, 404].includes((e as { statusCode?: number }).statusCode ?? 0)) throw e;
           });
-          await Promise.race([ended, new Promise((r) => setTimeout(r, 5000))]);
+          await within(ended, 5000, undefined);
         } finally {
           await removeAll();
         }
