@@ -5,19 +5,26 @@
  * nothing else resolves anything.
  */
 import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import Dockerode from 'dockerode';
+import { placeholder } from '../activities/setup';
 import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { readSettings } from '../host/settings';
+import { startRunWithArgs } from '../client/run-access';
+import type { RunOutcome } from '../workflows';
 import type { CachedSetup } from '../activities/setup/cache';
 import { BLOCKED_HOST, bridgeGateway, buildWheel, finalOnlyReplay, hostsFile, INDEX_HOST, packageIndex, plainServer, pythonRepo, type Upstream } from './helpers/egress';
-import { PROJECT_ROOT } from './helpers/run-dir';
-import { runOnce, startServer } from './helpers/temporal';
+import { fragments, historyJson, leaks } from './helpers/leaks';
+import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { killed, runOnce, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
 
 jest.setTimeout(240_000);
 
@@ -203,5 +210,81 @@ describe('a setup phase behind the egress proxy', () => {
     const pruned = JSON.parse((await cli('cache', 'prune', '--json')).stdout) as { removed: string[]; kept: unknown[] };
     expect(pruned.removed).toContain(installKey);
     expect((JSON.parse((await cli('cache', 'list', '--json')).stdout) as CachedSetup[]).map((i) => i.key)).not.toContain(installKey);
+  });
+});
+
+describe('credentials stay outside the sandbox', () => {
+  const token = `Bearer egress-${randomBytes(16).toString('hex')}`;
+  const TOKEN_ENV = 'PRIVATE_INDEX_TOKEN';
+  let privateIndex: Upstream;
+
+  beforeAll(async () => {
+    privateIndex = await packageIndex([{ name: 'greetlib', ...wheel }], { name: 'Authorization', value: token });
+  });
+  afterAll(() => privateIndex?.close());
+
+  /** Everything of an image's file system, as one archive's bytes. */
+  async function imageBytes(image: string): Promise<Buffer> {
+    const docker = new Dockerode();
+    const container = await docker.createContainer({ Image: image, Cmd: ['/'], HostConfig: { NetworkMode: 'none' } });
+    try {
+      const chunks: Buffer[] = [];
+      const stream = (await container.export()) as unknown as Readable;
+      for await (const chunk of stream) chunks.push(chunk as Buffer);
+      return Buffer.concat(chunks);
+    } finally {
+      await container.remove({ force: true });
+    }
+  }
+
+  it('puts the real header on requests to its host while the sandbox holds a placeholder: no value in the image, its environment, history, store or logs', async () => {
+    const url = `http://token:$${TOKEN_ENV}@${INDEX_HOST}:${privateIndex.port}/simple/`;
+    const repo = pythonRepo({
+      setup: {
+        commands: [
+          ['sh', '-c', `env > /workspace/setup-env.txt && printf '%s' "$${TOKEN_ENV}" > /workspace/token-seen.txt`],
+          ['sh', '-c', `pip install --no-cache-dir --break-system-packages --disable-pip-version-check --index-url "${url}" --trusted-host ${INDEX_HOST} greetlib`],
+        ],
+        timeout_s: 120,
+      },
+      egress: { allow: [INDEX_HOST], credentials: [{ host: INDEX_HOST, header: 'Authorization', env: TOKEN_ENV }] },
+    });
+    const stateDir = tempDir('agent-state');
+    const taskQueue = uniqueQueue('egress-credentials');
+    const worker = spawnWorker(env, taskQueue, stateDir, { [TOKEN_ENV]: token, AGENT_EGRESS_HOSTS: hosts });
+    let log = '';
+    worker.stderr!.on('data', (b: Buffer) => (log += b.toString('utf8')));
+    let outcome: RunOutcome;
+    const workflowId = `${taskQueue}-run`;
+    try {
+      const handle = await startRunWithArgs(env.client, [repoInput(repo)], { taskQueue, workflowId });
+      outcome = (await handle.result()) as RunOutcome;
+    } finally {
+      worker.kill('SIGTERM');
+      await killed(worker);
+    }
+    expect(outcome.record).toMatchObject({ status: 'completed', egress: { denied: 0 } });
+    expect(outcome.record.egress!.allowed).toBeGreaterThanOrEqual(2);
+    // The upstream got the real header, and only it (it answers 401 to anything else).
+    const got = privateIndex.requests.map((r) => r.headers.authorization);
+    expect(got.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(got)).toEqual(new Set([token]));
+    // Inside: the placeholder, in the environment every command had.
+    const workspace = join(stateDir, 'runs', outcome.trace.run_id, 'workspace');
+    expect(readFileSync(join(workspace, 'token-seen.txt'), 'utf8')).toBe(placeholder(TOKEN_ENV));
+    expect(readFileSync(join(workspace, 'setup-env.txt'), 'utf8')).toContain(`${TOKEN_ENV}=${placeholder(TOKEN_ENV)}`);
+    // The committed cache image: its file system and its configuration.
+    const image = outcome.state.setup!.image_id!;
+    const inspect = await new Dockerode().getImage(image).inspect();
+    expect((inspect.Config.Env ?? []).map((e) => e.split('=')[0]).sort()).toEqual(['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE']);
+    const needles = [token, ...fragments(token.slice('Bearer '.length), 12)];
+    const fsBytes = await imageBytes(image);
+    expect(fsBytes.includes(placeholder(TOKEN_ENV))).toBe(true); // the archive is searchable: the placeholder is found
+    expect(needles.filter((n) => fsBytes.includes(n))).toEqual([]);
+    expect(JSON.stringify(inspect).includes(token)).toBe(false);
+    // History (payloads decoded), the state folder (store, ledger, workspaces, control folders), the worker's log.
+    const history = await historyJson(env.address, workflowId);
+    expect(history).toContain(`"host":"${INDEX_HOST}"`); // decoded: the run's egress events are there
+    expect(leaks(needles, { texts: { history, 'worker log': log }, dirs: [stateDir] })).toEqual([]);
   });
 });
