@@ -57,6 +57,7 @@ export interface SetupDeps {
   proxyImage: string;
   upstreamNetwork: string;
   hostsFile: string | null;
+  upstreamCaFile: string | null;
 }
 
 /** What the workflow passes to every run-scoped activity. */
@@ -326,6 +327,7 @@ export function createActivities(deps: ActivityDeps) {
           proxyImage: deps.setup.proxyImage,
           upstreamNetwork: deps.setup.upstreamNetwork,
           hostsFile: deps.setup.hostsFile,
+          upstreamCaFile: deps.setup.upstreamCaFile,
           credential: config.credential,
           limits: config.limits,
           signal: ctx.cancellationSignal,

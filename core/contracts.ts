@@ -125,6 +125,12 @@ export const egressSchema = z
   .strictObject({
     allow: z.array(hostPattern).max(64),
     methods: z.array(z.enum(EGRESS_METHODS)).min(1).optional(),
+    /**
+     * HTTPS through the proxy: `tunnel` (default), a CONNECT tunnel the proxy sees only the name
+     * of; `intercept`, TLS ended at the proxy with a certificate authority made for the setup
+     * (its key stays in the proxy), so methods, credentials and the audit apply inside HTTPS too.
+     */
+    tls: z.enum(['tunnel', 'intercept']).optional(),
     credentials: z
       .array(
         z.strictObject({

@@ -84,6 +84,8 @@ export interface Settings {
   egressNetwork: string;
   /** A hosts file the egress proxy resolves names from, and from nothing else; null: DNS as the engine gives it. */
   egressHostsFile: string | null;
+  /** PEM certificates an intercepting egress proxy trusts for upstream HTTPS besides the system's; null: the system's only. */
+  egressUpstreamCa: string | null;
   /** Where an endpoint of each kind without its own `base_url` sends requests. */
   openaiBaseUrl: string;
   anthropicBaseUrl: string;
@@ -234,6 +236,12 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     name: 'AGENT_EGRESS_HOSTS',
     default: 'unset',
     meaning: 'a hosts file (`address name...` lines): the egress proxy resolves names from it and from nothing else; unset: DNS as the engine gives it',
+    read: (v) => (given(v) === null ? null : resolve(v!)),
+  },
+  egressUpstreamCa: {
+    name: 'AGENT_EGRESS_UPSTREAM_CA',
+    default: 'unset',
+    meaning: "PEM certificates an intercepting egress proxy (`egress.tls: intercept`) trusts for upstream HTTPS besides the system's",
     read: (v) => (given(v) === null ? null : resolve(v!)),
   },
   openaiBaseUrl: {

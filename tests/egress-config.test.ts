@@ -7,7 +7,7 @@ import { headerValueProblem, parseAccessLine, squidConfig, type ProxyConfig } fr
 import { fixtureSchema, hostMatches } from '../core/contracts';
 import { linkcheckFixture } from './helpers/run-dir';
 
-const base: ProxyConfig = { listen: '172.20.0.2', clients: '172.20.0.0/16', egress: { allow: ['pypi.example.internal', '*.registry.example'] }, credentials: [], hostsFile: null, hostsPath: '/run/agent/hosts' };
+const base: ProxyConfig = { listen: '172.20.0.2', clients: '172.20.0.0/16', egress: { allow: ['pypi.example.internal', '*.registry.example'] }, credentials: [], hostsFile: null, hostsPath: '/run/agent/hosts', intercept: null };
 const lines = (c: ProxyConfig) => squidConfig(c).split('\n');
 
 describe('host patterns', () => {
@@ -67,6 +67,15 @@ describe('the squid configuration of a setup phase', () => {
     ]);
   });
 
+  it('intercepting, ends TLS at the proxy with the setup authority and trusts the given upstream authorities', () => {
+    const text = lines({ ...base, intercept: { caCert: '/run/agent/ca.pem', caKey: '/run/agent/ca.key', certDb: '/run/agent/certs', upstreamCa: '/run/agent/upstream-ca.pem' } });
+    expect(text[1]).toBe('http_port 172.20.0.2:3128 ssl-bump tls-cert=/run/agent/ca.pem tls-key=/run/agent/ca.key generate-host-certificates=on dynamic_cert_mem_cache_size=4MB');
+    expect(text).toContain('ssl_bump bump all');
+    expect(text).toContain('sslcrtd_program /usr/lib/squid/security_file_certgen -s /run/agent/certs -M 4MB');
+    expect(text).toContain('tls_outgoing_options cafile=/run/agent/upstream-ca.pem');
+    expect(lines(base).some((l) => l.includes('ssl_bump') || l.includes('tls_outgoing'))).toBe(false);
+  });
+
   it('refuses a header value that could end the header early', () => {
     expect(headerValueProblem('Bearer abc')).toBeNull();
     expect(headerValueProblem('Bearer abc\r\nX-Evil: 1')).toMatch(/line break/);
@@ -90,6 +99,12 @@ describe("the proxy's access log as egress events", () => {
     ['what is this', { allowed: false, host: '(unparsed log line)', port: null, method: null, bytes: 0, status: null }],
   ])('%s', (line, event) => {
     expect(parseAccessLine(line)).toEqual(event);
+  });
+
+  it('intercepting, takes a CONNECT as the tunnel, not a request: the requests inside are the events', () => {
+    expect(parseAccessLine('CONNECT pypi.example.internal 443 NONE_NONE 200 0 43', true)).toBeNull();
+    expect(parseAccessLine('GET blocked.example 443 NONE_NONE 403 3453 158', true)).toEqual({ allowed: false, host: 'blocked.example', port: 443, method: 'GET', bytes: 3611, status: 403 });
+    expect(parseAccessLine('CONNECT pypi.example.internal 443 TCP_TUNNEL 200 5120 700', false)).toMatchObject({ allowed: true, method: 'CONNECT' });
   });
 
   it('takes a connection that sent no request (the probe) as no request at all', () => {

@@ -6,7 +6,7 @@
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { networkInterfaces } from 'node:os';
 import { join } from 'node:path';
@@ -14,14 +14,15 @@ import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import Dockerode from 'dockerode';
-import { placeholder } from '../activities/setup';
+import tar from 'tar-stream';
+import { placeholder, SETUP_CA_DIR } from '../activities/setup';
 import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { readSettings } from '../host/settings';
 import { startRunWithArgs } from '../client/run-access';
 import type { RunOutcome } from '../workflows';
 import type { CachedSetup } from '../activities/setup/cache';
-import { BLOCKED_HOST, bridgeGateway, buildWheel, finalOnlyReplay, hostsFile, INDEX_HOST, packageIndex, plainServer, pythonRepo, type Upstream } from './helpers/egress';
+import { BLOCKED_HOST, bridgeGateway, buildWheel, finalOnlyReplay, hostsFile, INDEX_HOST, packageIndex, plainServer, pythonRepo, testCertificates, type Upstream } from './helpers/egress';
 import { fragments, historyJson, leaks } from './helpers/leaks';
 import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { killed, runOnce, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
@@ -51,6 +52,43 @@ afterAll(async () => {
 });
 
 const settings = () => ({ ...readSettings(), egressHostsFile: hosts });
+
+/** The archive of an image's newest layer (`docker save`), as bytes: what its commit added. */
+async function topLayer(image: string): Promise<Buffer> {
+  const saved = (await new Dockerode().getImage(image).get()) as unknown as Readable;
+  const files = new Map<string, Buffer>();
+  await new Promise<void>((resolve, reject) => {
+    const extract = tar.extract();
+    extract.on('entry', (header, stream, next) => {
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        files.set(header.name, Buffer.concat(chunks));
+        next();
+      });
+    });
+    extract.on('finish', resolve);
+    extract.on('error', reject);
+    saved.pipe(extract);
+  });
+  const manifest = JSON.parse(files.get('manifest.json')!.toString('utf8')) as { Layers: string[] }[];
+  return files.get(manifest[0].Layers.at(-1)!)!;
+}
+
+/** Everything of an image's file system, as one archive's bytes. */
+async function imageBytes(image: string): Promise<Buffer> {
+  const docker = new Dockerode();
+  const container = await docker.createContainer({ Image: image, Cmd: ['/'], HostConfig: { NetworkMode: 'none' } });
+  try {
+    const chunks: Buffer[] = [];
+    const stream = (await container.export()) as unknown as Readable;
+    for await (const chunk of stream) chunks.push(chunk as Buffer);
+    return Buffer.concat(chunks);
+  } finally {
+    await container.remove({ force: true });
+  }
+}
+
 
 function repoInput(repo: { dir: string; head: string }): RunInput {
   return {
@@ -223,20 +261,6 @@ describe('credentials stay outside the sandbox', () => {
   });
   afterAll(() => privateIndex?.close());
 
-  /** Everything of an image's file system, as one archive's bytes. */
-  async function imageBytes(image: string): Promise<Buffer> {
-    const docker = new Dockerode();
-    const container = await docker.createContainer({ Image: image, Cmd: ['/'], HostConfig: { NetworkMode: 'none' } });
-    try {
-      const chunks: Buffer[] = [];
-      const stream = (await container.export()) as unknown as Readable;
-      for await (const chunk of stream) chunks.push(chunk as Buffer);
-      return Buffer.concat(chunks);
-    } finally {
-      await container.remove({ force: true });
-    }
-  }
-
   it('puts the real header on requests to its host while the sandbox holds a placeholder: no value in the image, its environment, history, store or logs', async () => {
     const url = `http://token:$${TOKEN_ENV}@${INDEX_HOST}:${privateIndex.port}/simple/`;
     const repo = pythonRepo({
@@ -286,5 +310,67 @@ describe('credentials stay outside the sandbox', () => {
     const history = await historyJson(env.address, workflowId);
     expect(history).toContain(`"host":"${INDEX_HOST}"`); // decoded: the run's egress events are there
     expect(leaks(needles, { texts: { history, 'worker log': log }, dirs: [stateDir] })).toEqual([]);
+  });
+});
+
+describe("HTTPS upstreams through the setup's own certificate authority (egress.tls: intercept)", () => {
+  const token = `Bearer tls-${randomBytes(16).toString('hex')}`;
+  const TOKEN_ENV = 'SECURE_INDEX_TOKEN';
+  const certificates = testCertificates(INDEX_HOST);
+  let secure: Upstream;
+
+  beforeAll(async () => {
+    secure = await packageIndex([{ name: 'greetlib', ...wheel }], { name: 'Authorization', value: token }, certificates);
+  });
+  afterAll(() => secure?.close());
+
+  it('judges and audits the requests inside HTTPS: a POST refused, the real header set on the GETs, the authority a certificate only, its key never in the container', async () => {
+    const base = `https://${INDEX_HOST}:${secure.port}`;
+    const post = [
+      'import sys, urllib.request, urllib.error',
+      'try:',
+      `    urllib.request.urlopen(urllib.request.Request("${base}/upload", data=b"x"), timeout=10)`,
+      'except urllib.error.HTTPError as e:',
+      '    print("upload", e.code)',
+      '    sys.exit(0 if e.code == 403 else 1)',
+      'sys.exit(1)',
+    ].join('\n');
+    const repo = pythonRepo({
+      setup: {
+        commands: [
+          python(post),
+          ['sh', '-c', `cp ${SETUP_CA_DIR}/ca.pem /workspace/setup-ca.pem && pip install --no-cache-dir --break-system-packages --disable-pip-version-check --index-url "https://token:$${TOKEN_ENV}@${INDEX_HOST}:${secure.port}/simple/" greetlib`],
+        ],
+        timeout_s: 120,
+      },
+      egress: { allow: [INDEX_HOST], tls: 'intercept', credentials: [{ host: INDEX_HOST, header: 'Authorization', env: TOKEN_ENV }] },
+    });
+    process.env[TOKEN_ENV] = token; // the in-process worker's environment
+    let result;
+    try {
+      result = await runOnce(env, repoInput(repo), { settings: { ...settings(), egressUpstreamCa: certificates.caFile } });
+    } finally {
+      delete process.env[TOKEN_ENV];
+    }
+    const { outcome, trace, stateDir, runId } = result;
+    expect(outcome.record).toMatchObject({ status: 'completed', egress: { denied: 1 } });
+    expect(ofType(trace, 'egress_denied').map((e) => e.data)).toEqual([{ host: INDEX_HOST, port: secure.port, method: 'POST', bytes: expect.any(Number), status: 403 }]);
+    const allowed = ofType(trace, 'egress_allowed').map((e) => e.data as { method: string; port: number });
+    expect(allowed.length).toBeGreaterThanOrEqual(2);
+    expect(allowed.every((e) => e.method === 'GET' && e.port === secure.port)).toBe(true); // no CONNECT: the requests inside are the events
+    // The upstream saw TLS requests with the real header only, and no POST.
+    expect(secure.requests.map((r) => r.method)).not.toContain('POST');
+    expect(new Set(secure.requests.map((r) => r.headers.authorization))).toEqual(new Set([token]));
+    // The sandbox trusted a certificate of this setup's own authority; the image has no key and no authority.
+    const seen = readFileSync(join(stateDir, 'runs', runId, 'workspace', 'setup-ca.pem'), 'utf8');
+    expect(seen).toMatch(/^-----BEGIN CERTIFICATE-----\n[\s\S]+-----END CERTIFICATE-----\n$/);
+    expect(seen).not.toMatch(/PRIVATE KEY/);
+    // What the setup wrote is the image's top layer (the base image's libraries carry sample keys of their own).
+    const layer = await topLayer(outcome.state.setup!.image_id!);
+    expect(layer.includes('greetlib')).toBe(true); // the layer searched is the setup's
+    expect(/-----BEGIN (RSA |EC )?PRIVATE KEY-----/.test(layer.toString('latin1'))).toBe(false);
+    expect(layer.includes('coding-agent setup CA')).toBe(false);
+    expect((await imageBytes(outcome.state.setup!.image_id!)).includes(token)).toBe(false);
+    expect(existsSync(join(stateDir, 'runs', runId, 'control', 'setup-ca'))).toBe(false);
   });
 });

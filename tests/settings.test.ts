@@ -45,6 +45,7 @@ describe('the settings module', () => {
       proxyImage: 'coding-agent-proxy:1',
       egressNetwork: 'bridge',
       egressHostsFile: null,
+      egressUpstreamCa: null,
       openaiBaseUrl: PUBLIC_BASE_URLS.openai,
       anthropicBaseUrl: PUBLIC_BASE_URLS.anthropic,
       fault: null,

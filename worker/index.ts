@@ -134,6 +134,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
           proxyImage: settings.proxyImage,
           upstreamNetwork: settings.egressNetwork,
           hostsFile: settings.egressHostsFile,
+          upstreamCaFile: settings.egressUpstreamCa,
         }
       : undefined,
   });

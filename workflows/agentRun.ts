@@ -302,6 +302,7 @@ class AgentRun {
       timeout_s: spec.timeout_s,
       allow: egress?.allow ?? [],
       methods: egress?.methods ?? null,
+      tls: egress?.tls ?? 'tunnel',
       credentials: (egress?.credentials ?? []).map(({ host, header, env }) => ({ host, header, env })),
     });
     const r = await this.act.runSetup.executeWithOptions(

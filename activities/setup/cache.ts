@@ -4,7 +4,7 @@
  * inputs give the same key starts from that image and runs no setup command.
  *
  * The inputs: the base image (content id), the base tree (digest of the workspace manifest before
- * setup), the commands, and the egress policy as written (allow list, methods, and each
+ * setup), the commands, and the egress policy as written (allow list, methods, TLS mode, and each
  * credential's host, header and variable name, never its value). A changed credential value does
  * not change the key: the setup is not run again because a token was rotated.
  */
@@ -22,7 +22,7 @@ export interface SetupInputs {
   base_image: string;
   base_tree: string;
   commands: string[][];
-  egress: { allow: string[]; methods: string[] | null; credentials: { host: string; header: string; env: string }[] };
+  egress: { allow: string[]; methods: string[] | null; tls: string; credentials: { host: string; header: string; env: string }[] };
 }
 
 export function setupInputs(baseImage: string, baseTree: string, setup: SetupSpec, egress: EgressSpec | null): SetupInputs {
@@ -33,6 +33,7 @@ export function setupInputs(baseImage: string, baseTree: string, setup: SetupSpe
     egress: {
       allow: egress?.allow ?? [],
       methods: egress?.methods ?? null,
+      tls: egress?.tls ?? 'tunnel',
       credentials: (egress?.credentials ?? []).map(({ host, header, env }) => ({ host, header, env })),
     },
   };

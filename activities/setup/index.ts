@@ -18,7 +18,7 @@
  * Idempotent: a done setup is recorded in the control folder (`setup.json`) and returned again; a
  * retried attempt starts over from the pre-setup workspace (products.ts) and a fresh container.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import type Dockerode from 'dockerode';
@@ -34,7 +34,7 @@ import { scrubSecret } from '../providers/secrets';
 import { manifestDigest, type ManifestEntry, type RunPaths } from '../workspace';
 import { findSetupImage, setupInputs, setupKey, setupLabels, SETUP_REPOSITORY } from './cache';
 import { applyProducts, dropPreSetup, keepPreSetup, SetupProductError, workspaceArchive } from './products';
-import { createEgressNetwork, PROXY_HOSTS_PATH, ProxyStartError, startProxy, type RunningProxy } from './proxy';
+import { createEgressNetwork, PROXY_HOSTS_PATH, PROXY_TLS, ProxyStartError, startProxy, type RunningProxy } from './proxy';
 import { headerValueProblem, parseAccessLine, squidConfig, type EgressEvent } from './squid';
 import { within } from './timing';
 
@@ -82,6 +82,8 @@ export interface SetupEnvironment {
   upstreamNetwork: string;
   /** The hosts file the proxy resolves names from, or null (DNS). */
   hostsFile: string | null;
+  /** PEM certificates an intercepting proxy trusts upstream besides the system's, or null. */
+  upstreamCaFile: string | null;
   /** A worker variable's value (the credentials'), read now. */
   credential: (name: string) => string | undefined;
   limits: Limits;
@@ -93,6 +95,11 @@ export interface SetupEnvironment {
 export const placeholder = (env: string) => `coding-agent-placeholder-${env.toLowerCase().replace(/_/g, '-')}`;
 
 const marker = (paths: RunPaths) => join(paths.control, 'setup.json');
+/** The host folder of the setup CA's certificate while the setup runs, and where its container sees it. */
+const caFolder = (paths: RunPaths) => join(paths.control, 'setup-ca');
+export const SETUP_CA_DIR = '/coding-agent-setup-ca';
+/** The variables that point clients at the setup's authority: OpenSSL's (Python, curl), requests' and pip's, Node's, git's. */
+const CA_VARIABLES = ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'PIP_CERT', 'CURL_CA_BUNDLE', 'NODE_EXTRA_CA_CERTS', 'GIT_SSL_CAINFO'];
 
 function tail(text: string, bytes: number): string {
   const buf = Buffer.from(text);
@@ -167,6 +174,8 @@ async function runFresh(
   const secrets = credentials.map((c) => c.value);
   const scrub = (text: string) => secrets.reduce((t, s) => scrubSecret(t, s), text);
   const hosts = env.hostsFile === null ? null : readFileSync(env.hostsFile, 'utf8');
+  const intercept = egress?.tls === 'intercept';
+  const upstreamCa = intercept && env.upstreamCaFile !== null ? readFileSync(env.upstreamCaFile, 'utf8') : null;
 
   const heartbeat = setInterval(() => env.heartbeat(), 2000);
   const network = await createEgressNetwork(docker);
@@ -179,9 +188,19 @@ async function runFresh(
         network,
         upstream: env.upstreamNetwork,
         hosts,
-        config: (address) => squidConfig({ listen: address, clients: network.subnet, egress, credentials, hostsFile: env.hostsFile, hostsPath: PROXY_HOSTS_PATH }),
+        intercept: intercept ? { upstreamCa } : null,
+        config: (address) =>
+          squidConfig({
+            listen: address,
+            clients: network.subnet,
+            egress,
+            credentials,
+            hostsFile: env.hostsFile,
+            hostsPath: PROXY_HOSTS_PATH,
+            intercept: intercept ? { ...PROXY_TLS, upstreamCa: upstreamCa !== null ? PROXY_TLS.upstreamCa : null } : null,
+          }),
         onRequest: (line) => {
-          const event = parseAccessLine(scrub(line));
+          const event = parseAccessLine(scrub(line), intercept);
           if (event === null) return; // a connection that made no request (the probe's)
           if (event.allowed) report.allowed++;
           else report.denied++;
@@ -194,8 +213,17 @@ async function runFresh(
       throw err;
     }
     const proxyUrl = `http://${proxy.address}:${proxy.port}`;
+    // Intercepting, the clients trust the setup's authority (its certificate only, mounted read-only; not in the image).
+    const mounts: Dockerode.MountSettings[] = [];
+    if (proxy.caCert !== null) {
+      mkdirSync(caFolder(paths), { recursive: true });
+      writeFileSync(join(caFolder(paths), 'ca.pem'), proxy.caCert, { mode: 0o644 });
+      chmodSync(caFolder(paths), 0o755);
+      mounts.push({ Type: 'bind', Source: caFolder(paths), Target: SETUP_CA_DIR, ReadOnly: true });
+    }
     const execEnv = [
       ...['http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY'].map((n) => `${n}=${proxyUrl}`),
+      ...(proxy.caCert !== null ? CA_VARIABLES.map((n) => `${n}=${SETUP_CA_DIR}/ca.pem`) : []),
       ...(egress?.credentials ?? []).map((c) => `${c.env}=${placeholder(c.env)}`),
     ];
     const net = { network: network.name, proxy: proxy.address, env: execEnv };
@@ -213,7 +241,7 @@ async function runFresh(
 
     // The run's container: the sandbox's variables only; the setup's are given to each exec.
     const keeper = env.backend.withOverride({ ...setupOverride(net), env: [...SANDBOX_ENV] });
-    container = await keeper.create(['sh', '-c', 'read -r _'], [], baseImage, { keepStdinOpen: true });
+    container = await keeper.create(['sh', '-c', 'read -r _'], mounts, baseImage, { keepStdinOpen: true });
     await container.putArchive(workspaceArchive(paths), { path: '/' });
     try {
       await container.start();
@@ -257,6 +285,7 @@ async function runFresh(
       if (container) await removeContainer(container);
       if (proxy) await proxy.stop();
     } finally {
+      rmSync(caFolder(paths), { recursive: true, force: true });
       await network.remove();
     }
   }

@@ -30,8 +30,14 @@ export const PROXY_LABEL = 'proxy';
 /** Where the proxy container keeps what it was given (a tmpfs). */
 const RUN_DIR = '/run/agent';
 export const PROXY_HOSTS_PATH = `${RUN_DIR}/hosts`;
-/** Separates the configuration from the hosts file on the proxy's standard input. */
+/** The files of an intercepting proxy: the setup's certificate authority, squid's certificate store, the upstream CAs. */
+export const PROXY_TLS = { caCert: `${RUN_DIR}/ca.pem`, caKey: `${RUN_DIR}/ca.key`, certDb: `${RUN_DIR}/certs`, upstreamCa: `${RUN_DIR}/upstream-ca.pem` } as const;
+/** Separate the configuration, the hosts file and the upstream CAs on the proxy's standard input. */
 const HOSTS_MARK = '#@@agent-hosts';
+const UPSTREAM_CA_MARK = '#@@agent-upstream-ca';
+/** Frame the setup CA's certificate (public) on the proxy's standard error. */
+const CA_BEGIN = '#@@agent-ca-begin';
+const CA_END = '#@@agent-ca-end';
 const START_TIMEOUT_MS = 30_000;
 /** Kept of the proxy's own log (its stderr), for a failure's detail. */
 const PROXY_LOG_BYTES = 64 * 1024;
@@ -83,6 +89,8 @@ export interface RunningProxy {
   /** The proxy's address on the internal network. */
   address: string;
   port: number;
+  /** An intercepting proxy's certificate authority (the certificate, PEM; its key never leaves the proxy); null for tunnels. */
+  caCert: string | null;
   /** Stops squid, waits for its last access-log lines, removes the container; returns the end of squid's own log (scrub it before keeping it). */
   stop(): Promise<string>;
 }
@@ -96,6 +104,8 @@ export interface ProxyOptions {
   config: (address: string) => string;
   /** The hosts file the proxy resolves names from, or null. */
   hosts: string | null;
+  /** Intercept TLS with a certificate authority made in the proxy for this setup; `upstreamCa`: PEM it trusts upstream besides the system's. */
+  intercept: { upstreamCa: string | null } | null;
   /** Each line of the access log (one per request), as squid writes it. */
   onRequest: (line: string) => void;
 }
@@ -114,13 +124,23 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
     }
     throw engineError(err);
   }
-  // The configuration arrives on standard input; squid reads it from the tmpfs.
+  // The configuration arrives on standard input; squid reads it from the tmpfs. An intercepting
+  // proxy makes its certificate authority there too: the key is written by openssl into the
+  // tmpfs and read by squid, and only the certificate is printed for the harness.
   const script = [
     'umask 077',
     `cat > ${RUN_DIR}/input`,
-    `sed -n '/^${HOSTS_MARK}$/,$p' ${RUN_DIR}/input | tail -n +2 > ${PROXY_HOSTS_PATH}`,
+    `sed -n '/^${HOSTS_MARK}$/,/^${UPSTREAM_CA_MARK}$/p' ${RUN_DIR}/input | sed '1d;$d' > ${PROXY_HOSTS_PATH}`,
+    `sed -n '/^${UPSTREAM_CA_MARK}$/,$p' ${RUN_DIR}/input | tail -n +2 > ${PROXY_TLS.upstreamCa}`,
     `sed '/^${HOSTS_MARK}$/,$d' ${RUN_DIR}/input > ${RUN_DIR}/squid.conf`,
     `rm ${RUN_DIR}/input`,
+    ...(o.intercept
+      ? [
+          `openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=coding-agent setup CA' -keyout ${PROXY_TLS.caKey} -out ${PROXY_TLS.caCert} 2>/dev/null`,
+          `/usr/lib/squid/security_file_certgen -c -s ${PROXY_TLS.certDb} -M 4MB >/dev/null`,
+          `{ echo '${CA_BEGIN}'; cat ${PROXY_TLS.caCert}; echo '${CA_END}'; } >&2`,
+        ]
+      : []),
     `exec /usr/sbin/squid -N -f ${RUN_DIR}/squid.conf`,
   ].join(' && ');
   let container: Dockerode.Container;
@@ -141,7 +161,7 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
       HostConfig: {
         NetworkMode: o.network.name,
         ReadonlyRootfs: true,
-        Tmpfs: { [RUN_DIR]: 'rw,nosuid,nodev,size=1m,mode=0700,uid=13,gid=13', '/var/spool/squid': 'rw,nosuid,nodev,size=16m,uid=13,gid=13', '/tmp': 'rw,nosuid,nodev,size=16m' },
+        Tmpfs: { [RUN_DIR]: 'rw,nosuid,nodev,size=8m,mode=0700,uid=13,gid=13', '/var/spool/squid': 'rw,nosuid,nodev,size=16m,uid=13,gid=13', '/tmp': 'rw,nosuid,nodev,size=16m' },
         CapDrop: ['ALL'],
         SecurityOpt: ['no-new-privileges'],
         PidsLimit: 64,
@@ -178,18 +198,23 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
     const info = await container.inspect();
     const address = info.NetworkSettings.Networks[o.network.name]?.IPAddress;
     if (!address) throw new Error(`the proxy has no address on ${o.network.name}`);
-    stream.end(`${o.config(address)}${HOSTS_MARK}\n${o.hosts ?? ''}`);
+    const hosts = o.hosts === null || o.hosts.endsWith('\n') ? (o.hosts ?? '') : `${o.hosts}\n`;
+    const upstream = o.intercept?.upstreamCa ?? '';
+    stream.end(`${o.config(address)}${HOSTS_MARK}\n${hosts}${UPSTREAM_CA_MARK}\n${upstream}`);
     const until = Date.now() + START_TIMEOUT_MS;
-    while (!stderr.includes('Accepting HTTP Socket connections')) {
+    while (!/Accepting (SSL bumped )?HTTP Socket connections/.test(stderr)) {
       const state = (await container.inspect()).State;
       if (!state.Running || Date.now() > until) {
         throw new ProxyStartError(`the egress proxy did not start (${state.Running ? 'no answer in 30 s' : `it exited with ${state.ExitCode}`})`, stderr);
       }
       await new Promise((r) => setTimeout(r, 50));
     }
+    const ca = o.intercept ? new RegExp(`${CA_BEGIN}\\n(-----BEGIN CERTIFICATE-----\\n[\\s\\S]+?-----END CERTIFICATE-----)\\n${CA_END}`).exec(stderr) : null;
+    if (o.intercept && !ca) throw new ProxyStartError('the egress proxy did not print its certificate authority', stderr);
     return {
       address,
       port: PROXY_PORT,
+      caCert: ca ? `${ca[1]}\n` : null,
       async stop() {
         try {
           await container.stop({ t: 2 }).catch((e: unknown) => {

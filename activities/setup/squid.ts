@@ -12,7 +12,9 @@
  *   5. a request whose method is one of `methods`: allowed
  *   6. everything else: denied
  * Credentials: on requests to their host the proxy removes the header the client sent and adds
- * the real one (plain HTTP; inside a CONNECT tunnel the proxy sees no header).
+ * the real one (plain HTTP; inside a CONNECT tunnel the proxy sees no header, unless it
+ * intercepts: then it ends TLS with a certificate of the setup's own authority, and rules 5-6
+ * and the credentials apply to the requests inside as well).
  */
 import { DEFAULT_EGRESS_METHODS, type EgressSpec } from '../../core/contracts';
 
@@ -32,6 +34,11 @@ export interface ProxyConfig {
   hostsFile: string | null;
   /** Where the container holds the hosts file. */
   hostsPath: string;
+  /**
+   * TLS interception (`egress.tls: intercept`): the setup's certificate authority (made in the
+   * proxy's tmpfs, its key never leaving it) and where the proxy keeps its files; null: tunnels.
+   */
+  intercept: { caCert: string; caKey: string; certDb: string; upstreamCa: string | null } | null;
 }
 
 /** A header value as squid's configuration can carry it, or why it cannot. */
@@ -61,9 +68,21 @@ function hostAcl(name: string, pattern: string): string {
 export function squidConfig(c: ProxyConfig): string {
   const allow = c.egress?.allow ?? [];
   const methods = c.egress?.methods ?? DEFAULT_EGRESS_METHODS;
+  const t = c.intercept;
   const lines = [
     '# The egress proxy of one setup phase, written by the harness (activities/setup/squid.ts).',
-    `http_port ${c.listen}:${PROXY_PORT}`,
+    t === null
+      ? `http_port ${c.listen}:${PROXY_PORT}`
+      : `http_port ${c.listen}:${PROXY_PORT} ssl-bump tls-cert=${t.caCert} tls-key=${t.caKey} generate-host-certificates=on dynamic_cert_mem_cache_size=4MB`,
+    ...(t === null
+      ? []
+      : [
+          `sslcrtd_program /usr/lib/squid/security_file_certgen -s ${t.certDb} -M 4MB`,
+          'sslcrtd_children 2 startup=1 idle=1',
+          // Every tunnel is opened at the proxy, so each request inside is seen, judged and logged.
+          'ssl_bump bump all',
+          ...(t.upstreamCa !== null ? [`tls_outgoing_options cafile=${t.upstreamCa}`] : []),
+        ]),
     'pid_filename none',
     'cache deny all',
     'cache_mem 8 MB',
@@ -123,8 +142,11 @@ const count = (s: string | undefined) => {
  * printable characters and 253 of them. A line that does not have the format's fields (never
  * expected) is still a request: it counts as refused, with the host unknown.
  */
-export function parseAccessLine(line: string): EgressEvent | null {
+export function parseAccessLine(line: string, intercept = false): EgressEvent | null {
   const f = line.trim().split(' ');
+  // Intercepting, a CONNECT only opens the tunnel at the proxy: the requests inside are logged
+  // (and judged) one by one, a refused host's as the 403 delivered inside.
+  if (intercept && f[0] === 'CONNECT') return null;
   if (f.length !== 7) return { allowed: false, host: '(unparsed log line)', port: null, method: null, bytes: 0, status: null };
   const [method, host, port, status, code, replyBytes, requestBytes] = f;
   // A connection closed before it sent a request (the isolation probe's, to show the proxy is

@@ -7,7 +7,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { git } from './git-repo';
@@ -72,9 +73,26 @@ export interface Upstream {
   close(): Promise<void>;
 }
 
-function listen(handle: (req: SeenRequest) => { status: number; body: Buffer | string; type?: string }): Promise<Upstream> {
+/** A certificate authority of the test's own and a server certificate it signed for `host` (openssl on this machine). */
+export interface TestCertificates {
+  caFile: string;
+  key: string;
+  cert: string;
+}
+
+export function testCertificates(host: string): TestCertificates {
+  const dir = tempDir('egress-tls');
+  const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] });
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=egress test upstream CA', '-keyout', 'ca.key', '-out', 'ca.pem');
+  ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${host}`, '-keyout', 'server.key', '-out', 'server.csr');
+  writeFileSync(join(dir, 'ext'), `subjectAltName=DNS:${host}\n`);
+  ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-extfile', 'ext', '-out', 'server.pem');
+  return { caFile: join(dir, 'ca.pem'), key: readFileSync(join(dir, 'server.key'), 'utf8'), cert: readFileSync(join(dir, 'server.pem'), 'utf8') };
+}
+
+function listen(handle: (req: SeenRequest) => { status: number; body: Buffer | string; type?: string }, tls?: TestCertificates): Promise<Upstream> {
   const requests: SeenRequest[] = [];
-  const server: Server = createServer((req, res) => {
+  const serve = (req: IncomingMessage, res: ServerResponse) => {
     const seen = { method: req.method ?? '', url: req.url ?? '', headers: req.headers };
     requests.push(seen);
     req.resume();
@@ -83,7 +101,8 @@ function listen(handle: (req: SeenRequest) => { status: number; body: Buffer | s
       res.writeHead(answer.status, { 'content-type': answer.type ?? 'text/plain' });
       res.end(answer.body);
     });
-  });
+  };
+  const server: Server = tls ? createTlsServer({ key: tls.key, cert: tls.cert }, serve) : createServer(serve);
   return new Promise((resolve, reject) => {
     server.once('error', reject);
     server.listen(0, '0.0.0.0', () => {
@@ -95,9 +114,10 @@ function listen(handle: (req: SeenRequest) => { status: number; body: Buffer | s
 
 /**
  * A simple package index (PEP 503) of one wheel: `/simple/<name>/` links it, `/files/<wheel>`
- * serves it. With `requireHeader`, every request without exactly that header is answered 401.
+ * serves it. With `requireHeader`, every request without exactly that header is answered 401;
+ * with `tls`, it speaks HTTPS with that certificate.
  */
-export function packageIndex(wheels: { name: string; file: string; bytes: Buffer }[], requireHeader?: { name: string; value: string }): Promise<Upstream> {
+export function packageIndex(wheels: { name: string; file: string; bytes: Buffer }[], requireHeader?: { name: string; value: string }, tls?: TestCertificates): Promise<Upstream> {
   return listen((req) => {
     if (requireHeader && req.headers[requireHeader.name.toLowerCase()] !== requireHeader.value) return { status: 401, body: 'unauthorized\n' };
     for (const w of wheels) {
@@ -106,7 +126,7 @@ export function packageIndex(wheels: { name: string; file: string; bytes: Buffer
       if (req.url === `/files/${base}`) return { status: 200, type: 'application/octet-stream', body: w.bytes };
     }
     return { status: 404, body: 'not found\n' };
-  });
+  }, tls);
 }
 
 /** A server that answers everything: it stands for a host the allow list leaves out. */
