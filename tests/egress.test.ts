@@ -4,17 +4,18 @@
  * their test names from the hosts file the worker's settings name (AGENT_EGRESS_HOSTS), and
  * nothing else resolves anything.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { networkInterfaces } from 'node:os';
+import { hostname, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import Dockerode from 'dockerode';
 import tar from 'tar-stream';
+import { DockerBackend } from '../activities/backends/docker';
 import { placeholder, SETUP_CA_DIR } from '../activities/setup';
 import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
@@ -24,8 +25,8 @@ import type { RunOutcome } from '../workflows';
 import type { CachedSetup } from '../activities/setup/cache';
 import { BLOCKED_HOST, bridgeGateway, buildWheel, finalOnlyReplay, hostsFile, INDEX_HOST, packageIndex, plainServer, pythonRepo, testCertificates, type Upstream } from './helpers/egress';
 import { fragments, historyJson, leaks } from './helpers/leaks';
-import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
-import { killed, runOnce, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
+import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { CANONICAL_RECORD, canonicalInput, killed, runOnce, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
 
 jest.setTimeout(240_000);
 
@@ -236,7 +237,8 @@ describe('a setup phase behind the egress proxy', () => {
   ])('refuses a setup that %s, naming the path', async (_what, code, detail) => {
     const repo = pythonRepo({ setup: { commands: [python(code)], timeout_s: 60 } });
     const { outcome } = await runOnce(env, repoInput(repo), { settings: settings() });
-    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'setup_failed', egress: { allowed: 0, denied: 0 } });
+    // Nothing of a refused setup stays in the workspace.
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'setup_failed', egress: { allowed: 0, denied: 0 }, diff_paths: [] });
     expect(outcome.state.detail).toMatch(detail);
   });
 
@@ -372,5 +374,36 @@ describe("HTTPS upstreams through the setup's own certificate authority (egress.
     expect(layer.includes('coding-agent setup CA')).toBe(false);
     expect((await imageBytes(outcome.state.setup!.image_id!)).includes(token)).toBe(false);
     expect(existsSync(join(stateDir, 'runs', runId, 'control', 'setup-ca'))).toBe(false);
+  });
+});
+
+describe('what a setup leaves', () => {
+  it("runs a fixture's setup on docker with its product in the baseline, and refuses it on the local backend before any workspace", async () => {
+    const dir = join(tempDir('setup-fixture'), 'linkcheck-nested');
+    cpSync(LINKCHECK, dir, { recursive: true });
+    const fixture = JSON.parse(readFileSync(join(dir, 'fixture.json'), 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(dir, 'fixture.json'), JSON.stringify({ ...fixture, setup: { commands: [python('open("setup-note.txt", "w").write("made by the setup\\n")')], timeout_s: 60 } }));
+    const input = (backend: 'local' | 'docker') => canonicalInput('canonical', { fixture: dir, source: { kind: 'replay', path: join(dir, 'replays', 'canonical.json'), trusted: true }, backend });
+    const local = await runOnce(env, input('local'));
+    expect(local.outcome.record).toMatchObject({ status: 'failed', reason: 'invalid_input' });
+    expect(local.outcome.state.detail).toMatch(/runs only on the docker backend/);
+    expect(existsSync(join(local.stateDir, 'runs'))).toBe(false);
+    const onDocker = await runOnce(env, input('docker'), { settings: settings() });
+    expect(onDocker.outcome.record).toEqual({ ...CANONICAL_RECORD, egress: { allowed: 0, denied: 0 } });
+    expect(readFileSync(join(onDocker.stateDir, 'runs', onDocker.runId, 'workspace', 'setup-note.txt'), 'utf8')).toBe('made by the setup\n');
+  });
+
+  it("removes a dead worker's proxy and internal network with its reaper, and this file's runs left none", async () => {
+    const docker = new Dockerode();
+    const deadPid = spawnSync('true').pid;
+    const owner = { 'coding-agent.owner': `${hostname()}:${deadPid}` };
+    const network = await docker.createNetwork({ Name: `coding-agent-egress-orphan-${randomBytes(4).toString('hex')}`, Internal: true, Labels: { 'coding-agent': 'egress', ...owner } });
+    const proxy = await docker.createContainer({ Image: readSettings().proxyImage, Cmd: ['true'], Labels: { 'coding-agent': 'proxy', ...owner }, HostConfig: { NetworkMode: (await network.inspect()).Name } });
+    expect(await new DockerBackend({ image: readSettings().sandboxImage }).removeOrphans()).toBeGreaterThanOrEqual(2);
+    await expect(proxy.inspect()).rejects.toMatchObject({ statusCode: 404 });
+    await expect(network.inspect()).rejects.toMatchObject({ statusCode: 404 });
+    const mine = { label: [`coding-agent.owner=${hostname()}:${process.pid}`] };
+    expect(await docker.listContainers({ all: true, filters: mine })).toEqual([]);
+    expect(await docker.listNetworks({ filters: mine })).toEqual([]);
   });
 });

@@ -33,7 +33,7 @@ import type { Limits } from '../config';
 import { scrubSecret } from '../providers/secrets';
 import { manifestDigest, type ManifestEntry, type RunPaths } from '../workspace';
 import { findSetupImage, setupInputs, setupKey, setupLabels, SETUP_REPOSITORY } from './cache';
-import { applyProducts, dropPreSetup, keepPreSetup, SetupProductError, workspaceArchive } from './products';
+import { applyProducts, dropPreSetup, keepPreSetup, restorePreSetup, SetupProductError, workspaceArchive } from './products';
 import { createEgressNetwork, PROXY_HOSTS_PATH, PROXY_TLS, ProxyStartError, startProxy, type RunningProxy } from './proxy';
 import { headerValueProblem, parseAccessLine, squidConfig, type EgressEvent } from './squid';
 import { within } from './timing';
@@ -108,6 +108,15 @@ function tail(text: string, bytes: number): string {
 
 export async function runSetup(env: SetupEnvironment, paths: RunPaths, setup: SetupSpec, egress: EgressSpec | null): Promise<SetupResult> {
   if (existsSync(marker(paths))) return JSON.parse(readFileSync(marker(paths), 'utf8')) as SetupResult;
+  const heartbeat = setInterval(() => env.heartbeat(), 2000);
+  try {
+    return await setupOnce(env, paths, setup, egress);
+  } finally {
+    clearInterval(heartbeat);
+  }
+}
+
+async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpec, egress: EgressSpec | null): Promise<SetupResult> {
   const docker = env.backend.engine();
   const baseImage = await env.backend.imageId();
   keepPreSetup(paths);
@@ -142,6 +151,7 @@ async function finish(docker: Dockerode, paths: RunPaths, done: Extract<SetupRes
     return { ...done, added };
   } catch (err) {
     if (!(err instanceof SetupProductError)) throw err;
+    restorePreSetup(paths);
     const { ok: _ok, cached: _c, image_id: _i, added: _a, ...common } = done;
     return { ...common, ok: false, reason: 'setup_failed', detail: err.message };
   }
@@ -177,7 +187,6 @@ async function runFresh(
   const intercept = egress?.tls === 'intercept';
   const upstreamCa = intercept && env.upstreamCaFile !== null ? readFileSync(env.upstreamCaFile, 'utf8') : null;
 
-  const heartbeat = setInterval(() => env.heartbeat(), 2000);
   const network = await createEgressNetwork(docker);
   let proxy: RunningProxy | null = null;
   let container: Dockerode.Container | null = null;
@@ -280,7 +289,6 @@ async function runFresh(
     return { ok: true, cached: false, image_id: committed.Id, added: 0, key, commands, egress: report, isolation };
   } finally {
     // The proxy's last lines count: `report` is the object every result above holds.
-    clearInterval(heartbeat);
     try {
       if (container) await removeContainer(container);
       if (proxy) await proxy.stop();

@@ -45,6 +45,12 @@ export function keepPreSetup(paths: RunPaths): void {
   renameSync(tmp, preSetup(paths));
 }
 
+/** Puts the workspace back as it was prepared (a refused setup's products go). */
+export function restorePreSetup(paths: RunPaths): void {
+  rmSync(paths.workspace, { recursive: true, force: true });
+  copyTree(preSetup(paths), paths.workspace);
+}
+
 /** Removes the kept pre-setup workspace (after the setup is marked done). */
 export function dropPreSetup(paths: RunPaths): void {
   rmSync(preSetup(paths), { recursive: true, force: true });
@@ -98,8 +104,7 @@ function ensureFolder(root: string, rel: string): void {
  */
 export async function applyProducts(docker: Dockerode, imageId: string, paths: RunPaths): Promise<{ added: number }> {
   const base = new Map((JSON.parse(readFileSync(preSetupManifest(paths), 'utf8')) as ManifestEntry[]).map((e) => [e.path, e]));
-  rmSync(paths.workspace, { recursive: true, force: true });
-  copyTree(preSetup(paths), paths.workspace);
+  restorePreSetup(paths);
 
   let container: Dockerode.Container | null = null;
   let added = 0;
@@ -137,7 +142,7 @@ export async function applyProducts(docker: Dockerode, imageId: string, paths: R
     for (const [path, e] of base) {
       const s = seen.get(path);
       if (!s) throw new SetupProductError(`the setup removed ${path}, a path of the base tree`);
-      if (s.kind !== (e.kind === 'special' ? 'file' : e.kind)) throw new SetupProductError(`the setup changed ${path} (a ${e.kind} of the base tree)`);
+      if (s.kind !== e.kind) throw new SetupProductError(`the setup changed ${path} (a ${e.kind} of the base tree)`);
     }
     // Links last, so no file above was written through one.
     for (const [path, target] of links) {
