@@ -15,7 +15,8 @@ import { taskFixture, withTaskIds, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { DockerBackend } from './backends/docker';
-import { runSetup as setupPhase, type SetupResult } from './setup';
+import { egressPage, runSetup as setupPhase, type SetupResult } from './setup';
+import type { EgressEvent } from './setup/squid';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
 import { nonRetryable } from './failures';
@@ -339,6 +340,11 @@ export function createActivities(deps: ActivityDeps) {
       ).catch(infrastructure);
       if (ctx.cancellationSignal.aborted) throw new CancelledFailure('the setup was cancelled');
       return result;
+    },
+
+    /** The setup's egress events from `offset` on, a page at a time (a setup result carries the first page). */
+    async setupEgress(ref: { run_id: string }, offset: number): Promise<EgressEvent[]> {
+      return egressPage(runPaths(config.stateDir, ref.run_id), offset);
     },
 
     /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */

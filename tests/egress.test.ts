@@ -205,6 +205,15 @@ describe('a setup phase behind the egress proxy', () => {
     }
   });
 
+  it('makes every request an event, past the first page the setup result carries', async () => {
+    const loop = python(`import urllib.request\nfor i in range(130):\n    urllib.request.urlopen("http://${INDEX_HOST}:${index.port}/simple/greetlib/", timeout=10).read()`);
+    const repo = pythonRepo({ setup: { commands: [loop, pipInstall(index.port)], timeout_s: 120 }, egress: { allow: [INDEX_HOST] } });
+    const { outcome, trace } = await runOnce(env, repoInput(repo), { settings: settings() });
+    expect(outcome.record).toMatchObject({ status: 'completed', egress: { allowed: 132, denied: 0 } });
+    expect(ofType(trace, 'egress_allowed')).toHaveLength(132);
+    expect(setupFinished(trace)).toMatchObject({ allowed: 132, denied: 0, omitted: 0 });
+  });
+
   it('starts a second run with the same inputs from the cached image: setup_cached, no setup command, no request', async () => {
     const before = index.requests.length;
     const { outcome, trace } = await runOnce(env, repoInput(installRepo), { settings: settings() });

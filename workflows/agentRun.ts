@@ -318,7 +318,13 @@ class AgentRun {
     if (r.isolation) this.trace.add('isolation_checked', { phase: 'setup', ...r.isolation });
     if (r.ok && r.cached) this.trace.add('setup_cached', { key: r.key, image_id: r.image_id });
     for (const command of r.commands) this.trace.add('setup_command', command);
-    for (const { allowed, ...request } of r.egress.events) this.trace.add(allowed ? 'egress_allowed' : 'egress_denied', request);
+    // Every request is an event: the result has the first page, the host keeps the rest.
+    let events = r.egress.events;
+    for (let at = 0; events.length > 0; ) {
+      for (const { allowed, ...request } of events) this.trace.add(allowed ? 'egress_allowed' : 'egress_denied', request);
+      at += events.length;
+      events = at < r.egress.events.length + r.egress.rest ? await this.act.setupEgress.executeWithOptions({ summary: `egress events from ${at}` }, [{ run_id: this.ref.run_id }, at]) : [];
+    }
     const counts = { allowed: r.egress.allowed, denied: r.egress.denied };
     this.view.setup = { status: r.ok ? (r.cached ? 'cached' : 'ran') : 'failed', key: r.key, image_id: r.ok ? r.image_id : null, commands: r.commands.length, egress: counts, isolation: r.isolation };
     this.trace.add('setup_finished', { ok: r.ok, key: r.key, ...(r.ok ? { cached: r.cached, image_id: r.image_id, added: r.added } : { reason: r.reason, detail: r.detail }), ...counts, omitted: r.egress.omitted });

@@ -38,17 +38,21 @@ import { createEgressNetwork, PROXY_HOSTS_PATH, PROXY_TLS, ProxyStartError, star
 import { headerValueProblem, parseAccessLine, squidConfig, type EgressEvent } from './squid';
 import { within } from './timing';
 
-/** Egress events a setup result carries in full; the counts are always whole. */
-export const MAX_EGRESS_EVENTS = 100;
+/** Egress events a setup result, or a page of `egressPage`, carries (each is under 400 bytes of JSON). */
+export const EGRESS_PAGE = 100;
+/** Egress events kept for the trace; requests beyond are counted only (a setup that makes this many is an attack or a bug). */
+export const MAX_EGRESS_EVENTS = 100_000;
 /** Bytes of a failed command's output kept for the run's detail and trace. */
 const TAIL_BYTES = 4 * 1024;
 
 export interface EgressReport {
   allowed: number;
   denied: number;
-  /** The first MAX_EGRESS_EVENTS requests, in order. */
+  /** The first EGRESS_PAGE requests, in order. */
   events: EgressEvent[];
-  /** Requests beyond those (counted above, not listed). */
+  /** Requests after those, kept in the control folder: `egressPage` gives them, a page at a time. */
+  rest: number;
+  /** Requests beyond MAX_EGRESS_EVENTS: counted above, not listed. */
   omitted: number;
 }
 
@@ -95,6 +99,14 @@ export interface SetupEnvironment {
 export const placeholder = (env: string) => `coding-agent-placeholder-${env.toLowerCase().replace(/_/g, '-')}`;
 
 const marker = (paths: RunPaths) => join(paths.control, 'setup.json');
+/** Every egress event of the setup, in order (the trace's are taken from here, a page at a time). */
+const egressFile = (paths: RunPaths) => join(paths.control, 'egress.json');
+
+/** Egress events from `offset` on, at most a page; none when the setup listed no more. */
+export function egressPage(paths: RunPaths, offset: number): EgressEvent[] {
+  if (!existsSync(egressFile(paths))) return [];
+  return (JSON.parse(readFileSync(egressFile(paths), 'utf8')) as EgressEvent[]).slice(offset, offset + EGRESS_PAGE);
+}
 /** The host folder of the setup CA's certificate while the setup runs, and where its container sees it. */
 const caFolder = (paths: RunPaths) => join(paths.control, 'setup-ca');
 export const SETUP_CA_DIR = '/coding-agent-setup-ca';
@@ -123,7 +135,7 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
   const baseTree = manifestDigest(JSON.parse(readFileSync(join(paths.control, 'pre-setup-manifest.json'), 'utf8')) as ManifestEntry[]);
   const inputs = setupInputs(baseImage, baseTree, setup, egress);
   const key = setupKey(inputs);
-  const report: EgressReport = { allowed: 0, denied: 0, events: [], omitted: 0 };
+  const report: EgressReport = { allowed: 0, denied: 0, events: [], rest: 0, omitted: 0 };
   const common = (): Common => ({ key, commands: [], egress: report, isolation: null });
 
   let result: SetupResult;
@@ -169,6 +181,7 @@ async function runFresh(
   report: EgressReport,
 ): Promise<Extract<SetupResult, { ok: true }> | Extract<SetupResult, { ok: false }>> {
   const commands: CommandRecord[] = [];
+  const all: EgressEvent[] = [];
   const failed = (reason: 'setup_failed' | 'isolation_unverified', detail: string, isolation: IsolationEvidence | null = null) =>
     ({ ok: false, reason, detail, key, commands, egress: report, isolation }) as const;
 
@@ -213,7 +226,7 @@ async function runFresh(
           if (event === null) return; // a connection that made no request (the probe's)
           if (event.allowed) report.allowed++;
           else report.denied++;
-          if (report.events.length < MAX_EGRESS_EVENTS) report.events.push(event);
+          if (all.length < MAX_EGRESS_EVENTS) all.push(event);
           else report.omitted++;
         },
       });
@@ -292,6 +305,9 @@ async function runFresh(
     try {
       if (container) await removeContainer(container);
       if (proxy) await proxy.stop();
+      writeFileAtomic(egressFile(paths), JSON.stringify(all), { tmpDir: paths.tmp });
+      report.events = all.slice(0, EGRESS_PAGE);
+      report.rest = all.length - report.events.length;
     } finally {
       rmSync(caFolder(paths), { recursive: true, force: true });
       await network.remove();
