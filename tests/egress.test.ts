@@ -251,6 +251,13 @@ describe('a setup phase behind the egress proxy', () => {
     expect(outcome.state.detail).toMatch(detail);
   });
 
+  it('ends infrastructure_error naming the script to run when the proxy image is missing, with nothing left behind', async () => {
+    const repo = pythonRepo({ setup: { commands: [pipInstall(index.port)], timeout_s: 60 }, egress: { allow: [INDEX_HOST] } });
+    const { outcome } = await runOnce(env, repoInput(repo), { settings: { ...settings(), proxyImage: 'coding-agent-proxy:no-such-tag' } });
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'infrastructure_error', egress: { allowed: 0, denied: 0 } });
+    expect(outcome.state.detail).toMatch(/egress proxy image coding-agent-proxy:no-such-tag not found; build it with docker\/build-proxy-image\.sh/);
+  });
+
   it('lists the cache images with `cache list` and removes them with `cache prune`', async () => {
     const listed = JSON.parse((await cli('cache', 'list', '--json')).stdout) as CachedSetup[];
     const mine = listed.find((i) => i.key === installKey)!;

@@ -28,7 +28,7 @@ import { writeFileAtomic } from '../../host/files';
 import { CappedSink } from '../backends/capped-output';
 import { removeContainer, SANDBOX_ENV, SANDBOX_GID, SANDBOX_UID, setupOverride, type AttachedRun, type DockerBackend } from '../backends/docker';
 import { probeIsolation } from '../backends/isolation';
-import type { ExecResult } from '../backends/types';
+import { BackendUnavailableError, type ExecResult } from '../backends/types';
 import type { Limits } from '../config';
 import { scrubSecret } from '../providers/secrets';
 import { manifestDigest, type ManifestEntry, type RunPaths } from '../workspace';
@@ -149,6 +149,8 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
     if (result.ok) await docker.getImage(result.image_id).tag({ repo: SETUP_REPOSITORY, tag: key });
     else await docker.getImage(ran.image_id).remove().catch(() => undefined); // products refused: not a cache entry
   }
+  // Crash window: a worker killed between the tag and the marker leaves an image its retry finds,
+  // so that retry reports a cached setup (setup_cached, and no egress events of the first attempt).
   if (result.ok) {
     writeFileAtomic(marker(paths), JSON.stringify(result), { tmpDir: paths.tmp });
     dropPreSetup(paths);
@@ -231,7 +233,8 @@ async function runFresh(
         },
       });
     } catch (err) {
-      if (err instanceof ProxyStartError) throw new Error(`${err.message}: ${scrub(tail(err.log, 2000))}`);
+      // It would fail alike on every attempt: an infrastructure failure, its log scrubbed of the values.
+      if (err instanceof ProxyStartError) throw new BackendUnavailableError(`${err.message}: ${scrub(tail(err.log, 2000))}`, 'proxy_failed');
       throw err;
     }
     const proxyUrl = `http://${proxy.address}:${proxy.port}`;
