@@ -34,9 +34,11 @@ export interface HarnessConfig {
   stateDir: string;
   limits: Limits;
   /** Model prices in US dollars per million tokens (the settings' prices file); a model not listed costs null. */
-  prices?: Record<string, { input: number; output: number; cached_input?: number }>;
+  prices?: Record<string, { input: number; output: number; cached_input?: number; cache_write_input?: number }>;
   /** The operator's providers file (`AGENT_PROVIDERS_FILE`, default `<state>/providers.json`). */
   providersFile: string;
+  /** The prompt versions a live source may use (`AGENT_PROMPTS_DIR`, default the build's `prompts/`). */
+  promptsDir: string;
   /** Timeout of one provider HTTP request (default 120 s). */
   modelTimeoutMs?: number;
   /**

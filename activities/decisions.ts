@@ -9,13 +9,21 @@ import type { Decision, Usage } from '../core/contracts';
 import { replaySchema, type Replay } from '../core/contracts';
 import { formatIssues } from '../core/validate';
 import type { RunFacts } from '../core/context';
+import type { PromptRef } from '../core/prompt';
 import type { DecisionView, PendingEntry } from '../core/transcript';
 
 /** The decision source as the workflow passes it to `decide`: a replay by digest, or a provider. */
 export type SourceRef =
   | { kind: 'replay'; digest: string }
   /** An endpoint of the worker's providers file, by name: its URL and key variable are looked up there at each call. */
-  | { kind: 'provider'; endpoint: string; provider: 'openai' | 'anthropic'; model: string };
+  | {
+      kind: 'provider';
+      endpoint: string;
+      provider: 'openai' | 'anthropic';
+      model: string;
+      /** The prompt version loadRun read, stored in the host store under its digest (absent in runs started before prompts were versioned). */
+      prompt?: PromptRef;
+    };
 
 export interface DecideInput {
   run_id: string;
@@ -47,9 +55,15 @@ interface LiveReply {
   compacted?: boolean;
   /** The response came from the host store: a retried activity, not a new provider request. */
   from_store?: boolean;
+  /**
+   * The provider's prompt cache on this call: `hit` when part of the input was read from it
+   * (`usage.cached_tokens` > 0), and the input tokens written to it (Anthropic; 0 for OpenAI).
+   */
+  cache?: { hit: boolean; write_tokens: number };
 }
 
-export type DecideResult =
+/** What `decide` answers, with the build of the worker that answered (absent from histories recorded before it). */
+export type DecideResult = (
   | ({ kind: 'decisions'; decisions: DecisionView[]; cursor: number; head: string | null; usage: Usage | null } & LiveReply)
   | { kind: 'exhausted'; head: string | null; usage: null }
   | ({
@@ -65,7 +79,8 @@ export type DecideResult =
       head: string | null;
       usage: Usage | null;
     } & LiveReply)
-  | ({ kind: 'refused'; detail: string; head: string | null; usage: Usage | null } & LiveReply);
+  | ({ kind: 'refused'; detail: string; head: string | null; usage: Usage | null } & LiveReply)
+) & { build?: string };
 
 export class ReplayFileError extends Error {
   override name = 'ReplayFileError';

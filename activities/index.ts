@@ -8,6 +8,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { z } from 'zod';
 import { fixtureSchema, setupProblem, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
+import type { PromptRef, PromptTexts } from '../core/prompt';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
 import { isOrchestrationTool, type ValidCall } from '../core/tools';
@@ -17,6 +18,7 @@ import { BackendUnavailableError, type ExecBackend } from './backends/types';
 import type { DockerBackend } from './backends/docker';
 import { egressPage, runSetup as setupPhase, type SetupResult } from './setup';
 import type { EgressEvent } from './setup/squid';
+import { buildId } from '../host/build';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
 import { nonRetryable } from './failures';
@@ -24,6 +26,7 @@ import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideR
 import type { Ledger } from './ledger';
 import { liveDecide } from './live';
 import { ProvidersFileError, resolveEndpoint } from './providers/endpoints';
+import { loadPrompt, PromptError } from './providers/prompt';
 import { StoreError, type Store } from './store';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
@@ -147,6 +150,8 @@ export type LoadRunResult =
       host_queue: string | null;
       /** An orchestrating replay's task replays, by task title: digests in the host store. */
       child_replays: Record<string, string>;
+      /** The build of the worker that loaded the run (host/build.ts). */
+      build: string;
     }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
@@ -212,6 +217,23 @@ export function createActivities(deps: ActivityDeps) {
     }
   };
 
+  /**
+   * The run's prompt version (named, or the newest), read once into the host store under its
+   * digest. A version the worker lacks is the run's input at fault; unusable prompt files are the
+   * operator's, and stop the run without a retry.
+   */
+  const readPrompt = (version: string | undefined): { ok: true; ref: PromptRef } | { ok: false; detail: string } => {
+    try {
+      const { ref, texts } = loadPrompt(config.promptsDir, version);
+      store.put('prompt', texts);
+      return { ok: true, ref };
+    } catch (err) {
+      if (err instanceof PromptError && err.kind === 'unknown_version') return { ok: false, detail: err.message };
+      if (err instanceof PromptError) throw nonRetryable('InfrastructureError', err.message);
+      throw err;
+    }
+  };
+
   const backendFor = (name: RunRef['backend'], image?: string): ExecBackend => {
     if (name === 'docker' && image !== undefined && deps.dockerImage) return deps.dockerImage(image).backend;
     const backend = deps.backends[name];
@@ -237,6 +259,39 @@ export function createActivities(deps: ActivityDeps) {
       signal: ctx.cancellationSignal,
       heartbeat: () => ctx.heartbeat(),
     };
+  };
+
+  /** The next decision of the run's source: a replay's next one, or a live model's reply. */
+  const nextDecisions = async (input: DecideInput): Promise<DecideResult> => {
+    const head = appendTranscript(input.transcript);
+    if (input.source.kind === 'provider') {
+      const ctx = Context.current();
+      const source = input.source;
+      // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
+      const found = lookupEndpoint(source.endpoint, source.model);
+      if (!found.ok || found.endpoint.kind !== source.provider) {
+        const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
+        throw nonRetryable('ProviderUnavailable', detail);
+      }
+      // The content loadRun stored; a run from before prompts were versioned takes the newest version.
+      const prompt = source.prompt ? { ref: source.prompt, texts: store.get<PromptTexts>(source.prompt.digest) } : loadPrompt(config.promptsDir);
+      const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint, prompt };
+      return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
+        kind: 'decisions',
+        decisions: decisions.map((d) => decisionView(d, input, reply)),
+        cursor: input.cursor,
+        head,
+        usage: null,
+      }));
+    }
+    store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
+    const next = replayNext(store.get(input.source.digest), input.cursor);
+    if (next === undefined) return { kind: 'exhausted', head, usage: null };
+    if (next.kind === 'model_error') {
+      const ref = store.put('decision', next);
+      return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
+    }
+    return { kind: 'decisions', decisions: [decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null)], cursor: input.cursor + 1, head, usage: null };
   };
 
   return withDeterministicFailures({
@@ -269,9 +324,12 @@ export function createActivities(deps: ActivityDeps) {
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
-        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
-        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {} };
+        const prompt = readPrompt(input.prompt);
+        if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
+        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model, prompt: prompt.ref };
+        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, build: buildId() };
       }
+      if (input.prompt !== undefined) return { ok: false, reason: 'invalid_input', detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay' };
       // A replay can create test files that the test command then executes on the host.
       if (input.backend === 'local' && !source.trusted) {
         return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
@@ -294,7 +352,7 @@ export function createActivities(deps: ActivityDeps) {
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
       const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
-      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays };
+      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, build: buildId() };
     },
 
     /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */
@@ -360,34 +418,9 @@ export function createActivities(deps: ActivityDeps) {
       return { ...outcome, receipted: ledger.receipt(action.action_id) !== null };
     },
 
+    /** The next decision, and the build of the worker that took it (the run records which builds served it). */
     async decide(input: DecideInput): Promise<DecideResult> {
-      const head = appendTranscript(input.transcript);
-      if (input.source.kind === 'provider') {
-        const ctx = Context.current();
-        const source = input.source;
-        // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
-        const found = lookupEndpoint(source.endpoint, source.model);
-        if (!found.ok || found.endpoint.kind !== source.provider) {
-          const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
-          throw nonRetryable('ProviderUnavailable', detail);
-        }
-        const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint };
-        return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
-          kind: 'decisions',
-          decisions: decisions.map((d) => decisionView(d, input, reply)),
-          cursor: input.cursor,
-          head,
-          usage: null,
-        }));
-      }
-      store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
-      const next = replayNext(store.get(input.source.digest), input.cursor);
-      if (next === undefined) return { kind: 'exhausted', head, usage: null };
-      if (next.kind === 'model_error') {
-        const ref = store.put('decision', next);
-        return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
-      }
-      return { kind: 'decisions', decisions: [decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null)], cursor: input.cursor + 1, head, usage: null };
+      return { ...(await nextDecisions(input)), build: buildId() };
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */

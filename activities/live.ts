@@ -6,6 +6,7 @@
  * answer in the store and does not pay for it again.
  */
 import { CancelledFailure } from '@temporalio/common';
+import { systemText } from '../core/prompt';
 import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
 import type { Decision, Endpoint, ToolResult, Usage } from '../core/contracts';
 import type { TranscriptEntry } from '../core/transcript';
@@ -16,8 +17,8 @@ import { faultPoint } from './faults';
 import { anthropicAdapter } from './providers/anthropic';
 import { classify } from './providers/errors';
 import { openaiAdapter } from './providers/openai';
-import { systemPrompt } from './providers/prompt';
 import { scrubbedError, scrubSecret } from './providers/secrets';
+import type { Prompt } from './providers/tool-schemas';
 import type { ProviderAdapter, ReplyDecision } from './providers/types';
 import type { Store } from './store';
 
@@ -25,7 +26,7 @@ export const DEFAULT_CONTEXT_BUDGET_TOKENS = 60_000;
 export const DEFAULT_MAX_OUTPUT_TOKENS = 4_096;
 
 /** Prices in US dollars per million tokens, by model name. */
-export type PriceTable = Record<string, { input: number; output: number; cached_input?: number }>;
+export type PriceTable = Record<string, { input: number; output: number; cached_input?: number; cache_write_input?: number }>;
 
 export interface LiveContext {
   store: Store;
@@ -40,6 +41,8 @@ export interface LiveContext {
   baseUrls: Record<Endpoint['kind'], string>;
   /** The operator's endpoint the run named, looked up for this call. */
   endpoint: Endpoint;
+  /** The run's prompt version: the system prompt and the tool texts every request is built with. */
+  prompt: Prompt;
 }
 
 const ADAPTERS: Record<'openai' | 'anthropic', ProviderAdapter> = { openai: openaiAdapter, anthropic: anthropicAdapter };
@@ -80,12 +83,15 @@ export function transcriptGroups(store: Store, entries: TranscriptEntry[]): Cont
   return groups;
 }
 
-function cost(prices: PriceTable, model: string, usage: Usage): number | null {
+/**
+ * The price of one call: input read from the cache at `cached_input`, input written to it at
+ * `cache_write_input` (each at `input` when not given), the rest of the input at `input`.
+ */
+function cost(prices: PriceTable, model: string, usage: Usage, cacheWriteTokens: number): number | null {
   const p = prices[model];
   if (!p) return null;
-  const fresh = Math.max(0, usage.input_tokens - usage.cached_tokens);
-  const cached = p.cached_input ?? p.input;
-  return (fresh * p.input + usage.cached_tokens * cached + usage.output_tokens * p.output) / 1_000_000;
+  const fresh = Math.max(0, usage.input_tokens - usage.cached_tokens - cacheWriteTokens);
+  return (fresh * p.input + usage.cached_tokens * (p.cached_input ?? p.input) + cacheWriteTokens * (p.cache_write_input ?? p.input) + usage.output_tokens * p.output) / 1_000_000;
 }
 
 export async function liveDecide(
@@ -103,7 +109,7 @@ export async function liveDecide(
   const maxOutput = facts.budgets.max_output_tokens ?? DEFAULT_MAX_OUTPUT_TOKENS;
   const groups = transcriptGroups(store, store.transcript(head));
   const orchestrating = facts.orchestrating === true;
-  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools(orchestrating)) - maxOutput) * factor);
+  const room = (factor: number) => Math.floor((budget - estimateTokens(adapter.tools(ctx.prompt, orchestrating)) - maxOutput) * factor);
 
   // Read only here, inside the activity; never returned, logged or stored.
   const apiKey = ctx.credential(endpoint.api_key_env);
@@ -112,12 +118,12 @@ export async function liveDecide(
   }
 
   // A repository run's instructions join the system prompt; the room for the context shrinks by what they take.
-  const system = systemPrompt(facts.instructions ? store.get<{ text: string }>(facts.instructions) : null);
-  const instructionTokens = estimateTokens(system) - estimateTokens(systemPrompt(null));
+  const system = systemText(ctx.prompt.texts, facts.instructions ? store.get<{ text: string }>(facts.instructions).text : null);
+  const instructionTokens = estimateTokens(system) - estimateTokens(ctx.prompt.texts.system);
   let compacted = false;
   for (let factor = 1; ; factor /= 2) {
     const context = buildContext(facts, groups, room(factor) - instructionTokens);
-    const body = adapter.body(source.model, system, context, maxOutput, orchestrating);
+    const body = adapter.body(source.model, ctx.prompt, system, context, maxOutput, orchestrating);
     const request = digestJson({ provider: source.provider, model: source.model, run_id: input.run_id, turn: input.turn, retry: input.retry, body });
     let stored = store.modelResponse(request);
     const fromStore = stored !== null;
@@ -147,8 +153,8 @@ export async function liveDecide(
       faultPoint('after_model_response');
     }
     const reply = adapter.parse(stored.raw);
-    const usage: Usage = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage) };
-    const how = { compacted, from_store: fromStore };
+    const usage: Usage = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage, reply.cache_write_tokens) };
+    const how = { compacted, from_store: fromStore, cache: { hit: reply.usage.cached_tokens > 0, write_tokens: reply.cache_write_tokens } };
     switch (reply.kind) {
       case 'refused':
         return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage, ...how };

@@ -12,7 +12,7 @@ import type { TraceEvent } from '../core/trace';
 import type { TranscriptEntry } from '../core/transcript';
 import { sha256 } from './digest';
 
-export type BlobKind = 'replay' | 'decision' | 'call' | 'result' | 'transcript' | 'model_request' | 'model_response' | 'merge' | 'instructions';
+export type BlobKind = 'replay' | 'decision' | 'call' | 'result' | 'transcript' | 'model_request' | 'model_response' | 'merge' | 'instructions' | 'prompt';
 
 /** One link of a run's transcript: the entry and the digest of the link before it. */
 export interface TranscriptNode {

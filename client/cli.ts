@@ -2,7 +2,7 @@
 /**
  * `npm run agent -- <command>` (or the package's `coding-agent` bin): the one entry point
  * (SPEC section 8). Each command lives in client/commands/; this file parses, dispatches, and
- * turns usage errors into exit status 2.
+ * turns usage errors and connection faults (host/connection.ts) into exit status 2.
  */
 import { parseOptions, RefusedInput, UsageError } from './command';
 import { commandUsage, findCommand, help } from './commands';
@@ -44,7 +44,16 @@ async function main(argv: string[]): Promise<number> {
   }
   // Loaded here, not at the top: help and usage errors answer without loading the Temporal SDK.
   const offline = command.offline?.(parsed.positionals) ?? false;
-  const session = offline ? (null as unknown as Session) : await (await import('./session')).openSession();
+  let session: Session;
+  try {
+    session = offline ? (null as unknown as Session) : await (await import('./session')).openSession();
+  } catch (err) {
+    // A profile, certificate or address that does not work: one line saying which (never the key).
+    const { ConnectionError } = await import('../host/connection');
+    if (!(err instanceof ConnectionError)) throw err;
+    process.stderr.write(`error: ${err.message}\n`);
+    return 2;
+  }
   try {
     return await command.run(session, parsed.positionals, parsed.values);
   } catch (err) {

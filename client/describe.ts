@@ -40,6 +40,8 @@ export function describeEvent(e: TraceEvent): string {
       return `${head} tests ${d.candidate_tests?.passed}/${d.candidate_tests?.discovered} passed, ${d.acceptance ? `acceptance ${d.acceptance.passed}/${d.acceptance.total}` : 'no acceptance'}${d.acceptance?.failed?.length ? ` (failed: ${d.acceptance.failed.join(', ')})` : ''}${d.protected_changed?.length ? `, protected changed: ${d.protected_changed.join(', ')}` : ''}`;
     case 'repository_loaded':
       return `${head} ${d.name} at ${short(d.base_commit)}: tests ${d.tests_source}; settings ${d.settings_digest ? short(d.settings_digest) : 'none'}; AGENTS.md ${d.instructions ? `${d.instructions.bytes} bytes${d.instructions.cut ? ', cut to the cap' : ''}` : 'none'}${d.submodules?.length ? `; submodules left out: ${d.submodules.join(', ')}` : ''}${d.image ? `; image ${d.image}` : ''}`;
+    case 'model_usage':
+      return `${head} ${d.input_tokens} in (${d.cached_tokens} from the prompt cache${d.cache_write_tokens ? `, ${d.cache_write_tokens} written to it` : ''}), ${d.output_tokens} out${d.cost_usd === null ? '' : `, $${Number(d.cost_usd).toFixed(6)}`}${d.from_store ? ' (stored response)' : ''}`;
     case 'run_finished':
       return `${head} ${d.status}${d.reason ? ` (${d.reason})` : ''}${d.detail ? `: ${d.detail}` : ''}`;
     default:

@@ -4,6 +4,7 @@
  * record is its child workflow's result, found by its key).
  */
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { buildId } from '../host/build';
 import { writeFileAtomic } from '../host/files';
 import { cpus } from 'node:os';
 import { basename, join, resolve } from 'node:path';
@@ -167,6 +168,8 @@ export interface Collected {
   report: EvalReport;
   extras: HtmlRunExtra[];
   durations: Record<string, number | null>;
+  /** The builds that ran each run, by workflow id (timings.json: they differ across builds, report.json must not). */
+  builds?: Record<string, string[] | null | undefined>;
 }
 
 export const traceLine = (e: { seq: number; type: string; call_id?: string; data: unknown }) => {
@@ -189,8 +192,10 @@ export async function collectReport(client: Client, settings: Settings, batch: s
       const extra: HtmlRunExtra = {
         duration_s: duration,
         workflow_id: last.workflowId,
-        web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(settings.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
+        web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(client.options.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
         trace: events.length > 0 ? events.map(traceLine) : null,
+        // A run's state from before builds were recorded has none.
+        builds: last.kind === 'done' ? (last.outcome.state.builds ?? null) : null,
       };
       return { run, extra };
     });
@@ -199,7 +204,8 @@ export async function collectReport(client: Client, settings: Settings, batch: s
     const order = new Map(rows.map((r) => [r.run, r.extra]));
     const extras = report.runs.map((r) => order.get(r)!);
     const durations = Object.fromEntries(extras.map((e) => [e.workflow_id, e.duration_s]));
-    return { report, extras, durations };
+    const builds = Object.fromEntries(extras.map((e) => [e.workflow_id, e.builds]));
+    return { report, extras, durations, builds };
   } finally {
     store?.close();
   }
@@ -210,8 +216,8 @@ export function writeOutputs(outDir: string, collected: Collected, timing: Recor
   mkdirSync(outDir, { recursive: true });
   writeFileAtomic(join(outDir, 'report.json'), reportJson(collected.report));
   writeFileAtomic(join(outDir, 'report.md'), reportMarkdown(collected.report));
-  writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras));
-  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations }, null, 2)}\n`);
+  writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras, buildId()));
+  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, build: buildId(), node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations, run_builds: collected.builds ?? {} }, null, 2)}\n`);
 }
 
 // ---- progress ----

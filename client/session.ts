@@ -1,10 +1,12 @@
 /**
- * A command's connection to Temporal. With TEMPORAL_ADDRESS set it connects there and expects
- * workers on that cluster. Without it (the embedded default) it starts or reuses the local dev
- * server, and the state folder's one background worker (worker/background.ts) serves the runs.
+ * A command's connection to Temporal, resolved like the `temporal` CLI's (host/connection.ts):
+ * an address from TEMPORAL_ADDRESS or the selected profile of the config file means a cluster,
+ * whose workers serve the runs. No address anywhere (the embedded default) means the local dev
+ * server, started or reused, with the state folder's one background worker (worker/background.ts).
  */
-import { Client, Connection } from '@temporalio/client';
+import { Client } from '@temporalio/client';
 import { Runtime } from '@temporalio/worker';
+import { connectTemporal, resolveTarget } from '../host/connection';
 import { ensureDevServer } from '../host/temporal-server';
 import { ensureBackgroundWorker, type EnsuredWorker } from '../worker/background';
 import { runtimeLogger } from '../worker/logger';
@@ -14,6 +16,8 @@ export interface Session {
   settings: Settings;
   client: Client;
   address: string;
+  /** The namespace of the connection (TEMPORAL_NAMESPACE, else the profile's, else `default`). */
+  namespace: string;
   embedded: boolean;
   /** The Web UI runs link to: the embedded server's own, else the settings' `webUiUrl` (null: no links). */
   webUi: string | null;
@@ -25,19 +29,22 @@ export interface Session {
   close(): Promise<void>;
 }
 
+/** Opens the connection; a configuration or connection fault throws a ConnectionError (one line, exit 2). */
 export async function openSession(settings: Settings = readSettings()): Promise<Session> {
   Runtime.install({ logger: runtimeLogger('WARN') });
-  const embedded = settings.temporalAddress === null;
+  const target = resolveTarget(settings);
+  const embedded = target.address === null;
   const address = embedded
-    ? (await ensureDevServer({ stateDir: settings.stateDir, namespace: settings.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address
-    : settings.temporalAddress!;
-  const connection = await Connection.connect({ address });
-  const client = new Client({ connection, namespace: settings.namespace });
+    ? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address
+    : target.address!;
+  const connection = await connectTemporal(address, target);
+  const client = new Client({ connection, namespace: target.namespace });
   let ensured: Promise<EnsuredWorker> | null = null;
   return {
     settings,
     client,
     address,
+    namespace: target.namespace,
     embedded,
     webUi: embedded ? `http://localhost:${settings.devUiPort}` : settings.webUiUrl,
     async ensureWorker() {

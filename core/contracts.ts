@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import type { ErrorCode } from './errors';
+import { promptVersionSchema, type PromptRef } from './prompt';
 
 const digest = z.string().regex(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 digest');
 export const CALL_ID = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -359,6 +360,8 @@ export const runInputSchema = z.strictObject({
   host_lost_s: z.number().int().min(1).max(7 * 24 * 3600).optional(),
   /** Sub-runs: the orchestration tools, and how many tasks. */
   subruns: subrunsSchema.optional(),
+  /** The prompt version a live source uses (`v1`, `v2`...); default: the worker's newest. */
+  prompt: promptVersionSchema.optional(),
   /** Set only by a parent run for the child run of one of its tasks. */
   child: childSchema.optional(),
 }).refine((input) => (input.fixture === undefined) !== (input.repo === undefined), { message: 'a run works on a fixture or on a repository: give exactly one of fixture and repo', path: ['fixture'] });
@@ -475,6 +478,8 @@ export interface RunRecord {
   acceptance: { total: number; passed: number; failed: string[] } | null;
   tool_errors: Partial<Record<ErrorCode, number>>;
   usage?: Usage;
+  /** A live source's prompt version and the digest of its content (the same for the same prompt files). */
+  prompt?: PromptRef;
   /** An orchestrating run's sub-run figures (SPEC section 12). */
   subruns?: SubrunCounts;
   /** An orchestrating run's tasks and how each ended. */

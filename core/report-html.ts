@@ -1,7 +1,8 @@
 /**
  * report.html: one self-contained page (data and script inlined, nothing fetched) that opens
  * from disk. A summary, a table of runs that sorts by any column and filters by status, and per
- * run its trace and a link to the run in the Temporal Web UI.
+ * run its trace, the builds that ran it and a link to the run in the Temporal Web UI. Builds are
+ * here and in timings.json, never in report.json, whose bytes depend on the inputs only.
  */
 import type { EvalReport } from './report';
 
@@ -13,13 +14,16 @@ export interface HtmlRunExtra {
   web_ui: string | null;
   /** The run's trace, shortened: one line per event. */
   trace: string[] | null;
+  /** The builds of the workers that ran it (its state's `builds`); null or absent when unknown. */
+  builds?: string[] | null;
 }
 
 /** `<` is escaped so no text in the data can close the script element. */
 const inline = (value: unknown) => JSON.stringify(value).replace(/</g, '\\u003c');
 
-export function reportHtml(report: EvalReport, extras: HtmlRunExtra[], title = 'Evaluation report'): string {
-  const data = { report, extras };
+/** `build`: the build of the command that wrote the report. */
+export function reportHtml(report: EvalReport, extras: HtmlRunExtra[], build: string | null = null, title = 'Evaluation report'): string {
+  const data = { report, extras, build };
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>${title}</title>
 <style>
@@ -32,6 +36,7 @@ details summary{cursor:pointer}
 </style></head>
 <body>
 <h1>${title}</h1>
+<p id="build"></p>
 <div class="cards" id="summary"></div>
 <div id="pairs"></div>
 <p><label>Status <select id="status-filter"><option value="">all</option></select></label>
@@ -45,6 +50,8 @@ details summary{cursor:pointer}
   var rows = data.report.runs.map(function (r, i) { return { run: r, extra: data.extras[i] || {} }; });
   function el(tag, text, cls) { var e = document.createElement(tag); if (text !== undefined && text !== null) e.textContent = String(text); if (cls) e.className = cls; return e; }
   function card(label, value) { var c = el('div', null, 'card'); c.appendChild(el('b', value)); c.appendChild(el('span', label)); document.getElementById('summary').appendChild(c); }
+  var builds = Array.from(new Set([].concat.apply([], rows.map(function (r) { return r.extra.builds || []; })))).sort();
+  document.getElementById('build').textContent = 'Runs ran on build ' + (builds.join(', ') || 'unknown') + (data.build ? '; this report was written by build ' + data.build : '') + '.';
   card('runs', s.runs); card('completed', s.completed); card('not completed', s.failed);
   card('pass rate', s.runs ? (100 * s.completed / s.runs).toFixed(1) + ' %' : '-');
   if (s.flaky) card('flaky', s.flaky.length);
@@ -68,6 +75,7 @@ details summary{cursor:pointer}
     ['tests', function (r) { var t = r.run.candidate_tests; return t ? t.passed + '/' + t.discovered : '-'; }],
     ['acceptance', function (r) { var a = r.run.acceptance; return a ? a.passed + '/' + a.total : '-'; }],
     ['duration (s)', function (r) { return r.extra.duration_s === null || r.extra.duration_s === undefined ? '' : r.extra.duration_s; }],
+    ['build', function (r) { return (r.extra.builds || []).join(', '); }],
   ];
   var head = document.querySelector('#runs thead tr');
   var sortBy = 0, ascending = true;

@@ -104,6 +104,7 @@ export function reportJson(report: EvalReport): string {
       acceptance: r.acceptance,
       tool_errors: JSON.parse(canonicalJson(r.tool_errors)) as Record<string, number>,
       ...(r.usage ? { usage: r.usage } : {}),
+      ...(r.prompt ? { prompt: r.prompt } : {}),
       ...(r.subruns ? { subruns: r.subruns, tasks: r.tasks } : {}),
       ...(r.retried ? { retried: r.retried } : {}),
     })),

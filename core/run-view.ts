@@ -3,6 +3,7 @@
  */
 import type { Budgets, EgressSummary, IsolationEvidence, PreparedAction, RunRecord, RunStatus, SubrunCounts, Usage, VerifierFindings } from './contracts';
 import type { ErrorCode } from './errors';
+import type { PromptRef } from './prompt';
 
 export interface PendingApproval extends PreparedAction {
   call_id: string;
@@ -83,6 +84,18 @@ export interface RunView {
   deadline_reached: boolean;
   /** Model usage of a live source; null for a replay. */
   usage: Usage | null;
+  /** The prompt version a live source uses, with the digest of its content; null for a replay. */
+  prompt: PromptRef | null;
+  /**
+   * The provider's prompt cache over a live run: calls that read part of their input from it
+   * (`usage.cached_tokens` counts those tokens) and input tokens written to it. Null for a replay.
+   */
+  prompt_cache: { hits: number; write_tokens: number } | null;
+  /**
+   * The builds of the workers that ran the run (package version and source digest, host/build.ts),
+   * in the order they first took part: the one that loaded it, then any other that took a turn.
+   */
+  builds: string[];
   /** The model's `final` text that verification judged (shortened), when there was one. */
   final_summary: string | null;
   /** An orchestrating run's tasks and counts; null when sub-runs are off. */
@@ -108,6 +121,8 @@ export function buildRecord(view: RunView): RunRecord {
     acceptance: v?.acceptance ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
     tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
     ...(view.usage !== null ? { usage: view.usage } : {}),
+    // Absent from the state of a run that started before prompts were versioned.
+    ...(view.prompt ? { prompt: view.prompt } : {}),
     ...(view.subruns !== null
       ? { subruns: view.subruns.counts, tasks: view.subruns.tasks.map((t) => ({ task_id: t.task_id, title: t.title, status: t.status === 'starting' ? 'running' : t.status, reason: t.reason })) }
       : {}),

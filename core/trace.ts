@@ -13,6 +13,8 @@ export const TRACE_TYPES = [
   'egress_denied',
   'setup_finished',
   'model_requested',
+  /** A live call's usage: tokens in, out, read from and written to the prompt cache, cost. */
+  'model_usage',
   'model_retry',
   'plan_recorded',
   'tool_proposed',

@@ -1,8 +1,8 @@
 /**
  * Which build of the harness this process runs: the package version and a digest of the compiled
- * tree (every JavaScript file of the build but the tests', and the Python it ships, the isolation
- * probe). Two processes with the same id run the same code; a rebuild after any source change
- * gives a new id.
+ * tree (every JavaScript file of the build but the tests', the Python it ships, the isolation
+ * probe, and the prompt versions it ships in dist/prompts). Two processes with the same id run
+ * the same code; a rebuild after any source change gives a new id.
  */
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -21,7 +21,7 @@ export function buildId(): string {
       const path = join(dir, entry.name);
       if (entry.isDirectory()) {
         if (path !== join(DIST, 'tests')) walk(path);
-      } else if (entry.name.endsWith('.js') || entry.name.endsWith('.py') || entry.name.endsWith('.sh')) {
+      } else if (entry.name.endsWith('.js') || entry.name.endsWith('.py') || entry.name.endsWith('.sh') || path.startsWith(join(DIST, 'prompts', ''))) {
         hash.update(`${relative(DIST, path)}\0`).update(readFileSync(path)).update('\0');
       }
     }

@@ -15,6 +15,8 @@ import { isAbsolute, join, relative, resolve } from 'node:path';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
 export const DEFAULT_TASK_QUEUE = 'coding-agent';
+/** The prompt versions the build ships: `prompts/` copied into `dist/prompts` (scripts/copy-assets.js). */
+export const BUILD_PROMPTS_DIR = resolve(__dirname, '..', 'prompts');
 export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
 export const DEFAULT_PROXY_IMAGE = 'coding-agent-proxy:1';
 export const DEFAULT_EGRESS_NETWORK = 'bridge';
@@ -50,13 +52,28 @@ export const FAULT_POINTS = [
 export type FaultPoint = (typeof FAULT_POINTS)[number];
 
 export interface Settings {
-  /** Set: connect to this cluster and expect workers there. Unset: the embedded dev server. */
+  /**
+   * How to reach Temporal, as the `temporal` CLI reads it (resolved with the config file by
+   * host/connection.ts): no address here nor in the profile means the embedded dev server.
+   */
   temporalAddress: string | null;
-  namespace: string;
+  /** Null: the profile's namespace, else `default` (a connection's namespace is its target's). */
+  namespace: string | null;
+  temporalProfile: string | null;
+  /** The config file: TEMPORAL_CONFIG_FILE (`explicit`), else the CLI's default location; null when there is none. */
+  temporalConfigFile: { path: string; explicit: boolean } | null;
+  /** A secret: sent only as the connection's `authorization` header, never printed. */
+  temporalApiKey: string | null;
+  /** TEMPORAL_TLS and TEMPORAL_TLS_* as given (CA, client certificate and key, server name). */
+  temporalTls: Record<string, string>;
+  /** TEMPORAL_GRPC_META_* as given (an empty one removes a header the profile sets). */
+  temporalGrpcMeta: Record<string, string>;
   taskQueue: string;
   stateDir: string;
   /** The operator's model endpoints (default `<state>/providers.json`). */
   providersFile: string;
+  /** The prompt versions of live sources (`v1/`, `v2/`...; default the build's `prompts/`). */
+  promptsDir: string;
   /** Ports of the embedded dev server and its Web UI. */
   devServerPort: number;
   devUiPort: number;
@@ -119,6 +136,11 @@ function integer(name: string, min: number, max: number, fallback: number): (val
   };
 }
 
+/** The variables of a family (`TEMPORAL_TLS_*`...), by name; `keepEmpty` keeps those set to "". */
+function family(env: Env, member: (name: string) => boolean, keepEmpty: boolean): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => member(e[0]) && e[1] !== undefined && (keepEmpty || e[1] !== '')).sort(([a], [b]) => (a < b ? -1 : 1)));
+}
+
 const stateDirOf = (env: Env): string => resolve(given(env.AGENT_STATE_DIR) ?? resolve(PROJECT_ROOT, '.agent-state'));
 
 /** The table: one row per variable, every field of `Settings` with exactly one. */
@@ -126,14 +148,51 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   temporalAddress: {
     name: 'TEMPORAL_ADDRESS',
     default: 'unset',
-    meaning: 'cluster to use; unset means the embedded dev server',
+    meaning: "cluster to use, over the profile's address; no address here nor in the profile: the embedded dev server",
     read: given,
   },
   namespace: {
     name: 'TEMPORAL_NAMESPACE',
     default: '`default`',
-    meaning: 'namespace',
-    read: (v) => given(v) ?? 'default',
+    meaning: "namespace, over the profile's",
+    read: given,
+  },
+  temporalProfile: {
+    name: 'TEMPORAL_PROFILE',
+    default: '`default`',
+    meaning: 'profile of the config file, as the `temporal` CLI reads it (a profile named but missing is an error)',
+    read: given,
+  },
+  temporalConfigFile: {
+    name: 'TEMPORAL_CONFIG_FILE',
+    default: '`~/.config/temporalio/temporal.toml`',
+    meaning: "the `temporal` CLI's config file of profiles (`$XDG_CONFIG_HOME/temporalio/temporal.toml` when that is set); named but missing is an error",
+    read: (v, env) => {
+      const explicit = given(v);
+      if (explicit !== null) return { path: resolve(explicit), explicit: true };
+      const xdg = given(env.XDG_CONFIG_HOME);
+      const dir = xdg !== null && isAbsolute(xdg) ? xdg : given(env.HOME) !== null ? join(env.HOME!, '.config') : null;
+      return dir === null ? null : { path: join(dir, 'temporalio', 'temporal.toml'), explicit: false };
+    },
+  },
+  temporalApiKey: {
+    name: 'TEMPORAL_API_KEY',
+    default: 'unset',
+    meaning: "API key, over the profile's: sent as `authorization: Bearer`, turns TLS on; never printed or logged",
+    read: given,
+  },
+  temporalTls: {
+    name: 'TEMPORAL_TLS',
+    default: 'unset',
+    meaning: "TLS on or off, and with `TEMPORAL_TLS_*` over the profile's: `_CLIENT_CERT_PATH`/`_DATA`, `_CLIENT_KEY_PATH`/`_DATA`, `_SERVER_CA_CERT_PATH`/`_DATA`, `_SERVER_NAME`",
+    // An empty value is unset, as for the other variables.
+    read: (_v, env) => family(env, (name) => name === 'TEMPORAL_TLS' || name.startsWith('TEMPORAL_TLS_'), false),
+  },
+  temporalGrpcMeta: {
+    name: 'TEMPORAL_GRPC_META_*',
+    default: 'unset',
+    meaning: 'gRPC headers on every request (`TEMPORAL_GRPC_META_X_TEAM=a` sends `x-team: a`; empty: removes the profile\'s)',
+    read: (_v, env) => family(env, (name) => name.startsWith('TEMPORAL_GRPC_META_'), true),
   },
   taskQueue: {
     name: 'AGENT_TASK_QUEUE',
@@ -152,6 +211,12 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: '`<state>/providers.json`',
     meaning: "the worker operator's model endpoints (section Live models)",
     read: (v, env) => resolve(given(v) ?? join(stateDirOf(env), 'providers.json')),
+  },
+  promptsDir: {
+    name: 'AGENT_PROMPTS_DIR',
+    default: "the build's `prompts/`",
+    meaning: 'prompt versions of live sources (`v1/system.md`, `v1/tools.json`, ...; the newest is the default; section Live models)',
+    read: (v) => resolve(given(v) ?? BUILD_PROMPTS_DIR),
   },
   devServerPort: {
     name: 'AGENT_DEV_SERVER_PORT',

@@ -11,6 +11,8 @@ const root = join(__dirname, '..');
 const stamp = join(root, 'dist', '.build-stamp');
 const SOURCES = ['core', 'host', 'activities', 'client', 'worker', 'workflows', 'scripts', 'tests'];
 const FILES = ['tsconfig.json', 'package.json', 'package-lock.json'];
+/** Folders the build copies whole (scripts/copy-assets.js): every file and folder of them counts, a removal too. */
+const COPIED = ['prompts'];
 
 function newest(path) {
   const st = statSync(path, { throwIfNoEntry: false });
@@ -20,8 +22,15 @@ function newest(path) {
   return readdirSync(path).reduce((m, name) => Math.max(m, newest(join(path, name))), 0);
 }
 
+function newestCopied(path) {
+  const st = statSync(path, { throwIfNoEntry: false });
+  if (!st) return 0;
+  if (!st.isDirectory()) return st.mtimeMs;
+  return readdirSync(path).reduce((m, name) => Math.max(m, newestCopied(join(path, name))), st.mtimeMs);
+}
+
 const built = existsSync(stamp) ? statSync(stamp).mtimeMs : 0;
-const changed = Math.max(...SOURCES.map((d) => newest(join(root, d))), ...FILES.map((f) => newest(join(root, f))));
+const changed = Math.max(...SOURCES.map((d) => newest(join(root, d))), ...FILES.map((f) => newest(join(root, f))), ...COPIED.map((d) => newestCopied(join(root, d))));
 if (built === 0 || changed > built || !existsSync(join(root, 'dist', 'workflow-bundle.js'))) {
   process.stderr.write('building (sources changed since the last build)\n');
   execFileSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });

@@ -8,7 +8,7 @@ import { readWorkerRecord, stopWorker } from '../worker/background';
 import { launchChromium, testOutput } from './helpers/browser';
 import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
-import { CANONICAL_RECORD, waitFor } from './helpers/temporal';
+import { CANONICAL_RECORD, CURRENT_PROMPT, waitFor } from './helpers/temporal';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
@@ -85,7 +85,7 @@ describe('npm run agent on the embedded default', () => {
         '--backend', 'docker', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', id,
       );
       const record = JSON.parse(stdout);
-      expect(record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
+      expect(record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null }, prompt: CURRENT_PROMPT });
       expect(server.count()).toBe(7);
 
       const exported = join(tempDir('exported'), `${id}.json`);
@@ -157,6 +157,13 @@ describe('npm run agent on the embedded default', () => {
     expect(readFileSync(join(outA, 'report.md'), 'utf8')).toContain('| linkcheck-nested | canonical | 1 | completed |');
     expect(readFileSync(join(outA, 'report.html'), 'utf8')).toContain('"replay":"canonical"');
     expect(JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8'))).toMatchObject({ runs: 5, concurrency: 3 });
+    // The build that ran each run is in timings.json and report.html; report.json stays the same across builds.
+    const build = readWorkerRecord(stateDir)!.build;
+    const timings = JSON.parse(readFileSync(join(outA, 'timings.json'), 'utf8')) as { build: string; run_builds: Record<string, string[]> };
+    expect(timings.build).toBe(build);
+    expect(Object.values(timings.run_builds)).toEqual(new Array(5).fill([build]));
+    expect(readFileSync(join(outA, 'report.html'), 'utf8')).toContain(`"builds":["${build}"]`);
+    expect(a).not.toContain(build.split('+')[1]);
   });
 
   it('report.html opens from disk in headless Chromium: every run a row, the status filter, a screenshot', async () => {

@@ -54,6 +54,18 @@ describe('the live context', () => {
     expect(summary).not.toContain('history_compaction');
   });
 
+  it('keeps the task and its rules apart from what changes every turn, so a provider can cache them', () => {
+    const now = buildContext(facts, groups, 4000);
+    const later = buildContext({ ...facts, turn: 32, counters: { turns: 32, tool_calls: 31, writes: 2 }, plan: 'another plan', notice: 'a note' }, groups, 4000);
+    expect(later.stable).toBe(now.stable);
+    expect(now.stable).toContain(facts.task);
+    expect(now.stable).not.toMatch(/turn|plan|history_compaction/);
+    expect(later.state).not.toBe(now.state);
+    expect(now.state).toMatch(/^## Run state/);
+    expect(now.state).toContain('history_compaction:');
+    expect(now.summary).toBe(`${now.stable}\n\n${now.state}`);
+  });
+
   it('cuts an oversized result to its envelope, small fields and head and tail', () => {
     const built = buildContext(facts, [read(1, 200_000)], 4000);
     const result = (built.groups[0] as Extract<ContextGroup, { kind: 'reply' }>).calls[0].result as { ok: boolean; truncated: boolean; data: { text: string; version: string } };

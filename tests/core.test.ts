@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { PROJECT_ROOT } from '../host/settings';
 import { PAGE_BYTES, PAGE_EVENTS, Trace, WINDOW_EVENTS } from '../core/trace';
 import { canonicalJson, jsonEqual } from '../core/canonical';
 import { addUsage } from '../core/contracts';
@@ -7,7 +8,7 @@ import { activityFailureReason, ACTIVITY_FAILURE_REASONS, FAILURE_TYPES, NON_RET
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import { globMatches, normalizeRepoPath } from '../core/paths';
 import { evaluatePolicy } from '../core/policy';
-import { toolDefinitions } from '../core/tools';
+import { toolDefinitions, type ToolTexts } from '../core/tools';
 import { validateCall } from '../core/validate';
 
 const scope = { writable: ['src/linkcheck.py'], new_files: ['tests/test_agent_*.py'] };
@@ -109,7 +110,10 @@ describe('canonical JSON and budgets', () => {
   });
 
   it('generates a JSON schema per tool from the validating schemas', () => {
-    const defs = toolDefinitions();
+    const v1 = JSON.parse(readFileSync(join(PROJECT_ROOT, 'prompts', 'v1', 'tools.json'), 'utf8')) as { tools: ToolTexts };
+    const defs = toolDefinitions(v1.tools);
+    // The model-facing texts come from the prompt version, the shape from the validating schema.
+    expect(defs.find((d) => d.name === 'read_file')!.description).toBe(v1.tools.read_file.description);
     expect(defs.map((d) => d.name)).toEqual(['read_file', 'search', 'apply_patch', 'run_tests', 'show_diff']);
     const patch = defs.find((d) => d.name === 'apply_patch')!.parameters as { required: string[]; additionalProperties: boolean };
     expect(patch.required).toEqual(['path', 'version', 'old', 'new']);

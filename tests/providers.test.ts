@@ -18,7 +18,7 @@ import type { RunOutcome } from '../workflows';
 import { historyJson } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type ReplyCall, type Script, type Scripted } from './helpers/provider-server';
-import { approveAll, CANONICAL_RECORD, killed, runOnce, spawnWorker, startServer, traceIn, uniqueQueue, waitFor, type RunOnceOptions } from './helpers/temporal';
+import { approveAll, CANONICAL_RECORD, CURRENT_PROMPT, killed, runOnce, spawnWorker, startServer, traceIn, uniqueQueue, waitFor, type RunOnceOptions } from './helpers/temporal';
 import { startRun } from '../client/run-access';
 
 const exec = promisify(execFile);
@@ -101,7 +101,7 @@ describe.each(['openai', 'anthropic'] as const)('the canonical fixture solved th
   it('completes on the docker backend with approvals sent as real Signals, usage counted, the key sent only to the provider', async () => {
     const server = await serve(session(api));
     const { outcome, trace, handle } = await run(liveInput(api, server, { approver: 'interactive' }), { drive: (h) => approveAll(h) });
-    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
+    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null }, prompt: CURRENT_PROMPT });
     expect(server.count()).toBe(CANONICAL_REQUESTS);
     expect(trace.filter((e) => e.type === 'approval_recorded').map((e) => (e.data as { principal: string }).principal)).toEqual(['user:test', 'user:test']);
     const auth = server.requests.map((r) => (api === 'openai' ? r.headers.authorization : (r.headers['x-api-key'] ?? r.headers.authorization)));
@@ -372,6 +372,121 @@ describe('long live sessions', () => {
       return value;
     });
     expect(Math.max(...sizes)).toBeLessThanOrEqual(64 * 1024);
+  });
+});
+
+describe('prompt caching', () => {
+  const PRICES = { 'cached-model': { input: 3, output: 15, cached_input: 0.3, cache_write_input: 3.75 } };
+  const withPrices = async <T>(fn: () => Promise<T>): Promise<T> => {
+    const prices = join(tempDir('prices'), 'prices.json');
+    writeFileSync(prices, JSON.stringify(PRICES));
+    process.env.AGENT_PRICES_FILE = prices;
+    try {
+      return await fn();
+    } finally {
+      delete process.env.AGENT_PRICES_FILE;
+    }
+  };
+  const stripMarks = (v: unknown) => JSON.parse(JSON.stringify(v, (k, x) => (k === 'cache_control' ? undefined : x)));
+
+  it('marks the stable prefix for Anthropic, keeps the run state after it, and counts and prices what the cache read and wrote', async () => {
+    // Call i: all input, output, read from the cache, written to it.
+    const usageOf = (i: number): [number, number, number, number] => (i === 0 ? [1000, 200, 0, 800] : [1000 + 100 * i, 200, 800 + 50 * i, 100]);
+    const server = await serve((_req, i) => ({ body: reply('anthropic', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: usageOf(i) }) }));
+    const base = liveInput('anthropic', server);
+    const { outcome, trace } = await withPrices(() => run({ ...base, source: { ...(base.source as object), model: 'cached-model' } as RunInput['source'] }));
+    expect(outcome.record.status).toBe('completed');
+
+    // Usage: all input, of it what was read from the cache; cost with reads and writes at their own prices.
+    const calls = Array.from({ length: CANONICAL_REQUESTS }, (_, i) => usageOf(i));
+    const sum = (k: number) => calls.reduce((n, u) => n + u[k], 0);
+    const cost = calls.reduce((n, [all, out, read, written]) => n + ((all - read - written) * 3 + read * 0.3 + written * 3.75 + out * 15) / 1e6, 0);
+    expect(outcome.record.usage).toEqual({ model_calls: CANONICAL_REQUESTS, input_tokens: sum(0), output_tokens: sum(1), cached_tokens: sum(2), cost_usd: expect.closeTo(cost, 12) });
+    expect(outcome.state.prompt_cache).toEqual({ hits: CANONICAL_REQUESTS - 1, write_tokens: sum(3) });
+    const usage = trace.filter((e) => e.type === 'model_usage').map((e) => e.data as { cache_hit: boolean; cached_tokens: number; cache_write_tokens: number });
+    expect(usage.map((u) => [u.cache_hit, u.cached_tokens, u.cache_write_tokens])).toEqual(calls.map(([, , read, written]) => [read > 0, read, written]));
+
+    // Every request: the system prompt (after the tools), the task and its rules, and the conversation so far are marked; the run state comes last.
+    type Block = { type: string; text?: string; cache_control?: unknown };
+    const bodies = server.requests.map((r) => r.body as { system: Block[]; messages: { role: string; content: Block[] }[] });
+    for (const [i, body] of bodies.entries()) {
+      const marked = body.messages.flatMap((m) => m.content).filter((b) => b.cache_control !== undefined);
+      expect(body.system).toEqual([expect.objectContaining({ cache_control: { type: 'ephemeral' } })]);
+      expect(body.messages[0].content[0]).toMatchObject({ type: 'text', cache_control: { type: 'ephemeral' }, text: expect.stringMatching(/^Task: /) });
+      expect(marked.length).toBe(i === 0 ? 1 : 2);
+      const last = body.messages.at(-1)!.content.at(-1)!;
+      expect(last).toEqual({ type: 'text', text: expect.stringMatching(/^## Run state/) });
+      expect(JSON.stringify(body.messages.slice(0, -1))).not.toContain('## Run state');
+    }
+    // Each request repeats the previous one's cached prefix byte for byte: only the marks move.
+    for (let i = 1; i < bodies.length; i++) {
+      const prefix = stripMarks(bodies[i - 1].messages);
+      prefix.at(-1).content.pop(); // the run state
+      const next = stripMarks(bodies[i].messages);
+      expect(next.slice(0, prefix.length - 1)).toEqual(prefix.slice(0, -1));
+      expect(next[prefix.length - 1].content.slice(0, prefix.at(-1).content.length)).toEqual(prefix.at(-1).content);
+      expect(stripMarks(bodies[i].system)).toEqual(stripMarks(bodies[0].system));
+    }
+  });
+
+  it('sends OpenAI one prompt_cache_key for every request of a run, and counts and prices the cached input', async () => {
+    const server = await serve((_req, i) => ({ body: reply('openai', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: [2000, 100, i === 0 ? 0 : 1536] }) }));
+    const base = liveInput('openai', server);
+    const { outcome, trace } = await withPrices(() => run({ ...base, source: { ...(base.source as object), model: 'cached-model' } as RunInput['source'] }));
+    expect(outcome.record.status).toBe('completed');
+    const cached = 1536 * (CANONICAL_REQUESTS - 1);
+    const cost = (CANONICAL_REQUESTS * 2000 * 3 - cached * 3 + cached * 0.3 + CANONICAL_REQUESTS * 100 * 15) / 1e6;
+    expect(outcome.record.usage).toEqual({ model_calls: CANONICAL_REQUESTS, input_tokens: 2000 * CANONICAL_REQUESTS, output_tokens: 100 * CANONICAL_REQUESTS, cached_tokens: cached, cost_usd: expect.closeTo(cost, 12) });
+    expect(outcome.state.prompt_cache).toEqual({ hits: CANONICAL_REQUESTS - 1, write_tokens: 0 });
+    expect(trace.filter((e) => e.type === 'model_usage').map((e) => (e.data as { cache_hit: boolean }).cache_hit)).toEqual([false, ...new Array(CANONICAL_REQUESTS - 1).fill(true)]);
+    const keys = new Set(server.requests.map((r) => r.body.prompt_cache_key));
+    expect(keys.size).toBe(1);
+    expect([...keys][0]).toMatch(/^coding-agent:v1:[0-9a-f]{24}$/);
+    // The first user message starts with the task and its rules; the run state follows them.
+    for (const r of server.requests) expect(r.body.messages[1].content).toMatch(/^Task: [\s\S]*\n\n## Run state/);
+  });
+});
+
+describe('prompt versions of a live run', () => {
+  it('records the version and digest in the record and every model_requested event; an edited file or a newer version changes them', async () => {
+    const dir = join(tempDir('prompts'), 'prompts');
+    cpSync(join(PROJECT_ROOT, 'prompts'), dir, { recursive: true });
+    const systemOf = (body: { system: unknown }) => JSON.stringify(body.system);
+    const live = async (overrides: Partial<RunInput> = {}) => {
+      const server = await serve(session('anthropic'));
+      const result = await run(liveInput('anthropic', server, overrides), { promptsDir: dir });
+      const requested = result.trace.filter((e) => e.type === 'model_requested').map((e) => e.data as { prompt_version?: string; prompt_digest?: string });
+      return { record: result.outcome.record, requested, bodies: server.requests.map((r) => r.body) };
+    };
+
+    const first = await live();
+    expect(first.record).toMatchObject({ status: 'completed', prompt: CURRENT_PROMPT });
+    expect(first.requested.length).toBe(CANONICAL_REQUESTS);
+    for (const e of first.requested) expect(e).toMatchObject({ prompt_version: 'v1', prompt_digest: CURRENT_PROMPT.digest });
+
+    // An edited v1: the same version, another digest, and the requests carry the new text.
+    writeFileSync(join(dir, 'v1', 'system.md'), `${readFileSync(join(dir, 'v1', 'system.md'), 'utf8')}Prefer the smallest change that makes the tests pass.\n`);
+    const edited = await live();
+    expect(edited.record.prompt).toEqual({ version: 'v1', digest: expect.not.stringMatching(CURRENT_PROMPT.digest) });
+    for (const e of edited.requested) expect(e).toEqual(expect.objectContaining({ prompt_version: 'v1', prompt_digest: edited.record.prompt!.digest }));
+    for (const body of edited.bodies) expect(systemOf(body)).toContain('Prefer the smallest change');
+
+    // A newer version becomes the default; a run that names v1 keeps it.
+    cpSync(join(PROJECT_ROOT, 'prompts', 'v1'), join(dir, 'v2'), { recursive: true });
+    writeFileSync(join(dir, 'v2', 'system.md'), 'You are a coding agent. Propose tool calls; the harness decides.\n');
+    const newest = await live();
+    expect(newest.record.prompt).toMatchObject({ version: 'v2' });
+    expect(new Set([CURRENT_PROMPT.digest, edited.record.prompt!.digest, newest.record.prompt!.digest]).size).toBe(3);
+    for (const body of newest.bodies) expect(systemOf(body)).toContain('the harness decides');
+    const named = await live({ prompt: 'v1' });
+    expect(named.record.prompt).toEqual(edited.record.prompt);
+
+    // A version the worker lacks: refused before any request.
+    const server = await serve(session('anthropic'));
+    const { outcome } = await run(liveInput('anthropic', server, { prompt: 'v7' }), { promptsDir: dir });
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'invalid_input' });
+    expect(outcome.state.detail).toBe('prompt version v7 does not exist; the worker has v1, v2');
+    expect(server.count()).toBe(0);
   });
 });
 

@@ -27,10 +27,16 @@ describe('the settings module', () => {
   it('gives every field its default from an empty environment', () => {
     expect(readSettings({})).toEqual({
       temporalAddress: null,
-      namespace: 'default',
+      namespace: null,
+      temporalProfile: null,
+      temporalConfigFile: null,
+      temporalApiKey: null,
+      temporalTls: {},
+      temporalGrpcMeta: {},
       taskQueue: 'coding-agent',
       stateDir: join(PROJECT_ROOT, '.agent-state'),
       providersFile: join(PROJECT_ROOT, '.agent-state', 'providers.json'),
+      promptsDir: join(PROJECT_ROOT, 'dist', 'prompts'),
       devServerPort: 7233,
       devUiPort: 8233,
       trustedReplayDirs: [join(PROJECT_ROOT, 'fixtures')],

@@ -1,5 +1,6 @@
 import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { buildId } from '../host/build';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Ledger } from '../activities/ledger';
 import { runPaths } from '../activities/workspace';
@@ -21,6 +22,9 @@ describe('agentRun on a real Temporal server', () => {
   it('completes the canonical replay with approvals given through the real Signal', async () => {
     const { outcome, trace, receipts, transcript } = await run(canonicalInput('canonical', { approver: 'interactive' }), { drive: (h) => approveAll(h) });
     expect(outcome.record).toEqual(CANONICAL_RECORD);
+    // The run names the build that ran it, in its state and its last event, never in its record.
+    expect(outcome.state.builds).toEqual([buildId()]);
+    expect(trace.at(-1)).toMatchObject({ type: 'run_finished', data: { builds: [buildId()] } });
     // The host-side transcript: every decision in order, each tool call with its one result.
     const replay = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions;
     expect(transcript.map((e) => ('decision' in e ? e.decision : e))).toEqual(replay);

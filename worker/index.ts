@@ -24,7 +24,7 @@ import { Store } from '../activities/store';
 import { PayloadSizeGuard } from './payload-guard';
 import { createSandbox, type SandboxOptions } from './sandbox';
 
-const priceTableSchema = z.record(z.string(), z.strictObject({ input: z.number().min(0), output: z.number().min(0), cached_input: z.number().min(0).optional() }));
+const priceTableSchema = z.record(z.string(), z.strictObject({ input: z.number().min(0), output: z.number().min(0), cached_input: z.number().min(0).optional(), cache_write_input: z.number().min(0).optional() }));
 
 export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
 
@@ -114,6 +114,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     config: {
       stateDir: options.stateDir,
       providersFile: options.providersFile ?? join(options.stateDir, 'providers.json'),
+      promptsDir: settings.promptsDir,
       limits: { ...DEFAULT_LIMITS, ...options.limits },
       prices,
       modelTimeoutMs: options.modelTimeoutMs,

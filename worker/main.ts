@@ -1,14 +1,17 @@
 /**
- * `npm run worker`: a standalone worker for the configured cluster (or the embedded dev server).
+ * `npm run worker`: a standalone worker for the configured cluster (TEMPORAL_ADDRESS or a
+ * temporal.toml profile, as the `temporal` CLI reads them), or the embedded dev server when
+ * neither gives an address. A connection that cannot be made ends it with one line, exit 2.
  * Started by the command line as the embedded default's background worker, it also stops by
  * itself when it is no longer the state folder's recorded worker, or when the dev server it
  * serves has ended.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { NativeConnection, Runtime } from '@temporalio/worker';
+import { Runtime } from '@temporalio/worker';
 import { readWorkerRecord, recordSelf } from './background';
 import { buildId } from '../host/build';
+import { ConnectionError, connectTemporal, resolveTarget } from '../host/connection';
 import { processAlive } from '../host/processes';
 import { ensureDevServer } from '../host/temporal-server';
 import { runtimeLogger } from './logger';
@@ -18,10 +21,11 @@ import { createWorker, type HostWorkers } from './index';
 async function main(): Promise<void> {
   Runtime.install({ logger: runtimeLogger('WARN') });
   const settings = readSettings();
-  const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
-  const connection = await NativeConnection.connect({ address });
-  const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings });
-  console.error(`worker ${process.pid} (build ${buildId()}) polling task queue ${settings.taskQueue} on ${address} (state: ${settings.stateDir})`);
+  const target = resolveTarget(settings);
+  const address = target.address ?? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
+  const connection = await connectTemporal(address, target);
+  const { worker, close } = await createWorker({ connection, namespace: target.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings });
+  console.error(`worker polling task queue ${settings.taskQueue} in namespace ${target.namespace} on ${address} (process ${process.pid}, build ${buildId()}; settings from ${target.origin}; state: ${settings.stateDir})`);
   const background = settings.backgroundWorker;
   if (background) recordSelf(settings);
   const watch = background ? watchdog(settings, worker) : null;
@@ -55,5 +59,5 @@ function watchdog(settings: Settings, worker: HostWorkers): NodeJS.Timeout {
 
 main().catch((err) => {
   console.error(err instanceof Error ? err.message : err);
-  process.exit(1);
+  process.exit(err instanceof ConnectionError ? 2 : 1);
 });

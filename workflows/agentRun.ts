@@ -26,7 +26,6 @@ import {
   type RunRecord,
   type RunStatus,
   type ToolResult,
-  type Usage,
 } from '../core/contracts';
 import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
 import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
@@ -69,6 +68,8 @@ const MAX_STEER_CHARS = 4000;
 const SEEN_MESSAGES = 256;
 
 const MAX_MODEL_RETRIES = 2;
+/** Builds a run's state names at most (the first, then the newest). */
+const MAX_BUILDS = 8;
 /** How long a write waits for a person by default: 7 days. */
 const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
@@ -218,6 +219,7 @@ class AgentRun {
     // gate and the sandbox check out. The replay is read here, once, into the host store.
     const loaded = await this.act.loadRun(input);
     if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
+    this.noteBuild(loaded.build);
     this.pinTo(loaded.host_queue ?? null);
     // A repository run: what its base commit said (settings digest, tests, instructions digest).
     if (loaded.repository) this.trace.add('repository_loaded', { ...loaded.repository.facts, image: loaded.image ?? null });
@@ -245,6 +247,7 @@ class AgentRun {
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
+    this.view.prompt = loaded.source.kind === 'provider' ? (loaded.source.prompt ?? null) : null;
     this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
     this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
     this.s.ref = {
@@ -408,7 +411,9 @@ class AgentRun {
       // Messages about tasks are pinned: compaction never drops them.
       const notes = this.s.task_messages.splice(0);
       for (const message of notes) this.s.transcript.append.push({ message, pinned: true });
-      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...(retries > 0 ? { retry: retries } : {}) });
+      // A live request names the prompt version it is built with (absent in runs that started before prompts were versioned).
+      const prompt = live && this.view.prompt ? { prompt_version: this.view.prompt.version, prompt_digest: this.view.prompt.digest } : {};
+      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...prompt, ...(retries > 0 ? { retry: retries } : {}) });
       const result: DecideResult = await this.act.decide.executeWithOptions(
         {
           startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
@@ -432,7 +437,8 @@ class AgentRun {
         ],
       );
       this.s.transcript = { head: result.head, append: [] };
-      if (result.usage) this.addUsage(result.usage);
+      this.noteBuild(result.build);
+      if (result.usage) this.addUsage(result, retries);
       switch (result.kind) {
         case 'exhausted':
           throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
@@ -476,8 +482,35 @@ class AgentRun {
     });
   }
 
-  private addUsage(step: Usage): void {
+  /** A build that took part in the run, once (results recorded before builds were reported carry none). */
+  private noteBuild(build: string | undefined): void {
+    const builds = (this.view.builds ??= []);
+    if (build === undefined || builds.includes(build)) return;
+    // A long run's workers are rebuilt rarely; the first and the newest few are what matter.
+    if (builds.length >= MAX_BUILDS) builds.splice(1, 1);
+    builds.push(build);
+  }
+
+  /** One call's usage added to the run's; a live call's prompt-cache facts counted and traced. */
+  private addUsage(result: DecideResult, retry: number): void {
+    const step = result.usage!;
     this.view.usage = addUsage(this.view.usage, step);
+    if (result.kind === 'exhausted' || result.cache === undefined) return;
+    const cache = result.cache;
+    const counted = (this.view.prompt_cache ??= { hits: 0, write_tokens: 0 });
+    if (cache.hit) counted.hits++;
+    counted.write_tokens += cache.write_tokens;
+    this.trace.add('model_usage', {
+      turn: this.view.counters.turns,
+      ...(retry > 0 ? { retry } : {}),
+      input_tokens: step.input_tokens,
+      output_tokens: step.output_tokens,
+      cached_tokens: step.cached_tokens,
+      cache_write_tokens: cache.write_tokens,
+      cache_hit: cache.hit,
+      cost_usd: step.cost_usd,
+      from_store: result.from_store === true,
+    });
   }
 
   /** After the turn limit: one more decision with tools disabled, kept as the run's summary. */
@@ -781,7 +814,7 @@ class AgentRun {
     this.view.pending_approval = null;
     this.view.reason = stop.reason === '' ? null : stop.reason;
     this.view.detail = stop.detail;
-    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached });
+    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached, builds: this.view.builds ?? [] });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
       const stored = await this.onHost(() =>

@@ -148,6 +148,8 @@ export class Orchestration {
       ...(input.host_lost_s ? { host_lost_s: input.host_lost_s } : {}),
       // A task may dispatch tasks of its own only while max_depth allows.
       ...(this.s.subruns && depth < this.s.subruns.max_depth ? { subruns: this.s.subruns } : {}),
+      // A live task uses its parent's prompt version, whatever version is newest when it starts.
+      ...(this.s.view.prompt ? { prompt: this.s.view.prompt.version } : {}),
       child: {
         parent_workflow_id: wf.workflowInfo().workflowId,
         task_id: task.task_id,

@@ -1,11 +1,19 @@
 /**
- * Tool definitions for the providers, generated from the same zod schemas that validate calls.
- * OpenAI's strict function calling needs every field required, so an optional field goes out as
- * required and nullable; a null argument then means "not given" and is dropped before validation.
+ * Tool definitions for the providers, generated from the same zod schemas that validate calls,
+ * with the texts of the run's prompt version (core/prompt.ts). OpenAI's strict function calling
+ * needs every field required, so an optional field goes out as required and nullable; a null
+ * argument then means "not given" and is dropped before validation.
  */
 import { zodFunction } from 'openai/helpers/zod';
 import { z } from 'zod';
-import { toolNames, TOOLS } from '../../core/tools';
+import type { PromptRef, PromptTexts } from '../../core/prompt';
+import { describedArguments, toolNames } from '../../core/tools';
+
+/** A prompt version as a request is built from it: its content and reference. */
+export interface Prompt {
+  ref: PromptRef;
+  texts: PromptTexts;
+}
 
 function strictWire(schema: z.ZodObject): z.ZodObject {
   const shape = Object.fromEntries(
@@ -17,27 +25,30 @@ function strictWire(schema: z.ZodObject): z.ZodObject {
   return z.strictObject(shape);
 }
 
-const openai = new Map<boolean, unknown[]>();
-const anthropic = new Map<boolean, unknown[]>();
+const built = new Map<string, unknown[]>();
 
-/** The same definitions for every request (built once per process); `orchestrating` adds the sub-run tools. */
-export function openaiTools(orchestrating = false): unknown[] {
+/** Definitions built once per process for each prompt (by digest), API and tool set. */
+function cached(api: string, prompt: Prompt, orchestrating: boolean, make: () => unknown[]): unknown[] {
+  const key = `${api}:${prompt.ref.digest}:${orchestrating}`;
+  if (!built.has(key)) built.set(key, make());
+  return built.get(key)!;
+}
+
+/** The tools for Chat Completions; `orchestrating` adds the sub-run tools. */
+export function openaiTools(prompt: Prompt, orchestrating = false): unknown[] {
   // Round-tripped through JSON: the helper attaches parse functions that are not part of the wire format.
-  const make = () => toolNames(orchestrating).map((name) => JSON.parse(JSON.stringify(zodFunction({ name, description: TOOLS[name].description, parameters: strictWire(TOOLS[name].args as unknown as z.ZodObject) }))));
-  if (!openai.has(orchestrating)) openai.set(orchestrating, make());
-  return openai.get(orchestrating)!;
+  return cached('openai', prompt, orchestrating, () =>
+    toolNames(orchestrating).map((name) => JSON.parse(JSON.stringify(zodFunction({ name, description: prompt.texts.tools[name].description, parameters: strictWire(describedArguments(name, prompt.texts.tools)) })))),
+  );
 }
 
-export function anthropicTools(orchestrating = false): unknown[] {
-  if (!anthropic.has(orchestrating)) anthropic.set(orchestrating, anthropicDefinitions(orchestrating));
-  return anthropic.get(orchestrating)!;
-}
-
-function anthropicDefinitions(orchestrating: boolean): unknown[] {
-  return (toolNames(orchestrating).map((name) => {
-    const { $schema: _drop, ...schema } = z.toJSONSchema(TOOLS[name].args, { io: 'input' }) as Record<string, unknown>;
-    return { name, description: TOOLS[name].description, input_schema: schema };
-  }));
+export function anthropicTools(prompt: Prompt, orchestrating = false): unknown[] {
+  return cached('anthropic', prompt, orchestrating, () =>
+    toolNames(orchestrating).map((name) => {
+      const { $schema: _drop, ...schema } = z.toJSONSchema(describedArguments(name, prompt.texts.tools), { io: 'input' }) as Record<string, unknown>;
+      return { name, description: prompt.texts.tools[name].description, input_schema: schema };
+    }),
+  );
 }
 
 /** Arguments from the wire: nulls stand for fields not given. */

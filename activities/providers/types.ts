@@ -5,17 +5,23 @@
  * free text alone.
  */
 import type { BuiltContext } from '../../core/context';
+import type { Prompt } from './tool-schemas';
 import type { Decision, Usage } from '../../core/contracts';
 
 /** What a model reply can decide: a provider failure is never a decision of the reply. */
 export type ReplyDecision = Exclude<Decision, { kind: 'model_error' }>;
 
-/** A reply's `usage` is one model call (`model_calls: 1`), not priced yet (`cost_usd: null`; `decide` prices it). */
-export type ParsedReply =
-  | { kind: 'decisions'; decisions: ReplyDecision[]; usage: Usage }
+/**
+ * A reply's `usage` is one model call (`model_calls: 1`), not priced yet (`cost_usd: null`; `decide`
+ * prices it); `input_tokens` is all the input, of which `cached_tokens` were read from the
+ * provider's prompt cache and `cache_write_tokens` written to it.
+ */
+export type ParsedReply = (
+  | { kind: 'decisions'; decisions: ReplyDecision[] }
   /** Cut off by the output limit: no call of it may run. */
-  | { kind: 'truncated'; usage: Usage }
-  | { kind: 'refused'; detail: string; usage: Usage };
+  | { kind: 'truncated' }
+  | { kind: 'refused'; detail: string }
+) & { usage: Usage; cache_write_tokens: number };
 
 export interface SendOptions {
   apiKey: string;
@@ -28,8 +34,12 @@ export interface SendOptions {
 export interface ProviderAdapter {
   readonly name: 'openai' | 'anthropic';
   /** The tool definitions exactly as sent. */
-  tools(orchestrating?: boolean): unknown[];
-  body(model: string, system: string, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
+  tools(prompt: Prompt, orchestrating?: boolean): unknown[];
+  /**
+   * The request body: the system prompt (the prompt version's, with a repository's instructions),
+   * the tools with the version's texts, the context, the limits.
+   */
+  body(model: string, prompt: Prompt, system: string, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
   /** Sends the body; resolves to the raw JSON response. */
   send(body: Record<string, unknown>, options: SendOptions): Promise<unknown>;
   parse(raw: unknown): ParsedReply;

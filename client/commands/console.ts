@@ -33,7 +33,7 @@ export const consoleCommand = command({
     const { host, port } = values;
     if (!isLoopback(host)) process.stderr.write(`warning: serving the console on ${host}, not a loopback address: anyone who reaches it and holds the token or a sign-in link can approve writes\n`);
     await session.ensureWorker();
-    const app = await startConsole({ client: session.client, token, host, port, webUi: webUi(session), namespace: session.settings.namespace });
+    const app = await startConsole({ client: session.client, token, host, port, webUi: webUi(session), namespace: session.namespace });
     out(`console on ${app.url}; sign in at ${app.signInLink()} (one use, within ${CODE_TTL_MS / 60_000} minutes)`);
     out(`or sign in at ${app.url}/login with the token in ${resolve(tokenFile)}`);
     await new Promise<void>((done) => {

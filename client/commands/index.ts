@@ -37,8 +37,9 @@ export function help(): string {
   for (const c of COMMANDS) lines.push(`  ${c.name.padEnd(14)} ${c.summary.replace(/\n/g, `\n  ${' '.repeat(14)} `)}`);
   lines.push(
     '',
-    'Each command has --help. With TEMPORAL_ADDRESS unset, a local Temporal dev server is started or reused',
-    '(Web UI on http://localhost:8233) with state under .agent-state/ (AGENT_STATE_DIR).',
+    'Each command has --help. Commands connect like the temporal CLI: TEMPORAL_ADDRESS, or the profile TEMPORAL_PROFILE',
+    '(default: default) of TEMPORAL_CONFIG_FILE (default: ~/.config/temporalio/temporal.toml). With no address in either,',
+    'a local Temporal dev server is started or reused (Web UI on http://localhost:8233) with state under .agent-state/ (AGENT_STATE_DIR).',
   );
   return lines.join('\n');
 }

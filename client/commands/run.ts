@@ -4,6 +4,7 @@ import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { ensureEndpoint } from '../../activities/providers/endpoints';
 import { endpointSchema, type RunInput } from '../../core/contracts';
+import { PROMPT_VERSION } from '../../core/prompt';
 import { formatIssues } from '../../core/validate';
 import { replayTrusted } from '../../host/settings';
 import { command, RefusedInput, UsageError, type Values } from '../command';
@@ -36,6 +37,7 @@ const options = {
   'deadline-s': { kind: 'seconds', value: 'S' },
   'approval-timeout-s': { kind: 'seconds', value: 'S' },
   'max-model-tokens': { kind: 'int', value: 'N' },
+  prompt: { kind: 'string', value: 'VERSION' },
 } as const;
 
 type RunValues = Values<typeof options>;
@@ -57,7 +59,7 @@ export const run = command({
   name: 'run',
   usage: [
     'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S]',
-    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [...the options above]',
+    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [--prompt VERSION] [...the options above]',
     'run <fixture-dir> --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR] --backend docker [...the options above]',
     'run <repo> --task TEXT|--task-file FILE [--base REF] [--image NAME] [--branch] (--replay FILE | --endpoint NAME ... | --provider ...) [...the options above]',
   ],
@@ -67,7 +69,8 @@ export const run = command({
     "--endpoint names one of the worker operator's endpoints (its providers file); on the embedded default,\n" +
     '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.\n' +
     '<repo> is any git repository (a folder with .git, or a bare one): the workspace is the tree of --base (default HEAD),\n' +
-    'its .coding-agent.json and AGENTS.md are read from there; --branch (with --wait) makes the verified change a branch.',
+    'its .coding-agent.json and AGENTS.md are read from there; --branch (with --wait) makes the verified change a branch.\n' +
+    "--prompt names the prompt version a live source uses (default: the worker's newest, under AGENT_PROMPTS_DIR).",
   options,
   check(positionals, values) {
     if (!positionals[0]) throw new UsageError('missing <fixture-dir> or <repo>');
@@ -76,6 +79,8 @@ export const run = command({
     if (sources.length > 1) throw new UsageError(`give one decision source, not ${sources.map((k) => `--${k}`).join(' and ')}`);
     if ((values.provider || values.endpoint) && !values.model) throw new UsageError('--model NAME is required with --endpoint or --provider');
     if (!values.provider && (values['base-url'] || values['api-key-env'])) throw new UsageError('--base-url and --api-key-env go with --provider');
+    if (values.prompt !== undefined && !values.provider && !values.endpoint) throw new UsageError('--prompt VERSION goes with a live source (--endpoint or --provider)');
+    if (values.prompt !== undefined && !PROMPT_VERSION.test(values.prompt)) throw new UsageError(`--prompt must name a version such as v1, got ${JSON.stringify(values.prompt)}`);
     if (values.branch && !values.wait) throw new UsageError('--branch needs --wait: the branch is made when the run has completed');
     if (values.image && values.backend !== 'docker') throw new UsageError('--image goes with --backend docker: the local backend runs on this machine, in no image');
     if (isFixture(positionals[0])) {
@@ -114,6 +119,7 @@ export const run = command({
       backend: values.backend as RunInput['backend'],
       approver: approver as RunInput['approver'],
       ...(Object.keys(budgets).length ? { budgets } : {}),
+      ...(values.prompt !== undefined ? { prompt: values.prompt } : {}),
     };
     const name = repository ? repository.facts.name : basename(resolve(fixture));
     const workflowId = values.id ?? `agent-${name}-${randomBytes(4).toString('hex')}`;

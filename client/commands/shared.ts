@@ -58,7 +58,7 @@ export async function readRunWithTrace(session: Session, handle: RunHandle, full
  */
 export async function queueWorkers(session: Session): Promise<{ identity: string; background: boolean }[]> {
   const { pollers } = await session.client.workflowService.describeTaskQueue({
-    namespace: session.settings.namespace,
+    namespace: session.namespace,
     taskQueue: { name: session.settings.taskQueue, kind: 1 }, // TASK_QUEUE_KIND_NORMAL
     taskQueueType: 1, // TASK_QUEUE_TYPE_WORKFLOW
   });

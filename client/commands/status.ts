@@ -8,7 +8,7 @@ import { handleFor, out, queueWorkers, readRunWithTrace } from './shared';
 export const status = command({
   name: 'status',
   usage: ['status <workflow-id> [--json]'],
-  summary: 'status, reason, pending approval (action, path, diff), counters, and the workers serving the queue with their builds',
+  summary: 'status, reason, pending approval (action, path, diff), counters, the builds that ran the run, a live run\'s prompt version and cache,\nand the workers serving the queue with their builds',
   options: { json: { kind: 'flag' } },
   async run(session, positionals, values) {
     const handle = await handleFor(session, positionals);
@@ -22,6 +22,15 @@ export const status = command({
     out(`${handle.workflowId}: ${view.status}${view.reason ? ` (${view.reason})` : ''}${view.detail ? `: ${view.detail}` : ''}`);
     out(`fixture ${view.fixture ?? '?'}, replay ${view.replay ?? '?'}, backend ${view.backend}, approver ${view.approver}`);
     out(`turns ${c.turns}, tool calls ${c.tool_calls}, writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}`);
+    // State from before builds were recorded has none.
+    const builds = view.builds ?? [];
+    out(builds.length ? `ran on build ${builds.join(', then ')}` : 'ran on build (not recorded)');
+    if (view.prompt) out(`prompt ${view.prompt.version} (${view.prompt.digest.slice(0, 12)})`);
+    if (view.usage) {
+      const u = view.usage;
+      const cache = view.prompt_cache;
+      out(`model calls ${u.model_calls}: ${u.input_tokens} tokens in (${u.cached_tokens} from the prompt cache${cache ? ` in ${cache.hits} calls, ${cache.write_tokens} written to it` : ''}), ${u.output_tokens} out, cost ${u.cost_usd === null ? 'not priced' : `$${u.cost_usd.toFixed(4)}`}`);
+    }
     if (view.parent) out(`task "${view.parent.title}" of run ${view.parent.workflow_id}`);
     if (view.pending_approval) out(`\npending approval:\n${describePending(view.pending_approval)}`);
     if (view.subruns) {

@@ -1,38 +1,31 @@
 import { z } from 'zod';
-import { apply_patchArgs, apply_patchDescription } from './apply_patch';
-import { readFileArgs, readFileDescription } from './read_file';
-import { run_testsArgs, run_testsDescription } from './run_tests';
-import { searchArgs, searchDescription } from './search';
-import { show_diffArgs, show_diffDescription } from './show_diff';
-import {
-  dispatch_taskArgs,
-  dispatch_taskDescription,
-  merge_taskArgs,
-  merge_taskDescription,
-  message_taskArgs,
-  message_taskDescription,
-  stop_taskArgs,
-  stop_taskDescription,
-  task_statusArgs,
-  task_statusDescription,
-} from './orchestration';
+import { apply_patchArgs } from './apply_patch';
+import { readFileArgs } from './read_file';
+import { run_testsArgs } from './run_tests';
+import { searchArgs } from './search';
+import { show_diffArgs } from './show_diff';
+import { dispatch_taskArgs, merge_taskArgs, message_taskArgs, stop_taskArgs, task_statusArgs } from './orchestration';
 
-/** The five tools of every run: one schema and one model-facing description each. */
+/**
+ * The five tools of every run: the schema each call is validated by. What the model reads about a
+ * tool and each of its arguments is prompt configuration, versioned beside the system prompt
+ * (prompts/<version>/tools.json, core/prompt.ts).
+ */
 const BASE_TOOLS = {
-  read_file: { args: readFileArgs, description: readFileDescription },
-  search: { args: searchArgs, description: searchDescription },
-  apply_patch: { args: apply_patchArgs, description: apply_patchDescription },
-  run_tests: { args: run_testsArgs, description: run_testsDescription },
-  show_diff: { args: show_diffArgs, description: show_diffDescription },
+  read_file: { args: readFileArgs },
+  search: { args: searchArgs },
+  apply_patch: { args: apply_patchArgs },
+  run_tests: { args: run_testsArgs },
+  show_diff: { args: show_diffArgs },
 } as const;
 
 /** The tools of an orchestrating run (`subruns` enabled), beside the five. */
 const ORCHESTRATION_TOOLS = {
-  dispatch_task: { args: dispatch_taskArgs, description: dispatch_taskDescription },
-  message_task: { args: message_taskArgs, description: message_taskDescription },
-  stop_task: { args: stop_taskArgs, description: stop_taskDescription },
-  task_status: { args: task_statusArgs, description: task_statusDescription },
-  merge_task: { args: merge_taskArgs, description: merge_taskDescription },
+  dispatch_task: { args: dispatch_taskArgs },
+  message_task: { args: message_taskArgs },
+  stop_task: { args: stop_taskArgs },
+  task_status: { args: task_statusArgs },
+  merge_task: { args: merge_taskArgs },
 } as const;
 
 export const TOOLS = { ...BASE_TOOLS, ...ORCHESTRATION_TOOLS } as const;
@@ -68,6 +61,23 @@ export function isToolName(name: string, orchestrating = false): name is ToolNam
   return toolNames(orchestrating).includes(name as ToolName);
 }
 
+/** The model-facing texts of every tool: its description and one line per argument (a prompt version's tools.json). */
+export type ToolTexts = Record<ToolName, { description: string; arguments: Record<string, string> }>;
+
+/** The fields of a tool's arguments (every tool's arguments are one object). */
+export function argumentShape(name: ToolName): Record<string, z.ZodType> {
+  return (TOOLS[name].args as unknown as z.ZodObject).shape as Record<string, z.ZodType>;
+}
+
+/**
+ * A tool's arguments as the model is told them: the validating schema's fields, each described
+ * by the prompt's text. Refinements across fields stay with validation; JSON Schema cannot say them.
+ */
+export function describedArguments(name: ToolName, texts: ToolTexts): z.ZodObject {
+  const described = Object.fromEntries(Object.entries(argumentShape(name)).map(([field, schema]) => [field, schema.describe(texts[name].arguments[field])]));
+  return z.strictObject(described);
+}
+
 /** Tool definitions for a model provider, generated from the same schemas that validate calls. */
 export interface ToolDefinition {
   name: ToolName;
@@ -75,10 +85,10 @@ export interface ToolDefinition {
   parameters: Record<string, unknown>;
 }
 
-export function toolDefinitions(orchestrating = false): ToolDefinition[] {
+export function toolDefinitions(texts: ToolTexts, orchestrating = false): ToolDefinition[] {
   return toolNames(orchestrating).map((name) => ({
     name,
-    description: TOOLS[name].description,
-    parameters: z.toJSONSchema(TOOLS[name].args, { io: 'input' }) as Record<string, unknown>,
+    description: texts[name].description,
+    parameters: z.toJSONSchema(describedArguments(name, texts), { io: 'input' }) as Record<string, unknown>,
   }));
 }

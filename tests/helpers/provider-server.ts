@@ -61,9 +61,12 @@ export function openaiReply(opts: { text?: string | null; calls?: ReplyCall[]; f
   };
 }
 
-/** A Messages response. */
-export function anthropicReply(opts: { text?: string | null; calls?: ReplyCall[]; stop?: string; usage?: [number, number, number?] } = {}): unknown {
-  const [input, output, cached] = opts.usage ?? [100, 20, 0];
+/**
+ * A Messages response. `usage` is [all input, output, read from the cache, written to it], sent
+ * the way Anthropic counts: `input_tokens` is only the input neither read from nor written to the cache.
+ */
+export function anthropicReply(opts: { text?: string | null; calls?: ReplyCall[]; stop?: string; usage?: [number, number, number?, number?] } = {}): unknown {
+  const [input, output, cached = 0, written = 0] = opts.usage ?? [100, 20, 0, 0];
   const content: unknown[] = [];
   if (opts.text) content.push({ type: 'text', text: opts.text });
   for (const c of opts.calls ?? []) content.push({ type: 'tool_use', id: c.id, name: c.name, input: c.arguments });
@@ -75,11 +78,12 @@ export function anthropicReply(opts: { text?: string | null; calls?: ReplyCall[]
     content,
     stop_reason: opts.stop ?? (opts.calls?.length ? 'tool_use' : 'end_turn'),
     stop_sequence: null,
-    usage: { input_tokens: input, output_tokens: output, cache_read_input_tokens: cached ?? 0, cache_creation_input_tokens: 0 },
+    usage: { input_tokens: input - cached - written, output_tokens: output, cache_read_input_tokens: cached, cache_creation_input_tokens: written },
   };
 }
 
-export const reply = (api: Api, opts: Parameters<typeof openaiReply>[0] & { stop?: string }) => (api === 'openai' ? openaiReply(opts) : anthropicReply(opts));
+export const reply = (api: Api, opts: Parameters<typeof anthropicReply>[0] & { finish?: string; refusal?: string }) =>
+  api === 'openai' ? openaiReply({ ...opts, usage: opts.usage && [opts.usage[0], opts.usage[1], opts.usage[2]] }) : anthropicReply(opts);
 
 /** The ids of tool calls that a conversation leaves without a result. */
 export function unansweredCalls(api: Api, body: any): string[] {

@@ -6,7 +6,9 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Runtime } from '@temporalio/worker';
 import { openStore, storedTrace } from '../../client/stored-trace';
+import { BUILD_PROMPTS_DIR, readSettings } from '../../host/settings';
 import { startDevServer } from '../../host/temporal-server';
+import { loadPrompt } from '../../activities/providers/prompt';
 import type { Decision, RunInput, ToolResult } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
 import type { Limits } from '../../activities/config';
@@ -77,6 +79,9 @@ export const CANONICAL_RECORD = {
   tool_errors: { tests_failed: 1 },
 };
 
+/** The prompt version a live run takes by default (the build's newest) and the digest of its content. */
+export const CURRENT_PROMPT = loadPrompt(BUILD_PROMPTS_DIR).ref;
+
 /** A replay file in a temp folder (trusted by the caller's input). */
 export function writeReplay(decisions: unknown[]): string {
   const file = join(tempDir('replay'), 'scripted.json');
@@ -93,6 +98,8 @@ export interface RunOnceOptions {
   docker?: SandboxOptions | false;
   /** The worker's providers file (default: none in the fresh state folder). */
   providersFile?: string;
+  /** The worker's prompt versions (default: the build's). */
+  promptsDir?: string;
   /** Drives the run while it goes on (signals, watching); `running()` turns false at its end. */
   drive?: (handle: WorkflowHandle, running: () => boolean) => Promise<unknown>;
   /** The worker's settings (default: read from the environment). */
@@ -114,7 +121,7 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
     docker: opts.docker,
     modelTimeoutMs: opts.modelTimeoutMs,
     providersFile: opts.providersFile,
-    settings: opts.settings,
+    ...(opts.settings || opts.promptsDir ? { settings: { ...(opts.settings ?? readSettings()), ...(opts.promptsDir ? { promptsDir: opts.promptsDir } : {}) } } : {}),
   });
   try {
     return await worker.runUntil(async () => {
