@@ -22,7 +22,7 @@ import type { TraceEvent } from '../core/trace';
 import { readSettings } from '../host/settings';
 import { startRunWithArgs } from '../client/run-access';
 import type { RunOutcome } from '../workflows';
-import type { CachedSetup } from '../activities/setup/cache';
+import { listSetupImages, type CachedSetup } from '../activities/setup/cache';
 import { BLOCKED_HOST, bridgeGateway, buildWheel, finalOnlyReplay, hostsFile, INDEX_HOST, packageIndex, plainServer, pythonRepo, testCertificates, type Upstream } from './helpers/egress';
 import { fragments, historyJson, leaks } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
@@ -50,6 +50,11 @@ afterAll(async () => {
   await index?.close();
   await blocked?.close();
   await env?.teardown();
+  // The cache images of this file's runs (their allow lists name the test's hosts only).
+  const docker = new Dockerode();
+  for (const image of await listSetupImages(docker)) {
+    if (image.allow.includes(INDEX_HOST)) await docker.getImage(image.image_id).remove().catch(() => undefined);
+  }
 });
 
 const settings = () => ({ ...readSettings(), egressHostsFile: hosts });
