@@ -7,7 +7,7 @@ import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { fixtureSchema, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
+import { fixtureSchema, setupProblem, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
 import type { PromptRef, PromptTexts } from '../core/prompt';
 import type { TraceEvent } from '../core/trace';
 import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
@@ -15,6 +15,9 @@ import { isOrchestrationTool, READ_ONLY_TOOLS, type ValidCall } from '../core/to
 import { taskFixture, withTaskIds, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
 import { BackendUnavailableError, type ExecBackend } from './backends/types';
+import type { DockerBackend } from './backends/docker';
+import { egressPage, runSetup as setupPhase, type SetupResult } from './setup';
+import type { EgressEvent } from './setup/squid';
 import { buildId } from '../host/build';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
@@ -48,6 +51,17 @@ export interface ActivityDeps {
   isolation?: () => Promise<IsolationEvidence>;
   /** The docker backend and its evidence for another image than the worker's (a run's --image, a repository's settings). */
   dockerImage?: (image: string) => { backend: ExecBackend; isolation: () => Promise<IsolationEvidence> };
+  /** What a setup phase needs (SPEC section 11); absent: a run with a setup ends `infrastructure_error`. */
+  setup?: SetupDeps;
+}
+
+export interface SetupDeps {
+  /** The docker backend of `image` (the worker's own when undefined), unwrapped. */
+  docker: (image?: string) => DockerBackend;
+  proxyImage: string;
+  upstreamNetwork: string;
+  hostsFile: string | null;
+  upstreamCaFile: string | null;
 }
 
 /** What the workflow passes to every run-scoped activity. */
@@ -108,6 +122,8 @@ function loadFixture(dir: string): { ok: true; fixture: Fixture } | { ok: false;
     }
   }
   if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
+  const problem = setupProblem(parsed.data);
+  if (problem !== null) return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${problem}` };
   // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
   try {
     const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
@@ -343,8 +359,13 @@ export function createActivities(deps: ActivityDeps) {
       if (child) faultPoint('child_started');
       // A task's run works on the parent's rules with the task's instruction and paths, in a copy of
       // the parent's workspace: a repository task keeps no change of its own to make a branch of.
-      const fixture = child ? taskFixture(work.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths) : work.fixture;
+      // Its setup ran in the parent's run: the workspace holds its products and the image is the parent's setup image.
+      const fixture = child ? withoutSetup(taskFixture(work.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths)) : work.fixture;
       if (child) delete work.repository;
+      // A setup's only network is the egress proxy, and only the container backend has one to give.
+      if (fixture.setup && input.backend !== 'docker') {
+        return { ok: false, reason: 'invalid_input', detail: 'this run has a setup phase (setup in its settings), which runs only on the docker backend: its network is an egress proxy that the local backend cannot give (--backend docker)' };
+      }
       const hostQueue = config.hostQueue ?? null;
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
@@ -394,6 +415,40 @@ export function createActivities(deps: ActivityDeps) {
       if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(runPaths(config.stateDir, ref.run_id), ref.repository);
       const from = ref.from_run ? runPaths(config.stateDir, ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
       return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), from);
+    },
+
+    /**
+     * The setup phase (SPEC section 11): the cached setup image, or the setup's commands behind the
+     * egress proxy; then the setup's products in the workspace, which becomes the baseline.
+     */
+    async runSetup(ref: RunRef): Promise<SetupResult> {
+      const spec = ref.fixture.setup;
+      if (!spec) throw nonRetryable('ProtocolError', 'runSetup for a run without a setup');
+      if (ref.backend !== 'docker' || !deps.setup) throw nonRetryable('InfrastructureError', 'a setup phase needs the docker backend, which this worker lacks', ['runtime_unavailable']);
+      const ctx = Context.current();
+      const result = await setupPhase(
+        {
+          backend: deps.setup.docker(ref.image),
+          proxyImage: deps.setup.proxyImage,
+          upstreamNetwork: deps.setup.upstreamNetwork,
+          hostsFile: deps.setup.hostsFile,
+          upstreamCaFile: deps.setup.upstreamCaFile,
+          credential: config.credential,
+          limits: config.limits,
+          signal: ctx.cancellationSignal,
+          heartbeat: () => ctx.heartbeat(),
+        },
+        runPaths(config.stateDir, ref.run_id),
+        spec,
+        ref.fixture.egress ?? null,
+      ).catch(infrastructure);
+      if (ctx.cancellationSignal.aborted) throw new CancelledFailure('the setup was cancelled');
+      return result;
+    },
+
+    /** The setup's egress events from `offset` on, a page at a time (a setup result carries the first page). */
+    async setupEgress(ref: { run_id: string }, offset: number): Promise<EgressEvent[]> {
+      return egressPage(runPaths(config.stateDir, ref.run_id), offset);
     },
 
     /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */
@@ -469,6 +524,12 @@ export function createActivities(deps: ActivityDeps) {
       return workspaceDiff(paths, 0).paths;
     },
   });
+}
+
+/** A task's rules without the setup phase its parent ran. */
+function withoutSetup<S extends RunSpec>(spec: S): S {
+  const { setup: _setup, egress: _egress, ...rest } = spec;
+  return rest as S;
 }
 
 async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {

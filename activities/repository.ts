@@ -220,7 +220,7 @@ function expectedProblem(read: () => string): string | null {
 }
 
 /** Creates `rel` below `root` with O_EXCL, making its folders; never through an existing link. */
-function createFile(root: string, rel: string, bytes: Buffer, mode: number): void {
+export function createFile(root: string, rel: string, bytes: Buffer, mode: number): void {
   const parts = rel.split('/');
   let dir = root;
   for (const part of parts.slice(0, -1)) {

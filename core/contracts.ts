@@ -56,6 +56,9 @@ export type Budgets = z.infer<typeof budgetsSchema>;
 
 const command = z.array(z.string().min(1)).min(1);
 
+/** The name of an environment variable. */
+export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
+
 /** In a junit-format test command: the path where the runner must write its JUnit XML report. */
 export const JUNIT_PLACEHOLDER = '{junit}';
 
@@ -81,6 +84,77 @@ export const expectedFileSchema = z.strictObject({ schema_version: z.literal(1),
 
 export const FIXTURE_ID = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 
+// ---- setup and egress (section 11) ----
+
+/** A host of an egress allow list: a name, or `*.` and a name (its subdomains, not the name itself). */
+export const HOST_PATTERN = /^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
+const hostPattern = z.string().max(253).regex(HOST_PATTERN, 'a host name, optionally starting with *.');
+
+/** The request methods an allow list may let through (where the proxy sees the method). */
+export const EGRESS_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
+export const DEFAULT_EGRESS_METHODS: readonly (typeof EGRESS_METHODS)[number][] = ['GET', 'HEAD', 'OPTIONS'];
+
+/** Headers the proxy owns or that frame the message: a credential may not name them. */
+const RESERVED_HEADERS = new Set(['host', 'connection', 'content-length', 'transfer-encoding', 'proxy-connection', 'proxy-authorization', 'te', 'upgrade', 'via', 'x-forwarded-for']);
+
+/** `setup`: commands run in the run's container before the first decision (SPEC section 11). */
+export const setupSchema = z.strictObject({
+  commands: z.array(command).min(1).max(32),
+  /** For all the commands together. */
+  timeout_s: z.number().positive().max(24 * 3600),
+});
+export type SetupSpec = z.infer<typeof setupSchema>;
+
+/** True when `host` (a name) matches `pattern`: the same name, or for `*.suffix` a name below suffix. */
+export function hostMatches(pattern: string, host: string): boolean {
+  const p = pattern.toLowerCase();
+  const h = host.toLowerCase().replace(/\.$/, '');
+  return p.startsWith('*.') ? h.endsWith(p.slice(1)) && h.length > p.length - 1 : h === p;
+}
+
+/** True when every host `inner` matches is also matched by `outer`. */
+function covers(outer: string, inner: string): boolean {
+  if (!inner.startsWith('*.')) return hostMatches(outer, inner);
+  return outer.startsWith('*.') && (inner.toLowerCase() === outer.toLowerCase() || hostMatches(outer, inner.slice(2)));
+}
+
+/**
+ * `egress`: what the setup phase may reach through the proxy. `allow` names hosts, `methods` the
+ * methods of requests the proxy can see (plain HTTP; a CONNECT tunnel to an allowed host passes
+ * with its method unseen), `credentials` a header the proxy sets on requests to a host, its value
+ * read from the worker's variable `env` (the sandbox's variable of that name holds a placeholder).
+ */
+export const egressSchema = z
+  .strictObject({
+    allow: z.array(hostPattern).max(64),
+    methods: z.array(z.enum(EGRESS_METHODS)).min(1).optional(),
+    /**
+     * HTTPS through the proxy: `tunnel` (default), a CONNECT tunnel the proxy sees only the name
+     * of; `intercept`, TLS ended at the proxy with a certificate authority made for the setup
+     * (its key stays in the proxy), so methods, credentials and the audit apply inside HTTPS too.
+     */
+    tls: z.enum(['tunnel', 'intercept']).optional(),
+    credentials: z
+      .array(
+        z.strictObject({
+          host: hostPattern,
+          header: z
+            .string()
+            .regex(/^[A-Za-z0-9-]{1,64}$/, 'an HTTP header name')
+            .refine((h) => !RESERVED_HEADERS.has(h.toLowerCase()), 'a header the proxy owns or that frames the message'),
+          env: z.string().regex(ENV_NAME, 'the name of an environment variable'),
+        }),
+      )
+      .max(16)
+      .optional(),
+  })
+  .superRefine((e, ctx) => {
+    for (const [i, c] of (e.credentials ?? []).entries()) {
+      if (!e.allow.some((a) => covers(a, c.host))) ctx.addIssue({ code: 'custom', path: ['credentials', i, 'host'], message: `${c.host} is not allowed by egress.allow, so no request could carry this header` });
+    }
+  });
+export type EgressSpec = z.infer<typeof egressSchema>;
+
 export const fixtureSchema = z.strictObject({
   schema_version: z.literal(1),
   id: z.string().regex(FIXTURE_ID, 'fixture id: lowercase letters, digits, . _ -'),
@@ -92,6 +166,10 @@ export const fixtureSchema = z.strictObject({
   budgets: budgetsSchema,
   /** Sub-runs for this fixture's runs (a run's input may set its own). */
   subruns: z.lazy(() => subrunsSchema).optional(),
+  /** Commands run before the first decision, on the docker backend (SPEC section 11). */
+  setup: setupSchema.nullable().optional(),
+  /** What the setup phase may reach through the egress proxy. */
+  egress: egressSchema.nullable().optional(),
   /** Where a fixture taken from a real project comes from: repo/ is the tree at base_commit. */
   origin: z
     .strictObject({
@@ -104,6 +182,11 @@ export const fixtureSchema = z.strictObject({
     .optional(),
 });
 export type Fixture = z.infer<typeof fixtureSchema>;
+
+/** A fixture's or a repository's `egress` makes sense only with a `setup`, the one phase it applies to. */
+export function setupProblem(s: { setup?: SetupSpec | null; egress?: EgressSpec | null }): string | null {
+  return s.egress && !s.setup ? 'egress applies to the setup phase only: give setup.commands, or leave egress out' : null;
+}
 
 /**
  * The rules a run works under: a fixture's, or those a repository run derives from its
@@ -126,6 +209,9 @@ export interface RunSpec {
   budgets: Budgets;
   /** Sub-runs for this spec's runs (a run's input may set its own). */
   subruns?: Subruns;
+  /** Commands run before the first decision (docker backend only), and what they may reach. */
+  setup?: SetupSpec | null;
+  egress?: EgressSpec | null;
 }
 
 // ---- decisions and replays (section 5) ----
@@ -152,8 +238,6 @@ export const replaySchema: z.ZodType<Replay> = z.strictObject({
   children: z.record(z.string().min(1).max(120), z.lazy(() => replaySchema)).optional(),
 });
 
-/** The name of an environment variable. */
-export const ENV_NAME = /^[A-Z_][A-Z0-9_]*$/;
 
 /**
  * A model endpoint, as the worker's operator lists it in the providers file (SPEC section 9): the
@@ -402,6 +486,14 @@ export interface RunRecord {
   subruns?: SubrunCounts;
   /** An orchestrating run's tasks and how each ended. */
   tasks?: { task_id: string; title: string; status: RunStatus; reason: string | null }[];
+  /** A run with a setup phase: the requests its proxy let through and refused (none for a cached setup). */
+  egress?: EgressSummary;
+}
+
+/** What the egress proxy of a setup phase let through and refused. */
+export interface EgressSummary {
+  allowed: number;
+  denied: number;
 }
 
 /** What an orchestrating run did with its tasks; `unknown_task` and `messages_to_ended` measure mis-dispatch. */

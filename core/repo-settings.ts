@@ -8,8 +8,10 @@ import {
   acceptanceSchema,
   approverSchema,
   budgetsSchema,
+  egressSchema,
+  setupProblem,
+  setupSchema,
   subrunsSchema,
-  ENV_NAME,
   testsSchema,
   type Budgets,
   type RunSpec,
@@ -42,15 +44,9 @@ const repoFolder = z.string().superRefine((p, ctx) => {
   else if (checked.path !== p) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(p)}: write it as ${JSON.stringify(checked.path)}` });
 });
 
-const command = z.array(z.string().min(1)).min(1);
-
-/** A host name of an egress allow-list: a name, or `*.` and a name. */
-const hostPattern = z.string().regex(/^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/, 'a host name, optionally starting with *.');
-
 /**
  * `.coding-agent.json`. Strict: an unknown field is an error, and every error names its field.
- * `setup` and `egress` (SPEC section 11) are validated and carried; this project does not act on
- * them yet.
+ * `setup` and `egress` (SPEC section 11) are the run's setup phase on the docker backend.
  */
 export const repoSettingsSchema = z.strictObject({
   schema_version: z.literal(1),
@@ -71,17 +67,10 @@ export const repoSettingsSchema = z.strictObject({
   policy: approverSchema.nullable().optional(),
   /** Sub-runs (SPEC section 12) for runs on this repository. */
   subruns: subrunsSchema.optional(),
-  setup: z
-    .strictObject({ commands: z.array(command).min(1), timeout_s: z.number().positive() })
-    .nullable()
-    .optional(),
-  egress: z
-    .strictObject({
-      allow: z.array(hostPattern),
-      credentials: z.array(z.strictObject({ host: hostPattern, header: z.string().regex(/^[A-Za-z0-9-]{1,64}$/, 'an HTTP header name'), env: z.string().regex(ENV_NAME, 'the name of an environment variable') })).optional(),
-    })
-    .nullable()
-    .optional(),
+  /** Commands run in the run's container before the first decision (docker backend only). */
+  setup: setupSchema.nullable().optional(),
+  /** What the setup phase may reach through the egress proxy, and the headers the proxy sets. */
+  egress: egressSchema.nullable().optional(),
 });
 export type RepoSettings = z.infer<typeof repoSettingsSchema>;
 
@@ -101,6 +90,8 @@ export function parseRepoSettings(text: string | null): SettingsOutcome {
     const issues = parsed.error.issues.map((i) => `${SETTINGS_FILE}: ${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
     return { ok: false, detail: issues.join('; ') };
   }
+  const problem = setupProblem(parsed.data);
+  if (problem !== null) return { ok: false, detail: `${SETTINGS_FILE}: egress: ${problem}` };
   return { ok: true, settings: parsed.data };
 }
 
@@ -207,6 +198,7 @@ export function repositorySpec(o: {
     acceptance: o.acceptance,
     budgets: { ...DEFAULT_REPO_BUDGETS, ...Object.fromEntries(Object.entries(s?.budgets ?? {}).filter(([, v]) => v !== undefined)) },
     ...(s?.subruns ? { subruns: s.subruns } : {}),
+    ...(s?.setup ? { setup: s.setup, egress: s.egress ?? null } : {}),
   };
 }
 

@@ -1,7 +1,7 @@
 /**
  * What the `state` query returns and how a run's record (SPEC section 7) is derived from it.
  */
-import type { Budgets, IsolationEvidence, PreparedAction, RunRecord, RunStatus, SubrunCounts, Usage, VerifierFindings } from './contracts';
+import type { Budgets, EgressSummary, IsolationEvidence, PreparedAction, RunRecord, RunStatus, SubrunCounts, Usage, VerifierFindings } from './contracts';
 import type { ErrorCode } from './errors';
 import type { PromptRef } from './prompt';
 
@@ -30,6 +30,21 @@ export interface TaskView {
   merged: boolean;
   /** 1, plus one for each time a message reopened it. */
   executions: number;
+}
+
+/** A run's setup phase (SPEC section 11), once it started. */
+export interface SetupView {
+  /** `ran`: the commands ran and their container became the run's image; `cached`: an earlier run's image was used. */
+  status: 'running' | 'ran' | 'cached' | 'failed';
+  /** Digest of the setup's inputs: the cache image's tag. */
+  key: string | null;
+  /** The image the run's tests and acceptance run in after setup (content id). */
+  image_id: string | null;
+  /** Commands that ran (0 for a cached setup). */
+  commands: number;
+  egress: EgressSummary;
+  /** The isolation evidence of the setup phase (null for a cached setup: nothing ran). */
+  isolation: IsolationEvidence | null;
 }
 
 export interface RunView {
@@ -87,6 +102,8 @@ export interface RunView {
   subruns: { counts: SubrunCounts; tasks: TaskView[] } | null;
   /** The task this run works on for its parent; null for a run of its own. */
   parent: { workflow_id: string; task_id: string; title: string } | null;
+  /** The setup phase; null for a run without one. */
+  setup: SetupView | null;
 }
 
 export function buildRecord(view: RunView): RunRecord {
@@ -109,5 +126,6 @@ export function buildRecord(view: RunView): RunRecord {
     ...(view.subruns !== null
       ? { subruns: view.subruns.counts, tasks: view.subruns.tasks.map((t) => ({ task_id: t.task_id, title: t.title, status: t.status === 'starting' ? 'running' : t.status, reason: t.reason })) }
       : {}),
+    ...(view.setup ? { egress: { allowed: view.setup.egress.allowed, denied: view.setup.egress.denied } } : {}),
   };
 }

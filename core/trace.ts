@@ -6,6 +6,12 @@ export const TRACE_TYPES = [
   'run_started',
   'repository_loaded',
   'isolation_checked',
+  'setup_started',
+  'setup_cached',
+  'setup_command',
+  'egress_allowed',
+  'egress_denied',
+  'setup_finished',
   'model_requested',
   /** A live call's usage: tokens in, out, read from and written to the prompt cache, cost. */
   'model_usage',

@@ -5,9 +5,11 @@
  * so the two cannot drift. Nothing else in the harness reads `process.env` for a setting; it
  * takes `Settings` (or one of its fields) from its entry point.
  *
- * One kind of variable has no fixed name and so no row: the key variable each endpoint of the
- * operator's providers file names (`api_key_env`). It is read through `readCredential`, inside the
- * `decide` activity, at each call.
+ * Two kinds of variable have no fixed name and so no row: the key variable each endpoint of the
+ * operator's providers file names (`api_key_env`), read inside the `decide` activity at each call;
+ * and the variable each egress credential of a setup phase names (`egress.credentials[].env`),
+ * read by the setup activity when it starts the run's egress proxy. Both go through
+ * `readCredential`.
  */
 import { isAbsolute, join, relative, resolve } from 'node:path';
 
@@ -16,6 +18,8 @@ export const DEFAULT_TASK_QUEUE = 'coding-agent';
 /** The prompt versions the build ships: `prompts/` copied into `dist/prompts` (scripts/copy-assets.js). */
 export const BUILD_PROMPTS_DIR = resolve(__dirname, '..', 'prompts');
 export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
+export const DEFAULT_PROXY_IMAGE = 'coding-agent-proxy:1';
+export const DEFAULT_EGRESS_NETWORK = 'bridge';
 export const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
 /** Where each provider's SDK sends requests when neither the endpoint nor the environment says otherwise. */
 export const PUBLIC_BASE_URLS = { openai: 'https://api.openai.com/v1', anthropic: 'https://api.anthropic.com' } as const;
@@ -91,6 +95,14 @@ export interface Settings {
   sandboxImage: string;
   /** The engine the docker backend talks to, as the operator names it; null: the local socket. */
   dockerHost: string | null;
+  /** Image tag or content id of the setup phase's egress proxy (squid). */
+  proxyImage: string;
+  /** The engine network through which the egress proxy reaches upstream hosts. */
+  egressNetwork: string;
+  /** A hosts file the egress proxy resolves names from, and from nothing else; null: DNS as the engine gives it. */
+  egressHostsFile: string | null;
+  /** PEM certificates an intercepting egress proxy trusts for upstream HTTPS besides the system's; null: the system's only. */
+  egressUpstreamCa: string | null;
   /** Where an endpoint of each kind without its own `base_url` sends requests. */
   openaiBaseUrl: string;
   anthropicBaseUrl: string;
@@ -273,6 +285,30 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     meaning: "the Docker engine of the docker backend, unset: the local socket (dockerode also reads it, with `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH`)",
     read: given,
   },
+  proxyImage: {
+    name: 'AGENT_PROXY_IMAGE',
+    default: `\`${DEFAULT_PROXY_IMAGE}\``,
+    meaning: "the setup phase's egress proxy image (squid; `docker/build-proxy-image.sh`)",
+    read: (v) => given(v) ?? DEFAULT_PROXY_IMAGE,
+  },
+  egressNetwork: {
+    name: 'AGENT_EGRESS_NETWORK',
+    default: `\`${DEFAULT_EGRESS_NETWORK}\``,
+    meaning: "the engine network through which the egress proxy reaches upstream hosts",
+    read: (v) => given(v) ?? DEFAULT_EGRESS_NETWORK,
+  },
+  egressHostsFile: {
+    name: 'AGENT_EGRESS_HOSTS',
+    default: 'unset',
+    meaning: 'a hosts file (`address name...` lines): the egress proxy resolves names from it and from nothing else; unset: DNS as the engine gives it',
+    read: (v) => (given(v) === null ? null : resolve(v!)),
+  },
+  egressUpstreamCa: {
+    name: 'AGENT_EGRESS_UPSTREAM_CA',
+    default: 'unset',
+    meaning: "PEM certificates an intercepting egress proxy (`egress.tls: intercept`) trusts for upstream HTTPS besides the system's",
+    read: (v) => (given(v) === null ? null : resolve(v!)),
+  },
   openaiBaseUrl: {
     name: 'OPENAI_BASE_URL',
     default: '`https://api.openai.com/v1`',
@@ -320,8 +356,9 @@ export function readSetting<K extends keyof Settings>(field: K, env: Env = proce
 }
 
 /**
- * The value of a key variable an endpoint names (`api_key_env`); undefined when unset or empty.
- * Read at each use, never kept: the caller must not return, log or store it.
+ * The value of a key variable an endpoint names (`api_key_env`), or of an egress credential's
+ * variable (`egress.credentials[].env`); undefined when unset or empty. Read at each use, never
+ * kept: the caller must not return, log or store it.
  */
 export function readCredential(name: string, env: Env = process.env): string | undefined {
   return given(env[name]) ?? undefined;

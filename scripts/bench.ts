@@ -8,6 +8,7 @@
  *   BENCH_REPEATS (5)   repeats of each timed figure
  *   BENCH_PARKED (1000) runs parked on an approval at once
  *   BENCH_FILES (100000) files of the workspace whose unchanged manifest is checked
+ *   BENCH_SETUP (1)     0 skips the setup-phase section (it needs the engine and its images)
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -323,6 +324,8 @@ async function main(): Promise<void> {
   }
   figure('command-line start on a built tree (--help)', 'ms', starts, { op: '<', limit: 1000 });
 
+  await benchSetupCache();
+
   const machine = {
     cores: cpus().length,
     cpu: cpus()[0]?.model ?? 'unknown',
@@ -344,6 +347,75 @@ async function main(): Promise<void> {
   console.log(`\nmachine: ${machine.cores} cores (${machine.cpu}), ${machine.memory_gib} GiB, Node ${machine.node}, ${machine.temporal}, load average ${machine.load_average.start} at the start, ${machine.load_average.end} at the end`);
   mkdirSync(join(PROJECT_ROOT, 'bench'), { recursive: true });
   writeFileSync(join(PROJECT_ROOT, 'bench', 'results.json'), `${JSON.stringify({ machine, figures }, null, 2)}\n`);
+}
+
+/**
+ * The setup phase, first run against a cached one (SPEC section 11): a repository whose setup
+ * pip-installs a wheel from a package index on this machine through the egress proxy, run on the
+ * docker backend; then run again with the same inputs, which starts from the cache image. The
+ * time is the `runSetup` activity's, from its history events (scheduled to completed). Skipped
+ * with BENCH_SETUP=0, or when the engine or its images are missing (the reason is printed).
+ */
+async function benchSetupCache(): Promise<void> {
+  if (process.env.BENCH_SETUP === '0') return void process.stderr.write('setup phase: skipped (BENCH_SETUP=0)\n');
+  const egress = await import('../tests/helpers/egress');
+  const { readSettings } = await import('../host/settings');
+  const Dockerode = (await import('dockerode')).default;
+  const settings = readSettings();
+  try {
+    const docker = new Dockerode();
+    for (const image of [settings.sandboxImage, settings.proxyImage, egress.PIP_IMAGE]) await docker.getImage(image).inspect();
+  } catch (err) {
+    return void process.stderr.write(`setup phase: skipped (${(err as Error).message}; run scripts/ensure-docker.sh)\n`);
+  }
+  process.stderr.write('setup phase, first run against the cached one\n');
+  const env = await startServer();
+  const wheel = egress.buildWheel('greetlib', '1.0', 'def greet(name):\n    return "hello " + name\n');
+  const index = await egress.packageIndex([{ name: 'greetlib', ...wheel }]);
+  const taskQueue = uniqueQueue('bench-setup');
+  const { worker, close } = await createWorker({
+    connection: env.nativeConnection,
+    taskQueue,
+    stateDir: tempDir('bench-setup-state'),
+    settings: { ...settings, egressHostsFile: egress.hostsFile(await egress.bridgeGateway()) },
+  });
+  const replay = egress.finalOnlyReplay();
+  let n = 0;
+  /** Milliseconds of the run's setup activity, from its history. */
+  const setupMs = async (repo: { dir: string; head: string }): Promise<number> => {
+    const input: RunInput = { repo: { path: repo.dir, base_commit: repo.head, task: 'Make the tests pass.' }, source: { kind: 'replay', path: replay, trusted: true }, backend: 'docker', approver: 'policy:approve-writable' };
+    const handle = await startRun(env.client, input, { taskQueue, workflowId: `bench-setup-${++n}` });
+    const outcome = (await handle.result()) as RunOutcome;
+    if (outcome.record.status !== 'completed') throw new Error(`bench setup run ${n} ended ${outcome.record.status}/${outcome.record.reason}: ${outcome.state.detail}`);
+    const events = (await handle.fetchHistory()).events ?? [];
+    const ms = (e: (typeof events)[number]) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
+    const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'runSetup');
+    const completed = events.find((e) => Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1) === Number(scheduled?.eventId ?? -2));
+    if (!scheduled || !completed) throw new Error(`bench setup run ${n}: no runSetup activity in its history`);
+    return ms(completed) - ms(scheduled);
+  };
+  const first: number[] = [];
+  const cached: number[] = [];
+  try {
+    await worker.runUntil(async () => {
+      for (let r = 0; r < Math.min(REPEATS, 3); r++) {
+        // A repository of its own each time, so the first run really is one (its base tree is new).
+        const repo = egress.pythonRepo(
+          { setup: { commands: [['pip', 'install', '--no-cache-dir', '--break-system-packages', '--disable-pip-version-check', '--index-url', `http://${egress.INDEX_HOST}:${index.port}/simple/`, '--trusted-host', egress.INDEX_HOST, 'greetlib']], timeout_s: 120 }, egress: { allow: [egress.INDEX_HOST] } },
+          { 'notes.txt': `bench repeat ${r} ${Date.now()}\n` },
+        );
+        first.push(await setupMs(repo));
+        cached.push(await setupMs(repo));
+      }
+    });
+  } finally {
+    close();
+    await index.close();
+    await env.teardown();
+  }
+  figure('setup phase, first run (proxy, probe, one pip install, commit, products)', 'ms', first);
+  figure('setup phase, cached run (cache image found, products)', 'ms', cached);
+  figure('setup, cached vs first', '%', cached.map((c, i) => (100 * c) / first[i]), '< 10 %', (x) => x < 10);
 }
 
 main().catch((err) => {

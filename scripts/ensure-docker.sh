@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Makes the container backend usable on this machine: a Docker engine that answers (installing
 # Debian's docker.io and starting dockerd when needed) and the sandbox image built from
-# debootstrap (reused when its inputs have not changed), and the Python-less busybox images the
-# shell-probe tests use (docker/build-shell-image.sh). For CI before `npm test`, and for users.
+# debootstrap (reused when its inputs have not changed), the setup phase's egress proxy image
+# (docker/build-proxy-image.sh: squid from debootstrap), and the images only tests use: the
+# Python-less busybox images of the shell-probe tests (docker/build-shell-image.sh) and the
+# sandbox image with pip of the setup tests (docker/build-pip-image.sh). For CI before
+# `npm test`, and for users.
 #
 #   usage: scripts/ensure-docker.sh
 #   stdout: only the image's content id (sha256:...); progress goes to stderr.
@@ -17,5 +20,7 @@ case "$id" in
   sha256:*) ;;
   *) echo "ensure-docker: docker/build-image.sh printed no image id (got '$id')" >&2; exit 1 ;;
 esac
+bash docker/build-proxy-image.sh >/dev/null
 bash docker/build-shell-image.sh >&2
+bash docker/build-pip-image.sh >&2
 echo "$id"

@@ -44,6 +44,12 @@ describe('a repository run that cannot start', () => {
       '.coding-agent.json: tests.format: Invalid option: expected one of "pytest"|"node-test"|"junit"',
     ],
     ['an unknown approval policy', { schema_version: 1, policy: 'policy:approve-everything' }, '.coding-agent.json: policy: unknown approval policy policy:approve-everything (known: policy:approve-writable)'],
+    [
+      'a setup without --backend docker',
+      { schema_version: 1, setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 60 } },
+      '.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker',
+    ],
+    ['egress without a setup', { schema_version: 1, egress: { allow: ['pypi.example.internal'] } }, '.coding-agent.json: egress: egress applies to the setup phase only: give setup.commands, or leave egress out'],
   ])('is refused for %s in .coding-agent.json, naming the field, with nothing started', async (_what, settings, line) => {
     const result = await refused(withSettings(settings), '--task', 'fix it', '--replay', REPLAY);
     expect(result).toEqual({ code: 2, lines: [line], state: [] });

@@ -44,6 +44,8 @@ describe('path patterns', () => {
   });
 });
 
+const SETUP = { commands: [['pip', 'install', '-e', '.']], timeout_s: 600 };
+
 describe('.coding-agent.json', () => {
   it('takes the SPEC example (setup and egress carried), and no file at all', () => {
     const example = {
@@ -63,13 +65,24 @@ describe('.coding-agent.json', () => {
     expect(parseRepoSettings(null)).toEqual({ ok: true, settings: null });
   });
 
+  it('carries setup and egress into the run spec; a credential under a wildcard the allow list has is taken', () => {
+    const parsed = parseRepoSettings(JSON.stringify({ schema_version: 1, setup: SETUP, egress: { allow: ['*.registry.example'], methods: ['GET'], credentials: [{ host: 'npm.registry.example', header: 'X-Token', env: 'NPM_TOKEN' }] } }));
+    expect(parsed.ok).toBe(true);
+  });
+
   it.each([
     ['an unknown field', { schema_version: 1, test: {} }, /\.coding-agent\.json: \(root\): Unrecognized key: "test"/],
     ['an unknown field inside tests', { schema_version: 1, tests: { command: ['pytest'], format: 'pytest', timeout_s: 5, retries: 2 } }, /tests: Unrecognized key: "retries"/],
     ['a bad glob', { schema_version: 1, protected: ['secrets/**.key'] }, /protected\.0: "secrets\/\*\*\.key": \*\* must be a whole path segment/],
     ['an unknown test format', { schema_version: 1, tests: { command: ['go', 'test'], format: 'gotest', timeout_s: 5 } }, /tests\.format: Invalid option/],
     ['a junit command without {junit}', { schema_version: 1, tests: { command: ['x'], format: 'junit', timeout_s: 5 } }, /tests\.command: the junit format needs \{junit\}/],
-    ['an egress credential without a variable name', { schema_version: 1, egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'lower' }] } }, /egress\.credentials\.0\.env/],
+    ['an egress credential without a variable name', { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'lower' }] } }, /egress\.credentials\.0\.env/],
+    ['a credential for a host the allow list leaves out', { schema_version: 1, setup: SETUP, egress: { allow: ['*.a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'TOKEN' }] } }, /egress\.credentials\.0\.host: a\.example is not allowed by egress\.allow/],
+    ['a credential in a header the proxy owns', { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Host', env: 'TOKEN' }] } }, /egress\.credentials\.0\.header: a header the proxy owns/],
+    ['an allow-list entry that is no host', { schema_version: 1, setup: SETUP, egress: { allow: ['https://a.example/'] } }, /egress\.allow\.0: a host name/],
+    ['a method the proxy does not know', { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], methods: ['CONNECT'] } }, /egress\.methods\.0/],
+    ['egress without a setup', { schema_version: 1, egress: { allow: ['a.example'] } }, /egress: egress applies to the setup phase only/],
+    ['a setup without commands', { schema_version: 1, setup: { commands: [], timeout_s: 60 } }, /setup\.commands/],
     ['a policy that is no approver', { schema_version: 1, policy: 'yes' }, /policy:/],
     ['another schema version', { schema_version: 2 }, /schema_version/],
   ])('refuses %s, naming the field', (_what, settings, message) => {

@@ -48,6 +48,10 @@ describe('the settings module', () => {
       maxCachedWorkflows: 100,
       sandboxImage: 'coding-agent-sandbox:1',
       dockerHost: null,
+      proxyImage: 'coding-agent-proxy:1',
+      egressNetwork: 'bridge',
+      egressHostsFile: null,
+      egressUpstreamCa: null,
       openaiBaseUrl: PUBLIC_BASE_URLS.openai,
       anthropicBaseUrl: PUBLIC_BASE_URLS.anthropic,
       fault: null,
@@ -66,8 +70,12 @@ describe('the settings module', () => {
       AGENT_FAULT: 'after_rename',
       AGENT_BACKGROUND_WORKER: '1',
       OPENAI_BASE_URL: 'http://127.0.0.1:9/v1',
+      AGENT_EGRESS_HOSTS: '/etc/agent/egress-hosts',
+      AGENT_EGRESS_NETWORK: '',
     });
     expect(s).toMatchObject({
+      egressHostsFile: '/etc/agent/egress-hosts',
+      egressNetwork: 'bridge',
       temporalAddress: 'cluster:7233',
       stateDir: '/srv/agent',
       providersFile: '/srv/agent/providers.json',

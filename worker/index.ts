@@ -151,6 +151,15 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     ),
     isolation: sandbox?.isolation,
     dockerImage: sandbox ? (image) => sandbox.forImage(image) : undefined,
+    setup: sandbox
+      ? {
+          docker: (image) => (image === undefined ? sandbox : sandbox.forImage(image)).backend,
+          proxyImage: settings.proxyImage,
+          upstreamNetwork: settings.egressNetwork,
+          hostsFile: settings.egressHostsFile,
+          upstreamCaFile: settings.egressUpstreamCa,
+        }
+      : undefined,
   });
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
   const shared = options.sharedQueue === false ? null : await Worker.create({

@@ -290,7 +290,7 @@ class AgentRun {
         { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
         [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(child ? { from_run: child.from_run } : {}), ...(this.ref.repository ? { repository: this.ref.repository } : {}) }],
       );
-      return this.loop();
+      return (await this.setup()) ?? this.loop();
     });
     return this.finish(stop);
   }
@@ -307,6 +307,63 @@ class AgentRun {
       return (await this.runReply(this.s.reply_rest)) ?? this.loop();
     });
     return this.finish(stop);
+  }
+
+  // ---- the setup phase ----
+
+  /**
+   * The setup phase (SPEC section 11), before the first decision: the setup's commands run in the
+   * run's container behind the egress proxy (or an earlier run's image with the same inputs is
+   * used), its products join the workspace's baseline, and from then on the run's image is the
+   * setup image, probed again with no network. Null when the run goes on.
+   */
+  private async setup(): Promise<RunStop | null> {
+    const spec = this.ref.fixture.setup;
+    if (!spec) return null;
+    const egress = this.ref.fixture.egress ?? null;
+    this.view.setup = { status: 'running', key: null, image_id: null, commands: 0, egress: { allowed: 0, denied: 0 }, isolation: null };
+    this.trace.add('setup_started', {
+      commands: spec.commands.length,
+      timeout_s: spec.timeout_s,
+      allow: egress?.allow ?? [],
+      methods: egress?.methods ?? null,
+      tls: egress?.tls ?? 'tunnel',
+      credentials: (egress?.credentials ?? []).map(({ host, header, env }) => ({ host, header, env })),
+    });
+    const r = await this.act.runSetup.executeWithOptions(
+      {
+        startToCloseTimeout: (spec.timeout_s + 600) * 1000,
+        heartbeatTimeout: '60 seconds',
+        cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: 3 },
+        summary: `setup: ${spec.commands.length} command(s)`,
+      },
+      [this.ref],
+    );
+    if (r.isolation) this.trace.add('isolation_checked', { phase: 'setup', ...r.isolation });
+    if (r.ok && r.cached) this.trace.add('setup_cached', { key: r.key, image_id: r.image_id });
+    for (const command of r.commands) this.trace.add('setup_command', command);
+    // Every request is an event: the result has the first page, the host keeps the rest.
+    let events = r.egress.events;
+    for (let at = 0; events.length > 0; ) {
+      for (const { allowed, ...request } of events) this.trace.add(allowed ? 'egress_allowed' : 'egress_denied', request);
+      at += events.length;
+      events = at < r.egress.events.length + r.egress.rest ? await this.act.setupEgress.executeWithOptions({ summary: `egress events from ${at}` }, [{ run_id: this.ref.run_id }, at]) : [];
+    }
+    const counts = { allowed: r.egress.allowed, denied: r.egress.denied };
+    this.view.setup = { status: r.ok ? (r.cached ? 'cached' : 'ran') : 'failed', key: r.key, image_id: r.ok ? r.image_id : null, commands: r.commands.length, egress: counts, isolation: r.isolation };
+    this.trace.add('setup_finished', { ok: r.ok, key: r.key, ...(r.ok ? { cached: r.cached, image_id: r.image_id, added: r.added } : { reason: r.reason, detail: r.detail }), ...counts, omitted: r.egress.omitted });
+    if (!r.ok) return new RunStop('failed', r.reason, r.detail);
+    // Every later test and acceptance process runs in the setup image, which is probed like any image.
+    this.s.ref = { ...this.ref, image: r.image_id };
+    const evidence = await this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe the setup image' }, [r.image_id]);
+    this.view.isolation = evidence;
+    this.trace.add('isolation_checked', { phase: 'after_setup', ...evidence });
+    if (!evidence.verified) {
+      const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
+      return new RunStop('failed', 'isolation_unverified', `after setup: ${evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`}`);
+    }
+    return null;
   }
 
   // ---- the loop ----

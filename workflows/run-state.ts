@@ -123,6 +123,7 @@ export function initialState(runId: string): RunState {
       final_summary: null,
       subruns: null,
       parent: null,
+      setup: null,
     },
     ref: null,
     source: null,

@@ -139,7 +139,8 @@ export class Orchestration {
     const child: RunInput = {
       ...(input.fixture !== undefined ? { fixture: input.fixture } : {}),
       ...(input.repo !== undefined ? { repo: input.repo } : {}),
-      ...(input.image !== undefined ? { image: input.image } : {}),
+      // After a setup, the task runs in the run's setup image (its workspace already holds the products).
+      ...((this.s.view.setup?.image_id ?? input.image) !== undefined ? { image: this.s.view.setup?.image_id ?? input.image } : {}),
       source: input.source,
       backend: input.backend,
       approver: input.approver,

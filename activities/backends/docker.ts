@@ -24,6 +24,8 @@ export const SANDBOX_LABEL_VALUE = 'sandbox';
  */
 export const OWNER_LABEL = 'coding-agent.owner';
 const OWNER = `${hostname()}:${process.pid}`;
+/** The owner label of whatever this process makes in the engine (containers, networks, images in progress). */
+export const ownerLabel = (): Record<string, string> => ({ [OWNER_LABEL]: OWNER });
 export const SANDBOX_UID = 10001;
 export const SANDBOX_GID = 10001;
 
@@ -83,12 +85,40 @@ export interface ContainerSettings {
   mounts: { target: string; readOnly: boolean | 'workspaceReadOnly'; when: 'always' | 'acceptanceDir' }[];
 }
 
-/** A deliberate deviation from the defaults; used to show that the isolation probe notices it. */
+/**
+ * A deviation from the defaults: a deliberate weakening that shows the isolation probe notices
+ * it, or the setup phase's settings (`setupOverride`).
+ */
 export interface SettingsOverride {
   user?: string;
   env?: string[];
   /** `Binds` exists only to weaken a container on purpose (e.g. mount the engine socket). */
-  hostConfig?: Partial<SandboxHostConfig> & { Binds?: string[] };
+  hostConfig?: Partial<SandboxHostConfig> & { Binds?: string[]; Dns?: string[] };
+}
+
+/** Where a setup phase's container is: its internal network, and the proxy that is its only peer. */
+export interface SetupNetwork {
+  network: string;
+  /** The proxy's address on that network. */
+  proxy: string;
+  /** The proxy variables and the credential placeholders, `NAME=value`. */
+  env: string[];
+}
+
+/**
+ * The setup phase's settings (SPEC section 11) on top of the sandbox's: the run's internal
+ * network instead of none, the engine's resolver forwarding only to the proxy's address (which
+ * answers no DNS, so no name resolves in the sandbox), a writable root file system (its changes
+ * become the run's image) and uid 0, so that a setup can install into the image's prefixes. Every
+ * capability stays dropped, so root here cannot change the owner of a file, override a file's
+ * permissions, change uid or open raw sockets; no-new-privileges, seccomp and the limits stay.
+ */
+export function setupOverride(net: SetupNetwork): SettingsOverride {
+  return {
+    user: '0:0',
+    env: [...SANDBOX_ENV, ...net.env],
+    hostConfig: { NetworkMode: net.network, ReadonlyRootfs: false, Dns: [net.proxy] },
+  };
 }
 
 export interface DockerBackendOptions {
@@ -257,26 +287,41 @@ export class DockerBackend implements ExecBackend {
   }
 
   /**
-   * Removes sandbox containers left behind by a worker process of this host that no longer
-   * exists (killed between create and remove). Containers of live processes, of other hosts and
-   * without an owner label are never touched. Returns how many were removed.
+   * Removes what a worker process of this host that no longer exists left behind (killed between
+   * create and remove): sandbox and setup containers, egress proxies, then the setup phases'
+   * internal networks. Things of live processes, of other hosts and without an owner label are
+   * never touched. Returns how many were removed.
    */
   async removeOrphans(): Promise<number> {
-    let listed: Dockerode.ContainerInfo[];
+    const orphaned = (labels: Record<string, string> | undefined) => {
+      const owner = labels?.[OWNER_LABEL] ?? '';
+      const sep = owner.lastIndexOf(':');
+      const pid = Number(owner.slice(sep + 1));
+      if (sep < 0 || owner.slice(0, sep) !== hostname() || !Number.isInteger(pid) || pid <= 0) return false;
+      return pid !== process.pid && !processAlive(pid);
+    };
+    let containers: Dockerode.ContainerInfo[];
+    let networks: Dockerode.NetworkInspectInfo[];
     try {
-      listed = await this.docker.listContainers({ all: true, filters: { label: [`${SANDBOX_LABEL}=${SANDBOX_LABEL_VALUE}`] } });
+      containers = await this.docker.listContainers({ all: true, filters: { label: [SANDBOX_LABEL] } });
+      networks = await this.docker.listNetworks({ filters: { label: [`${SANDBOX_LABEL}=egress`] } });
     } catch (err) {
       throw engineError(err);
     }
     let removed = 0;
-    for (const info of listed) {
-      const owner = info.Labels?.[OWNER_LABEL] ?? '';
-      const sep = owner.lastIndexOf(':');
-      const pid = Number(owner.slice(sep + 1));
-      if (sep < 0 || owner.slice(0, sep) !== hostname() || !Number.isInteger(pid) || pid <= 0) continue;
-      if (pid === process.pid || processAlive(pid)) continue;
+    for (const info of containers) {
+      if (!['sandbox', 'proxy'].includes(info.Labels?.[SANDBOX_LABEL] ?? '') || !orphaned(info.Labels)) continue;
       await removeContainer(this.docker.getContainer(info.Id));
       removed++;
+    }
+    for (const info of networks) {
+      if (!orphaned(info.Labels)) continue;
+      try {
+        await this.docker.getNetwork(info.Id).remove();
+        removed++;
+      } catch (err) {
+        if ((err as { statusCode?: number }).statusCode !== 404) throw engineError(err);
+      }
     }
     return removed;
   }
@@ -286,7 +331,6 @@ export class DockerBackend implements ExecBackend {
       throw new Error('argv uses {acceptance} but the ExecSpec has no acceptanceDir');
     }
     const image = await this.imageId();
-    const s = this.settings();
     const argv = spec.argv.map((a) => a.replaceAll('{out}', MOUNT_OUT).replaceAll('{acceptance}', MOUNT_ACCEPTANCE));
     const mounts: Dockerode.MountSettings[] = [
       { Type: 'bind', Source: spec.workspaceDir, Target: MOUNT_WORKSPACE, ReadOnly: spec.workspaceReadOnly },
@@ -297,7 +341,9 @@ export class DockerBackend implements ExecBackend {
     }
     await mkdir(spec.outDir, { recursive: true });
 
-    const sandbox = { uid: SANDBOX_UID, gid: SANDBOX_GID };
+    // Handed to the user the container runs as (the sandbox's; root in a setup phase's probe).
+    const [uid, gid] = this.settings().user.split(':').map(Number);
+    const sandbox = Number.isInteger(uid) && Number.isInteger(gid) ? { uid, gid } : { uid: SANDBOX_UID, gid: SANDBOX_GID };
     const restores: (() => Promise<void>)[] = [];
     let container: Dockerode.Container | null = null;
     try {
@@ -307,24 +353,8 @@ export class DockerBackend implements ExecBackend {
       // restore would race); it must be readable by others (o+rX).
       restores.push(await lendTree(spec.outDir, sandbox));
       restores.push(await lendTree(spec.workspaceDir, sandbox));
-      container = await this.docker.createContainer({
-        name: `coding-agent-${randomUUID()}`,
-        Image: image,
-        Cmd: argv,
-        Entrypoint: [],
-        User: s.user,
-        WorkingDir: s.workingDir,
-        Hostname: s.hostname,
-        Env: s.env,
-        Labels: { ...s.labels, [OWNER_LABEL]: OWNER },
-        Tty: false,
-        OpenStdin: false,
-        AttachStdin: false,
-        AttachStdout: true,
-        AttachStderr: true,
-        HostConfig: { ...s.hostConfig, Mounts: mounts, AutoRemove: false },
-      });
-      return await this.runAttached(container, spec);
+      container = await this.create(argv, mounts, image);
+      return await runAttached(this.docker, container, spec, this.options.progressIntervalMs);
     } catch (err) {
       throw engineError(err);
     } finally {
@@ -337,90 +367,124 @@ export class DockerBackend implements ExecBackend {
     }
   }
 
-  private async runAttached(container: Dockerode.Container, spec: ExecSpec): Promise<ExecResult> {
-    const stdoutSink = new CappedSink(spec.outputCapBytes);
-    const stderrSink = new CappedSink(spec.outputCapBytes);
-    const stdout = stdoutSink.output;
-    const stderr = stderrSink.output;
-    // Attach before start, so not a byte of output is missed.
-    const stream = await container.attach({ stream: true, stdout: true, stderr: true });
-    const streamEnded = new Promise<void>((resolve) => {
-      stream.on('end', resolve);
-      stream.on('close', resolve);
-      stream.on('error', () => resolve());
+  /**
+   * A container of `image` with exactly this backend's settings, `argv` as its command and the
+   * given bind mounts (the only host folders it sees), labelled with its owner for the reaper.
+   */
+  async create(argv: string[], mounts: Dockerode.MountSettings[], image: string, o: { keepStdinOpen?: boolean } = {}): Promise<Dockerode.Container> {
+    const s = this.settings();
+    return this.docker.createContainer({
+      name: `coding-agent-${randomUUID()}`,
+      Image: image,
+      Cmd: argv,
+      Entrypoint: [],
+      User: s.user,
+      WorkingDir: s.workingDir,
+      Hostname: s.hostname,
+      Env: s.env,
+      Labels: { ...s.labels, [OWNER_LABEL]: OWNER },
+      Tty: false,
+      // Open and never written: a shell's `read` then waits for as long as the container should run.
+      OpenStdin: o.keepStdinOpen === true,
+      AttachStdin: false,
+      AttachStdout: true,
+      AttachStderr: true,
+      HostConfig: { ...s.hostConfig, Mounts: mounts, AutoRemove: false },
     });
-    this.docker.modem.demuxStream(stream, stdoutSink, stderrSink);
+  }
+}
 
-    let timedOut = false;
-    let cancelled = false;
-    let progressError: unknown = null;
-    const kill = () => {
-      container.kill({ signal: 'SIGKILL' }).catch((err: unknown) => {
-        // 404/409: already gone or not running; the wait below then ends by itself.
-        if (statusCode(err) !== 404 && statusCode(err) !== 409) progressError ??= err;
-      });
-    };
-    const onAbort = () => {
-      cancelled = true;
-      kill();
-    };
-    let timer: NodeJS.Timeout | undefined;
-    let progress: NodeJS.Timeout | undefined;
+/** What `runAttached` needs of an exec: the command (for its errors), bounds, cancellation, progress. */
+export type AttachedRun = Pick<ExecSpec, 'argv' | 'timeoutMs' | 'outputCapBytes' | 'signal' | 'onProgress'>;
+
+/**
+ * Starts a created container and follows it to its end: output drained continuously and capped,
+ * a timeout and a cancellation that kill it, progress reported while it runs. The caller removes
+ * the container.
+ */
+export async function runAttached(docker: Dockerode, container: Dockerode.Container, spec: AttachedRun, progressIntervalMs = 2000): Promise<ExecResult> {
+  const stdoutSink = new CappedSink(spec.outputCapBytes);
+  const stderrSink = new CappedSink(spec.outputCapBytes);
+  const stdout = stdoutSink.output;
+  const stderr = stderrSink.output;
+  // Attach before start, so not a byte of output is missed.
+  const stream = await container.attach({ stream: true, stdout: true, stderr: true });
+  const streamEnded = new Promise<void>((resolve) => {
+    stream.on('end', resolve);
+    stream.on('close', resolve);
+    stream.on('error', () => resolve());
+  });
+  docker.modem.demuxStream(stream, stdoutSink, stderrSink);
+
+  let timedOut = false;
+  let cancelled = false;
+  let progressError: unknown = null;
+  const kill = () => {
+    container.kill({ signal: 'SIGKILL' }).catch((err: unknown) => {
+      // 404/409: already gone or not running; the wait below then ends by itself.
+      if (statusCode(err) !== 404 && statusCode(err) !== 409) progressError ??= err;
+    });
+  };
+  const onAbort = () => {
+    cancelled = true;
+    kill();
+  };
+  let timer: NodeJS.Timeout | undefined;
+  let progress: NodeJS.Timeout | undefined;
+  try {
+    if (spec.signal.aborted) return cancelledBeforeStart();
     try {
-      if (spec.signal.aborted) return cancelledBeforeStart();
-      try {
-        await container.start();
-      } catch (err) {
-        throw startError(err, spec.argv[0]);
-      }
-      // Armed only once started: a kill sent before the start would be refused (409) and the
-      // process would then run with no deadline.
-      timer = setTimeout(() => {
-        timedOut = true;
-        kill();
-      }, spec.timeoutMs);
-      progress = setInterval(() => {
-        try {
-          spec.onProgress?.();
-        } catch (err) {
-          progressError ??= err;
-          kill();
-        }
-      }, this.options.progressIntervalMs ?? 2000);
-      spec.signal.addEventListener('abort', onAbort, { once: true });
-      if (spec.signal.aborted) onAbort();
-      // 'not-running' after start: a process that already exited is reported at once.
-      const { StatusCode } = (await container.wait({ condition: 'not-running' })) as { StatusCode: number };
-      // The exit is reported before the attach stream has delivered its last frames. Output
-      // whose stream does not end is not known to be whole, so it is marked as cut.
-      let grace: NodeJS.Timeout | undefined;
-      const ended = await Promise.race([
-        streamEnded.then(() => true),
-        new Promise<boolean>((r) => (grace = setTimeout(() => r(false), 5000))),
-      ]);
-      clearTimeout(grace);
-      if (!ended) stdout.truncated = stderr.truncated = true;
-      if (progressError) throw progressError;
-      // The engine reports a signal death of the main process as 128+n, like a shell. The one
-      // case told apart is the OOM kill of the main process (OOMKilled is also set when only a
-      // child was OOM-killed, so it alone does not mean the main process died).
-      const oomKilled =
-        !timedOut && !cancelled && StatusCode === 137 && (await container.inspect()).State.OOMKilled === true;
-      return {
-        exitCode: timedOut || cancelled || oomKilled ? null : StatusCode,
-        timedOut,
-        cancelled,
-        stdout: stdout.text(),
-        stderr: stderr.text(),
-        stdoutTruncated: stdout.truncated,
-        stderrTruncated: stderr.truncated,
-      };
-    } finally {
-      clearTimeout(timer);
-      clearInterval(progress);
-      spec.signal.removeEventListener('abort', onAbort);
-      (stream as unknown as { destroy?: () => void }).destroy?.();
+      await container.start();
+    } catch (err) {
+      throw startError(err, spec.argv[0]);
     }
+    // Armed only once started: a kill sent before the start would be refused (409) and the
+    // process would then run with no deadline.
+    timer = setTimeout(() => {
+      timedOut = true;
+      kill();
+    }, spec.timeoutMs);
+    progress = setInterval(() => {
+      try {
+        spec.onProgress?.();
+      } catch (err) {
+        progressError ??= err;
+        kill();
+      }
+    }, progressIntervalMs);
+    spec.signal.addEventListener('abort', onAbort, { once: true });
+    if (spec.signal.aborted) onAbort();
+    // 'not-running' after start: a process that already exited is reported at once.
+    const { StatusCode } = (await container.wait({ condition: 'not-running' })) as { StatusCode: number };
+    // The exit is reported before the attach stream has delivered its last frames. Output
+    // whose stream does not end is not known to be whole, so it is marked as cut.
+    let grace: NodeJS.Timeout | undefined;
+    const ended = await Promise.race([
+      streamEnded.then(() => true),
+      new Promise<boolean>((r) => (grace = setTimeout(() => r(false), 5000))),
+    ]);
+    clearTimeout(grace);
+    if (!ended) stdout.truncated = stderr.truncated = true;
+    if (progressError) throw progressError;
+    // The engine reports a signal death of the main process as 128+n, like a shell. The one
+    // case told apart is the OOM kill of the main process (OOMKilled is also set when only a
+    // child was OOM-killed, so it alone does not mean the main process died).
+    const oomKilled =
+      !timedOut && !cancelled && StatusCode === 137 && (await container.inspect()).State.OOMKilled === true;
+    return {
+      exitCode: timedOut || cancelled || oomKilled ? null : StatusCode,
+      timedOut,
+      cancelled,
+      stdout: stdout.text(),
+      stderr: stderr.text(),
+      stdoutTruncated: stdout.truncated,
+      stderrTruncated: stderr.truncated,
+    };
+  } finally {
+    clearTimeout(timer);
+    clearInterval(progress);
+    spec.signal.removeEventListener('abort', onAbort);
+    (stream as unknown as { destroy?: () => void }).destroy?.();
   }
 }
 
@@ -450,7 +514,8 @@ function startError(err: unknown, command: string): unknown {
   return err;
 }
 
-async function removeContainer(container: Dockerode.Container): Promise<void> {
+/** Removes a container and its anonymous volumes; one already gone is fine. */
+export async function removeContainer(container: Dockerode.Container): Promise<void> {
   try {
     await container.remove({ force: true, v: true });
   } catch (err) {

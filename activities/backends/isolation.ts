@@ -42,6 +42,20 @@ export interface ProbeOptions {
   override?: SettingsOverride;
   timeoutMs?: number;
   signal?: AbortSignal;
+  /**
+   * The setup phase (the backend has `setupOverride`'s settings): the proxy must be reachable,
+   * nothing else (the host's addresses, and `targets`, e.g. the network's gateway address, must
+   * not be), and no credential value may be visible.
+   */
+  setup?: SetupProbe;
+}
+
+export interface SetupProbe {
+  proxy: [string, number];
+  /** More addresses of the host to try beside the engine bridge's gateway and the host's interfaces (the internal network's gateway address). */
+  hosts: string[];
+  /** The real credential values: none may be visible in the sandbox. */
+  secrets: string[];
 }
 
 const SECRET_NAME = 'AGENT_PROBE_SECRET';
@@ -165,49 +179,74 @@ function judge(
   secret: string,
   rawOutput: string,
   accepted: number,
+  setup?: SetupProbe,
 ): Record<string, IsolationCheck> {
   const checks: Record<string, IsolationCheck> = {};
   const set = (name: string, ok: boolean, detail: string) => (checks[name] = { ok, detail });
-  const reached = facts.net.filter((n) => n.result === 'connected' || n.result === 'ECONNREFUSED');
+  const proxyTarget = setup ? `${setup.proxy[0]}:${setup.proxy[1]}` : null;
+  const hostNet = facts.net.filter((n) => n.target !== proxyTarget);
+  const reached = hostNet.filter((n) => n.result === 'connected' || n.result === 'ECONNREFUSED');
   const missing = facts.missing ?? [];
   if (missing.length > 0) set('probe_tools', false, `the image has no ${missing.join(', ')}, which the shell probe needs`);
   set(
     'network',
-    facts.net.length > 0 && reached.length === 0,
-    missing.includes('nc') ? 'the image has no nc: the shell probe cannot try the network' : facts.net.map((n) => `${n.target} ${n.result}`).join(', '),
+    hostNet.length > 0 && reached.length === 0,
+    missing.includes('nc') ? 'the image has no nc: the shell probe cannot try the network' : hostNet.map((n) => `${n.target} ${n.result}`).join(', '),
   );
-  set('interfaces', facts.interfaces.every((i) => i === 'lo'), facts.interfaces.join(','));
   const outward = facts.routes.filter((r) => r.iface !== 'lo');
-  set(
-    'routes',
-    outward.length === 0,
-    outward.length ? `routes beyond loopback: ${outward.map((r) => `${r.family} ${r.dest}/${r.mask} dev ${r.iface}`).join(', ')}` : `${facts.routes.length} route(s), all on lo`,
-  );
-  const resolvers = facts.nameservers.map((ns) => ({ ns, path: resolverPath(ns, facts) }));
-  set(
-    'resolver',
-    resolvers.every((r) => r.path === null),
-    resolvers.map((r) => `${r.ns}: ${r.path ?? 'unreachable (no route, nothing bound)'}`).join(', ') || 'no nameserver configured',
-  );
+  const routeText = (rs: ProbeFacts['routes']) => rs.map((r) => `${r.family} ${r.dest}/${r.mask} dev ${r.iface}`).join(', ');
+  if (setup) {
+    // The setup phase: one interface (the run's internal network), and the proxy the one peer.
+    const proxy = facts.net.find((n) => n.target === proxyTarget);
+    set('proxy', proxy?.result === 'connected', `${proxyTarget} ${proxy?.result ?? 'not tried'}`);
+    const own = facts.interfaces.filter((i) => i !== 'lo');
+    set('interfaces', own.length === 1, facts.interfaces.join(','));
+    const elsewhere = outward.filter((r) => r.iface !== own[0]);
+    set('routes', own.length === 1 && elsewhere.length === 0, `${outward.length ? routeText(outward) : 'none beyond lo'} (only the internal network's interface may have routes; what they reach is tried above)`);
+    const declared = (expected.hostConfig as { Dns?: string[] }).Dns ?? [];
+    const forwardsToProxy = declared.length > 0 && declared.every((d) => d === setup.proxy[0]);
+    const bad = facts.nameservers.filter((ns) => !(ns === setup.proxy[0] || (isLoopback(ns) && forwardsToProxy)));
+    set(
+      'resolver',
+      bad.length === 0,
+      facts.nameservers.map((ns) => `${ns}: ${ns === setup.proxy[0] ? 'the proxy (it answers no DNS)' : isLoopback(ns) && forwardsToProxy ? `the engine's resolver in the sandbox, forwarding only to the proxy ${setup.proxy[0]} (no DNS there)` : 'a resolver beyond the proxy'}`).join(', ') || 'no nameserver configured',
+    );
+  } else {
+    set('interfaces', facts.interfaces.every((i) => i === 'lo'), facts.interfaces.join(','));
+    set('routes', outward.length === 0, outward.length ? `routes beyond loopback: ${routeText(outward)}` : `${facts.routes.length} route(s), all on lo`);
+    const resolvers = facts.nameservers.map((ns) => ({ ns, path: resolverPath(ns, facts) }));
+    set(
+      'resolver',
+      resolvers.every((r) => r.path === null),
+      resolvers.map((r) => `${r.ns}: ${r.path ?? 'unreachable (no route, nothing bound)'}`).join(', ') || 'no nameserver configured',
+    );
+  }
   set('host_listener', accepted === 0, `${accepted} connection(s) accepted by the host listener`);
   const refused = (p: string) => facts.writes[p] !== 'written';
-  set('write_root', refused('/probe'), `/probe: ${facts.writes['/probe']}`);
-  set('write_usr', refused('/usr/probe'), `/usr/probe: ${facts.writes['/usr/probe']}`);
+  if (setup && !expected.hostConfig.ReadonlyRootfs) {
+    // The setup's changes to the image are its product; they stay in the run's image, not the host's.
+    set('write_root', true, `/probe: ${facts.writes['/probe']} (the root file system is writable during setup by design)`);
+    set('write_usr', true, `/usr/probe: ${facts.writes['/usr/probe']} (the root file system is writable during setup by design)`);
+  } else {
+    set('write_root', refused('/probe'), `/probe: ${facts.writes['/probe']}`);
+    set('write_usr', refused('/usr/probe'), `/usr/probe: ${facts.writes['/usr/probe']}`);
+  }
   set('write_workspace_ro', refused('/workspace/probe'), `/workspace/probe: ${facts.writes['/workspace/probe']}`);
   set('out_writable', facts.writes['/out/probe'] === 'written', `/out/probe: ${facts.writes['/out/probe']}`);
 
   const proc1 = Array.isArray(facts.proc1_environ) ? facts.proc1_environ : [];
+  const secrets = [secret, ...(setup?.secrets ?? [])];
   const leaked =
-    rawOutput.includes(secret) ||
+    secrets.some((v) => rawOutput.includes(v) || proc1.some((e) => e.includes(v))) ||
     SECRET_NAME in facts.environ ||
-    proc1.some((e) => e.startsWith(`${SECRET_NAME}=`) || e.includes(secret));
+    proc1.some((e) => e.startsWith(`${SECRET_NAME}=`));
   set(
     'env_secret',
     !leaked && Array.isArray(facts.proc1_environ),
     leaked
-      ? `${SECRET_NAME} from the host environment is visible in the sandbox`
+      ? `${SECRET_NAME} from the host environment${setup?.secrets.length ? ' or an egress credential' : ''} is visible in the sandbox`
       : Array.isArray(facts.proc1_environ)
-        ? `${SECRET_NAME} not visible in environ nor /proc/1/environ`
+        ? `${SECRET_NAME}${setup?.secrets.length ? ` and ${setup.secrets.length} egress credential value(s)` : ''} not visible in environ nor /proc/1/environ`
         : `/proc/1/environ ${facts.proc1_environ}`,
   );
   const allowedNames = new Set([...expected.env.map((e) => e.split('=')[0]), 'HOSTNAME']);
@@ -246,7 +285,13 @@ function judge(
   );
 
   const { uid, euid, gid, egid } = facts.ids;
-  set('uid', uid !== 0 && euid !== 0 && gid !== 0 && egid !== 0, `uid ${uid} euid ${euid} gid ${gid} egid ${egid}`);
+  if (setup) {
+    // The setup runs as the user its settings declare (root, with no capabilities: checked below).
+    const [wantUid, wantGid] = expected.user.split(':').map(Number);
+    set('uid', uid === wantUid && euid === wantUid && gid === wantGid && egid === wantGid, `uid ${uid} euid ${euid} gid ${gid} egid ${egid} (declared ${expected.user}; every capability dropped)`);
+  } else {
+    set('uid', uid !== 0 && euid !== 0 && gid !== 0 && egid !== 0, `uid ${uid} euid ${euid} gid ${gid} egid ${egid}`);
+  }
   set('no_new_privs', facts.status.NoNewPrivs === '1', `NoNewPrivs ${facts.status.NoNewPrivs}`);
   const zero = (v: string | null) => v !== null && /^0+$/.test(v);
   set(
@@ -314,8 +359,12 @@ export async function probeIsolation(backend: DockerBackend, options: ProbeOptio
   const previous = process.env[SECRET_NAME];
   process.env[SECRET_NAME] = secret;
   try {
+    const setup = options.setup;
     const config = {
-      targets: await connectTargets(probed, listener.port),
+      targets: [
+        ...(await connectTargets(probed, listener.port)),
+        ...(setup ? [...setup.hosts.map((host): [string, number] => [host, listener.port]), setup.proxy] : []),
+      ],
       pids_bound: expected.hostConfig.PidsLimit + 64,
       memory_bound: expected.hostConfig.Memory + 256 * 1048576,
     };
@@ -352,7 +401,7 @@ export async function probeIsolation(backend: DockerBackend, options: ProbeOptio
     const checks: Record<string, IsolationCheck> = facts
       ? {
           ...(shell ? { probe: { ok: true, detail: 'the image has no python3: the POSIX sh probe (probe.sh) ran' } } : {}),
-          ...judge(facts, expected, secret, result.stdout + result.stderr, listener.accepted()),
+          ...judge(facts, expected, secret, result.stdout + result.stderr, listener.accepted(), setup),
         }
       : {
           probe: {

@@ -6,6 +6,7 @@
 import type { Command, OptionSpecs } from '../command';
 import { approve, reject } from './approve';
 import { branch, patch } from './branch';
+import { cache } from './cache';
 import { consoleCommand } from './console';
 import { evaluate } from './eval';
 import { exportReplay } from './export-replay';
@@ -13,7 +14,7 @@ import { run } from './run';
 import { status, trace } from './status';
 import { interrupt, steer } from './steer';
 
-export const COMMANDS: Command<OptionSpecs>[] = [run, branch, patch, approve, reject, status, trace, exportReplay, evaluate, steer, interrupt, consoleCommand] as unknown as Command<OptionSpecs>[];
+export const COMMANDS: Command<OptionSpecs>[] = [run, branch, patch, approve, reject, status, trace, exportReplay, evaluate, steer, interrupt, consoleCommand, cache] as unknown as Command<OptionSpecs>[];
 
 export const PREFIX = 'npm run agent -- ';
 

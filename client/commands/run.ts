@@ -7,7 +7,7 @@ import { endpointSchema, type RunInput } from '../../core/contracts';
 import { PROMPT_VERSION } from '../../core/prompt';
 import { formatIssues } from '../../core/validate';
 import { replayTrusted } from '../../host/settings';
-import { command, UsageError, type Values } from '../command';
+import { command, RefusedInput, UsageError, type Values } from '../command';
 import { checkRepositoryRun, taskText, type CheckedRepositoryRun } from '../repository-run';
 import type { Session } from '../session';
 import { openStore, storedTrace } from '../stored-trace';
@@ -89,7 +89,10 @@ export const run = command({
       }
     } else {
       // The repository, its ref, its task and its settings, before any connection or workflow.
-      repositoryRun(positionals[0], values);
+      const found = repositoryRun(positionals[0], values);
+      if (found.settings?.setup && values.backend !== 'docker') {
+        throw new RefusedInput('.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker');
+      }
     }
   },
   async run(session, positionals, values) {

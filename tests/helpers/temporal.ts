@@ -12,6 +12,7 @@ import { loadPrompt } from '../../activities/providers/prompt';
 import type { Decision, RunInput, ToolResult } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
 import type { Limits } from '../../activities/config';
+import type { Settings } from '../../host/settings';
 import { createWorker } from '../../worker';
 import { runtimeLogger } from '../../worker/logger';
 import type { SandboxOptions } from '../../worker/sandbox';
@@ -101,6 +102,10 @@ export interface RunOnceOptions {
   promptsDir?: string;
   /** Drives the run while it goes on (signals, watching); `running()` turns false at its end. */
   drive?: (handle: WorkflowHandle, running: () => boolean) => Promise<unknown>;
+  /** The worker's settings (default: read from the environment). */
+  settings?: Settings;
+  /** The run's workflow id (default: made from the queue). */
+  workflowId?: string;
 }
 
 /** Runs one agentRun on a fresh in-process worker and state folder, and collects what tests check. */
@@ -116,11 +121,11 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
     docker: opts.docker,
     modelTimeoutMs: opts.modelTimeoutMs,
     providersFile: opts.providersFile,
-    ...(opts.promptsDir ? { settings: { ...readSettings(), promptsDir: opts.promptsDir } } : {}),
+    ...(opts.settings || opts.promptsDir ? { settings: { ...(opts.settings ?? readSettings()), ...(opts.promptsDir ? { promptsDir: opts.promptsDir } : {}) } } : {}),
   });
   try {
     return await worker.runUntil(async () => {
-      const handle = await startRunWithArgs(env.client, [input], { taskQueue, workflowId: `${taskQueue}-run` });
+      const handle = await startRunWithArgs(env.client, [input], { taskQueue, workflowId: opts.workflowId ?? `${taskQueue}-run` });
       let done = false;
       const driven = opts.drive?.(handle, () => !done) ?? Promise.resolve();
       try {

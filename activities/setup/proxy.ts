@@ -1,0 +1,247 @@
+/**
+ * The setup phase's network and its egress proxy: an internal engine network for the run, and a
+ * squid container (docker/build-proxy-image.sh) that is on that network and on the network that
+ * reaches upstream hosts. The setup's containers are on the internal network only, so the proxy
+ * is their one peer.
+ *
+ * The internal network is a bridge marked internal (the engine forwards nothing off it) with no
+ * address of the host on it (`inhibit_ipv4`): a container there has nothing of the host to
+ * connect to, not even the gateway address a bridge normally gives the host.
+ *
+ * Hazards:
+ * - Credentials. squid's configuration holds the real header values. It goes to the proxy through
+ *   its standard input into a tmpfs of the proxy container (memory, mode 0700, the proxy's user):
+ *   it is never written to a file of the host or to a file system an image is made from, and it
+ *   is gone with the container. Anything the proxy prints that the harness keeps (its log on a
+ *   failure) is scrubbed of the values first.
+ * - Leftovers. A worker killed mid-setup leaves the proxy, the setup container and the network;
+ *   each carries its owner label, and the worker's reaper (removeOrphans) removes them.
+ */
+import { randomUUID } from 'node:crypto';
+import { PassThrough } from 'node:stream';
+import type Dockerode from 'dockerode';
+import { engineError, ownerLabel, removeContainer, SANDBOX_LABEL } from '../backends/docker';
+import { BackendUnavailableError } from '../backends/types';
+import { PROXY_PORT } from './squid';
+import { within } from './timing';
+
+export const EGRESS_NETWORK_LABEL = 'egress';
+export const PROXY_LABEL = 'proxy';
+/** Where the proxy container keeps what it was given (a tmpfs). */
+const RUN_DIR = '/run/agent';
+export const PROXY_HOSTS_PATH = `${RUN_DIR}/hosts`;
+/** The files of an intercepting proxy: the setup's certificate authority, squid's certificate store, the upstream CAs. */
+export const PROXY_TLS = { caCert: `${RUN_DIR}/ca.pem`, caKey: `${RUN_DIR}/ca.key`, certDb: `${RUN_DIR}/certs`, upstreamCa: `${RUN_DIR}/upstream-ca.pem` } as const;
+/** Separate the configuration, the hosts file and the upstream CAs on the proxy's standard input. */
+const HOSTS_MARK = '#@@agent-hosts';
+const UPSTREAM_CA_MARK = '#@@agent-upstream-ca';
+/** Frame the setup CA's certificate (public) on the proxy's standard error. */
+const CA_BEGIN = '#@@agent-ca-begin';
+const CA_END = '#@@agent-ca-end';
+const START_TIMEOUT_MS = 30_000;
+/** Kept of the proxy's own log (its stderr), for a failure's detail. */
+const PROXY_LOG_BYTES = 64 * 1024;
+
+export interface EgressNetwork {
+  name: string;
+  subnet: string;
+  /** The address a bridge would give the host; no one holds it (`inhibit_ipv4`), and the probe tries it. */
+  gateway: string | null;
+  remove(): Promise<void>;
+}
+
+/** A fresh internal network for one setup phase. */
+export async function createEgressNetwork(docker: Dockerode): Promise<EgressNetwork> {
+  const name = `coding-agent-egress-${randomUUID().slice(0, 12)}`;
+  let network: Dockerode.Network;
+  try {
+    network = await docker.createNetwork({
+      Name: name,
+      Driver: 'bridge',
+      Internal: true,
+      CheckDuplicate: true,
+      Options: { 'com.docker.network.bridge.inhibit_ipv4': 'true' },
+      Labels: { [SANDBOX_LABEL]: EGRESS_NETWORK_LABEL, ...ownerLabel() },
+    });
+  } catch (err) {
+    throw engineError(err);
+  }
+  const remove = async () => {
+    try {
+      await network.remove();
+    } catch (err) {
+      if ((err as { statusCode?: number }).statusCode !== 404) throw engineError(err);
+    }
+  };
+  try {
+    const info = (await network.inspect()) as { IPAM?: { Config?: { Subnet?: string; Gateway?: string }[] } };
+    const config = (info.IPAM?.Config ?? []).find((c) => c.Subnet && /^\d+\.\d+\.\d+\.\d+\/\d+$/.test(c.Subnet));
+    if (!config?.Subnet) throw new Error(`the engine gave network ${name} no IPv4 subnet`);
+    return { name, subnet: config.Subnet, gateway: config.Gateway ?? null, remove };
+  } catch (err) {
+    await remove();
+    throw engineError(err);
+  }
+}
+
+
+export interface RunningProxy {
+  /** The proxy's address on the internal network. */
+  address: string;
+  port: number;
+  /** An intercepting proxy's certificate authority (the certificate, PEM; its key never leaves the proxy); null for tunnels. */
+  caCert: string | null;
+  /** Stops squid, waits for its last access-log lines, removes the container; returns the end of squid's own log (scrub it before keeping it). */
+  stop(): Promise<string>;
+}
+
+export interface ProxyOptions {
+  image: string;
+  network: EgressNetwork;
+  /** The engine network through which the proxy reaches upstream hosts. */
+  upstream: string;
+  /** squid's configuration, made once the proxy's address is known. */
+  config: (address: string) => string;
+  /** The hosts file the proxy resolves names from, or null. */
+  hosts: string | null;
+  /** Intercept TLS with a certificate authority made in the proxy for this setup; `upstreamCa`: PEM it trusts upstream besides the system's. */
+  intercept: { upstreamCa: string | null } | null;
+  /** Each line of the access log (one per request), as squid writes it. */
+  onRequest: (line: string) => void;
+}
+
+/**
+ * Starts the proxy and returns once squid accepts connections. Squid runs as the image's `proxy`
+ * user with every capability dropped, no-new-privileges, a read-only root and tmpfs folders.
+ */
+export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<RunningProxy> {
+  let image: string;
+  try {
+    image = (await docker.getImage(o.image).inspect()).Id;
+  } catch (err) {
+    if ((err as { statusCode?: number }).statusCode === 404) {
+      throw new BackendUnavailableError(`egress proxy image ${o.image} not found; build it with docker/build-proxy-image.sh (scripts/ensure-docker.sh)`, 'image_missing');
+    }
+    throw engineError(err);
+  }
+  // The configuration arrives on standard input; squid reads it from the tmpfs. An intercepting
+  // proxy makes its certificate authority there too: the key is written by openssl into the
+  // tmpfs and read by squid, and only the certificate is printed for the harness.
+  const script = [
+    'umask 077',
+    `cat > ${RUN_DIR}/input`,
+    `sed -n '/^${HOSTS_MARK}$/,/^${UPSTREAM_CA_MARK}$/p' ${RUN_DIR}/input | sed '1d;$d' > ${PROXY_HOSTS_PATH}`,
+    `sed -n '/^${UPSTREAM_CA_MARK}$/,$p' ${RUN_DIR}/input | tail -n +2 > ${PROXY_TLS.upstreamCa}`,
+    `sed '/^${HOSTS_MARK}$/,$d' ${RUN_DIR}/input > ${RUN_DIR}/squid.conf`,
+    `rm ${RUN_DIR}/input`,
+    ...(o.intercept
+      ? [
+          `openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=coding-agent setup CA' -keyout ${PROXY_TLS.caKey} -out ${PROXY_TLS.caCert} 2>/dev/null`,
+          `/usr/lib/squid/security_file_certgen -c -s ${PROXY_TLS.certDb} -M 4MB >/dev/null`,
+          `{ echo '${CA_BEGIN}'; cat ${PROXY_TLS.caCert}; echo '${CA_END}'; } >&2`,
+        ]
+      : []),
+    `exec /usr/sbin/squid -N -f ${RUN_DIR}/squid.conf`,
+  ].join(' && ');
+  let container: Dockerode.Container;
+  try {
+    container = await docker.createContainer({
+      name: `coding-agent-proxy-${randomUUID()}`,
+      Image: image,
+      Cmd: ['sh', '-c', script],
+      Entrypoint: [],
+      User: 'proxy',
+      Env: ['PATH=/usr/sbin:/usr/bin:/sbin:/bin', 'LANG=C.UTF-8'],
+      Labels: { [SANDBOX_LABEL]: PROXY_LABEL, ...ownerLabel() },
+      OpenStdin: true,
+      StdinOnce: true,
+      AttachStdin: true,
+      AttachStdout: true,
+      AttachStderr: true,
+      HostConfig: {
+        NetworkMode: o.network.name,
+        ReadonlyRootfs: true,
+        Tmpfs: { [RUN_DIR]: 'rw,nosuid,nodev,size=8m,mode=0700,uid=13,gid=13', '/var/spool/squid': 'rw,nosuid,nodev,size=16m,uid=13,gid=13', '/tmp': 'rw,nosuid,nodev,size=16m' },
+        CapDrop: ['ALL'],
+        SecurityOpt: ['no-new-privileges'],
+        PidsLimit: 64,
+        Memory: 256 * 1024 * 1024,
+        MemorySwap: 256 * 1024 * 1024,
+        LogConfig: { Type: 'none', Config: {} },
+      },
+    });
+  } catch (err) {
+    throw engineError(err);
+  }
+  let partial = '';
+  let stderr = '';
+  let ended: Promise<void> = Promise.resolve();
+  const removeAll = () => removeContainer(container);
+  try {
+    await docker.getNetwork(o.upstream).connect({ Container: container.id });
+    const stream = await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true });
+    const out = new PassThrough();
+    const err = new PassThrough();
+    out.on('data', (b: Buffer) => {
+      const lines = (partial + b.toString('utf8')).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) if (line.trim() !== '') o.onRequest(line);
+    });
+    err.on('data', (b: Buffer) => (stderr = (stderr + b.toString('utf8')).slice(-PROXY_LOG_BYTES)));
+    docker.modem.demuxStream(stream, out, err);
+    ended = new Promise<void>((resolve) => {
+      stream.on('end', resolve);
+      stream.on('close', resolve);
+      stream.on('error', () => resolve());
+    });
+    await container.start();
+    const info = await container.inspect();
+    const address = info.NetworkSettings.Networks[o.network.name]?.IPAddress;
+    if (!address) throw new Error(`the proxy has no address on ${o.network.name}`);
+    const hosts = o.hosts === null || o.hosts.endsWith('\n') ? (o.hosts ?? '') : `${o.hosts}\n`;
+    const upstream = o.intercept?.upstreamCa ?? '';
+    stream.end(`${o.config(address)}${HOSTS_MARK}\n${hosts}${UPSTREAM_CA_MARK}\n${upstream}`);
+    const until = Date.now() + START_TIMEOUT_MS;
+    while (!/Accepting (SSL bumped )?HTTP Socket connections/.test(stderr)) {
+      const state = (await container.inspect()).State;
+      if (!state.Running || Date.now() > until) {
+        throw new ProxyStartError(`the egress proxy did not start (${state.Running ? 'no answer in 30 s' : `it exited with ${state.ExitCode}`})`, stderr);
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const ca = o.intercept ? new RegExp(`${CA_BEGIN}\\n(-----BEGIN CERTIFICATE-----\\n[\\s\\S]+?-----END CERTIFICATE-----)\\n${CA_END}`).exec(stderr) : null;
+    if (o.intercept && !ca) throw new ProxyStartError('the egress proxy did not print its certificate authority', stderr);
+    return {
+      address,
+      port: PROXY_PORT,
+      caCert: ca ? `${ca[1]}\n` : null,
+      async stop() {
+        try {
+          await container.stop({ t: 2 }).catch((e: unknown) => {
+            if (![304, 404].includes((e as { statusCode?: number }).statusCode ?? 0)) throw e;
+          });
+          await within(ended, 5000, undefined);
+        } finally {
+          await removeAll();
+        }
+        if (partial.trim() !== '') o.onRequest(partial);
+        partial = '';
+        return stderr;
+      },
+    };
+  } catch (err) {
+    await removeAll();
+    throw err instanceof ProxyStartError ? err : engineError(err);
+  }
+}
+
+/** The proxy would not start; `log` is squid's own output (it may quote the configuration: scrub it). */
+export class ProxyStartError extends Error {
+  override name = 'ProxyStartError';
+  constructor(
+    message: string,
+    readonly log: string,
+  ) {
+    super(message);
+  }
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build `coding-agent-sandbox-pip:1`: the sandbox image plus pip, for the setup-phase tests.
+#
+#   usage: docker/build-pip-image.sh       (prints the image tag on stdout)
+#
+# The sandbox image (docker/build-image.sh) has python3 and pytest but no pip, and it stays that
+# way: a run's tests need no installer. This image adds Debian's pip wheel (`python3-pip-whl`,
+# fetched with `apt-get download` from this machine's mirror, cached in CACHE_DIR) at
+# /usr/local/lib/pip.whl and a `pip` command that runs it (`python3 pip.whl/pip`, pip's own way
+# to run from its wheel). It is made with `docker create` + `docker cp` + `docker commit` from the
+# local sandbox image: nothing comes from an image registry. Idempotent: the label
+# `coding-agent.inputs` (the sandbox image id, the wheel, this script) tells an up-to-date image.
+set -euo pipefail
+
+TAG="${PIP_IMAGE_TAG:-coding-agent-sandbox-pip:1}"
+BASE="${AGENT_SANDBOX_IMAGE:-coding-agent-sandbox:1}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+state_dir="${AGENT_STATE_DIR:-$repo/.agent-state}"
+case "$state_dir" in /*) ;; *) state_dir="$repo/$state_dir" ;; esac
+cache_dir="${CACHE_DIR:-$state_dir/docker}"
+
+log() { echo "build-pip-image: $*" >&2; }
+die() { echo "build-pip-image: $*" >&2; exit 1; }
+
+docker info >/dev/null 2>&1 || die "docker engine not reachable; run docker/ensure-engine.sh first"
+base_id="$(docker image inspect -f '{{.Id}}' "$BASE" 2>/dev/null)" || die "no $BASE; build it with docker/build-image.sh"
+
+mkdir -p "$cache_dir"
+exec 9>"$cache_dir/build-pip.lock"
+flock 9
+deb="$(ls "$cache_dir"/python3-pip-whl_*.deb 2>/dev/null | head -n 1 || true)"
+if [ -z "$deb" ]; then
+  log "downloading python3-pip-whl with apt-get"
+  (cd "$cache_dir" && apt-get download python3-pip-whl >&2) || die "apt-get download python3-pip-whl failed"
+  deb="$(ls "$cache_dir"/python3-pip-whl_*.deb | head -n 1)"
+fi
+digest="$( (echo "$base_id"; sha256sum "$deb" | cut -d' ' -f1; sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1) | sha256sum | cut -d' ' -f1)"
+if [ "$(docker image inspect -f '{{index .Config.Labels "coding-agent.inputs"}}' "$TAG" 2>/dev/null || true)" = "$digest" ]; then
+  log "up to date"
+  echo "$TAG"
+  exit 0
+fi
+
+work="$(mktemp -d)"
+container=""
+trap 'rm -rf "$work"; [ -n "$container" ] && docker rm -f "$container" >/dev/null 2>&1 || true' EXIT
+dpkg-deb -x "$deb" "$work/deb"
+wheel="$(ls "$work"/deb/usr/share/python-wheels/pip-*.whl | head -n 1)"
+[ -f "$wheel" ] || die "no pip wheel in $deb"
+cp "$wheel" "$work/pip.whl"
+printf '#!/bin/sh\nexec python3 /usr/local/lib/pip.whl/pip "$@"\n' >"$work/pip"
+chmod 0644 "$work/pip.whl"
+chmod 0755 "$work/pip"
+container="$(docker create --network none "$BASE" /bin/true)"
+docker cp "$work/pip.whl" "$container:/usr/local/lib/pip.whl"
+docker cp "$work/pip" "$container:/usr/local/bin/pip"
+docker commit -c "LABEL coding-agent.inputs=$digest" -c 'USER 10001:10001' -c 'CMD ["/bin/sh"]' "$container" "$TAG" >/dev/null
+log "committed $TAG ($(basename "$wheel"))"
+docker run --rm --network none "$TAG" pip --version >&2
+echo "$TAG"
