@@ -1,7 +1,7 @@
 /**
  * Failures as data. An activity failure that would repeat on every attempt is thrown as a
  * non-retryable `ApplicationFailure` whose `type` is a key of `FAILURE_TYPES`; the workflow ends
- * the run `failed` with that type's reason. Every type and its reason has a row in the README's
+ * the run `failed` with that type's reason. Every type and its reason has a row in docs/failures.md's
  * failure table (tests/core.test.ts checks it). Pure data: safe to import from workflow code.
  *
  * Types are named here and nowhere else: activities throw `FAILURE_TYPES.X.type`, the workflow's
@@ -16,7 +16,7 @@ interface FailureType {
   type: string;
   /** The run's reason (`failed` / reason) when a failure of this type ends it. */
   reason: ActivityFailureReason;
-  /** What it means, as the README's failure table says it. */
+  /** What it means, as the failure table (docs/failures.md) says it. */
   meaning: string;
 }
 

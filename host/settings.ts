@@ -1,7 +1,7 @@
 /**
  * Configuration, read once from the environment: every variable the worker and the command line
  * read is a row of `VARIABLES`, with its typed field in `Settings`, its default and one line of
- * meaning. The README's table of variables is checked against this table (tests/settings.test.ts),
+ * meaning. The table of variables in docs/configuration.md is checked against this table (tests/settings.test.ts),
  * so the two cannot drift. Nothing else in the harness reads `process.env` for a setting; it
  * takes `Settings` (or one of its fields) from its entry point.
  *
@@ -114,12 +114,12 @@ export interface Settings {
 
 type Env = Readonly<Record<string, string | undefined>>;
 
-/** One environment variable: its name, the default and meaning the README shows, and how it is read. */
+/** One environment variable: its name, the default and meaning docs/configuration.md shows, and how it is read. */
 export interface Variable<T> {
   name: string;
-  /** As the README's table shows it. */
+  /** As docs/configuration.md's table shows it. */
   default: string;
-  /** One line, as the README's table shows it. */
+  /** One line, as docs/configuration.md's table shows it. */
   meaning: string;
   /** The value given (undefined when unset) to the typed field; throws an actionable error for a bad one. */
   read: (value: string | undefined, env: Env) => T;
@@ -209,13 +209,13 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   providersFile: {
     name: 'AGENT_PROVIDERS_FILE',
     default: '`<state>/providers.json`',
-    meaning: "the worker operator's model endpoints (section Live models)",
+    meaning: "the worker operator's model endpoints ([live models](live-models.md))",
     read: (v, env) => resolve(given(v) ?? join(stateDirOf(env), 'providers.json')),
   },
   promptsDir: {
     name: 'AGENT_PROMPTS_DIR',
     default: "the build's `prompts/`",
-    meaning: 'prompt versions of live sources (`v1/system.md`, `v1/tools.json`, ...; the newest is the default; section Live models)',
+    meaning: 'prompt versions of live sources (`v1/system.md`, `v1/tools.json`, ...; the newest is the default; [live models](live-models.md))',
     read: (v) => resolve(given(v) ?? BUILD_PROMPTS_DIR),
   },
   devServerPort: {
@@ -264,7 +264,7 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   pricesFile: {
     name: 'AGENT_PRICES_FILE',
     default: 'unset',
-    meaning: 'model prices for `usage.cost_usd` (section Live models); unset: costs are null',
+    meaning: 'model prices for `usage.cost_usd` ([live models](live-models.md)); unset: costs are null',
     read: given,
   },
   maxCachedWorkflows: {
@@ -364,7 +364,7 @@ export function readCredential(name: string, env: Env = process.env): string | u
   return given(env[name]) ?? undefined;
 }
 
-/** The README's table of variables, as this module defines it. */
+/** The table of variables of docs/configuration.md, as this module defines it. */
 export function variablesTable(): string {
   const rows = Object.values(VARIABLES).map((v: Variable<unknown>) => `| \`${v.name}\` | ${v.default} | ${v.meaning} |`);
   return ['| variable | default | meaning |', '|---|---|---|', ...rows].join('\n');

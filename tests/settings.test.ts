@@ -1,5 +1,5 @@
 /**
- * Configuration read once: the settings module's table of variables is the README's, every field
+ * Configuration read once: the settings module's table of variables is docs/configuration.md's, every field
  * is read from exactly one variable with its default, malformed values stop with the variable's
  * name, and no module outside host/settings.ts reads a setting from the environment.
  */
@@ -10,10 +10,10 @@ import { hostPath, toolsBinDir } from '../host/tools-env';
 import { temporalBinary } from '../host/temporal-bin';
 
 describe('the settings module', () => {
-  it('is exactly the README table of variables, row for row', () => {
-    const readme = readFileSync(join(PROJECT_ROOT, 'README.md'), 'utf8');
+  it('is exactly the table of variables in docs/configuration.md, row for row', () => {
+    const readme = readFileSync(join(PROJECT_ROOT, 'docs', 'configuration.md'), 'utf8');
     const table = variablesTable();
-    // On a mismatch, the message shows the table to paste into the README's Configuration section.
+    // On a mismatch, the message shows the table to paste into docs/configuration.md.
     expect({ inReadme: readme.includes(`\n${table}\n`), table }).toEqual({ inReadme: true, table });
     expect(readme.split('| variable | default | meaning |').length - 1).toBe(1);
   });

@@ -1,5 +1,5 @@
 /**
- * The README's section "The same with the `temporal` CLI alone", run as written: each of its shell
+ * docs/temporal-cli.md ("The same with the `temporal` CLI alone"), run as written: each of its shell
  * blocks in order, in a fresh bash with only TEMPORAL_ADDRESS (and a private state folder) set, the
  * worker block in the background. Nothing else drives the run.
  */
@@ -16,9 +16,7 @@ const exec = promisify(execFile);
 
 /** The shell blocks of the section, in order. */
 function sectionBlocks(): string[] {
-  const readme = readFileSync(join(PROJECT_ROOT, 'README.md'), 'utf8');
-  const start = readme.indexOf('## The same with the `temporal` CLI alone');
-  const section = readme.slice(start, readme.indexOf('\n## ', start + 3));
+  const section = readFileSync(join(PROJECT_ROOT, 'docs', 'temporal-cli.md'), 'utf8');
   return [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]);
 }
 
