@@ -176,7 +176,7 @@ export function createActivities(deps: ActivityDeps) {
         if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result, reply };
         const call = validation.call;
         const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
-        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) };
+        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call), identity: digestJson({ name: call.name, arguments: call.arguments }) };
         if (isOrchestrationTool(call.name)) {
           const { requirements: _r, known_facts: _k, suggestions: _s, ...args } = call.arguments as Record<string, unknown>;
           view.task = { action_id: digestJson({ run_id: input.run_id, name: call.name, arguments: call.arguments }), args };

@@ -160,7 +160,7 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
   if (a.kind === 'done') return a.outcome.record;
   const run = plannedRun(plan, index);
   const fixture = plan.fixtures[run.fixture];
-  return { fixture: entryName(fixture), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {} };
+  return { fixture: entryName(fixture), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {}, turns: 0, tool_calls: 0, repeated_calls: 0, empty_replies: 0, trace_id: null };
 }
 
 export interface Collected {

@@ -390,11 +390,23 @@ export interface RunRecord {
   candidate_tests: TestCounts | null;
   acceptance: { total: number; passed: number; failed: string[] } | null;
   tool_errors: Partial<Record<ErrorCode, number>>;
+  /** Decisions asked for (a live reply is one turn), and tool calls proposed. */
+  turns: number;
+  tool_calls: number;
+  /** Calls identical to one made earlier with no write in between; replies with neither a call nor text. */
+  repeated_calls: number;
+  empty_replies: number;
   usage?: Usage;
   /** An orchestrating run's sub-run figures (SPEC section 12). */
   subruns?: SubrunCounts;
   /** An orchestrating run's tasks and how each ended. */
   tasks?: { task_id: string; title: string; status: RunStatus; reason: string | null }[];
+  /**
+   * The run's OpenTelemetry trace id, or null when its worker exports no traces. Not in
+   * report.json (which stays byte-identical for the same inputs): a batch puts it in
+   * timings.json and report.html.
+   */
+  trace_id: string | null;
 }
 
 /** What an orchestrating run did with its tasks; `unknown_task` and `messages_to_ended` measure mis-dispatch. */

@@ -54,6 +54,10 @@ export interface RunView {
     writes: number;
     receipts: number;
     model_retries: number;
+    /** Calls identical (tool and arguments) to one made earlier with no write in between: they could only get the same answer. */
+    repeated_calls: number;
+    /** Replies that carried neither a tool call nor any text (a plan or final that says nothing). */
+    empty_replies: number;
   };
   tool_errors: Partial<Record<ErrorCode, number>>;
   red_observed: boolean;
@@ -74,6 +78,11 @@ export interface RunView {
   subruns: { counts: SubrunCounts; tasks: TaskView[] } | null;
   /** The task this run works on for its parent; null for a run of its own. */
   parent: { workflow_id: string; task_id: string; title: string } | null;
+  /**
+   * The OpenTelemetry trace of the run (32 hex digits) when its worker exports traces, else null.
+   * A task's run is in its parent's trace; each run of a batch has its own.
+   */
+  trace_id: string | null;
 }
 
 export function buildRecord(view: RunView): RunRecord {
@@ -90,9 +99,15 @@ export function buildRecord(view: RunView): RunRecord {
     candidate_tests: v ? { discovered: v.candidate_tests.discovered, passed: v.candidate_tests.passed, failed: v.candidate_tests.failed } : null,
     acceptance: v?.acceptance ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
     tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
+    turns: view.counters.turns,
+    tool_calls: view.counters.tool_calls,
+    // Absent from the counters of a run that began before they were kept.
+    repeated_calls: view.counters.repeated_calls ?? 0,
+    empty_replies: view.counters.empty_replies ?? 0,
     ...(view.usage !== null ? { usage: view.usage } : {}),
     ...(view.subruns !== null
       ? { subruns: view.subruns.counts, tasks: view.subruns.tasks.map((t) => ({ task_id: t.task_id, title: t.title, status: t.status === 'starting' ? 'running' : t.status, reason: t.reason })) }
       : {}),
+    trace_id: view.trace_id ?? null,
   };
 }

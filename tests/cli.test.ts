@@ -85,7 +85,7 @@ describe('npm run agent on the embedded default', () => {
         '--backend', 'docker', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', id,
       );
       const record = JSON.parse(stdout);
-      expect(record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
+      expect(record).toEqual({ ...CANONICAL_RECORD, replay: null, turns: 7, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
       expect(server.count()).toBe(7);
 
       const exported = join(tempDir('exported'), `${id}.json`);

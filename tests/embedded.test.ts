@@ -74,7 +74,7 @@ describe('the embedded default', () => {
         ['run', 'fixtures/linkcheck-nested', '--provider', 'openai', '--model', 'test-model', '--base-url', `${server.url}/v1`, '--api-key-env', 'NEWCOMER_KEY', '--backend', 'docker', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', 'newcomer-live'],
         { NEWCOMER_KEY: 'sk-test-newcomer' },
       );
-      expect(JSON.parse(stdout)).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
+      expect(JSON.parse(stdout)).toEqual({ ...CANONICAL_RECORD, replay: null, turns: 7, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
       expect(stderr).toMatch(/endpoint openai-[0-9a-f]{8} \(openai, key from NEWCOMER_KEY\) added to /);
       expect(stderr).toMatch(/replaced the background worker \d+ .*because its provider variables differ/);
       expect(server.count()).toBe(7);

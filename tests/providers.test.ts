@@ -101,7 +101,7 @@ describe.each(['openai', 'anthropic'] as const)('the canonical fixture solved th
   it('completes on the docker backend with approvals sent as real Signals, usage counted, the key sent only to the provider', async () => {
     const server = await serve(session(api));
     const { outcome, trace, handle } = await run(liveInput(api, server, { approver: 'interactive' }), { drive: (h) => approveAll(h) });
-    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
+    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: null, turns: 7, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null } });
     expect(server.count()).toBe(CANONICAL_REQUESTS);
     expect(trace.filter((e) => e.type === 'approval_recorded').map((e) => (e.data as { principal: string }).principal)).toEqual(['user:test', 'user:test']);
     const auth = server.requests.map((r) => (api === 'openai' ? r.headers.authorization : (r.headers['x-api-key'] ?? r.headers.authorization)));

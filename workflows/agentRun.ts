@@ -73,6 +73,8 @@ const MAX_MODEL_RETRIES = 2;
 const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
 const MAX_FORMAT_ERRORS = 3;
+/** Distinct calls remembered between writes to tell a repeated call (a bound on the carried state). */
+const MAX_RECENT_CALLS = 64;
 
 /**
  * Every activity: bounded attempts (a crashed worker costs one each), and failures that would
@@ -314,6 +316,7 @@ class AgentRun {
     for (let decision = this.s.reply_rest.shift(); decision !== undefined; decision = this.s.reply_rest.shift()) {
       switch (decision.kind) {
         case 'plan':
+          this.noteEmpty(decision.text);
           this.s.plan = decision.text;
           this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
           this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
@@ -323,11 +326,28 @@ class AgentRun {
           this.countFormatError(decision);
           break;
         case 'final':
+          this.noteEmpty(decision.text);
           this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           return this.verify(decision.text);
       }
     }
     return null;
+  }
+
+  /** A reply that says nothing: neither a call nor any text. */
+  private noteEmpty(text: string): void {
+    if (text.trim() === '') this.view.counters.empty_replies = (this.view.counters.empty_replies ?? 0) + 1;
+  }
+
+  /**
+   * A call identical to one made since the last write could only get the same answer. A run that
+   * began before identities were kept (carried state, old histories) has neither list nor counter.
+   */
+  private noteRepeat(call: CallView): void {
+    if (call.identity === undefined) return;
+    this.s.recent_calls ??= [];
+    if (this.s.recent_calls.includes(call.identity)) this.view.counters.repeated_calls = (this.view.counters.repeated_calls ?? 0) + 1;
+    else if (this.s.recent_calls.length < MAX_RECENT_CALLS) this.s.recent_calls.push(call.identity);
   }
 
   /** A live model that keeps sending calls that do not parse is stopped after three in a row. */
@@ -454,6 +474,7 @@ class AgentRun {
     this.view.counters.tool_calls++;
     if (decision.call === null) return decision.invalid;
     const call = decision.call;
+    this.noteRepeat(call);
     if (interrupted !== null) return this.interruptedResult(callId, interrupted);
     if (call.name === 'apply_patch') return this.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
     if (isOrchestrationTool(call.name)) return this.tasks.call(decision.ref, decision.reply, call);
@@ -538,6 +559,7 @@ class AgentRun {
         throw new RunStop('failed', 'recovery_uncertain', `${'path' in outcome ? outcome.path : action.path} matches neither the digest before nor after action ${action.action_id}`);
       default:
         this.view.counters.writes++;
+        this.s.recent_calls = [];
         this.trace.add('action_written', { path: action.path, ...(action.paths ? { paths } : {}), before: action.before, after: action.after, recovered: outcome.recovered }, ids);
         if (outcome.receipted) {
           this.view.counters.receipts++;

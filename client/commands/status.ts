@@ -21,7 +21,7 @@ export const status = command({
     const c = view.counters;
     out(`${handle.workflowId}: ${view.status}${view.reason ? ` (${view.reason})` : ''}${view.detail ? `: ${view.detail}` : ''}`);
     out(`fixture ${view.fixture ?? '?'}, replay ${view.replay ?? '?'}, backend ${view.backend}, approver ${view.approver}`);
-    out(`turns ${c.turns}, tool calls ${c.tool_calls}, writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}`);
+    out(`turns ${c.turns}, tool calls ${c.tool_calls} (${c.repeated_calls ?? 0} repeated), writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}, empty replies ${c.empty_replies ?? 0}`);
     if (view.parent) out(`task "${view.parent.title}" of run ${view.parent.workflow_id}`);
     if (view.pending_approval) out(`\npending approval:\n${describePending(view.pending_approval)}`);
     if (view.subruns) {
