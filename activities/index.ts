@@ -131,6 +131,8 @@ export type LoadRunResult =
       host_queue: string | null;
       /** An orchestrating replay's task replays, by task title: digests in the host store. */
       child_replays: Record<string, string>;
+      /** The loading host exports traces, so the run's trace id names a trace that exists. */
+      traces: boolean;
     }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
@@ -176,7 +178,7 @@ export function createActivities(deps: ActivityDeps) {
         if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result, reply };
         const call = validation.call;
         const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
-        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call), identity: digestJson({ name: call.name, arguments: call.arguments }) };
+        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call), identity: digestJson({ name: call.name, arguments: call.arguments }), turn: input.turn };
         if (isOrchestrationTool(call.name)) {
           const { requirements: _r, known_facts: _k, suggestions: _s, ...args } = call.arguments as Record<string, unknown>;
           view.task = { action_id: digestJson({ run_id: input.run_id, name: call.name, arguments: call.arguments }), args };
@@ -245,11 +247,12 @@ export function createActivities(deps: ActivityDeps) {
       const fixture = child ? taskFixture(work.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths) : work.fixture;
       if (child) delete work.repository;
       const hostQueue = config.hostQueue ?? null;
+      const traces = config.traces === true;
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
         const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model };
-        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {} };
+        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, traces };
       }
       // A replay can create test files that the test command then executes on the host.
       if (input.backend === 'local' && !source.trusted) {
@@ -273,7 +276,7 @@ export function createActivities(deps: ActivityDeps) {
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
       const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
-      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays };
+      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, traces };
     },
 
     /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */

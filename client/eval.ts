@@ -167,6 +167,8 @@ export interface Collected {
   report: EvalReport;
   extras: HtmlRunExtra[];
   durations: Record<string, number | null>;
+  /** Each run's OpenTelemetry trace id by workflow id (null where its worker exported none). */
+  traceIds: Record<string, string | null>;
 }
 
 export const traceLine = (e: { seq: number; type: string; call_id?: string; data: unknown }) => {
@@ -191,6 +193,7 @@ export async function collectReport(client: Client, settings: Settings, batch: s
         workflow_id: last.workflowId,
         web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(settings.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
         trace: events.length > 0 ? events.map(traceLine) : null,
+        trace_id: record.trace_id ?? null,
       };
       return { run, extra };
     });
@@ -199,7 +202,8 @@ export async function collectReport(client: Client, settings: Settings, batch: s
     const order = new Map(rows.map((r) => [r.run, r.extra]));
     const extras = report.runs.map((r) => order.get(r)!);
     const durations = Object.fromEntries(extras.map((e) => [e.workflow_id, e.duration_s]));
-    return { report, extras, durations };
+    const traceIds = Object.fromEntries(extras.map((e) => [e.workflow_id, e.trace_id]));
+    return { report, extras, durations, traceIds };
   } finally {
     store?.close();
   }
@@ -211,7 +215,7 @@ export function writeOutputs(outDir: string, collected: Collected, timing: Recor
   writeFileAtomic(join(outDir, 'report.json'), reportJson(collected.report));
   writeFileAtomic(join(outDir, 'report.md'), reportMarkdown(collected.report));
   writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras));
-  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations }, null, 2)}\n`);
+  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations, run_trace_ids: collected.traceIds }, null, 2)}\n`);
 }
 
 // ---- progress ----

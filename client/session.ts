@@ -6,6 +6,8 @@
 import { Client, Connection } from '@temporalio/client';
 import { Runtime } from '@temporalio/worker';
 import { ensureDevServer } from '../host/temporal-server';
+import { startTracing } from '../host/tracing';
+import { TracingClientInterceptor } from './tracing';
 import { ensureBackgroundWorker, type EnsuredWorker } from '../worker/background';
 import { runtimeLogger } from '../worker/logger';
 import { readSettings, type Settings } from '../host/settings';
@@ -32,7 +34,8 @@ export async function openSession(settings: Settings = readSettings()): Promise<
     ? (await ensureDevServer({ stateDir: settings.stateDir, namespace: settings.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address
     : settings.temporalAddress!;
   const connection = await Connection.connect({ address });
-  const client = new Client({ connection, namespace: settings.namespace });
+  const tracing = startTracing(settings, 'coding-agent-cli');
+  const client = new Client({ connection, namespace: settings.namespace, ...(tracing ? { interceptors: { workflow: [new TracingClientInterceptor()] } } : {}) });
   let ensured: Promise<EnsuredWorker> | null = null;
   return {
     settings,
@@ -49,6 +52,7 @@ export async function openSession(settings: Settings = readSettings()): Promise<
       return ensured;
     },
     async close() {
+      await tracing?.shutdown();
       await connection.close();
     },
   };

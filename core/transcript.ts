@@ -18,6 +18,8 @@ export interface CallView {
    * same identity ask for the same thing (absent in histories from before it was added).
    */
   identity?: string;
+  /** The turn whose decision proposed the call (for the trace's spans). */
+  turn?: number;
   /**
    * An orchestration call's arguments the workflow acts on (a dispatch's long instruction stays in
    * the store under `ref`), and its action id: the digest of the run, the tool and the arguments.

@@ -23,17 +23,26 @@ import { Ledger } from '../activities/ledger';
 import { Store } from '../activities/store';
 import { PayloadSizeGuard } from './payload-guard';
 import { createSandbox, type SandboxOptions } from './sandbox';
+import { workerTelemetry } from './telemetry';
+import type { Tracing } from '../host/tracing';
 
 const priceTableSchema = z.record(z.string(), z.strictObject({ input: z.number().min(0), output: z.number().min(0), cached_input: z.number().min(0).optional() }));
 
 export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
+
+/**
+ * How the workflow code is bundled, here and by the build (scripts/bundle-workflows.ts): the
+ * workflows, and the workflow interceptors of traces (workflows/tracing.ts), which a pre-built
+ * bundle must hold itself (a worker's `interceptors.workflowModules` do not reach into one).
+ */
+export const WORKFLOW_BUNDLE_OPTIONS = { workflowsPath: require.resolve('../workflows'), workflowInterceptorModules: [require.resolve('../workflows/tracing')] };
 
 let bundle: Promise<WorkflowBundleOption> | null = null;
 
 /** The workflow code, bundled once per process (or read from the build's pre-built bundle). */
 export function workflowBundle(): Promise<WorkflowBundleOption> {
   if (existsSync(WORKFLOW_BUNDLE)) return Promise.resolve({ codePath: WORKFLOW_BUNDLE });
-  bundle ??= bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: quietLogger });
+  bundle ??= bundleWorkflowCode({ ...WORKFLOW_BUNDLE_OPTIONS, logger: quietLogger });
   return bundle;
 }
 
@@ -68,6 +77,8 @@ export interface WorkerOptions {
   settings?: Settings;
   /** Wraps each execution backend (the benchmark times test processes this way). */
   wrapBackend?: (backend: ExecBackend) => ExecBackend;
+  /** This process's tracing (host/tracing.ts), or none: spans of workflows and activities go nowhere. */
+  tracing?: Tracing | null;
 }
 
 /** The price table (US dollars per million tokens by model), or none: costs are then null, never guessed. */
@@ -118,6 +129,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       prices,
       modelTimeoutMs: options.modelTimeoutMs,
       hostQueue,
+      traces: (options.tracing ?? null) !== null,
       baseUrls: { openai: settings.openaiBaseUrl, anthropic: settings.anthropicBaseUrl },
       // Read at each call, never kept: see readCredential.
       credential: (name) => readCredential(name),
@@ -130,6 +142,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     dockerImage: sandbox ? (image) => sandbox.forImage(image) : undefined,
   });
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
+  const telemetry = workerTelemetry(options.tracing ?? null);
   const shared = await Worker.create({
     connection: options.connection,
     namespace: options.namespace ?? 'default',
@@ -137,6 +150,8 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     workflowBundle: await workflowBundle(),
     activities,
     dataConverter,
+    interceptors: { activity: telemetry.activity },
+    sinks: telemetry.sinks,
     identity: workerIdentity(),
     // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
     shutdownGraceTime: '10 seconds',
@@ -148,6 +163,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     taskQueue: hostQueue,
     activities,
     dataConverter,
+    interceptors: { activity: telemetry.activity },
     identity: workerIdentity(),
     shutdownGraceTime: '10 seconds',
   });

@@ -11,6 +11,7 @@ import { readWorkerRecord, recordSelf } from './background';
 import { buildId } from '../host/build';
 import { processAlive } from '../host/processes';
 import { ensureDevServer } from '../host/temporal-server';
+import { startTracing } from '../host/tracing';
 import { runtimeLogger } from './logger';
 import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
@@ -20,7 +21,8 @@ async function main(): Promise<void> {
   const settings = readSettings();
   const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await NativeConnection.connect({ address });
-  const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings });
+  const tracing = startTracing(settings, 'coding-agent-worker');
+  const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings, tracing });
   console.error(`worker ${process.pid} (build ${buildId()}) polling task queue ${settings.taskQueue} on ${address} (state: ${settings.stateDir})`);
   const background = settings.backgroundWorker;
   if (background) recordSelf(settings);
@@ -30,6 +32,7 @@ async function main(): Promise<void> {
   } finally {
     if (watch) clearInterval(watch);
     close();
+    await tracing?.shutdown();
     await connection.close();
   }
 }

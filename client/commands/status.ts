@@ -23,6 +23,7 @@ export const status = command({
     out(`fixture ${view.fixture ?? '?'}, replay ${view.replay ?? '?'}, backend ${view.backend}, approver ${view.approver}`);
     out(`turns ${c.turns}, tool calls ${c.tool_calls} (${c.repeated_calls ?? 0} repeated), writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}, empty replies ${c.empty_replies ?? 0}`);
     if (view.parent) out(`task "${view.parent.title}" of run ${view.parent.workflow_id}`);
+    out(view.trace_id ? `trace ${view.trace_id}` : 'trace: not exported (the worker has no OTEL_EXPORTER_OTLP_ENDPOINT)');
     if (view.pending_approval) out(`\npending approval:\n${describePending(view.pending_approval)}`);
     if (view.subruns) {
       const c = view.subruns.counts;
