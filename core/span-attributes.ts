@@ -1,7 +1,7 @@
 /**
  * What a run's trace spans say about it: attributes read from an activity's arguments and result,
  * and from a run's record. Pure and workflow-safe: the workflow's interceptors use it for the
- * workflow-side spans, the worker's for the activity spans (workflows/tracing.ts,
+ * workflow-side spans, the worker's for the activity spans (workflows/interceptors.ts,
  * worker/tracing.ts). Values are short facts (ids, names, codes, counts), never file contents,
  * diffs or model text.
  *

@@ -32,10 +32,11 @@ export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
 
 /**
  * How the workflow code is bundled, here and by the build (scripts/bundle-workflows.ts): the
- * workflows, and the workflow interceptors of traces (workflows/tracing.ts), which a pre-built
- * bundle must hold itself (a worker's `interceptors.workflowModules` do not reach into one).
+ * workflows, and the workflow interceptors of traces (workflows/interceptors.ts),
+ * which a pre-built bundle must hold itself (a worker's `interceptors.workflowModules` do not
+ * reach into one).
  */
-export const WORKFLOW_BUNDLE_OPTIONS = { workflowsPath: require.resolve('../workflows'), workflowInterceptorModules: [require.resolve('../workflows/tracing')] };
+export const WORKFLOW_BUNDLE_OPTIONS = { workflowsPath: require.resolve('../workflows'), workflowInterceptorModules: [require.resolve('../workflows/interceptors')] };
 
 let bundle: Promise<WorkflowBundleOption> | null = null;
 

@@ -15,15 +15,19 @@ import { startTracing } from '../host/tracing';
 import { runtimeLogger } from './logger';
 import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
+import { prometheusOptions, snakeCaseMetricTags } from './telemetry';
 
 async function main(): Promise<void> {
-  Runtime.install({ logger: runtimeLogger('WARN') });
   const settings = readSettings();
+  const runtime = installRuntime(settings);
+  snakeCaseMetricTags(runtime);
   const address = settings.temporalAddress ?? (await ensureDevServer({ stateDir: settings.stateDir, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await NativeConnection.connect({ address });
   const tracing = startTracing(settings, 'coding-agent-worker');
   const { worker, close } = await createWorker({ connection, namespace: settings.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings, tracing });
   console.error(`worker ${process.pid} (build ${buildId()}) polling task queue ${settings.taskQueue} on ${address} (state: ${settings.stateDir})`);
+  if (settings.metricsAddress !== null) console.error(`worker ${process.pid}: Prometheus metrics on http://${settings.metricsAddress}/metrics`);
+  if (tracing !== null) console.error(`worker ${process.pid}: exporting traces to ${settings.otlpEndpoint}/v1/traces`);
   const background = settings.backgroundWorker;
   if (background) recordSelf(settings);
   const watch = background ? watchdog(settings, worker) : null;
@@ -34,6 +38,16 @@ async function main(): Promise<void> {
     close();
     await tracing?.shutdown();
     await connection.close();
+  }
+}
+
+/** The runtime, serving the Prometheus endpoint when asked: once per process, for every worker in it. */
+function installRuntime(settings: Settings): Runtime {
+  if (settings.metricsAddress === null) return Runtime.install({ logger: runtimeLogger('WARN') });
+  try {
+    return Runtime.install({ logger: runtimeLogger('WARN'), telemetryOptions: { metrics: prometheusOptions(settings.metricsAddress) } });
+  } catch (err) {
+    throw new Error(`AGENT_METRICS_ADDRESS ${settings.metricsAddress}: ${(err as Error).message}`);
   }
 }
 

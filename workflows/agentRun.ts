@@ -39,7 +39,8 @@ import { formatIssues } from '../core/validate';
 import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
 import { Orchestration } from './subruns';
 import { initialState, type PendingWrite, type RunState } from './run-state';
-import { currentTraceId } from './tracing';
+import { currentTraceId } from './interceptors';
+import { RunMetrics } from './metrics';
 
 export type { RunState };
 import { workflowTime } from './time';
@@ -146,6 +147,8 @@ class AgentRun {
   private loopScope: wf.CancellationScope | null = null;
   /** The trace of this segment's span, read while it is current (the run starts synchronously in it). */
   private readonly traceId = currentTraceId();
+  /** The governance metrics (not emitted while replaying). */
+  private readonly metrics = new RunMetrics();
 
   constructor(carried?: RunState) {
     this.s = carried ?? initialState(wf.workflowInfo().runId);
@@ -400,7 +403,10 @@ class AgentRun {
         ],
       );
       this.s.transcript = { head: result.head, append: [] };
-      if (result.usage) this.addUsage(result.usage);
+      if (result.usage) {
+        this.addUsage(result.usage);
+        if (live) this.metrics.modelCall(source.provider, result.usage, 'compacted' in result && result.compacted === true);
+      }
       switch (result.kind) {
         case 'exhausted':
           throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
@@ -417,6 +423,7 @@ class AgentRun {
           if (retries >= MAX_MODEL_RETRIES) throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries: ${result.detail}`);
           this.view.counters.model_retries++;
           const delay = result.retry_after_ms ?? (live ? 500 * 2 ** retries : 0);
+          this.metrics.modelRetry(delay);
           this.trace.add('model_retry', { attempt: retries + 1, detail: result.detail, delay_ms: delay });
           this.s.notice = result.cut_off ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter' : null;
           if (delay > 0) await wf.sleep(delay);
@@ -477,6 +484,7 @@ class AgentRun {
     // A reply with more calls than the budget has left: the rest get a result and do not run.
     if (this.view.counters.tool_calls >= this.budgets.max_tool_calls) return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
     this.view.counters.tool_calls++;
+    this.metrics.toolCall(decision.call?.name ?? null);
     if (decision.call === null) return decision.invalid;
     const call = decision.call;
     this.noteRepeat(call);
@@ -509,6 +517,7 @@ class AgentRun {
    */
   private observe(result: ToolResult & { ref?: string | null }, counted = true): void {
     if (counted && result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
+    if (counted) this.metrics.toolResult(result);
     const view = resultView(result, result.ref ?? null);
     this.trace.add('tool_observed', view, { call_id: result.call_id });
     const inFlight = this.s.in_flight;
@@ -596,9 +605,16 @@ class AgentRun {
     this.s.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
     this.s.waiting_since = workflowTime();
     const inTime = await wf.condition(() => answered() || this.mayContinueAsNew(), Math.max(1, this.s.approval_deadline_at - workflowTime()));
+    // Since the write was first asked for, across continue-as-new (the timeout runs from then too).
+    const timeoutS = this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S;
+    const waitedS = () => (workflowTime() - (this.s.approval_deadline_at! - timeoutS * 1000)) / 1000;
     this.resumeDeadline();
-    if (!inTime) throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S} s`);
+    if (!inTime) {
+      this.metrics.approvalWait(waitedS(), 'timeout');
+      throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${timeoutS} s`);
+    }
     if (!answered()) await this.continueAsNew(pending);
+    this.metrics.approvalWait(waitedS(), this.s.approval?.decision ?? 'interrupted');
     this.s.approval_deadline_at = null;
     const decision = this.s.approval;
     this.view.pending_approval = null;
@@ -765,6 +781,7 @@ class AgentRun {
       if (stored === null) this.view.detail = [stop.detail, `trace not stored: ${this.hostLostDetail()}`].filter(Boolean).join('; ');
     }
     this.setStatus(stop.status);
+    this.metrics.finished({ status: stop.status, reason: this.view.reason, turns: this.view.counters.turns, task: this.view.parent !== null, deadlineReached: this.view.deadline_reached, costUsd: this.view.usage?.cost_usd ?? null });
     const record = buildRecord(this.view);
     return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.s.transcript.head, cursor: this.s.cursor };
   }
