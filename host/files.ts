@@ -24,7 +24,9 @@ export function writeFileAtomic(path: string, data: string | Buffer, options: At
   mkdirSync(tmpDir, { recursive: true });
   const tag = createHash('sha256').update(path).digest('hex').slice(0, 16);
   const tmp = join(tmpDir, `.${basename(path)}.${tag}.${process.pid}.tmp`);
-  const fd = openSync(tmp, 'w', options.mode ?? 0o644);
+  // Created afresh, so the mode holds from its first byte (a leftover with wider rights is never reused).
+  rmSync(tmp, { force: true });
+  const fd = openSync(tmp, 'wx', options.mode ?? 0o644);
   try {
     writeFileSync(fd, data);
     fsyncSync(fd);

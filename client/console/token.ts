@@ -3,13 +3,13 @@
  * and writes to `<state>/console-token` so it can be typed into the sign-in form later. It is
  * never printed and never put in a URL.
  *
- * Hazard: the file holds a secret, so it is created 0600 from its first byte (a temporary file
- * opened exclusively with that mode, never an old one reused with wider rights), fsynced, and
- * renamed over the old one, so a reader sees the old token or the new one, never half a line.
+ * Hazard: the file holds a secret: it is written whole (host/files.ts) with mode 0600 from its
+ * first byte, so a reader sees the old token or the new one, never half a line or wider rights.
  */
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { writeFileAtomic } from '../../host/files';
 
 export const TOKEN_FILE = 'console-token';
 export const MIN_TOKEN_LENGTH = 16;
@@ -25,31 +25,6 @@ export function readToken(file: string): string {
 export function freshToken(stateDir: string): { token: string; file: string } {
   const token = randomBytes(24).toString('base64url');
   const file = join(stateDir, TOKEN_FILE);
-  writeSecret(file, `${token}\n`);
+  writeFileAtomic(file, `${token}\n`, { mode: 0o600 });
   return { token, file };
-}
-
-function writeSecret(path: string, data: string): void {
-  mkdirSync(dirname(path), { recursive: true });
-  const tmp = `${path}.${process.pid}.tmp`;
-  rmSync(tmp, { force: true });
-  try {
-    const fd = openSync(tmp, 'wx', 0o600);
-    try {
-      writeFileSync(fd, data);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(tmp, path);
-  } catch (err) {
-    rmSync(tmp, { force: true });
-    throw err;
-  }
-  const dir = openSync(dirname(path), 'r');
-  try {
-    fsyncSync(dir);
-  } finally {
-    closeSync(dir);
-  }
 }
