@@ -3,7 +3,7 @@
  * the canonical run started by `npm run agent -- run` against a real worker process, both with
  * OTEL_EXPORTER_OTLP_ENDPOINT set, is one trace: the command's start span, the workflow span and
  * one span per activity (each activity of the history found once), with the run's attributes; its
- * trace id is in `run --wait --json`, `status --json` and the status text. A batch gives each run
+ * trace id is in `run --wait --json`, `status --json`, the status text and the console's card. A batch gives each run
  * a trace of its own, named in timings.json and report.html and absent from report.json. A live run
  * puts the model's token counts on its decide spans and the run's totals on the workflow span.
  */
@@ -17,6 +17,7 @@ import { OtlpReceiver, type ReceivedSpan } from './helpers/otlp-receiver';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
 import { CANONICAL_RECORD, killed, spawnWorker, startServer, uniqueQueue, waitFor } from './helpers/temporal';
 import { runOutcome, startRun } from '../client/run-access';
+import { cardPage } from '../client/console/pages';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
@@ -73,6 +74,9 @@ describe('traces exported over OTLP/HTTP', () => {
     const status = await cli('status', id, '--json');
     expect(JSON.parse(status.stdout).trace_id).toBe(traceId);
     expect((await cli('status', id)).stdout).toContain(`trace ${traceId}`);
+    // The console's card of the run shows it (the page is made from the same state).
+    const card = cardPage({ workflow_id: id, view: JSON.parse(status.stdout), trace: [], web_ui: null, csrf: 'c', user: 'u', form_token: 't' }, null);
+    expect(card).toContain(`<dd id="trace-id"><code class="digest">${traceId}</code>`);
 
     // The worker exports its batches every 2 s, the command line when it ends.
     const activities = await scheduledActivities(id);
