@@ -10,8 +10,10 @@
 import { execFile, type ChildProcess } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { launchChromium } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { OtlpReceiver, type ReceivedSpan } from './helpers/otlp-receiver';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
@@ -149,8 +151,19 @@ describe('traces exported over OTLP/HTTP', () => {
     const reportJson = readFileSync(join(out, 'report.json'), 'utf8');
     for (const t of traces) expect(reportJson).not.toContain(t);
     expect(reportJson).not.toContain('trace_id');
-    const html = readFileSync(join(out, 'report.html'), 'utf8');
-    for (const t of traces) expect(html).toContain(t);
+    // report.html shows each run's trace id in its row.
+    const browser = await launchChromium();
+    try {
+      const { page, outside } = await browser.newPage();
+      const errors: string[] = [];
+      page.on('pageerror', (e) => errors.push(e.message));
+      await page.goto(pathToFileURL(join(out, 'report.html')).href);
+      expect((await page.locator('#runs tbody tr.run code.trace-id').allTextContents()).sort()).toEqual(traces.map((t) => `trace ${t}`).sort());
+      expect(errors).toEqual([]);
+      expect(outside.aborted).toEqual([]);
+    } finally {
+      await browser.close();
+    }
 
     // Each run's trace holds its own workflow span and not the batch's.
     for (const [workflowId, traceId] of Object.entries(ids)) {
