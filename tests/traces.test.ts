@@ -13,6 +13,9 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import { workflowBundle } from '../worker';
+import { workerTelemetry } from '../worker/telemetry';
 import { launchChromium } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { OtlpReceiver, type ReceivedSpan } from './helpers/otlp-receiver';
@@ -133,6 +136,10 @@ describe('traces exported over OTLP/HTTP', () => {
     expect(ofType(spans, 'StartActivity:executeTool').map((s) => s.attributes['agent.tool']).sort()).toEqual(['read_file', 'run_tests', 'run_tests', 'show_diff']);
     // The run's spans are in this trace only.
     expect(receiver.spans.filter((s) => s.attributes.temporalWorkflowId === id && s.traceId !== traceId)).toEqual([]);
+
+    // Deterministic: the traced run's history replays on the workflow code (it throws otherwise).
+    const history = await env.client.workflow.getHandle(id).fetchHistory();
+    await Worker.runReplayHistory({ workflowBundle: await workflowBundle(), sinks: workerTelemetry(null).sinks }, history, id);
   });
 
   it('gives each run of a batch a trace of its own, named in timings.json and report.html, never in report.json', async () => {
