@@ -46,6 +46,8 @@ export interface HarnessConfig {
    * transcript live on the host that loaded it, so every later activity of the run goes here.
    */
   hostQueue?: string;
+  /** This worker exports traces (OTEL_EXPORTER_OTLP_ENDPOINT is set): a run it loads records its trace id. */
+  traces?: boolean;
   /** Where an endpoint of each kind without its own `base_url` sends requests (the worker's settings). */
   baseUrls: Record<'openai' | 'anthropic', string>;
   /**

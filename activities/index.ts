@@ -152,6 +152,8 @@ export type LoadRunResult =
       child_replays: Record<string, string>;
       /** The build of the worker that loaded the run (host/build.ts). */
       build: string;
+      /** The loading host exports traces, so the run's trace id names a trace that exists. */
+      traces: boolean;
     }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
@@ -225,7 +227,7 @@ export function createActivities(deps: ActivityDeps) {
         if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result, reply };
         const call = validation.call;
         const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
-        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call) };
+        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call), identity: digestJson({ name: call.name, arguments: call.arguments }), turn: input.turn };
         if (isOrchestrationTool(call.name)) {
           const { requirements: _r, known_facts: _k, suggestions: _s, ...args } = call.arguments as Record<string, unknown>;
           view.task = { action_id: digestJson({ run_id: input.run_id, name: call.name, arguments: call.arguments }), args };
@@ -367,13 +369,14 @@ export function createActivities(deps: ActivityDeps) {
         return { ok: false, reason: 'invalid_input', detail: 'this run has a setup phase (setup in its settings), which runs only on the docker backend: its network is an egress proxy that the local backend cannot give (--backend docker)' };
       }
       const hostQueue = config.hostQueue ?? null;
+      const traces = config.traces === true;
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
         const prompt = readPrompt(input.prompt);
         if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
         const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model, prompt: prompt.ref };
-        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, build: buildId() };
+        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, build: buildId(), traces };
       }
       if (input.prompt !== undefined) return { ok: false, reason: 'invalid_input', detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay' };
       // A replay can create test files that the test command then executes on the host.
@@ -398,7 +401,7 @@ export function createActivities(deps: ActivityDeps) {
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
       const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
-      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, build: buildId() };
+      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, build: buildId(), traces };
     },
 
     /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */

@@ -161,7 +161,7 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
   if (a.kind === 'done') return a.outcome.record;
   const run = plannedRun(plan, index);
   const fixture = plan.fixtures[run.fixture];
-  return { fixture: entryName(fixture), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {} };
+  return { fixture: entryName(fixture), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {}, turns: 0, tool_calls: 0, repeated_calls: 0, empty_replies: 0, trace_id: null };
 }
 
 export interface Collected {
@@ -170,6 +170,8 @@ export interface Collected {
   durations: Record<string, number | null>;
   /** The builds that ran each run, by workflow id (timings.json: they differ across builds, report.json must not). */
   builds?: Record<string, string[] | null | undefined>;
+  /** Each run's OpenTelemetry trace id by workflow id (null where its worker exported none). */
+  traceIds: Record<string, string | null>;
 }
 
 export const traceLine = (e: { seq: number; type: string; call_id?: string; data: unknown }) => {
@@ -196,6 +198,7 @@ export async function collectReport(client: Client, settings: Settings, batch: s
         trace: events.length > 0 ? events.map(traceLine) : null,
         // A run's state from before builds were recorded has none.
         builds: last.kind === 'done' ? (last.outcome.state.builds ?? null) : null,
+        trace_id: record.trace_id ?? null,
       };
       return { run, extra };
     });
@@ -205,7 +208,8 @@ export async function collectReport(client: Client, settings: Settings, batch: s
     const extras = report.runs.map((r) => order.get(r)!);
     const durations = Object.fromEntries(extras.map((e) => [e.workflow_id, e.duration_s]));
     const builds = Object.fromEntries(extras.map((e) => [e.workflow_id, e.builds]));
-    return { report, extras, durations, builds };
+    const traceIds = Object.fromEntries(extras.map((e) => [e.workflow_id, e.trace_id]));
+    return { report, extras, durations, builds, traceIds };
   } finally {
     store?.close();
   }
@@ -217,7 +221,7 @@ export function writeOutputs(outDir: string, collected: Collected, timing: Recor
   writeFileAtomic(join(outDir, 'report.json'), reportJson(collected.report));
   writeFileAtomic(join(outDir, 'report.md'), reportMarkdown(collected.report));
   writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras, buildId()));
-  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, build: buildId(), node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations, run_builds: collected.builds ?? {} }, null, 2)}\n`);
+  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, build: buildId(), node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations, run_builds: collected.builds ?? {}, run_trace_ids: collected.traceIds }, null, 2)}\n`);
 }
 
 // ---- progress ----

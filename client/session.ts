@@ -8,6 +8,8 @@ import { Client } from '@temporalio/client';
 import { Runtime } from '@temporalio/worker';
 import { connectTemporal, resolveTarget } from '../host/connection';
 import { ensureDevServer } from '../host/temporal-server';
+import { startTracing } from '../host/tracing';
+import { TracingClientInterceptor } from './tracing';
 import { ensureBackgroundWorker, type EnsuredWorker } from '../worker/background';
 import { runtimeLogger } from '../worker/logger';
 import { readSettings, type Settings } from '../host/settings';
@@ -38,7 +40,8 @@ export async function openSession(settings: Settings = readSettings()): Promise<
     ? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address
     : target.address!;
   const connection = await connectTemporal(address, target);
-  const client = new Client({ connection, namespace: target.namespace });
+  const tracing = startTracing(settings, 'coding-agent-cli');
+  const client = new Client({ connection, namespace: target.namespace, ...(tracing ? { interceptors: { workflow: [new TracingClientInterceptor()] } } : {}) });
   let ensured: Promise<EnsuredWorker> | null = null;
   return {
     settings,
@@ -56,6 +59,7 @@ export async function openSession(settings: Settings = readSettings()): Promise<
       return ensured;
     },
     async close() {
+      await tracing?.shutdown();
       await connection.close();
     },
   };

@@ -479,6 +479,12 @@ export interface RunRecord {
   candidate_tests: TestCounts | null;
   acceptance: { total: number; passed: number; failed: string[] } | null;
   tool_errors: Partial<Record<ErrorCode, number>>;
+  /** Decisions asked for (a live reply is one turn), and tool calls proposed. */
+  turns: number;
+  tool_calls: number;
+  /** Calls identical to one made earlier with no write in between; replies with neither a call nor text. */
+  repeated_calls: number;
+  empty_replies: number;
   usage?: Usage;
   /** A live source's prompt version and the digest of its content (the same for the same prompt files). */
   prompt?: PromptRef;
@@ -488,6 +494,12 @@ export interface RunRecord {
   tasks?: { task_id: string; title: string; status: RunStatus; reason: string | null }[];
   /** A run with a setup phase: the requests its proxy let through and refused (none for a cached setup). */
   egress?: EgressSummary;
+  /**
+   * The run's OpenTelemetry trace id, or null when its worker exports no traces. Not in
+   * report.json (which stays byte-identical for the same inputs): a batch puts it in
+   * timings.json and report.html.
+   */
+  trace_id: string | null;
 }
 
 /** What the egress proxy of a setup phase let through and refused. */

@@ -16,6 +16,8 @@ export interface HtmlRunExtra {
   trace: string[] | null;
   /** The builds of the workers that ran it (its state's `builds`); null or absent when unknown. */
   builds?: string[] | null;
+  /** The run's OpenTelemetry trace id (kept out of report.json, whose bytes must not vary). */
+  trace_id: string | null;
 }
 
 /** `<` is escaped so no text in the data can close the script element. */
@@ -100,6 +102,7 @@ details summary{cursor:pointer}
       if (r.extra.trace) d.appendChild(el('pre', r.extra.trace.join('\\n')));
       td.appendChild(d);
       if (r.extra.web_ui) { var a = el('a', r.extra.workflow_id); a.href = r.extra.web_ui; a.target = '_blank'; td.appendChild(a); } else td.appendChild(el('span', r.extra.workflow_id));
+      if (r.extra.trace_id) { td.appendChild(el('br')); var tid = el('code', 'trace ' + r.extra.trace_id, 'trace-id'); tid.title = 'the OpenTelemetry trace of this run'; td.appendChild(tid); }
       tr.appendChild(td);
     });
     document.getElementById('shown').textContent = shown.length + ' of ' + rows.length + ' runs shown';

@@ -103,6 +103,10 @@ export function reportJson(report: EvalReport): string {
       candidate_tests: r.candidate_tests,
       acceptance: r.acceptance,
       tool_errors: JSON.parse(canonicalJson(r.tool_errors)) as Record<string, number>,
+      turns: r.turns,
+      tool_calls: r.tool_calls,
+      repeated_calls: r.repeated_calls,
+      empty_replies: r.empty_replies,
       ...(r.usage ? { usage: r.usage } : {}),
       ...(r.prompt ? { prompt: r.prompt } : {}),
       ...(r.subruns ? { subruns: r.subruns, tasks: r.tasks } : {}),
@@ -156,6 +160,8 @@ export interface Comparison {
   /** Exact two-sided McNemar p-value over the paired runs (all of them, and per fixture). */
   mcnemar: { b: number; c: number; p: number };
   per_fixture: { fixture: string; b: number; c: number; p: number }[];
+  /** The behaviours that matter, their distributions in A and B and the difference, overall and per fixture. */
+  behaviours: Behaviours;
 }
 
 /** Exact McNemar: a two-sided binomial test of b discordant pairs against c at p = 1/2. */
@@ -189,10 +195,223 @@ export function compareReports(a: EvalReport, b: EvalReport): Comparison {
   }
   const bTotal = flips.filter((f) => f.direction === 'lost').length;
   const cTotal = flips.length - bTotal;
+  const pairs: Pair[] = a.runs.map((ra) => ({ a: ra, b: inB.get(runKey(ra))! }));
   return {
     runs: a.runs.length,
     flips,
     mcnemar: { b: bTotal, c: cTotal, p: mcnemarExact(bTotal, cTotal) },
     per_fixture: [...perFixture.entries()].sort(([x], [y]) => cmp(x, y)).map(([fixture, n]) => ({ fixture, ...n, p: mcnemarExact(n.b, n.c) })),
+    behaviours: compareBehaviours(pairs),
   };
+}
+
+// ---- behaviours: distributions, intervals and differences ----
+
+interface Pair {
+  a: EvalRun;
+  b: EvalRun;
+}
+
+/**
+ * A behaviour of a run, as a numerator and a denominator summed over runs: a mean per run is
+ * `value / 1`, a rate over calls `errors / calls`. Null when the report lacks the figure.
+ */
+interface Behaviour {
+  key: BehaviourKey;
+  label: string;
+  /** Digits shown. */
+  digits: number;
+  of(r: EvalRun): { num: number; den: number } | null;
+}
+
+export type BehaviourKey = 'pass_rate' | 'turns' | 'tool_error_rate' | 'repeated_calls' | 'empty_replies' | 'cost_usd';
+
+const figure = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? { num: v, den: 1 } : null);
+
+const BEHAVIOURS: Behaviour[] = [
+  { key: 'pass_rate', label: 'pass rate', digits: 3, of: (r) => ({ num: r.status === 'completed' ? 1 : 0, den: 1 }) },
+  { key: 'turns', label: 'turns', digits: 2, of: (r) => figure(r.turns) },
+  {
+    key: 'tool_error_rate',
+    label: 'tool error rate',
+    digits: 3,
+    of: (r) => (typeof r.tool_calls === 'number' ? { num: Object.values(r.tool_errors).reduce((x: number, y) => x + (y ?? 0), 0), den: r.tool_calls } : null),
+  },
+  { key: 'repeated_calls', label: 'repeated calls', digits: 2, of: (r) => figure(r.repeated_calls) },
+  { key: 'empty_replies', label: 'empty replies', digits: 2, of: (r) => figure(r.empty_replies) },
+  { key: 'cost_usd', label: 'cost (USD)', digits: 4, of: (r) => figure(r.usage?.cost_usd) },
+];
+
+/** A statistic with its 95% interval. */
+export interface Estimate {
+  value: number;
+  low: number;
+  high: number;
+}
+
+/** One side's distribution of a behaviour over its runs. */
+export interface Distribution extends Estimate {
+  /** Per-run values (for a rate, each run's own rate): least, median, greatest. */
+  min: number;
+  median: number;
+  max: number;
+}
+
+export interface BehaviourComparison {
+  key: BehaviourKey;
+  label: string;
+  /** Null when a report lacks the figure (an older report, or runs without a price for cost). */
+  a: Distribution | null;
+  b: Distribution | null;
+  /** B minus A, over the paired runs. */
+  diff: Estimate | null;
+  /** True when the interval of the difference lies wholly on one side of zero. */
+  outside: boolean;
+  /** Why there is no comparison, when there is none. */
+  missing: string | null;
+}
+
+export interface BehaviourGroup {
+  /** Null for all runs together. */
+  fixture: string | null;
+  runs: number;
+  behaviours: BehaviourComparison[];
+}
+
+export interface Behaviours {
+  /** The interval's confidence, the bootstrap's resamples and the seed of its generator. */
+  method: { confidence: number; resamples: number; seed: number; strata: string };
+  overall: BehaviourGroup;
+  per_fixture: BehaviourGroup[];
+}
+
+const RESAMPLES = 2000;
+const CONFIDENCE = 0.95;
+const SEED = 20240601;
+
+/** A small deterministic generator (mulberry32): the same reports give the same intervals. */
+function generator(seed: number): () => number {
+  let t = seed >>> 0;
+  return () => {
+    t = (t + 0x6d2b79f5) >>> 0;
+    let x = Math.imul(t ^ (t >>> 15), 1 | t);
+    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A seed from a group's name, so a group's intervals do not depend on which groups came before. */
+function seedOf(name: string): number {
+  let h = SEED;
+  for (let i = 0; i < name.length; i++) h = Math.imul(h ^ name.charCodeAt(i), 16777619) >>> 0;
+  return h;
+}
+
+const ratio = (num: number, den: number) => (den === 0 ? 0 : num / den);
+
+function quantile(sorted: number[], q: number): number {
+  if (sorted.length === 0) return NaN;
+  const at = (sorted.length - 1) * q;
+  const lo = Math.floor(at);
+  const hi = Math.ceil(at);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (at - lo);
+}
+
+/** Rounded off the bootstrap's float noise; never -0 (JSON would say 0). */
+const tidy = (x: number) => Math.round(x * 1e9) / 1e9 || 0;
+
+/**
+ * Each behaviour of a group of paired runs: A's and B's statistic (a mean per run, or a pooled
+ * rate), and B - A, each with a 95% percentile interval from a paired bootstrap that resamples
+ * runs within each stratum (a fixture and replay: the runs repeated over epochs), so every
+ * stratum keeps its weight and a pair stays a pair. Replays are deterministic: runs that agree
+ * across epochs have no spread, and a difference they show has an interval of one point.
+ */
+function compareGroup(fixture: string | null, pairs: Pair[]): BehaviourGroup {
+  // Strata as lists of pair indices; each resample draws as many from each as it holds.
+  const strata = new Map<string, number[]>();
+  pairs.forEach((p, i) => strata.set(key(p.a), [...(strata.get(key(p.a)) ?? []), i]));
+  const groups = [...strata.values()];
+  const behaviours = BEHAVIOURS.map((bh, index): BehaviourComparison => {
+    const base = { key: bh.key, label: bh.label };
+    const a = pairs.map((p) => bh.of(p.a));
+    const b = pairs.map((p) => bh.of(p.b));
+    const lacking = [a.includes(null) ? 'A' : null, b.includes(null) ? 'B' : null].filter(Boolean);
+    if (lacking.length > 0) {
+      const why = bh.key === 'cost_usd' ? 'runs without a priced usage' : 'no such figure in its runs (an older report)';
+      return { ...base, a: null, b: null, diff: null, outside: false, missing: `${lacking.join(' and ')}: ${why}` };
+    }
+    const [aNum, aDen, bNum, bDen] = [a.map((v) => v!.num), a.map((v) => v!.den), b.map((v) => v!.num), b.map((v) => v!.den)];
+    const random = generator(seedOf(`${fixture ?? ''}\u0000${index}`));
+    const draws = { a: new Array<number>(RESAMPLES), b: new Array<number>(RESAMPLES), d: new Array<number>(RESAMPLES) };
+    for (let r = 0; r < RESAMPLES; r++) {
+      let an = 0;
+      let ad = 0;
+      let bn = 0;
+      let bd = 0;
+      for (const g of groups) {
+        for (let j = 0; j < g.length; j++) {
+          const i = g[Math.floor(random() * g.length)];
+          an += aNum[i];
+          ad += aDen[i];
+          bn += bNum[i];
+          bd += bDen[i];
+        }
+      }
+      draws.a[r] = ratio(an, ad);
+      draws.b[r] = ratio(bn, bd);
+      draws.d[r] = draws.b[r] - draws.a[r];
+    }
+    const sum = (xs: number[]) => xs.reduce((x, y) => x + y, 0);
+    const interval = (xs: number[], value: number): Estimate => {
+      const sorted = [...xs].sort((x, y) => x - y);
+      return { value: tidy(value), low: tidy(quantile(sorted, (1 - CONFIDENCE) / 2)), high: tidy(quantile(sorted, 1 - (1 - CONFIDENCE) / 2)) };
+    };
+    const distribution = (num: number[], den: number[], draw: number[]): Distribution => {
+      const per = num.map((n, i) => ratio(n, den[i])).sort((x, y) => x - y);
+      return { ...interval(draw, ratio(sum(num), sum(den))), min: tidy(per[0]), median: tidy(quantile(per, 0.5)), max: tidy(per[per.length - 1]) };
+    };
+    const da = distribution(aNum, aDen, draws.a);
+    const db = distribution(bNum, bDen, draws.b);
+    const diff = interval(draws.d, ratio(sum(bNum), sum(bDen)) - ratio(sum(aNum), sum(aDen)));
+    // A single pair has no spread to judge by: nothing is marked on one run.
+    const outside = pairs.length >= 2 && (diff.low > 0 || diff.high < 0);
+    return { ...base, a: da, b: db, diff, outside, missing: null };
+  });
+  return { fixture, runs: pairs.length, behaviours };
+}
+
+function compareBehaviours(pairs: Pair[]): Behaviours {
+  const fixtures = [...new Set(pairs.map((p) => p.a.fixture))].sort(cmp);
+  return {
+    method: { confidence: CONFIDENCE, resamples: RESAMPLES, seed: SEED, strata: 'fixture and replay' },
+    overall: compareGroup(null, pairs),
+    per_fixture: fixtures.map((f) => compareGroup(f, pairs.filter((p) => p.a.fixture === f))),
+  };
+}
+
+const signed = (x: number, digits: number) => `${x >= 0 ? '+' : ''}${x.toFixed(digits)}`;
+
+/** One behaviour as a line of text: A and B with their intervals, B - A with its own, `*` outside. */
+export function behaviourLine(c: BehaviourComparison): string {
+  const bh = BEHAVIOURS.find((x) => x.key === c.key)!;
+  const n = bh.digits;
+  const name = c.label.padEnd(16);
+  if (c.a === null || c.b === null || c.diff === null) return `  ${name} - (${c.missing})`;
+  const side = (d: Distribution) => `${d.value.toFixed(n)} [${d.low.toFixed(n)}, ${d.high.toFixed(n)}] (${d.min.toFixed(n)}..${d.max.toFixed(n)})`;
+  return `${c.outside ? '*' : ' '} ${name} A ${side(c.a)}   B ${side(c.b)}   B-A ${signed(c.diff.value, n)} [${signed(c.diff.low, n)}, ${signed(c.diff.high, n)}]`;
+}
+
+/** The behaviour part of `eval compare`'s text. */
+export function behavioursText(b: Behaviours): string[] {
+  const lines = [
+    `behaviours: the statistic over runs [${Math.round(b.method.confidence * 100)}% interval] (least..greatest run); intervals from ${b.method.resamples} paired bootstrap resamples of the runs within each ${b.method.strata}; * marks a difference whose interval excludes 0`,
+  ];
+  for (const g of [b.overall, ...b.per_fixture]) {
+    lines.push(`${g.fixture ?? 'overall'} (${g.runs} paired runs)`);
+    for (const c of g.behaviours) lines.push(behaviourLine(c));
+  }
+  const outside = [b.overall, ...b.per_fixture].flatMap((g) => g.behaviours.filter((c) => c.outside).map((c) => `${g.fixture ?? 'overall'} ${c.label} ${signed(c.diff!.value, 3)}`));
+  lines.push(outside.length === 0 ? 'no difference outside its interval' : `differences outside their interval: ${outside.join('; ')}`);
+  return lines;
 }

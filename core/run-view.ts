@@ -70,6 +70,10 @@ export interface RunView {
     writes: number;
     receipts: number;
     model_retries: number;
+    /** Calls identical (tool and arguments) to one made earlier with no write in between: they could only get the same answer. */
+    repeated_calls: number;
+    /** Replies that carried neither a tool call nor any text (a plan or final that says nothing). */
+    empty_replies: number;
   };
   tool_errors: Partial<Record<ErrorCode, number>>;
   red_observed: boolean;
@@ -104,6 +108,11 @@ export interface RunView {
   parent: { workflow_id: string; task_id: string; title: string } | null;
   /** The setup phase; null for a run without one. */
   setup: SetupView | null;
+  /**
+   * The OpenTelemetry trace of the run (32 hex digits) when its worker exports traces, else null.
+   * A task's run is in its parent's trace; each run of a batch has its own.
+   */
+  trace_id: string | null;
 }
 
 export function buildRecord(view: RunView): RunRecord {
@@ -120,6 +129,11 @@ export function buildRecord(view: RunView): RunRecord {
     candidate_tests: v ? { discovered: v.candidate_tests.discovered, passed: v.candidate_tests.passed, failed: v.candidate_tests.failed } : null,
     acceptance: v?.acceptance ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
     tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
+    turns: view.counters.turns,
+    tool_calls: view.counters.tool_calls,
+    // Absent from the counters of a run that began before they were kept.
+    repeated_calls: view.counters.repeated_calls ?? 0,
+    empty_replies: view.counters.empty_replies ?? 0,
     ...(view.usage !== null ? { usage: view.usage } : {}),
     // Absent from the state of a run that started before prompts were versioned.
     ...(view.prompt ? { prompt: view.prompt } : {}),
@@ -127,5 +141,6 @@ export function buildRecord(view: RunView): RunRecord {
       ? { subruns: view.subruns.counts, tasks: view.subruns.tasks.map((t) => ({ task_id: t.task_id, title: t.title, status: t.status === 'starting' ? 'running' : t.status, reason: t.reason })) }
       : {}),
     ...(view.setup ? { egress: { allowed: view.setup.egress.allowed, denied: view.setup.egress.denied } } : {}),
+    trace_id: view.trace_id ?? null,
   };
 }

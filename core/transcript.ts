@@ -14,6 +14,13 @@ export interface CallView {
   path: string | null;
   ref: string;
   /**
+   * Digest of the tool's name and canonical arguments, without the call id: two calls with the
+   * same identity ask for the same thing (absent in histories from before it was added).
+   */
+  identity?: string;
+  /** The turn whose decision proposed the call (for the trace's spans). */
+  turn?: number;
+  /**
    * An orchestration call's arguments the workflow acts on (a dispatch's long instruction stays in
    * the store under `ref`), and its action id: the digest of the run, the tool and the arguments.
    */

@@ -106,6 +106,12 @@ export interface Settings {
   /** Where an endpoint of each kind without its own `base_url` sends requests. */
   openaiBaseUrl: string;
   anthropicBaseUrl: string;
+  /** Base URL of an OTLP/HTTP receiver for traces; null: no traces are exported (no exporter at all). */
+  otlpEndpoint: string | null;
+  /** Headers sent with each export request (an API key, say). */
+  otlpHeaders: Record<string, string>;
+  /** Where the worker serves Prometheus metrics (`host:port`); null: no metrics endpoint. */
+  metricsAddress: string | null;
   /** Crash tests only: the point at which this worker kills itself with SIGKILL. */
   fault: FaultPoint | null;
   /** Set by the command line on the background worker it starts (worker/background.ts). */
@@ -320,6 +326,60 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: '`https://api.anthropic.com`',
     meaning: 'where an `anthropic` endpoint without `base_url` sends its requests',
     read: (v) => given(v) ?? PUBLIC_BASE_URLS.anthropic,
+  },
+  otlpEndpoint: {
+    name: 'OTEL_EXPORTER_OTLP_ENDPOINT',
+    default: 'unset',
+    meaning: 'base URL of an OTLP/HTTP receiver: the worker and the command line export traces to `<url>/v1/traces` (JSON); unset: no exporter, nothing sent (docs/observability.md)',
+    read: (v) => {
+      const url = given(v);
+      if (url === null) return null;
+      let parsed: URL;
+      try {
+        parsed = new URL(url);
+      } catch {
+        throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not ${JSON.stringify(url)}`);
+      }
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not ${JSON.stringify(url)}`);
+      return url.replace(/\/+$/, '');
+    },
+  },
+  otlpHeaders: {
+    name: 'OTEL_EXPORTER_OTLP_HEADERS',
+    default: 'unset',
+    meaning: 'headers of each trace export request, `name=value,...` (values percent-encoded), e.g. a receiver\'s API key',
+    read: (v) => {
+      const text = given(v);
+      if (text === null) return {};
+      const headers: Record<string, string> = {};
+      for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+        const at = part.indexOf('=');
+        const name = at > 0 ? part.slice(0, at).trim() : '';
+        // The value is never quoted in an error: it may be a key.
+        if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new Error('OTEL_EXPORTER_OTLP_HEADERS must be name=value pairs separated by commas');
+        try {
+          headers[name.toLowerCase()] = decodeURIComponent(part.slice(at + 1).trim());
+        } catch {
+          throw new Error(`OTEL_EXPORTER_OTLP_HEADERS: the value of ${name} is not valid percent-encoding`);
+        }
+      }
+      return headers;
+    },
+  },
+  metricsAddress: {
+    name: 'AGENT_METRICS_ADDRESS',
+    default: 'unset',
+    meaning: 'where the worker serves Prometheus metrics at `/metrics`: `PORT` (on 127.0.0.1) or `IP:PORT`; unset: no endpoint (docs/observability.md)',
+    read: (v) => {
+      const value = given(v);
+      if (value === null) return null;
+      const port = (p: string) => /^\d{1,5}$/.test(p) && Number(p) >= 1 && Number(p) <= 65535;
+      if (port(value)) return `127.0.0.1:${value}`;
+      // The SDK binds a socket address: an IP literal, not a name.
+      const m = /^(\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d+)$/.exec(value);
+      if (m === null || !port(m[2])) throw new Error(`AGENT_METRICS_ADDRESS must be PORT or IP:PORT (e.g. 9464, 127.0.0.1:9464 or [::1]:9464), not ${JSON.stringify(value)}`);
+      return value;
+    },
   },
   fault: {
     name: 'AGENT_FAULT',

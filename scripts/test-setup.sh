@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What `npm test` needs besides Node packages, prepared when missing: the tools environment
-# (Temporal CLI, pytest), a Docker engine and the sandbox image, and a headless Chromium. When that is impossible here,
+# (Temporal CLI, pytest), a Docker engine and the sandbox image, a headless Chromium and promtool. When that is impossible here,
 # one message says why and what to do, and the tests do not start.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,4 +19,8 @@ fi
 if ! log=$(bash scripts/ensure-chromium.sh 2>&1 >/dev/null); then
   echo "$log" | tail -n 5 >&2
   fail "the browser tests need Debian's chromium" "run once as root (it installs chromium with apt), or set CHROMIUM_BIN to a Chromium binary"
+fi
+if ! log=$(bash scripts/ensure-promtool.sh 2>&1 >/dev/null); then
+  echo "$log" | tail -n 5 >&2
+  fail "the metrics test needs Prometheus's promtool" "run once as root (it installs Debian's prometheus with apt), or set PROMTOOL_BIN to a promtool binary"
 fi

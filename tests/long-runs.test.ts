@@ -165,7 +165,8 @@ describe('a 300-turn run across continue-as-new', () => {
       },
     });
 
-    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: 'scripted' });
+    // The same read asked again with no write in between is a repeated call: 139 before the first write, 153 after the second.
+    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: 'scripted', turns: 300, tool_calls: 298, repeated_calls: 292 });
     expect(receipts).toHaveLength(2);
     expect(outcome.state.counters).toMatchObject({ turns: 300, tool_calls: 298, writes: 2, receipts: 2 });
     expect(outcome.state.segment).toBeGreaterThanOrEqual(4);

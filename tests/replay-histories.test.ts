@@ -8,6 +8,7 @@ import { basename, join } from 'node:path';
 import { DefaultLogger, Runtime, Worker, type ReplayWorkerOptions } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { workflowBundle } from '../worker';
+import { workerTelemetry } from '../worker/telemetry';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { PROJECT_ROOT } from './helpers/run-dir';
 
@@ -25,7 +26,8 @@ let options: ReplayWorkerOptions;
 beforeAll(async () => {
   // The negative tests make Core warn about the nondeterminism they provoke; keep the output to errors.
   Runtime.install({ logger: new DefaultLogger('ERROR'), telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' } } } });
-  options = { workflowBundle: await workflowBundle() };
+  // The workflow spans' sink as a worker registers it (it drops them while replaying).
+  options = { workflowBundle: await workflowBundle(), sinks: workerTelemetry(null).sinks };
 });
 
 /** Replays one history and returns its error (undefined when it replayed cleanly). */

@@ -145,7 +145,7 @@ describe('provider error text', () => {
     // The run in report.html, as a batch report renders it (its trace included).
     const out = tempDir('secrets-report');
     const trace = traceIn(stateDir, handle.firstExecutionRunId);
-    writeOutputs(out, { report: buildReport([{ ...record, epoch: 1 }]), extras: [{ duration_s: null, workflow_id: handle.workflowId, web_ui: null, trace: trace.map(traceLine) }], durations: {} }, {});
+    writeOutputs(out, { report: buildReport([{ ...record, epoch: 1 }]), extras: [{ duration_s: null, workflow_id: handle.workflowId, web_ui: null, trace: trace.map(traceLine), trace_id: null }], durations: {}, traceIds: {} }, {});
     expect(readFileSync(join(out, 'report.html'), 'utf8')).toContain('model_error');
 
     const needles = [KEY, ...fragments(KEY)];

@@ -54,6 +54,9 @@ describe('the settings module', () => {
       egressUpstreamCa: null,
       openaiBaseUrl: PUBLIC_BASE_URLS.openai,
       anthropicBaseUrl: PUBLIC_BASE_URLS.anthropic,
+      otlpEndpoint: null,
+      otlpHeaders: {},
+      metricsAddress: null,
       fault: null,
       backgroundWorker: false,
     });
@@ -72,6 +75,9 @@ describe('the settings module', () => {
       OPENAI_BASE_URL: 'http://127.0.0.1:9/v1',
       AGENT_EGRESS_HOSTS: '/etc/agent/egress-hosts',
       AGENT_EGRESS_NETWORK: '',
+      OTEL_EXPORTER_OTLP_ENDPOINT: 'https://collector.example:4318/',
+      OTEL_EXPORTER_OTLP_HEADERS: 'Authorization=Bearer%20abc, x-team = core ',
+      AGENT_METRICS_ADDRESS: '9464',
     });
     expect(s).toMatchObject({
       egressHostsFile: '/etc/agent/egress-hosts',
@@ -86,7 +92,12 @@ describe('the settings module', () => {
       fault: 'after_rename',
       backgroundWorker: true,
       openaiBaseUrl: 'http://127.0.0.1:9/v1',
+      otlpEndpoint: 'https://collector.example:4318',
+      otlpHeaders: { authorization: 'Bearer abc', 'x-team': 'core' },
+      metricsAddress: '127.0.0.1:9464',
     });
+    expect(readSettings({ AGENT_METRICS_ADDRESS: '0.0.0.0:9464' }).metricsAddress).toBe('0.0.0.0:9464');
+    expect(readSettings({ AGENT_METRICS_ADDRESS: '[::1]:9464' }).metricsAddress).toBe('[::1]:9464');
     expect(replayTrusted(readSettings({}), join(PROJECT_ROOT, 'fixtures', 'x', 'replays', 'canonical.json'), false)).toBe(true);
     expect(replayTrusted(s, join(PROJECT_ROOT, 'fixtures', 'x', 'replays', 'canonical.json'), false)).toBe(false);
   });
@@ -95,6 +106,20 @@ describe('the settings module', () => {
     expect(() => readSettings({ AGENT_DEV_UI_PORT: 'eighty' })).toThrow(/AGENT_DEV_UI_PORT must be an integer from 1 to 65535, not "eighty"/);
     expect(() => readSettings({ AGENT_MAX_CACHED_WORKFLOWS: '-1' })).toThrow(/AGENT_MAX_CACHED_WORKFLOWS/);
     expect(() => readSettings({ AGENT_FAULT: 'after_lunch' })).toThrow(/AGENT_FAULT must be one of before_write, .*after_model_response, .*not "after_lunch"/);
+    expect(() => readSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT must be an http:\/\/ or https:\/\/ URL/);
+    expect(() => readSettings({ AGENT_METRICS_ADDRESS: 'localhost:9464' })).toThrow(/AGENT_METRICS_ADDRESS must be PORT or IP:PORT/);
+    expect(() => readSettings({ AGENT_METRICS_ADDRESS: '70000' })).toThrow(/AGENT_METRICS_ADDRESS/);
+    // A header value may be a key: the error names the header, never the value.
+    const bad = (() => {
+      try {
+        readSettings({ OTEL_EXPORTER_OTLP_HEADERS: 'api-key=sk-SECRET%zz' });
+      } catch (err) {
+        return (err as Error).message;
+      }
+      return '';
+    })();
+    expect(bad).toMatch(/OTEL_EXPORTER_OTLP_HEADERS: the value of api-key is not valid percent-encoding/);
+    expect(bad).not.toContain('SECRET');
   });
 
   it('reads a key variable by the name an endpoint gives, an empty one as unset', () => {

@@ -127,6 +127,27 @@ describe('agentRun on a real Temporal server', () => {
     expect(permanent.trace.filter((e) => e.type === 'model_retry')).toHaveLength(0);
   });
 
+  it('counts turns, tool calls, repeated identical calls (none across a write) and empty replies in the record', async () => {
+    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { call?: { call_id: string } }[];
+    const step = (id: string) => canonical.find((d) => d.call?.call_id === id)!;
+    const read = (id: string, args: object) => ({ kind: 'tool', call: { call_id: id, name: 'read_file', arguments: { path: 'src/linkcheck.py', ...args } } });
+    const path = writeReplay([
+      { kind: 'plan', text: '  ' },
+      read('r1', {}),
+      read('r2', {}), // repeated
+      read('r3', { start: 1 }), // other arguments: not repeated
+      read('r4', {}), // repeated
+      step('add-test'), // a write: what comes after is asked of a changed workspace
+      read('r5', {}),
+      read('r6', { start: 1 }),
+      read('r7', { start: 1 }), // repeated
+      { kind: 'final', text: '' },
+    ]);
+    const { outcome } = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path } }));
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', turns: 10, tool_calls: 8, repeated_calls: 3, empty_replies: 2, trace_id: null });
+    expect(outcome.state.counters).toMatchObject({ repeated_calls: 3, empty_replies: 2 });
+  });
+
   it('fails with replay_exhausted when the decisions run out', async () => {
     const { outcome } = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'plan', text: 'think' }]) } }));
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'replay_exhausted' });

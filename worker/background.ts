@@ -24,6 +24,8 @@ export interface WorkerRecord extends ProcessIdentity {
   /** Each variable the providers file names: a digest of the value the worker got, or null when unset. */
   provider_env: Record<string, string | null>;
   task_queue: string;
+  /** A digest of its telemetry settings: where it exports traces (and with which headers) and serves metrics. */
+  telemetry: string;
 }
 
 export const WORKER_RECORD = 'worker.json';
@@ -62,7 +64,12 @@ export function liveWorker(stateDir: string): WorkerRecord | null {
 
 /** What a worker started now from this environment would record. */
 function expectedRecord(settings: Settings, env?: NodeJS.ProcessEnv): Omit<WorkerRecord, 'pid' | 'start'> {
-  return { build: buildId(), provider_env: providerEnv(settings, env), task_queue: settings.taskQueue };
+  return { build: buildId(), provider_env: providerEnv(settings, env), task_queue: settings.taskQueue, telemetry: telemetryDigest(settings) };
+}
+
+/** The telemetry settings a worker was started with, as a digest (the export headers may hold a key). */
+function telemetryDigest(settings: Settings): string {
+  return sha256(`agent-telemetry\0${JSON.stringify([settings.otlpEndpoint, settings.otlpHeaders, settings.metricsAddress])}`).slice(0, 16);
 }
 
 /** Called by the background worker once it polls: it is now the state folder's worker. */
@@ -89,7 +96,7 @@ export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.Pro
     const current = liveWorker(settings.stateDir);
     let why: string | null = null;
     if (current !== null) {
-      if (current.build === wanted.build && same(current.provider_env, wanted.provider_env) && current.task_queue === wanted.task_queue) {
+      if (current.build === wanted.build && same(current.provider_env, wanted.provider_env) && current.task_queue === wanted.task_queue && current.telemetry === wanted.telemetry) {
         return { record: current, action: 'reused', why: null };
       }
       why =
@@ -97,7 +104,9 @@ export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.Pro
           ? `it runs build ${current.build}, this is ${wanted.build}`
           : current.task_queue !== wanted.task_queue
             ? `it polls ${current.task_queue}`
-            : 'its provider variables differ from this shell';
+            : current.telemetry !== wanted.telemetry
+              ? 'its trace export or metrics settings differ from this shell'
+              : 'its provider variables differ from this shell';
       await stopWorker(current);
     }
     const log = openSync(join(settings.stateDir, 'worker.log'), 'a');

@@ -23,6 +23,8 @@ import { Ledger } from '../activities/ledger';
 import { Store } from '../activities/store';
 import { PayloadSizeGuard } from './payload-guard';
 import { createSandbox, type SandboxOptions } from './sandbox';
+import { workerTelemetry } from './telemetry';
+import type { Tracing } from '../host/tracing';
 
 const priceTableSchema = z.record(z.string(), z.strictObject({ input: z.number().min(0), output: z.number().min(0), cached_input: z.number().min(0).optional(), cache_write_input: z.number().min(0).optional() }));
 
@@ -41,8 +43,17 @@ export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
  */
 export const SHARED_WORKFLOW_MODULES = [require.resolve('../core/contracts'), require.resolve('../core/validate')];
 
-/** How the workflow code is bundled, here and by the build (scripts/bundle-workflows.ts). */
-export const WORKFLOW_BUNDLE_OPTIONS = { workflowsPath: require.resolve('../workflows'), preloadModules: SHARED_WORKFLOW_MODULES };
+/**
+ * How the workflow code is bundled, here and by the build (scripts/bundle-workflows.ts): the
+ * workflows, the shared modules, and the workflow interceptors of traces
+ * (workflows/interceptors.ts), which a pre-built bundle must hold itself (a worker's
+ * `interceptors.workflowModules` do not reach into one).
+ */
+export const WORKFLOW_BUNDLE_OPTIONS = {
+  workflowsPath: require.resolve('../workflows'),
+  preloadModules: SHARED_WORKFLOW_MODULES,
+  workflowInterceptorModules: [require.resolve('../workflows/interceptors')],
+};
 
 let bundle: Promise<WorkflowBundleOption> | null = null;
 
@@ -90,6 +101,8 @@ export interface WorkerOptions {
   settings?: Settings;
   /** Wraps each execution backend (the benchmark times test processes this way). */
   wrapBackend?: (backend: ExecBackend) => ExecBackend;
+  /** This process's tracing (host/tracing.ts), or none: spans of workflows and activities go nowhere. */
+  tracing?: Tracing | null;
 }
 
 /** The price table (US dollars per million tokens by model), or none: costs are then null, never guessed. */
@@ -141,6 +154,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       prices,
       modelTimeoutMs: options.modelTimeoutMs,
       hostQueue,
+      traces: (options.tracing ?? null) !== null,
       baseUrls: { openai: settings.openaiBaseUrl, anthropic: settings.anthropicBaseUrl },
       // Read at each call, never kept: see readCredential.
       credential: (name) => readCredential(name),
@@ -162,6 +176,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       : undefined,
   });
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
+  const telemetry = workerTelemetry(options.tracing ?? null);
   const shared = options.sharedQueue === false ? null : await Worker.create({
     connection: options.connection,
     namespace: options.namespace ?? 'default',
@@ -169,6 +184,8 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     workflowBundle: await workflowBundle(),
     activities,
     dataConverter,
+    interceptors: { activity: telemetry.activity },
+    sinks: telemetry.sinks,
     identity: workerIdentity(),
     // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
     shutdownGraceTime: '10 seconds',
@@ -180,6 +197,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     taskQueue: hostQueue,
     activities,
     dataConverter,
+    interceptors: { activity: telemetry.activity },
     identity: workerIdentity(),
     shutdownGraceTime: '10 seconds',
   });

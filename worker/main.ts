@@ -14,18 +14,24 @@ import { buildId } from '../host/build';
 import { ConnectionError, connectTemporal, resolveTarget } from '../host/connection';
 import { processAlive } from '../host/processes';
 import { ensureDevServer } from '../host/temporal-server';
+import { startTracing } from '../host/tracing';
 import { runtimeLogger } from './logger';
 import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
+import { prometheusOptions, snakeCaseMetricTags } from './telemetry';
 
 async function main(): Promise<void> {
-  Runtime.install({ logger: runtimeLogger('WARN') });
   const settings = readSettings();
+  const runtime = installRuntime(settings);
+  snakeCaseMetricTags(runtime);
   const target = resolveTarget(settings);
   const address = target.address ?? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
   const connection = await connectTemporal(address, target);
-  const { worker, close } = await createWorker({ connection, namespace: target.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings });
+  const tracing = startTracing(settings, 'coding-agent-worker');
+  const { worker, close } = await createWorker({ connection, namespace: target.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings, tracing });
   console.error(`worker polling task queue ${settings.taskQueue} in namespace ${target.namespace} on ${address} (process ${process.pid}, build ${buildId()}; settings from ${target.origin}; state: ${settings.stateDir})`);
+  if (settings.metricsAddress !== null) console.error(`worker ${process.pid}: Prometheus metrics on http://${settings.metricsAddress}/metrics`);
+  if (tracing !== null) console.error(`worker ${process.pid}: exporting traces to ${settings.otlpEndpoint}/v1/traces`);
   const background = settings.backgroundWorker;
   if (background) recordSelf(settings);
   const watch = background ? watchdog(settings, worker) : null;
@@ -34,7 +40,18 @@ async function main(): Promise<void> {
   } finally {
     if (watch) clearInterval(watch);
     close();
+    await tracing?.shutdown();
     await connection.close();
+  }
+}
+
+/** The runtime, serving the Prometheus endpoint when asked: once per process, for every worker in it. */
+function installRuntime(settings: Settings): Runtime {
+  if (settings.metricsAddress === null) return Runtime.install({ logger: runtimeLogger('WARN') });
+  try {
+    return Runtime.install({ logger: runtimeLogger('WARN'), telemetryOptions: { metrics: prometheusOptions(settings.metricsAddress) } });
+  } catch (err) {
+    throw new Error(`AGENT_METRICS_ADDRESS ${settings.metricsAddress}: ${(err as Error).message}`);
   }
 }
 

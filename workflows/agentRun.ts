@@ -38,6 +38,8 @@ import { formatIssues } from '../core/validate';
 import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
 import { Orchestration } from './subruns';
 import { initialState, type PendingWrite, type RunState } from './run-state';
+import { currentTraceId } from './interceptors';
+import { RunMetrics } from './metrics';
 
 export type { RunState };
 import { workflowTime } from './time';
@@ -74,6 +76,8 @@ const MAX_BUILDS = 8;
 const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
 const MAX_FORMAT_ERRORS = 3;
+/** Distinct calls remembered between writes to tell a repeated call (a bound on the carried state). */
+const MAX_RECENT_CALLS = 64;
 
 /**
  * Every activity: bounded attempts (a crashed worker costs one each), and failures that would
@@ -164,6 +168,10 @@ class AgentRun {
   private readonly tasks: Orchestration;
   /** The scope of the loop: a parent's stop cancels it. */
   private loopScope: wf.CancellationScope | null = null;
+  /** The trace of this segment's span, read while it is current (the run starts synchronously in it). */
+  private readonly traceId = currentTraceId();
+  /** The governance metrics (not emitted while replaying). */
+  private readonly metrics = new RunMetrics();
 
   constructor(carried?: RunState) {
     this.s = carried ?? initialState(wf.workflowInfo().runId);
@@ -265,6 +273,8 @@ class AgentRun {
     // Sub-runs: the input's, else the fixture's; a task's run only what its parent passed on.
     this.s.subruns = child ? (input.subruns ?? null) : (input.subruns ?? loaded.fixture.subruns ?? null);
     if (this.s.subruns) this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
+    // The run's trace, named only when this host exports it: an id no receiver holds helps nobody.
+    this.view.trace_id = loaded.traces ? this.traceId : null;
     this.view.fixture = loaded.fixture.id;
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;
@@ -396,6 +406,7 @@ class AgentRun {
     for (let decision = this.s.reply_rest.shift(); decision !== undefined; decision = this.s.reply_rest.shift()) {
       switch (decision.kind) {
         case 'plan':
+          this.noteEmpty(decision.text);
           this.s.plan = decision.text;
           this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
           this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
@@ -405,11 +416,28 @@ class AgentRun {
           this.countFormatError(decision);
           break;
         case 'final':
+          this.noteEmpty(decision.text);
           this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           return this.verify(decision.text);
       }
     }
     return null;
+  }
+
+  /** A reply that says nothing: neither a call nor any text. */
+  private noteEmpty(text: string): void {
+    if (text.trim() === '') this.view.counters.empty_replies = (this.view.counters.empty_replies ?? 0) + 1;
+  }
+
+  /**
+   * A call identical to one made since the last write could only get the same answer. A run that
+   * began before identities were kept (carried state, old histories) has neither list nor counter.
+   */
+  private noteRepeat(call: CallView): void {
+    if (call.identity === undefined) return;
+    this.s.recent_calls ??= [];
+    if (this.s.recent_calls.includes(call.identity)) this.view.counters.repeated_calls = (this.view.counters.repeated_calls ?? 0) + 1;
+    else if (this.s.recent_calls.length < MAX_RECENT_CALLS) this.s.recent_calls.push(call.identity);
   }
 
   /** A live model that keeps sending calls that do not parse is stopped after three in a row. */
@@ -458,7 +486,10 @@ class AgentRun {
           );
       this.s.transcript = { head: result.head, append: [] };
       this.noteBuild(result.build);
-      if (result.usage) this.addUsage(result, retries);
+      if (result.usage) {
+        this.addUsage(result, retries);
+        if (live) this.metrics.modelCall(source.provider, result.usage, 'compacted' in result && result.compacted === true);
+      }
       switch (result.kind) {
         case 'exhausted':
           throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
@@ -475,6 +506,7 @@ class AgentRun {
           if (retries >= MAX_MODEL_RETRIES) throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries: ${result.detail}`);
           this.view.counters.model_retries++;
           const delay = result.retry_after_ms ?? (live ? 500 * 2 ** retries : 0);
+          this.metrics.modelRetry(delay);
           this.trace.add('model_retry', { attempt: retries + 1, detail: result.detail, delay_ms: delay });
           this.s.notice = result.cut_off ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter' : null;
           if (delay > 0) await wf.sleep(delay);
@@ -562,8 +594,10 @@ class AgentRun {
     // A reply with more calls than the budget has left: the rest get a result and do not run.
     if (this.view.counters.tool_calls >= this.budgets.max_tool_calls) return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
     this.view.counters.tool_calls++;
+    this.metrics.toolCall(decision.call?.name ?? null);
     if (decision.call === null) return decision.invalid;
     const call = decision.call;
+    this.noteRepeat(call);
     if (interrupted !== null) return this.interruptedResult(callId, interrupted);
     if (call.name === 'apply_patch') return this.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
     if (isOrchestrationTool(call.name)) return this.tasks.call(decision.ref, decision.reply, call);
@@ -587,6 +621,7 @@ class AgentRun {
    */
   private observe(result: ToolResult & { ref?: string | null }, counted = true): void {
     if (counted && result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
+    if (counted) this.metrics.toolResult(result);
     const view = resultView(result, result.ref ?? null);
     this.trace.add('tool_observed', view, { call_id: result.call_id });
     const inFlight = this.s.in_flight;
@@ -642,6 +677,7 @@ class AgentRun {
         throw new RunStop('failed', 'recovery_uncertain', `${'path' in outcome ? outcome.path : action.path} matches neither the digest before nor after action ${action.action_id}`);
       default:
         this.view.counters.writes++;
+        this.s.recent_calls = [];
         this.trace.add('action_written', { path: action.path, ...(action.paths ? { paths } : {}), before: action.before, after: action.after, recovered: outcome.recovered }, ids);
         if (outcome.receipted) {
           this.view.counters.receipts++;
@@ -673,9 +709,16 @@ class AgentRun {
     this.s.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
     this.s.waiting_since = workflowTime();
     const inTime = await wf.condition(() => answered() || this.mayContinueAsNew(), Math.max(1, this.s.approval_deadline_at - workflowTime()));
+    // Since the write was first asked for, across continue-as-new (the timeout runs from then too).
+    const timeoutS = this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S;
+    const waitedS = () => (workflowTime() - (this.s.approval_deadline_at! - timeoutS * 1000)) / 1000;
     this.resumeDeadline();
-    if (!inTime) throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S} s`);
+    if (!inTime) {
+      this.metrics.approvalWait(waitedS(), 'timeout');
+      throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${timeoutS} s`);
+    }
     if (!answered()) await this.continueAsNew(pending);
+    this.metrics.approvalWait(waitedS(), this.s.approval?.decision ?? 'interrupted');
     this.s.approval_deadline_at = null;
     const decision = this.s.approval;
     this.view.pending_approval = null;
@@ -842,6 +885,7 @@ class AgentRun {
       if (stored === null) this.view.detail = [stop.detail, `trace not stored: ${this.hostLostDetail()}`].filter(Boolean).join('; ');
     }
     this.setStatus(stop.status);
+    this.metrics.finished({ status: stop.status, reason: this.view.reason, turns: this.view.counters.turns, task: this.view.parent !== null, deadlineReached: this.view.deadline_reached, costUsd: this.view.usage?.cost_usd ?? null });
     const record = buildRecord(this.view);
     return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.s.transcript.head, cursor: this.s.cursor };
   }

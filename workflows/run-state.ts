@@ -75,6 +75,8 @@ export interface RunState {
   task_messages: string[];
   /** A parent asked this task's run to stop (the reason), or null. */
   stop: string | null;
+  /** Identities of the calls made since the last write (a repeat among them is a repeated call). */
+  recent_calls: string[];
 }
 
 /** A task's dispatch and what its last run left, to reopen it with its context. */
@@ -107,7 +109,7 @@ export function initialState(runId: string): RunState {
       reason: null,
       detail: null,
       budgets: null,
-      counters: { turns: 0, tool_calls: 0, writes: 0, receipts: 0, model_retries: 0 },
+      counters: { turns: 0, tool_calls: 0, writes: 0, receipts: 0, model_retries: 0, repeated_calls: 0, empty_replies: 0 },
       tool_errors: {},
       red_observed: false,
       pending_approval: null,
@@ -124,6 +126,7 @@ export function initialState(runId: string): RunState {
       subruns: null,
       parent: null,
       setup: null,
+      trace_id: null,
     },
     ref: null,
     source: null,
@@ -151,6 +154,7 @@ export function initialState(runId: string): RunState {
     task_refs: {},
     task_messages: [],
     stop: null,
+    recent_calls: [],
   };
 }
 

@@ -2,7 +2,9 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
+import { comparisonHtml } from '../../core/compare-html';
+import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
+import { writeFileAtomic } from '../../host/files';
 import type { EvalInput, EvalPlan } from '../../workflows/agentEval';
 import { command, UsageError } from '../command';
 import { access, out, webUi } from './shared';
@@ -13,14 +15,16 @@ export const evaluate = command({
     'eval <fixtures-dir>|<tasks.jsonl>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
     'eval --resume BATCH-ID [--out DIR] [--concurrency N]',
     'eval watch BATCH-ID',
-    'eval compare REPORT-A REPORT-B [--json]',
+    'eval compare REPORT-A REPORT-B [--json] [--html FILE]',
   ],
   summary:
     'batch evaluation as a parent workflow: every replay of every fixture, K epochs, approved by a named policy;\n' +
     'a .jsonl file lists tasks on git repositories, one a line: {"id", "repo", "base", "task", "tests"?, "acceptance"?, "replays"?};\n' +
     'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
     '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
-    "`watch` shows a running batch's progress; `compare` prints the runs that flipped between two reports",
+    "`watch` shows a running batch's progress; `compare` prints the runs that flipped between two reports (McNemar)\n" +
+    'and, overall and per fixture, the distributions of pass rate, turns, tool error rate, repeated calls, empty replies and cost\n' +
+    'with 95% intervals, marking each difference whose interval excludes 0; --html writes the same as a self-contained page',
   options: {
     out: { kind: 'string', value: 'DIR', default: 'eval-out' },
     concurrency: { kind: 'int', value: 'N', default: 2 },
@@ -32,15 +36,17 @@ export const evaluate = command({
     resume: { kind: 'string', value: 'BATCH-ID' },
     'host-lost-s': { kind: 'int', value: 'N' },
     json: { kind: 'flag' },
+    html: { kind: 'string', value: 'FILE' },
   },
   offline: (positionals) => positionals[0] === 'compare',
   check(positionals, values) {
     if (positionals[0] === 'compare' && positionals.length !== 3) throw new UsageError('compare needs two report.json files');
     if (positionals[0] === 'watch' && !positionals[1]) throw new UsageError('missing BATCH-ID');
+    if (values.html !== undefined && positionals[0] !== 'compare') throw new UsageError('--html goes with compare');
     if (!values.approver.startsWith('policy:')) throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
   },
   async run(session, positionals, values) {
-    if (positionals[0] === 'compare') return compareCommand(positionals.slice(1), values.json);
+    if (positionals[0] === 'compare') return compareCommand(positionals.slice(1), values.json, values.html);
     const { batchInput, buildPlan, collectReport, followBatch, planSize, resumeAttempts, writeOutputs } = await import('../eval');
     if (positionals[0] === 'watch') {
       const end = await followBatch(session.client.workflow.getHandle(positionals[1]), process.stderr);
@@ -96,8 +102,11 @@ export const evaluate = command({
   },
 });
 
-/** `eval compare A B`: the runs that flipped, and the exact McNemar p-value of the flips. */
-function compareCommand(files: string[], asJson: boolean): number {
+/**
+ * `eval compare A B`: the runs that flipped with the exact McNemar p-value of the flips, and the
+ * behaviours with their intervals (core/report.ts); `--html` writes the same view as one page.
+ */
+function compareCommand(files: string[], asJson: boolean, html: string | undefined): number {
   const [a, b] = files.map((f) => {
     try {
       return JSON.parse(readFileSync(f, 'utf8')) as EvalReport;
@@ -111,6 +120,7 @@ function compareCommand(files: string[], asJson: boolean): number {
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
+  if (html !== undefined) writeFileAtomic(resolve(html), comparisonHtml(comparison, { a: resolve(files[0]), b: resolve(files[1]) }));
   if (asJson) {
     out(comparison);
     return 0;
@@ -120,6 +130,8 @@ function compareCommand(files: string[], asJson: boolean): number {
   lines.push(`McNemar exact p = ${comparison.mcnemar.p} (completed only in A: ${comparison.mcnemar.b}, only in B: ${comparison.mcnemar.c})`);
   const epochs = (r: EvalReport) => r.summary.epochs ?? 1;
   if (epochs(a) > 1 && epochs(b) > 1) for (const f of comparison.per_fixture) lines.push(`  ${f.fixture}: p = ${f.p} (${f.b} vs ${f.c})`);
+  lines.push('', ...behavioursText(comparison.behaviours));
+  if (html !== undefined) lines.push(`written to ${resolve(html)}`);
   out(lines.join('\n'));
   return 0;
 }

@@ -144,7 +144,7 @@ export const run = command({
       };
       const record = await followRun(handle, { interactive: approver === 'interactive', principal: principal(), log, stored });
       if (values.json) out(JSON.stringify(record));
-      else log(`\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}`);
+      else log(`\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}${record.trace_id ? `; trace ${record.trace_id}` : ''}`);
       if (record.status !== 'completed') return 1;
       if (values.branch) {
         const { branchFromRun, NoBranch } = await import('../branch');

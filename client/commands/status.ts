@@ -21,7 +21,7 @@ export const status = command({
     const c = view.counters;
     out(`${handle.workflowId}: ${view.status}${view.reason ? ` (${view.reason})` : ''}${view.detail ? `: ${view.detail}` : ''}`);
     out(`fixture ${view.fixture ?? '?'}, replay ${view.replay ?? '?'}, backend ${view.backend}, approver ${view.approver}`);
-    out(`turns ${c.turns}, tool calls ${c.tool_calls}, writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}`);
+    out(`turns ${c.turns}, tool calls ${c.tool_calls} (${c.repeated_calls ?? 0} repeated), writes ${c.writes}, receipts ${c.receipts}, model retries ${c.model_retries}, empty replies ${c.empty_replies ?? 0}`);
     // State from before builds were recorded has none.
     const builds = view.builds ?? [];
     out(builds.length ? `ran on build ${builds.join(', then ')}` : 'ran on build (not recorded)');
@@ -32,6 +32,7 @@ export const status = command({
       out(`model calls ${u.model_calls}: ${u.input_tokens} tokens in (${u.cached_tokens} from the prompt cache${cache ? ` in ${cache.hits} calls, ${cache.write_tokens} written to it` : ''}), ${u.output_tokens} out, cost ${u.cost_usd === null ? 'not priced' : `$${u.cost_usd.toFixed(4)}`}`);
     }
     if (view.parent) out(`task "${view.parent.title}" of run ${view.parent.workflow_id}`);
+    out(view.trace_id ? `trace ${view.trace_id}` : 'trace: not exported (the worker has no OTEL_EXPORTER_OTLP_ENDPOINT)');
     if (view.pending_approval) out(`\npending approval:\n${describePending(view.pending_approval)}`);
     if (view.subruns) {
       const c = view.subruns.counts;

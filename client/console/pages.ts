@@ -186,6 +186,7 @@ ${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(t
 <dt>plan</dt><dd id="plan">${plans.length ? esc(plans.at(-1)) : '(none yet)'}</dd>
 <dt>counters</dt><dd>${v.counters.turns} turns, ${v.counters.tool_calls} tool calls, ${v.counters.writes} writes, ${v.counters.receipts} receipts</dd>
 <dt>approver</dt><dd>${esc(v.approver)}</dd>
+<dt>trace</dt><dd id="trace-id">${v.trace_id ? `<code class="digest">${esc(v.trace_id)}</code> (give this id with a report of a problem: it finds the run's spans in your tracing backend)` : 'not exported (its worker has no OTEL_EXPORTER_OTLP_ENDPOINT)'}</dd>
 <dt>Web UI</dt><dd>${c.web_ui ? `<a id="web-ui" href="${esc(c.web_ui)}" rel="noreferrer">this run in the Temporal Web UI</a>` : 'address not known'}</dd></dl>
 ${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf, c.user, c.form_token) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
 <h2>Recent trace</h2><ol class="trace" id="trace">${recent.map((e) => `<li>${esc(describe(e))}</li>`).join('')}</ol>`,

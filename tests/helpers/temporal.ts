@@ -77,6 +77,11 @@ export const CANONICAL_RECORD = {
   candidate_tests: { discovered: 3, passed: 3, failed: 0 },
   acceptance: { total: 5, passed: 5, failed: [] },
   tool_errors: { tests_failed: 1 },
+  turns: 8,
+  tool_calls: 6,
+  repeated_calls: 0,
+  empty_replies: 0,
+  trace_id: null,
 };
 
 /** The prompt version a live run takes by default (the build's newest) and the digest of its content. */
