@@ -23,13 +23,19 @@ module.exports = tseslint.config(
   {
     files: ['workflows/**/*.ts', 'core/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { paths: builtins.map((name) => ({ name, message: 'workflow code and core/ stay free of I/O: no Node built-ins' })) }],
+      'no-restricted-imports': [
+        'error',
+        { paths: builtins.map((name) => ({ name, message: 'workflow code and core/ stay free of I/O: no Node built-ins' })) },
+      ],
       'no-restricted-properties': [
         'error',
         { object: 'Date', property: 'now', message: 'workflow code reads time deterministically; core/ takes it as an argument' },
         { object: 'Math', property: 'random', message: 'no randomness in workflow code or core/' },
       ],
-      'no-restricted-syntax': ['error', { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'no wall-clock time in workflow code or core/' }],
+      'no-restricted-syntax': [
+        'error',
+        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'no wall-clock time in workflow code or core/' },
+      ],
     },
   },
 );

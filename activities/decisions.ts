@@ -48,7 +48,6 @@ export interface DecideInput {
   facts: RunFacts | null;
 }
 
-
 /** How a live reply was had (absent for a replay and when no reply came). */
 interface LiveReply {
   /** True when the context had to be compacted after the provider said it was too long. */

@@ -31,13 +31,18 @@ export function resolveInWorkspace(root: string, relPath: string): Resolved {
     const stat = lstatOrNull(abs);
     const last = i === segments.length - 1;
     if (stat === null) {
-      return last ? { ok: true, abs, stat: null } : { ok: false, error: 'not_found', reason: `${segments.slice(0, i + 1).join('/')} does not exist` };
+      return last
+        ? { ok: true, abs, stat: null }
+        : { ok: false, error: 'not_found', reason: `${segments.slice(0, i + 1).join('/')} does not exist` };
     }
-    if (stat.isSymbolicLink()) return { ok: false, error: 'path_denied', reason: `${segments.slice(0, i + 1).join('/')} is a symbolic link` };
-    if (!last && !stat.isDirectory()) return { ok: false, error: 'not_found', reason: `${segments.slice(0, i + 1).join('/')} is not a folder` };
+    if (stat.isSymbolicLink())
+      return { ok: false, error: 'path_denied', reason: `${segments.slice(0, i + 1).join('/')} is a symbolic link` };
+    if (!last && !stat.isDirectory())
+      return { ok: false, error: 'not_found', reason: `${segments.slice(0, i + 1).join('/')} is not a folder` };
     if (last) {
       if (stat.isFile() && stat.nlink > 1) return { ok: false, error: 'path_denied', reason: `${relPath} has ${stat.nlink} hard links` };
-      if (!stat.isFile() && !stat.isDirectory()) return { ok: false, error: 'path_denied', reason: `${relPath} is not a regular file or folder` };
+      if (!stat.isFile() && !stat.isDirectory())
+        return { ok: false, error: 'path_denied', reason: `${relPath} is not a regular file or folder` };
       return { ok: true, abs, stat };
     }
   }

@@ -7,10 +7,30 @@ import { basename, resolve, join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { z } from 'zod';
-import { fixtureSchema, setupProblem, type Decision, type Fixture, type Replay, type IsolationEvidence, type ParsedRunInput, type PreparedAction, type RunSpec, type ToolResult, type VerifierFindings } from '../core/contracts';
+import {
+  fixtureSchema,
+  setupProblem,
+  type Decision,
+  type Fixture,
+  type Replay,
+  type IsolationEvidence,
+  type ParsedRunInput,
+  type PreparedAction,
+  type RunSpec,
+  type ToolResult,
+  type VerifierFindings,
+} from '../core/contracts';
 import type { PromptRef, PromptTexts } from '../core/prompt';
 import type { TraceEvent } from '../core/trace';
-import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type ResultView, type TranscriptEntry } from '../core/transcript';
+import {
+  brief,
+  resultView,
+  type CallView,
+  type DecisionView,
+  type PendingEntry,
+  type ResultView,
+  type TranscriptEntry,
+} from '../core/transcript';
 import { isOrchestrationTool, READ_ONLY_TOOLS, type ValidCall } from '../core/tools';
 import { taskFixture, withTaskIds, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
@@ -34,7 +54,13 @@ import { readFile } from './tools/read_file';
 import { runTests } from './tools/run_tests';
 import { search } from './tools/search';
 import { showDiff, workspaceDiff } from './tools/show_diff';
-import { prepareMerge as mergePrepare, writeMerge as mergeWrite, type MergeEntry, type MergeOutcome, type MergePrepared } from './tools/merge_task';
+import {
+  prepareMerge as mergePrepare,
+  writeMerge as mergeWrite,
+  type MergeEntry,
+  type MergeOutcome,
+  type MergePrepared,
+} from './tools/merge_task';
 import { faultPoint } from './faults';
 import { expectedFile, verify as runVerifier } from './verifier';
 import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from './workspace';
@@ -121,13 +147,15 @@ function loadFixture(dir: string): { ok: true; fixture: Fixture } | { ok: false;
       return { ok: false, reason: 'invalid_input', detail: `fixture has no ${part}/ folder` };
     }
   }
-  if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
+  if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json')))
+    return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
   const problem = setupProblem(parsed.data);
   if (problem !== null) return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${problem}` };
   // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
   try {
     const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
-    if (!expected.success) return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
+    if (!expected.success)
+      return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json: ${formatIssues(expected.error)}` };
   } catch (err) {
     return { ok: false, reason: 'invalid_input', detail: `acceptance/expected.json is not JSON: ${(err as Error).message}` };
   }
@@ -216,7 +244,11 @@ export function createActivities(deps: ActivityDeps) {
   };
 
   /** A decision as the workflow sees it: validated here, stored whole, carried by digest. */
-  const decisionView = (decision: Exclude<Decision, { kind: 'model_error' }>, input: { run_id: string; turn: number; orchestrating?: boolean }, reply: string | null): DecisionView => {
+  const decisionView = (
+    decision: Exclude<Decision, { kind: 'model_error' }>,
+    input: { run_id: string; turn: number; orchestrating?: boolean },
+    reply: string | null,
+  ): DecisionView => {
     const ref = store.put('decision', decision);
     switch (decision.kind) {
       case 'plan':
@@ -227,7 +259,14 @@ export function createActivities(deps: ActivityDeps) {
         if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result, reply };
         const call = validation.call;
         const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
-        const view: CallView = { call_id: call.call_id, name: call.name, path, ref: store.put('call', call), identity: digestJson({ name: call.name, arguments: call.arguments }), turn: input.turn };
+        const view: CallView = {
+          call_id: call.call_id,
+          name: call.name,
+          path,
+          ref: store.put('call', call),
+          identity: digestJson({ name: call.name, arguments: call.arguments }),
+          turn: input.turn,
+        };
         if (isOrchestrationTool(call.name)) {
           const { requirements: _r, known_facts: _k, suggestions: _s, ...args } = call.arguments as Record<string, unknown>;
           view.task = { action_id: digestJson({ run_id: input.run_id, name: call.name, arguments: call.arguments }), args };
@@ -306,14 +345,37 @@ export function createActivities(deps: ActivityDeps) {
   const replayDecide = (input: DecideInput & { source: Extract<SourceRef, { kind: 'replay' }> }): DecideResult =>
     store.batch((): DecideResult => {
       const head = appendTranscript(input.transcript);
-      store.put('model_request', { run_id: input.run_id, source: input.source, cursor: input.cursor, turn: input.turn, tools_enabled: input.tools_enabled, transcript: head });
+      store.put('model_request', {
+        run_id: input.run_id,
+        source: input.source,
+        cursor: input.cursor,
+        turn: input.turn,
+        tools_enabled: input.tools_enabled,
+        transcript: head,
+      });
       const next = replayNext(storedReplay(input.source.digest), input.cursor);
       if (next === undefined) return { kind: 'exhausted', head, usage: null };
       if (next.kind === 'model_error') {
         const ref = store.put('decision', next);
-        return { kind: 'model_error', transient: next.transient, cut_off: false, retry_after_ms: null, detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`, ref, cursor: input.cursor + 1, head, usage: null };
+        return {
+          kind: 'model_error',
+          transient: next.transient,
+          cut_off: false,
+          retry_after_ms: null,
+          detail: `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`,
+          ref,
+          cursor: input.cursor + 1,
+          head,
+          usage: null,
+        };
       }
-      return { kind: 'decisions', decisions: [decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null)], cursor: input.cursor + 1, head, usage: null };
+      return {
+        kind: 'decisions',
+        decisions: [decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null)],
+        cursor: input.cursor + 1,
+        head,
+        usage: null,
+      };
     });
 
   /** The next decision of the run's source: a replay's next one, or a live model's reply. */
@@ -325,12 +387,26 @@ export function createActivities(deps: ActivityDeps) {
       // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
       const found = lookupEndpoint(source.endpoint, source.model);
       if (!found.ok || found.endpoint.kind !== source.provider) {
-        const detail = found.ok ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}` : found.detail;
+        const detail = found.ok
+          ? `endpoint ${source.endpoint} is now of kind ${found.endpoint.kind}, not ${source.provider}`
+          : found.detail;
         throw nonRetryable('ProviderUnavailable', detail);
       }
       // The content loadRun stored; a run from before prompts were versioned takes the newest version.
-      const prompt = source.prompt ? { ref: source.prompt, texts: store.get<PromptTexts>(source.prompt.digest) } : loadPrompt(config.promptsDir);
-      const live = { store, prices: config.prices ?? {}, timeoutMs: config.modelTimeoutMs ?? 120_000, signal: ctx.cancellationSignal, heartbeat: () => ctx.heartbeat(), credential: config.credential, baseUrls: config.baseUrls, endpoint: found.endpoint, prompt };
+      const prompt = source.prompt
+        ? { ref: source.prompt, texts: store.get<PromptTexts>(source.prompt.digest) }
+        : loadPrompt(config.promptsDir);
+      const live = {
+        store,
+        prices: config.prices ?? {},
+        timeoutMs: config.modelTimeoutMs ?? 120_000,
+        signal: ctx.cancellationSignal,
+        heartbeat: () => ctx.heartbeat(),
+        credential: config.credential,
+        baseUrls: config.baseUrls,
+        endpoint: found.endpoint,
+        prompt,
+      };
       return liveDecide(live, { ...input, source }, head, (decisions, reply) => ({
         kind: 'decisions',
         decisions: decisions.map((d) => decisionView(d, input, reply)),
@@ -351,7 +427,13 @@ export function createActivities(deps: ActivityDeps) {
         const loaded = loadRepository(input.repo, (instructions) => store.put('instructions', instructions));
         if (!loaded.ok) return { ok: false, reason: 'invalid_input', detail: loaded.detail };
         const image = input.image ?? loaded.image ?? undefined;
-        work = { fixture: loaded.spec, fixture_dir: '', repository: { ref: loaded.ref, facts: loaded.facts }, instructions: loaded.instructions, ...(image ? { image } : {}) };
+        work = {
+          fixture: loaded.spec,
+          fixture_dir: '',
+          repository: { ref: loaded.ref, facts: loaded.facts },
+          instructions: loaded.instructions,
+          ...(image ? { image } : {}),
+        };
       } else {
         const loaded = loadFixture(input.fixture!);
         if (!loaded.ok) return loaded;
@@ -362,11 +444,18 @@ export function createActivities(deps: ActivityDeps) {
       // A task's run works on the parent's rules with the task's instruction and paths, in a copy of
       // the parent's workspace: a repository task keeps no change of its own to make a branch of.
       // Its setup ran in the parent's run: the workspace holds its products and the image is the parent's setup image.
-      const fixture = child ? withoutSetup(taskFixture(work.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths)) : work.fixture;
+      const fixture = child
+        ? withoutSetup(taskFixture(work.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths))
+        : work.fixture;
       if (child) delete work.repository;
       // A setup's only network is the egress proxy, and only the container backend has one to give.
       if (fixture.setup && input.backend !== 'docker') {
-        return { ok: false, reason: 'invalid_input', detail: 'this run has a setup phase (setup in its settings), which runs only on the docker backend: its network is an egress proxy that the local backend cannot give (--backend docker)' };
+        return {
+          ok: false,
+          reason: 'invalid_input',
+          detail:
+            'this run has a setup phase (setup in its settings), which runs only on the docker backend: its network is an egress proxy that the local backend cannot give (--backend docker)',
+        };
       }
       const hostQueue = config.hostQueue ?? null;
       const traces = config.traces === true;
@@ -375,13 +464,38 @@ export function createActivities(deps: ActivityDeps) {
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
         const prompt = readPrompt(input.prompt);
         if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
-        const ref: SourceRef = { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model, prompt: prompt.ref };
-        return { ok: true, ...work, fixture, replay: null, source: ref, host_queue: hostQueue, child_replays: {}, build: buildId(), traces };
+        const ref: SourceRef = {
+          kind: 'provider',
+          endpoint: found.endpoint.name,
+          provider: found.endpoint.kind,
+          model: source.model,
+          prompt: prompt.ref,
+        };
+        return {
+          ok: true,
+          ...work,
+          fixture,
+          replay: null,
+          source: ref,
+          host_queue: hostQueue,
+          child_replays: {},
+          build: buildId(),
+          traces,
+        };
       }
-      if (input.prompt !== undefined) return { ok: false, reason: 'invalid_input', detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay' };
+      if (input.prompt !== undefined)
+        return {
+          ok: false,
+          reason: 'invalid_input',
+          detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay',
+        };
       // A replay can create test files that the test command then executes on the host.
       if (input.backend === 'local' && !source.trusted) {
-        return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
+        return {
+          ok: false,
+          reason: 'replay_untrusted',
+          detail: 'the local backend runs only replays the operator trusts (--trust-replay)',
+        };
       }
       let replay: Replay;
       let name: string;
@@ -401,7 +515,17 @@ export function createActivities(deps: ActivityDeps) {
       // Read once: the run uses this content to its end, whatever happens to the file.
       const digest = store.put('replay', replay);
       const childReplays = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
-      return { ok: true, ...work, fixture, replay: name, source: { kind: 'replay', digest }, host_queue: hostQueue, child_replays: childReplays, build: buildId(), traces };
+      return {
+        ok: true,
+        ...work,
+        fixture,
+        replay: name,
+        source: { kind: 'replay', digest },
+        host_queue: hostQueue,
+        child_replays: childReplays,
+        build: buildId(),
+        traces,
+      };
     },
 
     /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */
@@ -414,7 +538,12 @@ export function createActivities(deps: ActivityDeps) {
     },
 
     /** A fresh workspace from the fixture's repository, or (a task's run) from the parent run's workspace as it is now. */
-    async prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string; repository?: RepositoryRef }): Promise<PreparedWorkspace> {
+    async prepareWorkspace(ref: {
+      run_id: string;
+      fixture_dir: string;
+      from_run?: string;
+      repository?: RepositoryRef;
+    }): Promise<PreparedWorkspace> {
       if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(runPaths(config.stateDir, ref.run_id), ref.repository);
       const from = ref.from_run ? runPaths(config.stateDir, ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
       return prepareRunWorkspace(runPaths(config.stateDir, ref.run_id), from);
@@ -427,7 +556,10 @@ export function createActivities(deps: ActivityDeps) {
     async runSetup(ref: RunRef): Promise<SetupResult> {
       const spec = ref.fixture.setup;
       if (!spec) throw nonRetryable('ProtocolError', 'runSetup for a run without a setup');
-      if (ref.backend !== 'docker' || !deps.setup) throw nonRetryable('InfrastructureError', 'a setup phase needs the docker backend, which this worker lacks', ['runtime_unavailable']);
+      if (ref.backend !== 'docker' || !deps.setup)
+        throw nonRetryable('InfrastructureError', 'a setup phase needs the docker backend, which this worker lacks', [
+          'runtime_unavailable',
+        ]);
       const ctx = Context.current();
       const result = await setupPhase(
         {
@@ -455,7 +587,10 @@ export function createActivities(deps: ActivityDeps) {
     },
 
     /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */
-    async prepareMerge(ref: RunRef, task: { task_id: string; run_id: string }): Promise<Exclude<MergePrepared, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction; entries_ref: string }> {
+    async prepareMerge(
+      ref: RunRef,
+      task: { task_id: string; run_id: string },
+    ): Promise<Exclude<MergePrepared, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction; entries_ref: string }> {
       const prepared = mergePrepare(toolContext(ref, 0), config.stateDir, task);
       if (prepared.kind !== 'prepared') return prepared;
       return { kind: 'prepared', action: prepared.action, entries_ref: store.put('merge', prepared.entries) };
@@ -483,7 +618,12 @@ export function createActivities(deps: ActivityDeps) {
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
-    async persist(input: { run_id: string; trace: TraceEvent[]; transcript: { head: string | null; append: PendingEntry[] }; task_finishing?: boolean }): Promise<string | null> {
+    async persist(input: {
+      run_id: string;
+      trace: TraceEvent[];
+      transcript: { head: string | null; append: PendingEntry[] };
+      task_finishing?: boolean;
+    }): Promise<string | null> {
       if (input.task_finishing) faultPoint('child_finishing');
       return store.batch(() => {
         store.appendTrace(input.run_id, input.trace);
@@ -515,7 +655,12 @@ export function createActivities(deps: ActivityDeps) {
 
     async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
       const ctx = toolContext(ref, timeoutMs);
-      const findings = await runVerifier({ ...ctx, paths: ctx.paths, onProgress: ctx.heartbeat, hiddenAcceptance: ref.hidden_acceptance !== false }).catch(infrastructure);
+      const findings = await runVerifier({
+        ...ctx,
+        paths: ctx.paths,
+        onProgress: ctx.heartbeat,
+        hiddenAcceptance: ref.hidden_acceptance !== false,
+      }).catch(infrastructure);
       if (ctx.signal.aborted) throw new CancelledFailure('verification was cancelled');
       return findings;
     },

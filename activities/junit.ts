@@ -29,7 +29,8 @@ function message(node: Node): string {
 export function parseJunit(xml: string): JunitCounts {
   const parser = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '@_', processEntities: true });
   const doc = parser.parse(xml) as Node;
-  if (!doc || (doc.testsuites === undefined && doc.testsuite === undefined)) throw new Error('not a JUnit report: no <testsuites> or <testsuite>');
+  if (!doc || (doc.testsuites === undefined && doc.testsuite === undefined))
+    throw new Error('not a JUnit report: no <testsuites> or <testsuite>');
   const counts: JunitCounts = { discovered: 0, passed: 0, failed: 0, skipped: 0, failures: [] };
   const visitSuite = (suite: Node): void => {
     for (const tc of asArray(suite.testcase)) {

@@ -52,8 +52,7 @@ export class Ledger {
 
   receipt(actionId: string): Receipt | null {
     const row = this.db.prepare(`SELECT * FROM receipts WHERE action_id = ?`).get(actionId) as
-      | (Omit<Receipt, 'recovered'> & { recovered: number })
-      | undefined;
+      (Omit<Receipt, 'recovered'> & { recovered: number }) | undefined;
     return row ? { ...row, recovered: row.recovered === 1 } : null;
   }
 

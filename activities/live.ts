@@ -74,7 +74,12 @@ export function transcriptGroups(store: Store, entries: TranscriptEntry[]): Cont
       const result = entry.result !== undefined ? store.get<ToolResult>(entry.result) : null;
       // A call without its result cannot go to a provider; the workflow never leaves one behind.
       if (result === null) throw nonRetryable('ProtocolError', `transcript call ${String(call.call_id)} has no result`);
-      const c: ContextCall = { id: String(call.call_id ?? result.call_id), name: String(call.name ?? ''), arguments: call.arguments ?? {}, result };
+      const c: ContextCall = {
+        id: String(call.call_id ?? result.call_id),
+        name: String(call.name ?? ''),
+        arguments: call.arguments ?? {},
+        result,
+      };
       group.calls.push(c);
     } else {
       group.text = group.text ? `${group.text}\n${decision.text}` : decision.text;
@@ -91,7 +96,13 @@ function cost(prices: PriceTable, model: string, usage: Usage, cacheWriteTokens:
   const p = prices[model];
   if (!p) return null;
   const fresh = Math.max(0, usage.input_tokens - usage.cached_tokens - cacheWriteTokens);
-  return (fresh * p.input + usage.cached_tokens * (p.cached_input ?? p.input) + cacheWriteTokens * (p.cache_write_input ?? p.input) + usage.output_tokens * p.output) / 1_000_000;
+  return (
+    (fresh * p.input +
+      usage.cached_tokens * (p.cached_input ?? p.input) +
+      cacheWriteTokens * (p.cache_write_input ?? p.input) +
+      usage.output_tokens * p.output) /
+    1_000_000
+  );
 }
 
 export async function liveDecide(
@@ -114,7 +125,10 @@ export async function liveDecide(
   // Read only here, inside the activity; never returned, logged or stored.
   const apiKey = ctx.credential(endpoint.api_key_env);
   if (!apiKey) {
-    throw nonRetryable('ProviderUnavailable', `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`);
+    throw nonRetryable(
+      'ProviderUnavailable',
+      `the environment variable ${endpoint.api_key_env} of endpoint ${endpoint.name} is not set on the worker`,
+    );
   }
 
   // A repository run's instructions join the system prompt; the room for the context shrinks by what they take.
@@ -124,7 +138,14 @@ export async function liveDecide(
   for (let factor = 1; ; factor /= 2) {
     const context = buildContext(facts, groups, room(factor) - instructionTokens);
     const body = adapter.body(source.model, ctx.prompt, system, context, maxOutput, orchestrating);
-    const request = digestJson({ provider: source.provider, model: source.model, run_id: input.run_id, turn: input.turn, retry: input.retry, body });
+    const request = digestJson({
+      provider: source.provider,
+      model: source.model,
+      run_id: input.run_id,
+      turn: input.turn,
+      retry: input.retry,
+      body,
+    });
     let stored = store.modelResponse(request);
     const fromStore = stored !== null;
     if (stored === null) {
@@ -133,7 +154,12 @@ export async function liveDecide(
       let raw: unknown;
       try {
         ctx.heartbeat();
-        raw = await adapter.send(body, { apiKey, baseURL: endpoint.base_url ?? ctx.baseUrls[endpoint.kind], timeoutMs: ctx.timeoutMs, signal });
+        raw = await adapter.send(body, {
+          apiKey,
+          baseURL: endpoint.base_url ?? ctx.baseUrls[endpoint.kind],
+          timeoutMs: ctx.timeoutMs,
+          signal,
+        });
       } catch (err) {
         if (signal.aborted) throw new CancelledFailure('the model request was cancelled');
         const failure = classify(err);
@@ -144,7 +170,17 @@ export async function liveDecide(
           compacted = true;
           continue; // compact to half the room and try once more
         }
-        return { kind: 'model_error', transient: failure.transient, cut_off: false, retry_after_ms: failure.retry_after_ms, detail: failure.detail, ref: null, cursor: input.cursor, head, usage: null };
+        return {
+          kind: 'model_error',
+          transient: failure.transient,
+          cut_off: false,
+          retry_after_ms: failure.retry_after_ms,
+          detail: failure.detail,
+          ref: null,
+          cursor: input.cursor,
+          head,
+          usage: null,
+        };
       } finally {
         clearInterval(beat);
       }
@@ -159,7 +195,18 @@ export async function liveDecide(
       case 'refused':
         return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage, ...how };
       case 'truncated':
-        return { kind: 'model_error', transient: true, cut_off: true, retry_after_ms: null, detail: 'the reply was cut off by the output limit; none of its calls ran', ref: null, cursor: input.cursor, head, usage, ...how };
+        return {
+          kind: 'model_error',
+          transient: true,
+          cut_off: true,
+          retry_after_ms: null,
+          detail: 'the reply was cut off by the output limit; none of its calls ran',
+          ref: null,
+          cursor: input.cursor,
+          head,
+          usage,
+          ...how,
+        };
       case 'decisions':
         return { ...toView(reply.decisions, stored.digest), usage, ...how };
     }

@@ -144,7 +144,8 @@ function check(dir: string, options: ManifestOptions): Cached {
   const walk = (abs: string, rel: string, stat: Stats): void => {
     const before = previous?.dirs.get(rel);
     // A listing changes only with its folder's mtime and ctime (created, removed, renamed entries).
-    const sameListing = before !== undefined && !before.racy && before.mtimeMs === stat.mtimeMs && before.ctimeMs === stat.ctimeMs && before.ino === stat.ino;
+    const sameListing =
+      before !== undefined && !before.racy && before.mtimeMs === stat.mtimeMs && before.ctimeMs === stat.ctimeMs && before.ino === stat.ino;
     const names = sameListing ? before.names : readdirSync(abs).sort();
     if (!sameListing) counters.listed++;
     const aligned = before !== undefined && (sameListing || sameNames(before.names, names));
@@ -164,7 +165,15 @@ function check(dir: string, options: ManifestOptions): Cached {
       const child = lstatSync(full);
       if (child.isFile()) {
         const seen = aligned ? before.files[i] : (byName?.get(name) ?? null);
-        if (seen !== null && !seen.racy && seen.size === child.size && seen.mtimeMs === child.mtimeMs && seen.ctimeMs === child.ctimeMs && seen.ino === child.ino && seen.mode === child.mode) {
+        if (
+          seen !== null &&
+          !seen.racy &&
+          seen.size === child.size &&
+          seen.mtimeMs === child.mtimeMs &&
+          seen.ctimeMs === child.ctimeMs &&
+          seen.ino === child.ino &&
+          seen.mode === child.mode
+        ) {
           counters.reused++;
           set(i, seen);
           push(seen.entry);
@@ -174,8 +183,19 @@ function check(dir: string, options: ManifestOptions): Cached {
         const digest = sha256(readFileSync(full));
         counters.digested++;
         // An unchanged digest keeps the entry object itself, so an unchanged manifest is recognised.
-        const entry: FileEntry = seen !== null && seen.entry.digest === digest && seen.entry.executable === executable ? seen.entry : { path: rel === '' ? name : `${rel}/${name}`, kind: 'file', digest, executable };
-        set(i, { size: child.size, mtimeMs: child.mtimeMs, ctimeMs: child.ctimeMs, ino: child.ino, mode: child.mode, racy: racy(child), entry });
+        const entry: FileEntry =
+          seen !== null && seen.entry.digest === digest && seen.entry.executable === executable
+            ? seen.entry
+            : { path: rel === '' ? name : `${rel}/${name}`, kind: 'file', digest, executable };
+        set(i, {
+          size: child.size,
+          mtimeMs: child.mtimeMs,
+          ctimeMs: child.ctimeMs,
+          ino: child.ino,
+          mode: child.mode,
+          racy: racy(child),
+          entry,
+        });
         push(entry);
         continue;
       }
@@ -188,7 +208,12 @@ function check(dir: string, options: ManifestOptions): Cached {
       } else push({ path, kind: 'special', type: specialType(child) });
     }
     const dirRacy = racy(stat);
-    dirs.set(rel, sameListing && files === null && !dirRacy ? before : { mtimeMs: stat.mtimeMs, ctimeMs: stat.ctimeMs, ino: stat.ino, racy: dirRacy, names, files: files ?? before!.files });
+    dirs.set(
+      rel,
+      sameListing && files === null && !dirRacy
+        ? before
+        : { mtimeMs: stat.mtimeMs, ctimeMs: stat.ctimeMs, ino: stat.ino, racy: dirRacy, names, files: files ?? before!.files },
+    );
   };
   walk(root, '', lstatSync(root));
   Object.assign(manifestCounters, counters);

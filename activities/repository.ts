@@ -8,11 +8,34 @@
  * `.git` segment refuses the run; files are created with O_EXCL below folders this code made,
  * and symlinks are made last, so no write can follow a link, in the tree or planted by it.
  */
-import { chmodSync, closeSync, copyFileSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, symlinkSync, writeSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  copyFileSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeSync,
+} from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { expectedFileSchema as expectedFile, type AcceptanceSpec, type RepoSource, type RunSpec, type TestsSpec } from '../core/contracts';
 import { formatIssues } from '../core/validate';
-import { capInstructions, detectTests, INSTRUCTIONS_FILE, parseRepoSettings, repositoryName, repositorySpec, SETTINGS_FILE, type Instructions, type RepoSettings, type TreeView } from '../core/repo-settings';
+import {
+  capInstructions,
+  detectTests,
+  INSTRUCTIONS_FILE,
+  parseRepoSettings,
+  repositoryName,
+  repositorySpec,
+  SETTINGS_FILE,
+  type Instructions,
+  type RepoSettings,
+  type TreeView,
+} from '../core/repo-settings';
 import { GitError, GitRepository, type TreeChange, type TreeEntry } from '../host/git';
 import { writeFileAtomic } from '../host/files';
 import { sha256 } from './digest';
@@ -106,7 +129,11 @@ export function inspectBase(repo: GitRepository, source: RepoSource): InspectedB
   }
   for (const e of entries) {
     const unsafe = unsafeTreePath(e.path);
-    if (unsafe !== null) return { ok: false, detail: `the base tree has a path with ${unsafe} (${JSON.stringify(e.path)}); it cannot be written into a workspace` };
+    if (unsafe !== null)
+      return {
+        ok: false,
+        detail: `the base tree has a path with ${unsafe} (${JSON.stringify(e.path)}); it cannot be written into a workspace`,
+      };
   }
   const byPath = new Map(entries.map((e) => [e.path, e]));
   const tree = treeView(repo, entries);
@@ -139,7 +166,8 @@ export function inspectBase(repo: GitRepository, source: RepoSource): InspectedB
   } else if (settings?.acceptance) {
     const { dir, ...spec } = settings.acceptance;
     const expected = byPath.get(`${dir}/expected.json`);
-    if (!expected || !isBlob(expected)) return { ok: false, detail: `${SETTINGS_FILE}: acceptance.dir: the base tree has no ${dir}/expected.json` };
+    if (!expected || !isBlob(expected))
+      return { ok: false, detail: `${SETTINGS_FILE}: acceptance.dir: the base tree has no ${dir}/expected.json` };
     const problem = expectedProblem(() => repo.readBlob(expected.oid).toString('utf8'));
     if (problem !== null) return { ok: false, detail: `${dir}/expected.json: ${problem}` };
     [acceptance, treeDir] = [spec, dir];
@@ -175,7 +203,14 @@ export function inspectBase(repo: GitRepository, source: RepoSource): InspectedB
 }
 
 export type LoadedRepository =
-  | { ok: true; spec: RunSpec; ref: RepositoryRef; facts: RepositoryFacts; image: string | null; /** Digest of the stored instructions. */ instructions: string | null }
+  | {
+      ok: true;
+      spec: RunSpec;
+      ref: RepositoryRef;
+      facts: RepositoryFacts;
+      image: string | null;
+      /** Digest of the stored instructions. */ instructions: string | null;
+    }
   | { ok: false; detail: string };
 
 /**
@@ -187,7 +222,8 @@ export function loadRepository(source: RepoSource, storeInstructions: (value: In
   let repo: GitRepository;
   try {
     repo = GitRepository.open(source.path);
-    if (repo.resolveCommit(source.base_commit) !== source.base_commit) return { ok: false, detail: `${source.base_commit} is not a commit of ${source.path}` };
+    if (repo.resolveCommit(source.base_commit) !== source.base_commit)
+      return { ok: false, detail: `${source.base_commit} is not a commit of ${source.path}` };
   } catch (err) {
     if (err instanceof GitError && err.kind !== 'git_missing' && err.kind !== 'failed') return { ok: false, detail: err.message };
     throw err;
@@ -238,7 +274,7 @@ export function createFile(root: string, rel: string, bytes: Buffer, mode: numbe
   const file = join(root, rel);
   const fd = openSync(file, 'wx', mode);
   try {
-    for (let off = 0; off < bytes.length; ) off += writeSync(fd, bytes, off, bytes.length - off);
+    for (let off = 0; off < bytes.length;) off += writeSync(fd, bytes, off, bytes.length - off);
   } finally {
     closeSync(fd);
   }
@@ -287,11 +323,20 @@ export async function prepareRepositoryWorkspace(paths: RunPaths, ref: Repositor
   const accDir = ref.acceptance_tree_dir;
   const inWorkspace = entries.filter((e) => !(accDir && below(accDir, e.path)));
   await writeTree(repo, inWorkspace, paths.workspace, (p) => p);
-  if (accDir) await writeTree(repo, entries.filter((e) => below(accDir, e.path)), join(paths.control, 'acceptance'), (p) => p.slice(accDir.length + 1));
+  if (accDir)
+    await writeTree(
+      repo,
+      entries.filter((e) => below(accDir, e.path)),
+      join(paths.control, 'acceptance'),
+      (p) => p.slice(accDir.length + 1),
+    );
   copyTree(paths.workspace, paths.baseline);
   const manifestEntries = manifest(paths.workspace);
   writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(manifestEntries), { tmpDir: paths.tmp });
-  const prepared: PreparedWorkspace = { workspace_digest: manifestDigest(manifestEntries), files: manifestEntries.filter((e) => e.kind === 'file').length };
+  const prepared: PreparedWorkspace = {
+    workspace_digest: manifestDigest(manifestEntries),
+    files: manifestEntries.filter((e) => e.kind === 'file').length,
+  };
   writeFileAtomic(marker, JSON.stringify(prepared), { tmpDir: paths.tmp });
   return prepared;
 }
@@ -360,7 +405,10 @@ export class VerifiedChangeError extends Error {
 /** The verified change with each file's bytes, checked against the digests the verifier recorded. */
 export function readVerifiedChange(paths: RunPaths): { base_commit: string; changes: TreeChange[] } {
   const file = join(changeFolder(paths), 'change.json');
-  if (!existsSync(file)) throw new VerifiedChangeError(`no verified change in ${changeFolder(paths)}: the run's state folder is not on this machine, or its run was not verified`);
+  if (!existsSync(file))
+    throw new VerifiedChangeError(
+      `no verified change in ${changeFolder(paths)}: the run's state folder is not on this machine, or its run was not verified`,
+    );
   const change = JSON.parse(readFileSync(file, 'utf8')) as VerifiedChange;
   const changes = change.changes.map((c) => {
     if (c.kind !== 'file') return c;

@@ -15,7 +15,8 @@ import type { TraceEvent } from '../core/trace';
 import type { TranscriptEntry } from '../core/transcript';
 import { sha256 } from './digest';
 
-export type BlobKind = 'replay' | 'decision' | 'call' | 'result' | 'transcript' | 'model_request' | 'model_response' | 'merge' | 'instructions' | 'prompt';
+export type BlobKind =
+  'replay' | 'decision' | 'call' | 'result' | 'transcript' | 'model_request' | 'model_response' | 'merge' | 'instructions' | 'prompt';
 
 /** One link of a run's transcript: the entry and the digest of the link before it. */
 export interface TranscriptNode {
@@ -78,13 +79,15 @@ export class Store {
 
   /** Appends entries to the transcript whose last link is `head`; returns the new head. */
   appendTranscript(head: string | null, entries: TranscriptEntry[]): string | null {
-    return this.batch(() => entries.reduce<string | null>((prev, entry) => this.put('transcript', { prev, entry } satisfies TranscriptNode), head));
+    return this.batch(() =>
+      entries.reduce<string | null>((prev, entry) => this.put('transcript', { prev, entry } satisfies TranscriptNode), head),
+    );
   }
 
   /** The transcript ending at `head`, oldest entry first. */
   transcript(head: string | null): TranscriptEntry[] {
     const entries: TranscriptEntry[] = [];
-    for (let at = head; at !== null; ) {
+    for (let at = head; at !== null;) {
       const node = this.get<TranscriptNode>(at);
       entries.push(node.entry);
       at = node.prev;
@@ -97,7 +100,8 @@ export class Store {
    * here instead of paying the provider again.
    */
   modelResponse(requestDigest: string): { digest: string; raw: unknown } | null {
-    const row = this.db.prepare(`SELECT response FROM model_calls WHERE request = ?`).get(requestDigest) as { response: string } | undefined;
+    const row = this.db.prepare(`SELECT response FROM model_calls WHERE request = ?`).get(requestDigest) as
+      { response: string } | undefined;
     return row ? { digest: row.response, raw: this.get(row.response) } : null;
   }
 

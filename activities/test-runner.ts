@@ -34,12 +34,24 @@ export function testArgv(tests: TestsSpec): string[] {
   // junit: any runner; the fixture's command says where its report goes.
   if (tests.format === 'junit') return tests.command.map((a) => a.replaceAll(JUNIT_PLACEHOLDER, REPORT));
   // node-test: runner flags must come before the test paths, right after `node`.
-  return [exe, '--test-reporter=junit', `--test-reporter-destination=${REPORT}`, '--test-reporter=spec', '--test-reporter-destination=stdout', ...rest];
+  return [
+    exe,
+    '--test-reporter=junit',
+    `--test-reporter-destination=${REPORT}`,
+    '--test-reporter=spec',
+    '--test-reporter-destination=stdout',
+    ...rest,
+  ];
 }
 
 function tail(text: string, bytes: number): string {
   const buf = Buffer.from(text);
-  return buf.length <= bytes ? text : buf.subarray(buf.length - bytes).toString('utf8').replace(/^\uFFFD+/, '');
+  return buf.length <= bytes
+    ? text
+    : buf
+        .subarray(buf.length - bytes)
+        .toString('utf8')
+        .replace(/^\uFFFD+/, '');
 }
 
 export async function runCandidateTests(opts: {
@@ -78,13 +90,16 @@ export async function runCandidateTests(opts: {
     const reportPath = join(outDir, 'junit.xml');
     let xml: string;
     try {
-      if (statSync(reportPath).size > opts.limits.reportBytes) return { status: 'error', ...base, ...zero, detail: 'test report is over the size cap' };
+      if (statSync(reportPath).size > opts.limits.reportBytes)
+        return { status: 'error', ...base, ...zero, detail: 'test report is over the size cap' };
       xml = readFileSync(reportPath, 'utf8');
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code === 'ENOENT') return { status: 'error', ...base, ...zero, detail: 'the test command wrote no test report' };
       // A report there but unreadable (EACCES, EIO, a folder in its place: EISDIR) is the host's failure, not "no report".
-      throw nonRetryable('InfrastructureError', `cannot read the test report <out>/junit.xml: ${code ?? (err as Error).message}`, [code ?? 'unknown']);
+      throw nonRetryable('InfrastructureError', `cannot read the test report <out>/junit.xml: ${code ?? (err as Error).message}`, [
+        code ?? 'unknown',
+      ]);
     }
     let counts;
     try {
@@ -97,7 +112,8 @@ export async function runCandidateTests(opts: {
     if (counts.discovered === 0) return { status: 'no_tests', ...data };
     if (counts.failed > 0) return { status: 'failed', ...data };
     // Every test passed according to the report: the exit code must agree, or the output is unusable.
-    if (result.exitCode !== 0) return { status: 'error', ...data, detail: `tests reported passing but the command exited ${result.exitCode}` };
+    if (result.exitCode !== 0)
+      return { status: 'error', ...data, detail: `tests reported passing but the command exited ${result.exitCode}` };
     return { status: 'passed', ...data };
   } finally {
     rmSync(outDir, { recursive: true, force: true });

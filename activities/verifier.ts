@@ -58,7 +58,8 @@ export function judgeAcceptance(stdout: string, expectedJson: string): Acceptanc
   }
   const missing = ids.filter((id) => !seen.has(id));
   const extra = [...seen].filter((id) => !(id in expected.cases)).sort();
-  if (missing.length || extra.length) return protocolError(`acceptance cases missing: [${missing.join(', ')}], unexpected: [${extra.join(', ')}]`);
+  if (missing.length || extra.length)
+    return protocolError(`acceptance cases missing: [${missing.join(', ')}], unexpected: [${extra.join(', ')}]`);
   const failed = out.data.cases
     .filter((c) => c.error !== null || !jsonEqual(c.actual, expected.cases[c.id]))
     .map((c) => c.id)
@@ -121,7 +122,9 @@ export async function verify(opts: {
 }
 
 /** The hidden acceptance cases, run read-only against the workspace and judged against expected.json on the host. */
-async function runAcceptance(opts: Parameters<typeof verify>[0] & { acceptance: NonNullable<RunSpec['acceptance']>; acceptanceDir: string }): Promise<AcceptanceResult> {
+async function runAcceptance(
+  opts: Parameters<typeof verify>[0] & { acceptance: NonNullable<RunSpec['acceptance']>; acceptanceDir: string },
+): Promise<AcceptanceResult> {
   const { paths } = opts;
   // The acceptance runner files, minus expected.json, in a fresh host folder mounted read-only.
   mkdirSync(join(paths.control, 'out'), { recursive: true });

@@ -5,7 +5,18 @@
  * The control folder sits beside the workspace on the same file system, so the rename of a
  * temporary file into the workspace is atomic.
  */
-import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, rmSync, symlinkSync, copyFileSync, chmodSync, existsSync } from 'node:fs';
+import {
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  symlinkSync,
+  copyFileSync,
+  chmodSync,
+  existsSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../host/files';
 import { manifest, manifestDigest, type ManifestEntry } from './manifest';

@@ -35,7 +35,8 @@ export function commitMessage(summary: string, workflowId: string, model: string
 /** The final summary of a run, from this machine's host store (the `final` decision, whole). */
 function finalSummary(session: Session, outcome: RunOutcome, workflowId: string): string {
   const store = openStore(session.settings.stateDir);
-  if (store === null) throw new NoBranch(`no host store in ${session.settings.stateDir}: run this on the worker host that ran ${workflowId}`);
+  if (store === null)
+    throw new NoBranch(`no host store in ${session.settings.stateDir}: run this on the worker host that ran ${workflowId}`);
   try {
     const finals = store
       .transcript(outcome.transcript)
@@ -57,7 +58,10 @@ async function runChange(session: Session, workflowId: string): Promise<RunChang
   if (await isRunning(handle)) throw new NoBranch(`${workflowId} is still running: a branch comes from a completed run`);
   const outcome = await runOutcome(handle);
   const { status, reason } = outcome.record;
-  if (status !== 'completed') throw new NoBranch(`${workflowId} ended ${status}${reason ? ` (${reason})` : ''}: only a completed run's verified change becomes a branch`);
+  if (status !== 'completed')
+    throw new NoBranch(
+      `${workflowId} ended ${status}${reason ? ` (${reason})` : ''}: only a completed run's verified change becomes a branch`,
+    );
   const parsed = runInputSchema.safeParse(raw);
   const input: ParsedRunInput | null = parsed.success ? parsed.data : null;
   if (!input?.repo) throw new NoBranch(`${workflowId} is not a repository run: its change has no repository to go back to`);
@@ -68,7 +72,8 @@ async function runChange(session: Session, workflowId: string): Promise<RunChang
     if (err instanceof VerifiedChangeError) throw new NoBranch(err.message);
     throw err;
   }
-  if (kept.base_commit !== input.repo.base_commit) throw new NoBranch(`the kept change of ${workflowId} is on ${kept.base_commit}, not on the run's base ${input.repo.base_commit}`);
+  if (kept.base_commit !== input.repo.base_commit)
+    throw new NoBranch(`the kept change of ${workflowId} is on ${kept.base_commit}, not on the run's base ${input.repo.base_commit}`);
   const model = input.source.kind === 'provider' ? input.source.model : `replay:${outcome.record.replay ?? 'unknown'}`;
   let repo: GitRepository;
   try {
@@ -78,11 +83,20 @@ async function runChange(session: Session, workflowId: string): Promise<RunChang
     if (err instanceof GitError) throw new NoBranch(`${input.repo.path}: ${err.message}`);
     throw err;
   }
-  return { repo, base: kept.base_commit, changes: kept.changes, message: commitMessage(finalSummary(session, outcome, workflowId), workflowId, model) };
+  return {
+    repo,
+    base: kept.base_commit,
+    changes: kept.changes,
+    message: commitMessage(finalSummary(session, outcome, workflowId), workflowId, model),
+  };
 }
 
 /** Creates `name` (default `agent/<workflow-id>`) at one new commit on the run's base; refuses a name that exists. */
-export async function branchFromRun(session: Session, workflowId: string, name?: string): Promise<{ branch: string; ref: string; commit: string; base: string; paths: string[] }> {
+export async function branchFromRun(
+  session: Session,
+  workflowId: string,
+  name?: string,
+): Promise<{ branch: string; ref: string; commit: string; base: string; paths: string[] }> {
   const branch = name ?? `agent/${workflowId}`;
   const change = await runChange(session, workflowId);
   try {

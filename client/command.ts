@@ -81,14 +81,18 @@ function typed(name: string, o: OptionSpec, raw: string | boolean | undefined): 
       return raw === true;
     case 'string': {
       const value = (raw as string | undefined) ?? o.default;
-      if (value !== undefined && o.choices && !o.choices.includes(value)) throw new UsageError(`--${name} must be ${o.choices.join(' or ')}, got ${JSON.stringify(value)}`);
+      if (value !== undefined && o.choices && !o.choices.includes(value))
+        throw new UsageError(`--${name} must be ${o.choices.join(' or ')}, got ${JSON.stringify(value)}`);
       return value;
     }
     case 'int': {
       if (raw === undefined) return o.default;
       const n = Number(raw);
       const min = o.min ?? 1;
-      if (!Number.isInteger(n) || n < min || String(raw).trim() === '') throw new UsageError(`--${name} must be ${min === 1 ? 'a positive integer' : `an integer of at least ${min}`}, got ${JSON.stringify(raw)}`);
+      if (!Number.isInteger(n) || n < min || String(raw).trim() === '')
+        throw new UsageError(
+          `--${name} must be ${min === 1 ? 'a positive integer' : `an integer of at least ${min}`}, got ${JSON.stringify(raw)}`,
+        );
       return n;
     }
     case 'seconds': {

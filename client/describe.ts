@@ -14,13 +14,25 @@ export function describeEvent(e: TraceEvent): string {
     case 'tool_proposed': {
       const call = d.call as { name?: unknown; arguments?: Record<string, unknown> } | null;
       const args = call?.arguments ?? {};
-      const brief = Object.fromEntries(Object.entries(args).map(([k, v]) => [k, typeof v === 'string' && v.length > 60 ? `${v.slice(0, 57)}...` : v]));
+      const brief = Object.fromEntries(
+        Object.entries(args).map(([k, v]) => [k, typeof v === 'string' && v.length > 60 ? `${v.slice(0, 57)}...` : v]),
+      );
       return `${head} ${String(call?.name)} ${JSON.stringify(brief)}`;
     }
     case 'tool_observed': {
       if (d.ok) {
         const data = d.data as Record<string, any>;
-        const detail = data?.status ? `${data.status}: ${data.passed}/${data.discovered} passed` : data?.paths ? `changed ${data.paths.join(', ')}` : data?.after ? `${data.path} -> ${short(data.after)}` : data?.matches ? `${data.matches.length} matches` : data?.total_lines !== undefined ? `lines ${data.start}-${data.end} of ${data.total_lines}` : '';
+        const detail = data?.status
+          ? `${data.status}: ${data.passed}/${data.discovered} passed`
+          : data?.paths
+            ? `changed ${data.paths.join(', ')}`
+            : data?.after
+              ? `${data.path} -> ${short(data.after)}`
+              : data?.matches
+                ? `${data.matches.length} matches`
+                : data?.total_lines !== undefined
+                  ? `lines ${data.start}-${data.end} of ${data.total_lines}`
+                  : '';
         return `${head} ok ${detail}${d.truncated ? ' (truncated)' : ''}`;
       }
       const data = d.data as Record<string, any> | null;

@@ -24,7 +24,10 @@ import { openStore } from './stored-trace';
 export function isInfrastructureOutcome(outcome: RunOutcome): boolean {
   const reason = outcome.record.reason;
   if (reason === 'infrastructure_error' || reason === 'host_lost') return true;
-  return reason === 'isolation_unverified' && (outcome.state.detail === 'runtime_unavailable' || outcome.state.isolation?.reason_detail === 'runtime_unavailable');
+  return (
+    reason === 'isolation_unverified' &&
+    (outcome.state.detail === 'runtime_unavailable' || outcome.state.isolation?.reason_detail === 'runtime_unavailable')
+  );
 }
 
 /** Each argument is a fixture folder (with fixture.json) or a folder of fixture folders. */
@@ -41,7 +44,10 @@ export function findFixtures(dirs: string[]): string[] {
 export function replaysOf(fixture: string): string[] {
   const dir = join(fixture, 'replays');
   if (!existsSync(dir)) return [];
-  return readdirSync(dir).filter((f) => f.endsWith('.json')).sort().map((f) => join(dir, f));
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.json'))
+    .sort()
+    .map((f) => join(dir, f));
 }
 
 export interface PlanOptions {
@@ -62,8 +68,17 @@ export function buildPlan(settings: Settings, args: string[], o: PlanOptions): E
   const taskFiles = args.filter((a) => a.endsWith('.jsonl'));
   const dirs = args.filter((a) => !a.endsWith('.jsonl'));
   const fixtures: PlannedEntry[] = [
-    ...findFixtures(dirs).map((dir) => ({ dir, replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: trusted(path) })) })),
-    ...taskFiles.flatMap((file) => readTasksFile(resolve(file)).map((t) => ({ dir: t.repo.path, repo: t.repo, replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })) }))),
+    ...findFixtures(dirs).map((dir) => ({
+      dir,
+      replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: trusted(path) })),
+    })),
+    ...taskFiles.flatMap((file) =>
+      readTasksFile(resolve(file)).map((t) => ({
+        dir: t.repo.path,
+        repo: t.repo,
+        replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })),
+      })),
+    ),
   ].filter((f) => f.replays.length > 0);
   return { fixtures, epochs: o.epochs, backend: o.backend, approver: o.approver, ...(o.hostLostS ? { host_lost_s: o.hostLostS } : {}) };
 }
@@ -114,7 +129,14 @@ async function attemptsOf(client: Client, batch: string, plan: EvalPlan, index: 
       status = described.status.name;
     }
     if (status === 'RUNNING') attempts.push({ kind: 'running', handle, workflowId });
-    else if (status === 'COMPLETED') attempts.push({ kind: 'done', outcome: await runOutcome(handle), workflowId, startedAt: described.startTime, closedAt: described.closeTime ?? null });
+    else if (status === 'COMPLETED')
+      attempts.push({
+        kind: 'done',
+        outcome: await runOutcome(handle),
+        workflowId,
+        startedAt: described.startTime,
+        closedAt: described.closeTime ?? null,
+      });
     else attempts.push({ kind: 'abnormal', status, workflowId });
   }
   return attempts;
@@ -139,8 +161,16 @@ async function pool<T, R>(items: T[], width: number, fn: (item: T) => Promise<R>
  * infrastructure get their next attempt; everything else (agent and verifier outcomes, runs
  * still going) is kept.
  */
-export async function resumeAttempts(client: Client, batch: string, plan: EvalPlan): Promise<{ attempts: string; retry: number; missing: number; kept: number }> {
-  const all = await pool(Array.from({ length: planSize(plan) }, (_, i) => i), 16, (i) => attemptsOf(client, batch, plan, i, false));
+export async function resumeAttempts(
+  client: Client,
+  batch: string,
+  plan: EvalPlan,
+): Promise<{ attempts: string; retry: number; missing: number; kept: number }> {
+  const all = await pool(
+    Array.from({ length: planSize(plan) }, (_, i) => i),
+    16,
+    (i) => attemptsOf(client, batch, plan, i, false),
+  );
   let retry = 0;
   let missing = 0;
   const attempts = all.map((as) => {
@@ -161,7 +191,24 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
   if (a.kind === 'done') return a.outcome.record;
   const run = plannedRun(plan, index);
   const fixture = plan.fixtures[run.fixture];
-  return { fixture: entryName(fixture), replay: fixture.replays[run.replay].name, status: 'failed', reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running', writes: 0, receipts: 0, red_observed: false, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {}, turns: 0, tool_calls: 0, repeated_calls: 0, empty_replies: 0, trace_id: null };
+  return {
+    fixture: entryName(fixture),
+    replay: fixture.replays[run.replay].name,
+    status: 'failed',
+    reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running',
+    writes: 0,
+    receipts: 0,
+    red_observed: false,
+    diff_paths: [],
+    candidate_tests: null,
+    acceptance: null,
+    tool_errors: {},
+    turns: 0,
+    tool_calls: 0,
+    repeated_calls: 0,
+    empty_replies: 0,
+    trace_id: null,
+  };
 }
 
 export interface Collected {
@@ -180,21 +227,40 @@ export const traceLine = (e: { seq: number; type: string; call_id?: string; data
 };
 
 /** The report of a finished batch: each run's last attempt, with its first outcome kept when it was retried. */
-export async function collectReport(client: Client, settings: Settings, batch: string, plan: EvalPlan, webUi: string | null): Promise<Collected> {
-  const all = await pool(Array.from({ length: planSize(plan) }, (_, i) => i), 16, (i) => attemptsOf(client, batch, plan, i, true));
+export async function collectReport(
+  client: Client,
+  settings: Settings,
+  batch: string,
+  plan: EvalPlan,
+  webUi: string | null,
+): Promise<Collected> {
+  const all = await pool(
+    Array.from({ length: planSize(plan) }, (_, i) => i),
+    16,
+    (i) => attemptsOf(client, batch, plan, i, true),
+  );
   const store = openStore(settings.stateDir);
   try {
     const rows = all.map((as, index) => {
-      const last = as.at(-1) ?? ({ kind: 'abnormal', status: 'MISSING', workflowId: runWorkflowId(batch, plan, plannedRun(plan, index), 1) } as Attempt);
+      const last =
+        as.at(-1) ??
+        ({ kind: 'abnormal', status: 'MISSING', workflowId: runWorkflowId(batch, plan, plannedRun(plan, index), 1) } as Attempt);
       const record = recordOf(last, plan, index);
       const first = as.length > 1 ? recordOf(as[0], plan, index) : null;
-      const run: EvalRun = { ...record, epoch: plannedRun(plan, index).epoch, ...(first ? { retried: { attempts: as.length, first: { status: first.status, reason: first.reason } } } : {}) };
-      const duration = last.kind === 'done' && last.closedAt ? Math.round((last.closedAt.getTime() - last.startedAt.getTime()) / 100) / 10 : null;
+      const run: EvalRun = {
+        ...record,
+        epoch: plannedRun(plan, index).epoch,
+        ...(first ? { retried: { attempts: as.length, first: { status: first.status, reason: first.reason } } } : {}),
+      };
+      const duration =
+        last.kind === 'done' && last.closedAt ? Math.round((last.closedAt.getTime() - last.startedAt.getTime()) / 100) / 10 : null;
       const events = last.kind === 'done' && store ? store.trace(last.outcome.state.run_id) : [];
       const extra: HtmlRunExtra = {
         duration_s: duration,
         workflow_id: last.workflowId,
-        web_ui: webUi ? `${webUi}/namespaces/${encodeURIComponent(client.options.namespace)}/workflows/${encodeURIComponent(last.workflowId)}` : null,
+        web_ui: webUi
+          ? `${webUi}/namespaces/${encodeURIComponent(client.options.namespace)}/workflows/${encodeURIComponent(last.workflowId)}`
+          : null,
         trace: events.length > 0 ? events.map(traceLine) : null,
         // A run's state from before builds were recorded has none.
         builds: last.kind === 'done' ? (last.outcome.state.builds ?? null) : null,
@@ -221,12 +287,22 @@ export function writeOutputs(outDir: string, collected: Collected, timing: Recor
   writeFileAtomic(join(outDir, 'report.json'), reportJson(collected.report));
   writeFileAtomic(join(outDir, 'report.md'), reportMarkdown(collected.report));
   writeFileAtomic(join(outDir, 'report.html'), reportHtml(collected.report, collected.extras, buildId()));
-  writeFileAtomic(join(outDir, 'timings.json'), `${JSON.stringify({ ...timing, build: buildId(), node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations, run_builds: collected.builds ?? {}, run_trace_ids: collected.traceIds }, null, 2)}\n`);
+  writeFileAtomic(
+    join(outDir, 'timings.json'),
+    `${JSON.stringify({ ...timing, build: buildId(), node: process.version, platform: `${process.platform}-${process.arch}`, cpus: cpus().length, run_durations_s: collected.durations, run_builds: collected.builds ?? {}, run_trace_ids: collected.traceIds }, null, 2)}\n`,
+  );
 }
 
 // ---- progress ----
 
-const clock = (s: number | null) => (s === null ? '?' : s >= 3600 ? `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60)}m` : s >= 60 ? `${Math.floor(s / 60)}m${s % 60}s` : `${s}s`);
+const clock = (s: number | null) =>
+  s === null
+    ? '?'
+    : s >= 3600
+      ? `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60)}m`
+      : s >= 60
+        ? `${Math.floor(s / 60)}m${s % 60}s`
+        : `${s}s`;
 
 export function progressLine(batch: string, p: EvalProgress): string {
   const width = 24;

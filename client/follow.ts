@@ -72,7 +72,13 @@ export async function followRun(
         const answer = await ask(`Approve this write? [y/N] `);
         if (answer === null) throw new StdinClosed(`standard input closed while action ${pending.action_id} awaits approval`);
         const yes = /^y(es)?$/i.test(answer.trim());
-        const approval = approvalFor(pending, yes ? 'approve' : 'reject', opts.principal, yes ? undefined : 'rejected at the terminal', `${ORIGIN}:approval:${pending.action_id}`);
+        const approval = approvalFor(
+          pending,
+          yes ? 'approve' : 'reject',
+          opts.principal,
+          yes ? undefined : 'rejected at the terminal',
+          `${ORIGIN}:approval:${pending.action_id}`,
+        );
         await sendApproval(handle, approval);
       }
     }

@@ -39,14 +39,22 @@ export function taskText(task: string | undefined, taskFile: string | undefined)
  * Opens the repository, resolves `base` to a commit and reads what the base tree says; any
  * fault is a RefusedInput. Nothing is written anywhere.
  */
-export function checkRepositoryRun(o: { path: string; task: string; base?: string; id?: string; tests?: RepoSource['tests']; acceptance?: RepoSource['acceptance'] }): CheckedRepositoryRun {
+export function checkRepositoryRun(o: {
+  path: string;
+  task: string;
+  base?: string;
+  id?: string;
+  tests?: RepoSource['tests'];
+  acceptance?: RepoSource['acceptance'];
+}): CheckedRepositoryRun {
   let repo: GitRepository;
   let commit: string;
   try {
     repo = GitRepository.open(o.path);
     commit = repo.resolveCommit(o.base ?? 'HEAD');
   } catch (err) {
-    if (err instanceof GitError && err.kind === 'unknown_ref' && o.base === undefined) throw new RefusedInput(`${o.path} has no commit yet (HEAD names none); commit something or give --base REF`);
+    if (err instanceof GitError && err.kind === 'unknown_ref' && o.base === undefined)
+      throw new RefusedInput(`${o.path} has no commit yet (HEAD names none); commit something or give --base REF`);
     if (err instanceof GitError) throw new RefusedInput(err.kind === 'unknown_ref' ? `${err.message} in ${o.path}` : err.message);
     throw err;
   }
@@ -62,7 +70,11 @@ export function checkRepositoryRun(o: { path: string; task: string; base?: strin
   if (!inspected.ok) throw new RefusedInput(inspected.detail);
   const policy = inspected.settings?.policy;
   if (policy && policy.startsWith('policy:') && !(policy.slice('policy:'.length) in APPROVAL_POLICIES)) {
-    throw new RefusedInput(`.coding-agent.json: policy: unknown approval policy ${policy} (known: ${Object.keys(APPROVAL_POLICIES).map((p) => `policy:${p}`).join(', ')})`);
+    throw new RefusedInput(
+      `.coding-agent.json: policy: unknown approval policy ${policy} (known: ${Object.keys(APPROVAL_POLICIES)
+        .map((p) => `policy:${p}`)
+        .join(', ')})`,
+    );
   }
   return { source, settings: inspected.settings, facts: inspected.facts };
 }

@@ -15,7 +15,16 @@ import type { PendingApproval, RunView } from '../core/run-view';
 import type { TraceEvent, TracePage, TraceRequest } from '../core/trace';
 import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
 import type { RunOutcome } from '../workflows/agentRun';
-import { AGENT_EVAL, AGENT_RUN, approvalSignal, evalProgressQuery, interruptSignal, stateQuery, steerSignal, traceQuery } from '../workflows/messages';
+import {
+  AGENT_EVAL,
+  AGENT_RUN,
+  approvalSignal,
+  evalProgressQuery,
+  interruptSignal,
+  stateQuery,
+  steerSignal,
+  traceQuery,
+} from '../workflows/messages';
 
 /** How long a Query may take before the command says no worker answered. */
 export const QUERY_DEADLINE_MS = 5_000;
@@ -63,7 +72,11 @@ export function queryTrace(handle: RunHandle, request: TraceRequest = {}, ms = Q
  * The events the run holds in memory after `after`, page by page. `oldest` is the oldest event it
  * still holds: events between `after` and `oldest` are in the host store only.
  */
-export async function traceSince(handle: RunHandle, after = 0, ms = QUERY_DEADLINE_MS): Promise<{ events: TraceEvent[]; oldest: number | null; newest: number }> {
+export async function traceSince(
+  handle: RunHandle,
+  after = 0,
+  ms = QUERY_DEADLINE_MS,
+): Promise<{ events: TraceEvent[]; oldest: number | null; newest: number }> {
   const events: TraceEvent[] = [];
   let page = await queryTrace(handle, { after }, ms);
   const { oldest } = page;
@@ -133,8 +146,22 @@ export class NoWorkerAnswered extends Error {
 }
 
 /** The approval of a pending action, with the digests shown to the person who decided. */
-export function approvalFor(p: PendingApproval, decision: 'approve' | 'reject', principal: string, reason: string | undefined, messageId: string): ApprovalSignal {
-  return { action_id: p.action_id, decision, args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal, ...(reason ? { reason } : {}), message_id: messageId };
+export function approvalFor(
+  p: PendingApproval,
+  decision: 'approve' | 'reject',
+  principal: string,
+  reason: string | undefined,
+  messageId: string,
+): ApprovalSignal {
+  return {
+    action_id: p.action_id,
+    decision,
+    args_digest: p.args_digest,
+    workspace_digest: p.workspace_digest,
+    principal,
+    ...(reason ? { reason } : {}),
+    message_id: messageId,
+  };
 }
 
 export function sendApproval(handle: RunHandle, approval: ApprovalSignal): Promise<void> {

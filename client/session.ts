@@ -37,11 +37,22 @@ export async function openSession(settings: Settings = readSettings()): Promise<
   const target = resolveTarget(settings);
   const embedded = target.address === null;
   const address = embedded
-    ? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address
+    ? (
+        await ensureDevServer({
+          stateDir: settings.stateDir,
+          namespace: target.namespace,
+          port: settings.devServerPort,
+          uiPort: settings.devUiPort,
+        })
+      ).address
     : target.address!;
   const connection = await connectTemporal(address, target);
   const tracing = startTracing(settings, 'coding-agent-cli');
-  const client = new Client({ connection, namespace: target.namespace, ...(tracing ? { interceptors: { workflow: [new TracingClientInterceptor()] } } : {}) });
+  const client = new Client({
+    connection,
+    namespace: target.namespace,
+    ...(tracing ? { interceptors: { workflow: [new TracingClientInterceptor()] } } : {}),
+  });
   let ensured: Promise<EnsuredWorker> | null = null;
   return {
     settings,
@@ -53,7 +64,10 @@ export async function openSession(settings: Settings = readSettings()): Promise<
     async ensureWorker() {
       if (!embedded) return null;
       ensured ??= ensureBackgroundWorker(settings).then((w) => {
-        if (w.action !== 'reused') process.stderr.write(`${w.action} the background worker ${w.record.pid} (build ${w.record.build})${w.why ? `: the previous one was replaced because ${w.why}` : ''}; log in the state folder: worker.log\n`);
+        if (w.action !== 'reused')
+          process.stderr.write(
+            `${w.action} the background worker ${w.record.pid} (build ${w.record.build})${w.why ? `: the previous one was replaced because ${w.why}` : ''}; log in the state folder: worker.log\n`,
+          );
         return w;
       });
       return ensured;

@@ -21,7 +21,9 @@ const taskLineSchema = z.strictObject({
   tests: testsSchema.optional(),
   acceptance: acceptanceSchema.extend({ dir: z.string().min(1) }).optional(),
   /** Replay names to replay files. */
-  replays: z.record(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'a replay name: letters, digits, . _ -'), z.string().min(1)).optional(),
+  replays: z
+    .record(z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'a replay name: letters, digits, . _ -'), z.string().min(1))
+    .optional(),
 });
 
 export interface PlannedTask {
@@ -57,7 +59,14 @@ export function readTasksFile(file: string): PlannedTask[] {
     seen.add(t.id);
     let checked;
     try {
-      checked = checkRepositoryRun({ path: at(t.repo), task: t.task, base: t.base, id: t.id, tests: t.tests, acceptance: t.acceptance ? { ...t.acceptance, dir: at(t.acceptance.dir) } : undefined });
+      checked = checkRepositoryRun({
+        path: at(t.repo),
+        task: t.task,
+        base: t.base,
+        id: t.id,
+        tests: t.tests,
+        acceptance: t.acceptance ? { ...t.acceptance, dir: at(t.acceptance.dir) } : undefined,
+      });
     } catch (err) {
       if (err instanceof RefusedInput) throw new RefusedInput(`${where} (task ${t.id}): ${err.message}`);
       throw err;

@@ -4,7 +4,13 @@
  * cancellations and terminations get spans too. Queries and describes do not: `run --wait`, `eval`
  * and the console ask several times a second, and a trace each would bury the runs' traces.
  */
-import type { DescribeWorkflowExecutionResponse, Next, WorkflowClientInterceptor, WorkflowDescribeInput, WorkflowQueryInput } from '@temporalio/client';
+import type {
+  DescribeWorkflowExecutionResponse,
+  Next,
+  WorkflowClientInterceptor,
+  WorkflowDescribeInput,
+  WorkflowQueryInput,
+} from '@temporalio/client';
 import { OpenTelemetryWorkflowClientInterceptor } from '@temporalio/interceptors-opentelemetry/lib/client';
 
 export class TracingClientInterceptor extends OpenTelemetryWorkflowClientInterceptor {
@@ -12,7 +18,10 @@ export class TracingClientInterceptor extends OpenTelemetryWorkflowClientInterce
     return next(input);
   }
 
-  override describe(input: WorkflowDescribeInput, next: Next<WorkflowClientInterceptor, 'describe'>): Promise<DescribeWorkflowExecutionResponse> {
+  override describe(
+    input: WorkflowDescribeInput,
+    next: Next<WorkflowClientInterceptor, 'describe'>,
+  ): Promise<DescribeWorkflowExecutionResponse> {
     return next(input);
   }
 }

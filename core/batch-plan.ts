@@ -49,4 +49,3 @@ export function runWorkflowId(batch: string, plan: EvalPlan, run: PlannedRun, at
   const name = entryName(fixture);
   return `${batch}/${name}/${fixture.replays[run.replay].name}/e${run.epoch}${attempt > 1 ? `~${attempt}` : ''}`;
 }
-

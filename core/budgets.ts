@@ -17,7 +17,8 @@ export function budgetStop(
   if (msLeft <= 0) return 'deadline';
   if (used.turns >= budgets.max_turns) return 'max_turns';
   if (used.tool_calls >= budgets.max_tool_calls) return 'max_tool_calls';
-  if (budgets.max_model_tokens !== undefined && tokens !== null && tokens.input_tokens + tokens.output_tokens >= budgets.max_model_tokens) return 'max_model_tokens';
+  if (budgets.max_model_tokens !== undefined && tokens !== null && tokens.input_tokens + tokens.output_tokens >= budgets.max_model_tokens)
+    return 'max_model_tokens';
   return null;
 }
 

@@ -17,7 +17,10 @@ function side(key: string, d: Distribution | null): string {
 }
 
 function row(c: BehaviourComparison): string {
-  const diff = c.diff === null ? `<td>${esc(c.missing ?? '-')}</td>` : `<td class="num diff">${signed(c.key, c.diff.value)} <span class="ci">[${signed(c.key, c.diff.low)}, ${signed(c.key, c.diff.high)}]</span></td>`;
+  const diff =
+    c.diff === null
+      ? `<td>${esc(c.missing ?? '-')}</td>`
+      : `<td class="num diff">${signed(c.key, c.diff.value)} <span class="ci">[${signed(c.key, c.diff.low)}, ${signed(c.key, c.diff.high)}]</span></td>`;
   return `<tr class="behaviour${c.outside ? ' outside' : ''}" data-behaviour="${c.key}"><th scope="row">${esc(c.label)}${c.outside ? ' <span class="mark" title="the interval of B - A excludes 0">*</span>' : ''}</th>${side(c.key, c.a)}${side(c.key, c.b)}${diff}</tr>`;
 }
 
@@ -30,7 +33,9 @@ function group(g: BehaviourGroup): string {
 
 export function comparisonHtml(c: Comparison, names: { a: string; b: string }): string {
   const b = c.behaviours;
-  const outside = [b.overall, ...b.per_fixture].flatMap((g) => g.behaviours.filter((x) => x.outside).map((x) => `${g.fixture ?? 'overall'}: ${x.label} ${signed(x.key, x.diff!.value)}`));
+  const outside = [b.overall, ...b.per_fixture].flatMap((g) =>
+    g.behaviours.filter((x) => x.outside).map((x) => `${g.fixture ?? 'overall'}: ${x.label} ${signed(x.key, x.diff!.value)}`),
+  );
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Comparison of two evaluation reports</title>
 <style>

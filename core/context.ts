@@ -79,7 +79,10 @@ const HEAD_TAIL = 600;
 export function shortenResult(result: ToolResult, maxTokens: number): { result: ToolResult; shortened: boolean } {
   if (estimateTokens(result) <= maxTokens) return { result, shortened: false };
   const cut = (v: unknown): unknown => {
-    if (typeof v === 'string') return v.length <= 2 * HEAD_TAIL ? v : `${v.slice(0, HEAD_TAIL)}\n… [${v.length - 2 * HEAD_TAIL} characters left out; the full result is kept by the harness] …\n${v.slice(-HEAD_TAIL)}`;
+    if (typeof v === 'string')
+      return v.length <= 2 * HEAD_TAIL
+        ? v
+        : `${v.slice(0, HEAD_TAIL)}\n… [${v.length - 2 * HEAD_TAIL} characters left out; the full result is kept by the harness] …\n${v.slice(-HEAD_TAIL)}`;
     if (Array.isArray(v)) return v.length <= 10 ? v.map(cut) : [...v.slice(0, 10).map(cut), `… ${v.length - 10} more entries left out`];
     if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, cut(x)]));
     return v;
@@ -171,7 +174,11 @@ export function buildContext(facts: RunFacts, groups: ContextGroup[], budgetToke
   // Pinned groups first (an orchestrator's dispatches and its tasks' results), then the latest failure.
   for (let i = 0; i < fitted.length; i++) if (isPinned(fitted[i])) take(i);
   let latestFailure = -1;
-  for (let i = fitted.length - 1; i >= 0; i--) if (isFailure(fitted[i])) { latestFailure = i; break; }
+  for (let i = fitted.length - 1; i >= 0; i--)
+    if (isFailure(fitted[i])) {
+      latestFailure = i;
+      break;
+    }
   if (latestFailure >= 0 && !chosen.has(latestFailure)) take(latestFailure);
   for (let i = fitted.length - 1; i >= 0; i--) {
     if (chosen.has(i)) continue;
@@ -190,5 +197,12 @@ export function buildContext(facts: RunFacts, groups: ContextGroup[], budgetToke
     state = `${state}\n\n${note}`;
   }
   const summary = `${stable}\n\n${state}`;
-  return { stable, state, summary, groups: kept, compaction, estimated_tokens: estimateTokens(summary) + kept.reduce((n, g) => n + estimateTokens(g), 0) };
+  return {
+    stable,
+    state,
+    summary,
+    groups: kept,
+    compaction,
+    estimated_tokens: estimateTokens(summary) + kept.reduce((n, g) => n + estimateTokens(g), 0),
+  };
 }

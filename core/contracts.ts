@@ -7,7 +7,6 @@ import { matching } from './patterns';
 import type { ErrorCode } from './errors';
 import { promptVersionSchema, type PromptRef } from './prompt';
 
-
 const digest = matching(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 digest');
 export const CALL_ID = /^[A-Za-z0-9_.:-]{1,64}$/;
 
@@ -95,13 +94,27 @@ export const EGRESS_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH',
 export const DEFAULT_EGRESS_METHODS: readonly (typeof EGRESS_METHODS)[number][] = ['GET', 'HEAD', 'OPTIONS'];
 
 /** Headers the proxy owns or that frame the message: a credential may not name them. */
-const RESERVED_HEADERS = new Set(['host', 'connection', 'content-length', 'transfer-encoding', 'proxy-connection', 'proxy-authorization', 'te', 'upgrade', 'via', 'x-forwarded-for']);
+const RESERVED_HEADERS = new Set([
+  'host',
+  'connection',
+  'content-length',
+  'transfer-encoding',
+  'proxy-connection',
+  'proxy-authorization',
+  'te',
+  'upgrade',
+  'via',
+  'x-forwarded-for',
+]);
 
 /** `setup`: commands run in the run's container before the first decision (SPEC section 11). */
 export const setupSchema = z.strictObject({
   commands: z.array(command).min(1).max(32),
   /** For all the commands together. */
-  timeout_s: z.number().positive().max(24 * 3600),
+  timeout_s: z
+    .number()
+    .positive()
+    .max(24 * 3600),
 });
 export type SetupSpec = z.infer<typeof setupSchema>;
 
@@ -150,7 +163,12 @@ export const egressSchema = z
   })
   .superRefine((e, ctx) => {
     for (const [i, c] of (e.credentials ?? []).entries()) {
-      if (!e.allow.some((a) => covers(a, c.host))) ctx.addIssue({ code: 'custom', path: ['credentials', i, 'host'], message: `${c.host} is not allowed by egress.allow, so no request could carry this header` });
+      if (!e.allow.some((a) => covers(a, c.host)))
+        ctx.addIssue({
+          code: 'custom',
+          path: ['credentials', i, 'host'],
+          message: `${c.host} is not allowed by egress.allow, so no request could carry this header`,
+        });
     }
   });
 export type EgressSpec = z.infer<typeof egressSchema>;
@@ -235,9 +253,13 @@ export interface Replay {
 export const replaySchema: z.ZodType<Replay> = z.strictObject({
   schema_version: z.literal(1),
   decisions: z.array(decisionSchema),
-  children: z.record(z.string().min(1).max(120), z.lazy(() => replaySchema)).optional(),
+  children: z
+    .record(
+      z.string().min(1).max(120),
+      z.lazy(() => replaySchema),
+    )
+    .optional(),
 });
-
 
 /**
  * A model endpoint, as the worker's operator lists it in the providers file (SPEC section 9): the
@@ -259,7 +281,10 @@ export type Endpoint = z.infer<typeof endpointSchema>;
 
 export const providersFileSchema = z
   .strictObject({ schema_version: z.literal(1), endpoints: z.array(endpointSchema) })
-  .refine((f) => new Set(f.endpoints.map((e) => e.name)).size === f.endpoints.length, { message: 'endpoint names must be unique', path: ['endpoints'] });
+  .refine((f) => new Set(f.endpoints.map((e) => e.name)).size === f.endpoints.length, {
+    message: 'endpoint names must be unique',
+    path: ['endpoints'],
+  });
 export type ProvidersFile = z.infer<typeof providersFileSchema>;
 
 /** Where decisions come from: a replay file, or a model behind one of the operator's endpoints. */
@@ -336,7 +361,10 @@ export const repoSourceSchema = z.strictObject({
   /** A folder with `.git`, or a bare repository; absolute, or relative to the worker's working directory. */
   path: z.string().min(1),
   base_commit: matching(COMMIT_ID, 'a full commit id (40 or 64 hex digits)'),
-  task: z.string().min(1).max(64 * 1024),
+  task: z
+    .string()
+    .min(1)
+    .max(64 * 1024),
   /** The run's name in records (a batch task's id); default the repository folder's name. */
   id: matching(FIXTURE_ID, 'id: lowercase letters, digits, . _ - (at most 64)').optional(),
   tests: testsSchema.optional(),
@@ -344,29 +372,39 @@ export const repoSourceSchema = z.strictObject({
 });
 export type RepoSource = z.infer<typeof repoSourceSchema>;
 
-export const runInputSchema = z.strictObject({
-  /** Fixture folder, absolute or relative to the worker's working directory. */
-  fixture: z.string().min(1).optional(),
-  /** A repository run instead of a fixture (exactly one of the two). */
-  repo: repoSourceSchema.optional(),
-  source: decisionSourceSchema,
-  /** The docker backend's image for this run (default: the repository's settings, else the worker's sandbox image). */
-  image: z.string().min(1).max(256).optional(),
-  backend: z.enum(['local', 'docker']).default('local'),
-  approver: approverSchema.default('interactive'),
-  budgets: budgetsSchema.partial().optional(),
-  /**
-   * Seconds a task for the run's host may wait unpolled before the run ends `failed` /
-   * `host_lost` (default 600): the host that holds its workspace is taken as gone.
-   */
-  host_lost_s: z.number().int().min(1).max(7 * 24 * 3600).optional(),
-  /** Sub-runs: the orchestration tools, and how many tasks. */
-  subruns: subrunsSchema.optional(),
-  /** The prompt version a live source uses (`v1`, `v2`...); default: the worker's newest. */
-  prompt: promptVersionSchema.optional(),
-  /** Set only by a parent run for the child run of one of its tasks. */
-  child: childSchema.optional(),
-}).refine((input) => (input.fixture === undefined) !== (input.repo === undefined), { message: 'a run works on a fixture or on a repository: give exactly one of fixture and repo', path: ['fixture'] });
+export const runInputSchema = z
+  .strictObject({
+    /** Fixture folder, absolute or relative to the worker's working directory. */
+    fixture: z.string().min(1).optional(),
+    /** A repository run instead of a fixture (exactly one of the two). */
+    repo: repoSourceSchema.optional(),
+    source: decisionSourceSchema,
+    /** The docker backend's image for this run (default: the repository's settings, else the worker's sandbox image). */
+    image: z.string().min(1).max(256).optional(),
+    backend: z.enum(['local', 'docker']).default('local'),
+    approver: approverSchema.default('interactive'),
+    budgets: budgetsSchema.partial().optional(),
+    /**
+     * Seconds a task for the run's host may wait unpolled before the run ends `failed` /
+     * `host_lost` (default 600): the host that holds its workspace is taken as gone.
+     */
+    host_lost_s: z
+      .number()
+      .int()
+      .min(1)
+      .max(7 * 24 * 3600)
+      .optional(),
+    /** Sub-runs: the orchestration tools, and how many tasks. */
+    subruns: subrunsSchema.optional(),
+    /** The prompt version a live source uses (`v1`, `v2`...); default: the worker's newest. */
+    prompt: promptVersionSchema.optional(),
+    /** Set only by a parent run for the child run of one of its tasks. */
+    child: childSchema.optional(),
+  })
+  .refine((input) => (input.fixture === undefined) !== (input.repo === undefined), {
+    message: 'a run works on a fixture or on a repository: give exactly one of fixture and repo',
+    path: ['fixture'],
+  });
 export type RunInput = z.input<typeof runInputSchema>;
 export type ParsedRunInput = z.output<typeof runInputSchema>;
 
@@ -415,14 +453,7 @@ export interface IsolationEvidence {
 
 // ---- verification, statuses and the record (sections 6-7) ----
 
-export type RunStatus =
-  | 'running'
-  | 'awaiting_approval'
-  | 'verifying'
-  | 'completed'
-  | 'failed'
-  | 'cancelled'
-  | 'budget_exhausted';
+export type RunStatus = 'running' | 'awaiting_approval' | 'verifying' | 'completed' | 'failed' | 'cancelled' | 'budget_exhausted';
 
 export const TERMINAL_STATUSES: ReadonlySet<RunStatus> = new Set(['completed', 'failed', 'cancelled', 'budget_exhausted']);
 

@@ -20,7 +20,7 @@ export const ERROR_CODES = {
   approval_rejected: 'Propose something else: a human or policy rejected this action.',
   approval_stale: 'Read again, then propose again: the workspace changed while the approval was pending.',
   interrupted: 'The user interrupted this turn before the call ran; follow their next message.',
-  unknown_task: 'Copy a task_id from the roster or from dispatch_task\'s result: this one names no task of this run.',
+  unknown_task: "Copy a task_id from the roster or from dispatch_task's result: this one names no task of this run.",
   task_not_accepting: 'This task cannot take a message now (see its status); dispatch a new task or wait for it to end.',
   merge_conflict: 'Your files changed underneath the task: read them, then merge by hand with apply_patch or dispatch again.',
 } as const;

@@ -24,7 +24,8 @@ export const FAILURE_TYPES = {
   InfrastructureError: {
     type: 'InfrastructureError',
     reason: 'infrastructure_error',
-    meaning: 'the host cannot do it, the same way on every attempt: a permission error, a missing runtime, a backend this worker lacks, an unreadable providers file or test report',
+    meaning:
+      'the host cannot do it, the same way on every attempt: a permission error, a missing runtime, a backend this worker lacks, an unreadable providers file or test report',
   },
   DataError: {
     type: 'DataError',
@@ -34,7 +35,8 @@ export const FAILURE_TYPES = {
   ProtocolError: {
     type: 'ProtocolError',
     reason: 'harness_error',
-    meaning: 'the workflow and its activities disagree (a harness defect): a stored call that is not the one named, a transcript call without its result, apply_patch sent as a read-only tool',
+    meaning:
+      'the workflow and its activities disagree (a harness defect): a stored call that is not the one named, a transcript call without its result, apply_patch sent as a read-only tool',
   },
   ReplayFileError: {
     type: 'ReplayFileError',
@@ -71,5 +73,7 @@ export const RETRIES_EXHAUSTED_REASON: ActivityFailureReason = 'activity_failed'
 
 /** The run's reason for an activity failure of `type` (an `ApplicationFailure.type`). */
 export function activityFailureReason(type: string | null | undefined): ActivityFailureReason {
-  return Object.prototype.hasOwnProperty.call(ACTIVITY_FAILURE_REASONS, type ?? '') ? ACTIVITY_FAILURE_REASONS[type as FailureTypeName] : RETRIES_EXHAUSTED_REASON;
+  return Object.prototype.hasOwnProperty.call(ACTIVITY_FAILURE_REASONS, type ?? '')
+    ? ACTIVITY_FAILURE_REASONS[type as FailureTypeName]
+    : RETRIES_EXHAUSTED_REASON;
 }

@@ -56,7 +56,8 @@ export function toolTextProblems(tools: z.output<typeof toolsFileSchema>['tools'
     }
     const fields = Object.keys(argumentShape(name));
     for (const field of fields.filter((f) => !(f in texts.arguments))) problems.push(`${name}.arguments.${field}: missing`);
-    for (const field of Object.keys(texts.arguments).filter((f) => !fields.includes(f))) problems.push(`${name}.arguments.${field}: no such argument`);
+    for (const field of Object.keys(texts.arguments).filter((f) => !fields.includes(f)))
+      problems.push(`${name}.arguments.${field}: no such argument`);
   }
   return problems;
 }

@@ -41,7 +41,8 @@ const pattern = z.string().superRefine((p, ctx) => {
 const repoFolder = z.string().superRefine((p, ctx) => {
   const checked = normalizeRepoPath(p);
   if (!checked.ok) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(p)}: ${checked.reason}` });
-  else if (checked.path !== p) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(p)}: write it as ${JSON.stringify(checked.path)}` });
+  else if (checked.path !== p)
+    ctx.addIssue({ code: 'custom', message: `${JSON.stringify(p)}: write it as ${JSON.stringify(checked.path)}` });
 });
 
 /**
@@ -107,7 +108,11 @@ export interface TreeView {
 
 export type Detection = { ok: true; tests: TestsSpec; detected: string } | { ok: false; detail: string };
 
-const PYTEST: TestsSpec = { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider'], format: 'pytest', timeout_s: DETECTED_TESTS_TIMEOUT_S };
+const PYTEST: TestsSpec = {
+  command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider'],
+  format: 'pytest',
+  timeout_s: DETECTED_TESTS_TIMEOUT_S,
+};
 
 /**
  * The test command when the settings name none: pytest when pyproject.toml, pytest.ini, setup.cfg
@@ -117,10 +122,12 @@ const PYTEST: TestsSpec = { command: ['python3', '-m', 'pytest', '-q', '-p', 'no
  */
 export function detectTests(tree: TreeView): Detection {
   const pyproject = tree.read('pyproject.toml');
-  if (pyproject !== null && /^\s*\[tool\.pytest[.\]]/m.test(pyproject)) return { ok: true, tests: PYTEST, detected: 'pytest ([tool.pytest...] in pyproject.toml)' };
+  if (pyproject !== null && /^\s*\[tool\.pytest[.\]]/m.test(pyproject))
+    return { ok: true, tests: PYTEST, detected: 'pytest ([tool.pytest...] in pyproject.toml)' };
   if (tree.has('pytest.ini')) return { ok: true, tests: PYTEST, detected: 'pytest (pytest.ini)' };
   const setupCfg = tree.read('setup.cfg');
-  if (setupCfg !== null && /^\s*\[tool:pytest\]/m.test(setupCfg)) return { ok: true, tests: PYTEST, detected: 'pytest ([tool:pytest] in setup.cfg)' };
+  if (setupCfg !== null && /^\s*\[tool:pytest\]/m.test(setupCfg))
+    return { ok: true, tests: PYTEST, detected: 'pytest ([tool:pytest] in setup.cfg)' };
   const pythonTests = [...tree.paths()].some((p) => /^tests?\/(.*\/)?(test_[^/]*|[^/]*_test|conftest)\.py$/.test(p));
   if (pythonTests) return { ok: true, tests: PYTEST, detected: 'pytest (Python test files under tests/)' };
   if (pyproject !== null && /\bpytest\b/.test(pyproject)) return { ok: true, tests: PYTEST, detected: 'pytest (named in pyproject.toml)' };
@@ -137,12 +144,22 @@ export function detectTests(tree: TreeView): Detection {
       const words = script.trim().split(/\s+/);
       const plain = words.every((w) => /^[A-Za-z0-9_./=:@+-]+$/.test(w));
       if (plain && words[0] === 'node' && words.includes('--test')) {
-        return { ok: true, tests: { command: words, format: 'node-test', timeout_s: DETECTED_TESTS_TIMEOUT_S }, detected: `node:test (package.json's test script ${JSON.stringify(script)}, counted through the junit reporter)` };
+        return {
+          ok: true,
+          tests: { command: words, format: 'node-test', timeout_s: DETECTED_TESTS_TIMEOUT_S },
+          detected: `node:test (package.json's test script ${JSON.stringify(script)}, counted through the junit reporter)`,
+        };
       }
-      return { ok: false, detail: `package.json's test script ${JSON.stringify(script)} is not \`node --test ...\`, and its runner's counts cannot be read without a JUnit report; ${HOW_TO_NAME_TESTS}` };
+      return {
+        ok: false,
+        detail: `package.json's test script ${JSON.stringify(script)} is not \`node --test ...\`, and its runner's counts cannot be read without a JUnit report; ${HOW_TO_NAME_TESTS}`,
+      };
     }
   }
-  return { ok: false, detail: `no test command found (no pytest configuration, Python tests under tests/, or a package.json test script); ${HOW_TO_NAME_TESTS}` };
+  return {
+    ok: false,
+    detail: `no test command found (no pytest configuration, Python tests under tests/, or a package.json test script); ${HOW_TO_NAME_TESTS}`,
+  };
 }
 
 export const HOW_TO_NAME_TESTS =
@@ -205,6 +222,11 @@ export function repositorySpec(o: {
 /** A repository's name as records show it: its folder's name without `.git`, in the id alphabet. */
 export function repositoryName(path: string): string {
   const base = path.replace(/\/+$/, '').split('/').pop() ?? 'repository';
-  const name = base.replace(/\.git$/, '').toLowerCase().replace(/[^a-z0-9._-]+/g, '-').replace(/^[^a-z0-9]+/, '').slice(0, 64);
+  const name = base
+    .replace(/\.git$/, '')
+    .toLowerCase()
+    .replace(/[^a-z0-9._-]+/g, '-')
+    .replace(/^[^a-z0-9]+/, '')
+    .slice(0, 64);
   return name === '' ? 'repository' : name;
 }

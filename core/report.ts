@@ -76,7 +76,15 @@ export function buildReport(records: EvalRun[]): EvalReport {
     summary.epochs = epochs;
     summary.per_fixture = [...pairs.values()].map((rs) => {
       const c = rs.filter((r) => r.status === 'completed').length;
-      return { fixture: rs[0].fixture, replay: rs[0].replay, n: rs.length, completed: c, pass_at_1: round(c / rs.length), pass_at_k: round(passAtK(rs.length, c, Math.min(epochs, rs.length))), pass_all_k: c === rs.length };
+      return {
+        fixture: rs[0].fixture,
+        replay: rs[0].replay,
+        n: rs.length,
+        completed: c,
+        pass_at_1: round(c / rs.length),
+        pass_at_k: round(passAtK(rs.length, c, Math.min(epochs, rs.length))),
+        pass_all_k: c === rs.length,
+      };
     });
     summary.flaky = [...pairs.values()]
       .map((rs) => ({ fixture: rs[0].fixture, replay: rs[0].replay, outcomes: [...new Set(rs.map(outcomeOf))].sort() }))
@@ -122,9 +130,15 @@ export function reportMarkdown(report: EvalReport): string {
   const s = report.summary;
   const lines = ['# Evaluation report', '', `${s.runs} runs: ${s.completed} completed, ${s.failed} not completed.`, ''];
   if (s.per_fixture) {
-    lines.push(`${s.epochs} epochs. Flaky: ${s.flaky!.length === 0 ? 'none' : s.flaky!.map((f) => `${f.fixture}/${f.replay} (${f.outcomes.join(' vs ')})`).join(', ')}.`, '');
+    lines.push(
+      `${s.epochs} epochs. Flaky: ${s.flaky!.length === 0 ? 'none' : s.flaky!.map((f) => `${f.fixture}/${f.replay} (${f.outcomes.join(' vs ')})`).join(', ')}.`,
+      '',
+    );
     lines.push('| fixture | replay | runs | completed | pass@1 | pass@k | pass all k |', '|---|---|---|---|---|---|---|');
-    for (const p of s.per_fixture) lines.push(`| ${p.fixture} | ${p.replay ?? ''} | ${p.n} | ${p.completed} | ${p.pass_at_1} | ${p.pass_at_k} | ${p.pass_all_k ? 'yes' : 'no'} |`);
+    for (const p of s.per_fixture)
+      lines.push(
+        `| ${p.fixture} | ${p.replay ?? ''} | ${p.n} | ${p.completed} | ${p.pass_at_1} | ${p.pass_at_k} | ${p.pass_all_k ? 'yes' : 'no'} |`,
+      );
     lines.push('');
   }
   lines.push(
@@ -135,9 +149,13 @@ export function reportMarkdown(report: EvalReport): string {
     const tests = r.candidate_tests ? `${r.candidate_tests.passed}/${r.candidate_tests.discovered}` : '-';
     const acceptance = r.acceptance ? `${r.acceptance.passed}/${r.acceptance.total}` : '-';
     const failed = r.acceptance?.failed.join(', ') || '';
-    const errors = Object.entries(r.tool_errors).map(([k, v]) => `${k} ${v}`).join(', ');
+    const errors = Object.entries(r.tool_errors)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ');
     const retried = r.retried ? `${r.retried.attempts} attempts, first ${outcomeOf(r.retried.first as RunRecord)}` : '';
-    lines.push(`| ${r.fixture} | ${r.replay ?? ''} | ${r.epoch} | ${r.status} | ${r.reason ?? ''} | ${r.writes} | ${r.receipts} | ${r.red_observed ? 'yes' : 'no'} | ${tests} | ${acceptance} | ${failed} | ${errors} | ${retried} |`);
+    lines.push(
+      `| ${r.fixture} | ${r.replay ?? ''} | ${r.epoch} | ${r.status} | ${r.reason ?? ''} | ${r.writes} | ${r.receipts} | ${r.red_observed ? 'yes' : 'no'} | ${tests} | ${acceptance} | ${failed} | ${errors} | ${retried} |`,
+    );
   }
   return `${lines.join('\n')}\n`;
 }
@@ -178,8 +196,10 @@ const runKey = (r: EvalRun) => `${key(r)}\u0000${r.epoch}`;
 /** Pairs the runs of two reports by (fixture, replay, epoch); refuses reports of different run sets. */
 export function compareReports(a: EvalReport, b: EvalReport): Comparison {
   const inB = new Map(b.runs.map((r) => [runKey(r), r]));
-  const missing = a.runs.filter((r) => !inB.has(runKey(r))).length + b.runs.filter((r) => !new Set(a.runs.map(runKey)).has(runKey(r))).length;
-  if (missing > 0 || a.runs.length !== b.runs.length) throw new Error(`the reports do not hold the same runs (${missing} runs are in only one of them): their denominators differ`);
+  const missing =
+    a.runs.filter((r) => !inB.has(runKey(r))).length + b.runs.filter((r) => !new Set(a.runs.map(runKey)).has(runKey(r))).length;
+  if (missing > 0 || a.runs.length !== b.runs.length)
+    throw new Error(`the reports do not hold the same runs (${missing} runs are in only one of them): their denominators differ`);
   const flips: Flip[] = [];
   const perFixture = new Map<string, { b: number; c: number }>();
   for (const ra of a.runs) {
@@ -191,7 +211,14 @@ export function compareReports(a: EvalReport, b: EvalReport): Comparison {
     if (pa === pb) continue;
     if (pa) counts.b++;
     else counts.c++;
-    flips.push({ fixture: ra.fixture, replay: ra.replay, epoch: ra.epoch, a: outcomeOf(ra), b: outcomeOf(rb), direction: pa ? 'lost' : 'gained' });
+    flips.push({
+      fixture: ra.fixture,
+      replay: ra.replay,
+      epoch: ra.epoch,
+      a: outcomeOf(ra),
+      b: outcomeOf(rb),
+      direction: pa ? 'lost' : 'gained',
+    });
   }
   const bTotal = flips.filter((f) => f.direction === 'lost').length;
   const cTotal = flips.length - bTotal;
@@ -200,7 +227,9 @@ export function compareReports(a: EvalReport, b: EvalReport): Comparison {
     runs: a.runs.length,
     flips,
     mcnemar: { b: bTotal, c: cTotal, p: mcnemarExact(bTotal, cTotal) },
-    per_fixture: [...perFixture.entries()].sort(([x], [y]) => cmp(x, y)).map(([fixture, n]) => ({ fixture, ...n, p: mcnemarExact(n.b, n.c) })),
+    per_fixture: [...perFixture.entries()]
+      .sort(([x], [y]) => cmp(x, y))
+      .map(([fixture, n]) => ({ fixture, ...n, p: mcnemarExact(n.b, n.c) })),
     behaviours: compareBehaviours(pairs),
   };
 }
@@ -235,7 +264,10 @@ const BEHAVIOURS: Behaviour[] = [
     key: 'tool_error_rate',
     label: 'tool error rate',
     digits: 3,
-    of: (r) => (typeof r.tool_calls === 'number' ? { num: Object.values(r.tool_errors).reduce((x: number, y) => x + (y ?? 0), 0), den: r.tool_calls } : null),
+    of: (r) =>
+      typeof r.tool_calls === 'number'
+        ? { num: Object.values(r.tool_errors).reduce((x: number, y) => x + (y ?? 0), 0), den: r.tool_calls }
+        : null,
   },
   { key: 'repeated_calls', label: 'repeated calls', digits: 2, of: (r) => figure(r.repeated_calls) },
   { key: 'empty_replies', label: 'empty replies', digits: 2, of: (r) => figure(r.empty_replies) },
@@ -365,11 +397,20 @@ function compareGroup(fixture: string | null, pairs: Pair[]): BehaviourGroup {
     const sum = (xs: number[]) => xs.reduce((x, y) => x + y, 0);
     const interval = (xs: number[], value: number): Estimate => {
       const sorted = [...xs].sort((x, y) => x - y);
-      return { value: tidy(value), low: tidy(quantile(sorted, (1 - CONFIDENCE) / 2)), high: tidy(quantile(sorted, 1 - (1 - CONFIDENCE) / 2)) };
+      return {
+        value: tidy(value),
+        low: tidy(quantile(sorted, (1 - CONFIDENCE) / 2)),
+        high: tidy(quantile(sorted, 1 - (1 - CONFIDENCE) / 2)),
+      };
     };
     const distribution = (num: number[], den: number[], draw: number[]): Distribution => {
       const per = num.map((n, i) => ratio(n, den[i])).sort((x, y) => x - y);
-      return { ...interval(draw, ratio(sum(num), sum(den))), min: tidy(per[0]), median: tidy(quantile(per, 0.5)), max: tidy(per[per.length - 1]) };
+      return {
+        ...interval(draw, ratio(sum(num), sum(den))),
+        min: tidy(per[0]),
+        median: tidy(quantile(per, 0.5)),
+        max: tidy(per[per.length - 1]),
+      };
     };
     const da = distribution(aNum, aDen, draws.a);
     const db = distribution(bNum, bDen, draws.b);
@@ -386,7 +427,12 @@ function compareBehaviours(pairs: Pair[]): Behaviours {
   return {
     method: { confidence: CONFIDENCE, resamples: RESAMPLES, seed: SEED, strata: 'fixture and replay' },
     overall: compareGroup(null, pairs),
-    per_fixture: fixtures.map((f) => compareGroup(f, pairs.filter((p) => p.a.fixture === f))),
+    per_fixture: fixtures.map((f) =>
+      compareGroup(
+        f,
+        pairs.filter((p) => p.a.fixture === f),
+      ),
+    ),
   };
 }
 
@@ -398,7 +444,8 @@ export function behaviourLine(c: BehaviourComparison): string {
   const n = bh.digits;
   const name = c.label.padEnd(16);
   if (c.a === null || c.b === null || c.diff === null) return `  ${name} - (${c.missing})`;
-  const side = (d: Distribution) => `${d.value.toFixed(n)} [${d.low.toFixed(n)}, ${d.high.toFixed(n)}] (${d.min.toFixed(n)}..${d.max.toFixed(n)})`;
+  const side = (d: Distribution) =>
+    `${d.value.toFixed(n)} [${d.low.toFixed(n)}, ${d.high.toFixed(n)}] (${d.min.toFixed(n)}..${d.max.toFixed(n)})`;
   return `${c.outside ? '*' : ' '} ${name} A ${side(c.a)}   B ${side(c.b)}   B-A ${signed(c.diff.value, n)} [${signed(c.diff.low, n)}, ${signed(c.diff.high, n)}]`;
 }
 
@@ -411,7 +458,9 @@ export function behavioursText(b: Behaviours): string[] {
     lines.push(`${g.fixture ?? 'overall'} (${g.runs} paired runs)`);
     for (const c of g.behaviours) lines.push(behaviourLine(c));
   }
-  const outside = [b.overall, ...b.per_fixture].flatMap((g) => g.behaviours.filter((c) => c.outside).map((c) => `${g.fixture ?? 'overall'} ${c.label} ${signed(c.diff!.value, 3)}`));
+  const outside = [b.overall, ...b.per_fixture].flatMap((g) =>
+    g.behaviours.filter((c) => c.outside).map((c) => `${g.fixture ?? 'overall'} ${c.label} ${signed(c.diff!.value, 3)}`),
+  );
   lines.push(outside.length === 0 ? 'no difference outside its interval' : `differences outside their interval: ${outside.join('; ')}`);
   return lines;
 }

@@ -1,7 +1,17 @@
 /**
  * What the `state` query returns and how a run's record (SPEC section 7) is derived from it.
  */
-import type { Budgets, EgressSummary, IsolationEvidence, PreparedAction, RunRecord, RunStatus, SubrunCounts, Usage, VerifierFindings } from './contracts';
+import type {
+  Budgets,
+  EgressSummary,
+  IsolationEvidence,
+  PreparedAction,
+  RunRecord,
+  RunStatus,
+  SubrunCounts,
+  Usage,
+  VerifierFindings,
+} from './contracts';
 import type { ErrorCode } from './errors';
 import type { PromptRef } from './prompt';
 
@@ -126,7 +136,9 @@ export function buildRecord(view: RunView): RunRecord {
     receipts: view.counters.receipts,
     red_observed: view.red_observed,
     diff_paths: v ? v.diff_paths : view.diff_paths,
-    candidate_tests: v ? { discovered: v.candidate_tests.discovered, passed: v.candidate_tests.passed, failed: v.candidate_tests.failed } : null,
+    candidate_tests: v
+      ? { discovered: v.candidate_tests.discovered, passed: v.candidate_tests.passed, failed: v.candidate_tests.failed }
+      : null,
     acceptance: v?.acceptance ? { total: v.acceptance.total, passed: v.acceptance.passed, failed: v.acceptance.failed } : null,
     tool_errors: Object.fromEntries(Object.entries(view.tool_errors).sort(([a], [b]) => (a < b ? -1 : 1))),
     turns: view.counters.turns,
@@ -138,7 +150,15 @@ export function buildRecord(view: RunView): RunRecord {
     // Absent from the state of a run that started before prompts were versioned.
     ...(view.prompt ? { prompt: view.prompt } : {}),
     ...(view.subruns !== null
-      ? { subruns: view.subruns.counts, tasks: view.subruns.tasks.map((t) => ({ task_id: t.task_id, title: t.title, status: t.status === 'starting' ? 'running' : t.status, reason: t.reason })) }
+      ? {
+          subruns: view.subruns.counts,
+          tasks: view.subruns.tasks.map((t) => ({
+            task_id: t.task_id,
+            title: t.title,
+            status: t.status === 'starting' ? 'running' : t.status,
+            reason: t.reason,
+          })),
+        }
       : {}),
     ...(view.setup ? { egress: { allowed: view.setup.egress.allowed, denied: view.setup.egress.denied } } : {}),
     trace_id: view.trace_id ?? null,

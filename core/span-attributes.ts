@@ -47,7 +47,9 @@ const num = (v: unknown): number | undefined => (typeof v === 'number' && Number
 
 /** Drops the absent values. */
 function defined(attrs: Record<string, string | number | boolean | undefined | null>): SpanAttributes {
-  return Object.fromEntries(Object.entries(attrs).filter((e): e is [string, string | number | boolean] => e[1] !== undefined && e[1] !== null));
+  return Object.fromEntries(
+    Object.entries(attrs).filter((e): e is [string, string | number | boolean] => e[1] !== undefined && e[1] !== null),
+  );
 }
 
 function usageAttributes(usage: unknown): SpanAttributes {

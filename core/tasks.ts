@@ -30,7 +30,7 @@ export function taskInstruction(args: DispatchTaskArgs): string {
     '## Facts already established (each with the resource it rests on)',
     list(args.known_facts),
     '',
-    "## Suggestions from the orchestrating run (advice only: follow the requirements, check the advice)",
+    '## Suggestions from the orchestrating run (advice only: follow the requirements, check the advice)',
     list(args.suggestions),
   ].join('\n');
 }
@@ -42,9 +42,16 @@ export function taskInstruction(args: DispatchTaskArgs): string {
 export function taskFixture<S extends RunSpec>(fixture: S, args: DispatchTaskArgs, paths: string[] | null): S {
   const task = taskInstruction(args);
   if (paths === null) return { ...fixture, task };
-  const writable = fixture.writable_match === 'pattern' ? paths.filter((p) => isWritable(fixture, p)) : fixture.writable.filter((p) => paths.includes(p));
+  const writable =
+    fixture.writable_match === 'pattern' ? paths.filter((p) => isWritable(fixture, p)) : fixture.writable.filter((p) => paths.includes(p));
   const newFiles = paths.filter((p) => !isWritable(fixture, p) && mayCreate(fixture, p));
-  return { ...fixture, task, writable, new_files: newFiles, ...(fixture.writable_match === 'pattern' ? { writable_match: 'exact' as const } : {}) };
+  return {
+    ...fixture,
+    task,
+    writable,
+    new_files: newFiles,
+    ...(fixture.writable_match === 'pattern' ? { writable_match: 'exact' as const } : {}),
+  };
 }
 
 const ENDED: ReadonlySet<TaskView['status']> = new Set<RunStatus>(['completed', 'failed', 'cancelled', 'budget_exhausted']);
@@ -55,7 +62,9 @@ export function withTaskIds<D extends { kind: string; call?: unknown }>(decision
   const id = call?.arguments?.task_id;
   if (decision.kind !== 'tool' || typeof id !== 'string' || !id.startsWith('$task:')) return decision;
   const resolved = tasks[id.slice('$task:'.length)];
-  return resolved === undefined ? decision : ({ ...decision, call: { ...call, arguments: { ...call!.arguments, task_id: resolved } } } as D);
+  return resolved === undefined
+    ? decision
+    : ({ ...decision, call: { ...call, arguments: { ...call!.arguments, task_id: resolved } } } as D);
 }
 
 export function taskEnded(task: TaskView): boolean {
@@ -72,6 +81,8 @@ export function taskEndedMessage(task: TaskView): string {
 /** The roster line of a task, as the model sees it each turn. */
 export function rosterLine(task: TaskView): string {
   const open = task.pending_path ? `; waits for approval of a write to ${task.pending_path}` : '';
-  const ended = taskEnded(task) ? `; ${task.merged ? 'merged' : task.status === 'completed' ? 'not merged yet' : 'not mergeable'}; summary: ${task.summary ?? '(none)'}; changed: ${task.diff_paths.join(', ') || 'nothing'}` : '';
+  const ended = taskEnded(task)
+    ? `; ${task.merged ? 'merged' : task.status === 'completed' ? 'not merged yet' : 'not mergeable'}; summary: ${task.summary ?? '(none)'}; changed: ${task.diff_paths.join(', ') || 'nothing'}`
+    : '';
   return `- ${task.task_id} "${task.title}": ${task.status}${task.reason ? ` (${task.reason})` : ''}${open}${ended}`;
 }

@@ -24,7 +24,10 @@ export interface CallView {
    * An orchestration call's arguments the workflow acts on (a dispatch's long instruction stays in
    * the store under `ref`), and its action id: the digest of the run, the tool and the arguments.
    */
-  task?: { action_id: string; args: { task_id?: string; title?: string; text?: string; reason?: string; paths?: string[]; wait?: boolean } };
+  task?: {
+    action_id: string;
+    args: { task_id?: string; title?: string; text?: string; reason?: string; paths?: string[]; wait?: boolean };
+  };
 }
 
 /** A tool result as the workflow sees it: the full result is in the store under `ref`. */
@@ -47,7 +50,8 @@ export type DecisionView = (
 export type TranscriptEntry = { decision: string; result?: string; reply?: string | null } | { message: string; pinned?: true };
 
 /** A transcript entry on its way to the store: a result the workflow made itself goes inline. */
-export type PendingEntry = { decision: string; result?: { ref: string } | { inline: ToolResult }; reply?: string | null } | { message: string; pinned?: true };
+export type PendingEntry =
+  { decision: string; result?: { ref: string } | { inline: ToolResult }; reply?: string | null } | { message: string; pinned?: true };
 
 export const BRIEF_STRING = 240;
 const BRIEF_ITEMS = 8;

@@ -21,8 +21,16 @@ export function buildId(): string {
       const path = join(dir, entry.name);
       if (entry.isDirectory()) {
         if (path !== join(DIST, 'tests')) walk(path);
-      } else if (entry.name.endsWith('.js') || entry.name.endsWith('.py') || entry.name.endsWith('.sh') || path.startsWith(join(DIST, 'prompts', ''))) {
-        hash.update(`${relative(DIST, path)}\0`).update(readFileSync(path)).update('\0');
+      } else if (
+        entry.name.endsWith('.js') ||
+        entry.name.endsWith('.py') ||
+        entry.name.endsWith('.sh') ||
+        path.startsWith(join(DIST, 'prompts', ''))
+      ) {
+        hash
+          .update(`${relative(DIST, path)}\0`)
+          .update(readFileSync(path))
+          .update('\0');
       }
     }
   };

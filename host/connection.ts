@@ -21,12 +21,22 @@ import { existsSync } from 'node:fs';
 import { connect as tcpConnect, isIP } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import type { TLSConfig } from '@temporalio/common/lib/internal-non-workflow';
-import { loadClientConfig, loadClientConfigProfile, toClientOptions, type ClientConfig, type ClientConfigProfile, type ConfigDataSource } from '@temporalio/envconfig';
+import {
+  loadClientConfig,
+  loadClientConfigProfile,
+  toClientOptions,
+  type ClientConfig,
+  type ClientConfigProfile,
+  type ConfigDataSource,
+} from '@temporalio/envconfig';
 import { NativeConnection } from '@temporalio/worker';
 import type { Settings } from './settings';
 
 /** The `temporal` CLI's connection variables, as read once from the environment (host/settings.ts). */
-export type TemporalSettings = Pick<Settings, 'temporalAddress' | 'namespace' | 'temporalProfile' | 'temporalConfigFile' | 'temporalApiKey' | 'temporalTls' | 'temporalGrpcMeta'>;
+export type TemporalSettings = Pick<
+  Settings,
+  'temporalAddress' | 'namespace' | 'temporalProfile' | 'temporalConfigFile' | 'temporalApiKey' | 'temporalTls' | 'temporalGrpcMeta'
+>;
 
 export type ConnectionFault = 'config' | 'unreachable' | 'tls' | 'refused';
 
@@ -76,23 +86,47 @@ function readConfigFile(path: string): ClientConfig {
 export function resolveTarget(t: TemporalSettings): TemporalTarget {
   const config = t.temporalConfigFile;
   const file = config !== null && existsSync(config.path) ? config.path : null;
-  if (config?.explicit && file === null) throw new ConnectionError('config', `TEMPORAL_CONFIG_FILE names ${config.path}, which does not exist`);
+  if (config?.explicit && file === null)
+    throw new ConnectionError('config', `TEMPORAL_CONFIG_FILE names ${config.path}, which does not exist`);
   const name = t.temporalProfile ?? 'default';
   const profiles = file === null ? {} : readConfigFile(file).profiles;
   if (t.temporalProfile !== null && !(name in profiles)) {
-    const where = file === null ? 'there is no Temporal config file (TEMPORAL_CONFIG_FILE, or ~/.config/temporalio/temporal.toml)' : `${file} has ${Object.keys(profiles).length ? `only ${Object.keys(profiles).sort().map((p) => `'${p}'`).join(', ')}` : 'no profile'}`;
+    const where =
+      file === null
+        ? 'there is no Temporal config file (TEMPORAL_CONFIG_FILE, or ~/.config/temporalio/temporal.toml)'
+        : `${file} has ${
+            Object.keys(profiles).length
+              ? `only ${Object.keys(profiles)
+                  .sort()
+                  .map((p) => `'${p}'`)
+                  .join(', ')}`
+              : 'no profile'
+          }`;
     throw new ConnectionError('config', `unknown Temporal profile '${name}' (TEMPORAL_PROFILE): ${where}`);
   }
   const fromFile = file !== null && name in profiles;
   let profile: ClientConfigProfile;
   try {
-    profile = loadClientConfigProfile({ profile: name, configSource: fromFile ? { path: file } : undefined, disableFile: !fromFile, overrideEnvVars: envconfigEnv(t) });
+    profile = loadClientConfigProfile({
+      profile: name,
+      configSource: fromFile ? { path: file } : undefined,
+      disableFile: !fromFile,
+      overrideEnvVars: envconfigEnv(t),
+    });
   } catch (err) {
     throw new ConnectionError('config', `profile '${name}' of ${file}: ${firstLine((err as Error).message)}`);
   }
-  const origin = [fromFile ? `profile '${name}' of ${file}` : null, t.temporalAddress !== null ? 'TEMPORAL_ADDRESS' : null].filter(Boolean).join(' and ') || 'TEMPORAL_* variables';
-  for (const [field, source] of Object.entries({ client_cert: profile.tls?.clientCert, client_key: profile.tls?.clientKey, server_ca_cert: profile.tls?.serverCACert }) as [string, ConfigDataSource | undefined][]) {
-    if (source !== undefined && 'path' in source && !existsSync(source.path)) throw new ConnectionError('config', `the TLS file ${source.path} (${field}, from ${origin}) does not exist`);
+  const origin =
+    [fromFile ? `profile '${name}' of ${file}` : null, t.temporalAddress !== null ? 'TEMPORAL_ADDRESS' : null]
+      .filter(Boolean)
+      .join(' and ') || 'TEMPORAL_* variables';
+  for (const [field, source] of Object.entries({
+    client_cert: profile.tls?.clientCert,
+    client_key: profile.tls?.clientKey,
+    server_ca_cert: profile.tls?.serverCACert,
+  }) as [string, ConfigDataSource | undefined][]) {
+    if (source !== undefined && 'path' in source && !existsSync(source.path))
+      throw new ConnectionError('config', `the TLS file ${source.path} (${field}, from ${origin}) does not exist`);
   }
   let connect;
   try {
@@ -105,11 +139,23 @@ export function resolveTarget(t: TemporalSettings): TemporalTarget {
   if (address === undefined) {
     if (apiKey !== undefined || (tls !== undefined && tls !== false)) {
       const what = apiKey !== undefined ? 'an API key' : 'TLS settings';
-      throw new ConnectionError('config', `${what} but no address (from ${origin}): set the address (TEMPORAL_ADDRESS or the profile's address), or remove ${apiKey !== undefined ? 'the key' : 'them'} to use the embedded dev server`);
+      throw new ConnectionError(
+        'config',
+        `${what} but no address (from ${origin}): set the address (TEMPORAL_ADDRESS or the profile's address), or remove ${apiKey !== undefined ? 'the key' : 'them'} to use the embedded dev server`,
+      );
     }
     return { address: null, namespace, origin: 'the embedded default (no address in TEMPORAL_ADDRESS or a profile)', options: {} };
   }
-  return { address, namespace, origin, options: { ...(tls !== undefined && tls !== null ? { tls } : {}), ...(apiKey !== undefined ? { apiKey } : {}), ...(metadata ? { metadata: metadata as Record<string, string> } : {}) } };
+  return {
+    address,
+    namespace,
+    origin,
+    options: {
+      ...(tls !== undefined && tls !== null ? { tls } : {}),
+      ...(apiKey !== undefined ? { apiKey } : {}),
+      ...(metadata ? { metadata: metadata as Record<string, string> } : {}),
+    },
+  };
 }
 
 /** A connection to `address` with the target's options; a failure is a ConnectionError saying which. */
@@ -123,7 +169,9 @@ export async function connectTemporal(address: string, target: TemporalTarget): 
 
 /** Secrets of a target that no message may hold: the key and every metadata value. */
 function scrub(text: string, target: TemporalTarget): string {
-  const secrets = [target.options.apiKey, ...Object.values(target.options.metadata ?? {})].filter((s): s is string => typeof s === 'string' && s.length >= 4);
+  const secrets = [target.options.apiKey, ...Object.values(target.options.metadata ?? {})].filter(
+    (s): s is string => typeof s === 'string' && s.length >= 4,
+  );
   return secrets.reduce((out, s) => out.split(s).join('[redacted]'), text);
 }
 
@@ -133,11 +181,22 @@ async function explain(address: string, target: TemporalTarget, err: unknown): P
   if (found?.fault === 'unreachable') return new ConnectionError('unreachable', `cannot reach ${at}: ${found.detail}`);
   if (found?.fault === 'tls') return new ConnectionError('tls', `TLS with ${at} failed: ${found.detail}`);
   // The transport works: the server itself refused (an API key it does not accept, a missing namespace...).
-  return new ConnectionError('refused', `${at} refused the connection: ${scrub(firstLine(err instanceof Error ? err.message : String(err)), target)}`);
+  return new ConnectionError(
+    'refused',
+    `${at} refused the connection: ${scrub(firstLine(err instanceof Error ? err.message : String(err)), target)}`,
+  );
 }
 
 /** TLS errors of node:tls by code: the server's certificate is not trusted. */
-const UNTRUSTED = new Set(['UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'SELF_SIGNED_CERT_IN_CHAIN', 'DEPTH_ZERO_SELF_SIGNED_CERT', 'UNABLE_TO_GET_ISSUER_CERT', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY', 'CERT_UNTRUSTED', 'CERT_SIGNATURE_FAILURE']);
+const UNTRUSTED = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_UNTRUSTED',
+  'CERT_SIGNATURE_FAILURE',
+]);
 const PLAINTEXT = new Set(['ERR_SSL_WRONG_VERSION_NUMBER', 'ERR_SSL_PACKET_LENGTH_TOO_LONG', 'EPROTO', 'ECONNRESET']);
 
 function splitAddress(address: string): { host: string; port: number } {
@@ -146,7 +205,10 @@ function splitAddress(address: string): { host: string; port: number } {
 }
 
 /** What a plain TCP connection and a TLS handshake with the same settings say, by error code; null when both work. */
-async function diagnose(address: string, tls: TemporalTarget['options']['tls']): Promise<{ fault: 'unreachable' | 'tls'; detail: string } | null> {
+async function diagnose(
+  address: string,
+  tls: TemporalTarget['options']['tls'],
+): Promise<{ fault: 'unreachable' | 'tls'; detail: string } | null> {
   const { host, port } = splitAddress(address);
   const tcp = await new Promise<string | null>((resolve) => {
     const socket = tcpConnect({ host, port });
@@ -189,13 +251,33 @@ async function diagnose(address: string, tls: TemporalTarget['options']['tls']):
     });
     socket.once('error', (e: NodeJS.ErrnoException) => done(e.code ?? e.message));
   });
-  if (!on) return handshake.secured ? { fault: 'tls', detail: 'the server speaks TLS but this connection has TLS off (set tls in the profile, or TEMPORAL_TLS=true)' } : null;
+  if (!on)
+    return handshake.secured
+      ? { fault: 'tls', detail: 'the server speaks TLS but this connection has TLS off (set tls in the profile, or TEMPORAL_TLS=true)' }
+      : null;
   const code = handshake.code;
   if (code === null) return null;
-  if (UNTRUSTED.has(code)) return { fault: 'tls', detail: `the server's certificate is not signed by a certificate authority this connection trusts (${code}); check the CA (server_ca_cert_path / TEMPORAL_TLS_SERVER_CA_CERT_PATH)` };
-  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') return { fault: 'tls', detail: `the server's certificate is not valid for the name ${servername ?? host} (${code}); check server_name / TEMPORAL_TLS_SERVER_NAME` };
-  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID') return { fault: 'tls', detail: `the server's certificate is not valid now (${code})` };
-  if (handshake.secured || code.includes('ALERT')) return { fault: 'tls', detail: `the server refused this connection's client certificate (${code}); check client_cert_path and client_key_path (TEMPORAL_TLS_CLIENT_CERT_PATH / _KEY_PATH)` };
-  if (PLAINTEXT.has(code)) return { fault: 'tls', detail: `the server does not speak TLS (${code}); TLS is on because of ${typeof tls === 'object' ? 'the TLS settings' : 'an API key'} (set tls.disabled = true for a plaintext server)` };
+  if (UNTRUSTED.has(code))
+    return {
+      fault: 'tls',
+      detail: `the server's certificate is not signed by a certificate authority this connection trusts (${code}); check the CA (server_ca_cert_path / TEMPORAL_TLS_SERVER_CA_CERT_PATH)`,
+    };
+  if (code === 'ERR_TLS_CERT_ALTNAME_INVALID')
+    return {
+      fault: 'tls',
+      detail: `the server's certificate is not valid for the name ${servername ?? host} (${code}); check server_name / TEMPORAL_TLS_SERVER_NAME`,
+    };
+  if (code === 'CERT_HAS_EXPIRED' || code === 'CERT_NOT_YET_VALID')
+    return { fault: 'tls', detail: `the server's certificate is not valid now (${code})` };
+  if (handshake.secured || code.includes('ALERT'))
+    return {
+      fault: 'tls',
+      detail: `the server refused this connection's client certificate (${code}); check client_cert_path and client_key_path (TEMPORAL_TLS_CLIENT_CERT_PATH / _KEY_PATH)`,
+    };
+  if (PLAINTEXT.has(code))
+    return {
+      fault: 'tls',
+      detail: `the server does not speak TLS (${code}); TLS is on because of ${typeof tls === 'object' ? 'the TLS settings' : 'an API key'} (set tls.disabled = true for a plaintext server)`,
+    };
   return { fault: 'tls', detail: `the TLS handshake failed (${code})` };
 }

@@ -53,15 +53,28 @@ function baseEnv(): NodeJS.ProcessEnv {
     env[`GIT_CONFIG_KEY_${i}`] = key;
     env[`GIT_CONFIG_VALUE_${i}`] = value;
   });
-  return { ...env, GIT_CONFIG_COUNT: String(Object.keys(config).length), GIT_TERMINAL_PROMPT: '0', GIT_OPTIONAL_LOCKS: '0', GIT_NO_REPLACE_OBJECTS: '1' };
+  return {
+    ...env,
+    GIT_CONFIG_COUNT: String(Object.keys(config).length),
+    GIT_TERMINAL_PROMPT: '0',
+    GIT_OPTIONAL_LOCKS: '0',
+    GIT_NO_REPLACE_OBJECTS: '1',
+  };
 }
 
 function git(args: string[], o: { env: NodeJS.ProcessEnv; cwd?: string; input?: Buffer | string }): Buffer {
   try {
-    return execFileSync('git', args, { env: o.env, cwd: o.cwd ?? tmpdir(), input: o.input, maxBuffer: MAX_OUTPUT, stdio: ['pipe', 'pipe', 'pipe'] });
+    return execFileSync('git', args, {
+      env: o.env,
+      cwd: o.cwd ?? tmpdir(),
+      input: o.input,
+      maxBuffer: MAX_OUTPUT,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { status?: number; stderr?: Buffer };
-    if (e.code === 'ENOENT') throw new GitError('git_missing', 'git is not installed on this machine (it is needed to read and write repositories)');
+    if (e.code === 'ENOENT')
+      throw new GitError('git_missing', 'git is not installed on this machine (it is needed to read and write repositories)');
     const stderr = e.stderr?.toString('utf8').trim() ?? '';
     throw new GitError('failed', `git ${args[0]} failed (exit ${e.status ?? '?'}): ${stderr.split('\n').slice(-3).join(' ')}`);
   }
@@ -77,7 +90,8 @@ export class GitRepository {
   /** A folder with `.git`, or a bare repository; anything else is `not_a_repository`. */
   static open(path: string): GitRepository {
     const abs = resolve(path);
-    if (!existsSync(abs) || !statSync(abs).isDirectory()) throw new GitError('not_a_repository', `${path} is not a git repository (no such folder)`);
+    if (!existsSync(abs) || !statSync(abs).isDirectory())
+      throw new GitError('not_a_repository', `${path} is not a git repository (no such folder)`);
     if (existsSync(join(abs, '.git'))) {
       // Discovery starts in the folder itself, which holds .git: it cannot find an enclosing repository.
       try {
@@ -89,7 +103,9 @@ export class GitRepository {
       }
     }
     try {
-      const bare = git(['rev-parse', '--is-bare-repository'], { env: { ...baseEnv(), GIT_DIR: abs } }).toString('utf8').trim();
+      const bare = git(['rev-parse', '--is-bare-repository'], { env: { ...baseEnv(), GIT_DIR: abs } })
+        .toString('utf8')
+        .trim();
       if (bare === 'true') return new GitRepository(abs, true);
     } catch (err) {
       if (err instanceof GitError && err.kind === 'git_missing') throw err;
@@ -109,9 +125,12 @@ export class GitRepository {
   resolveCommit(ref: string): string {
     if (ref === '' || ref.startsWith('-') || /[\0\n]/.test(ref)) throw new GitError('unknown_ref', `unknown ref ${JSON.stringify(ref)}`);
     try {
-      return this.run(['rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`]).toString('utf8').trim();
+      return this.run(['rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`])
+        .toString('utf8')
+        .trim();
     } catch (err) {
-      if (err instanceof GitError && err.kind === 'failed') throw new GitError('unknown_ref', `unknown ref ${JSON.stringify(ref)}: no commit of that name`);
+      if (err instanceof GitError && err.kind === 'failed')
+        throw new GitError('unknown_ref', `unknown ref ${JSON.stringify(ref)}: no commit of that name`);
       throw err;
     }
   }
@@ -158,7 +177,8 @@ export class GitRepository {
             if (nl < 0) return;
             const header = pending.subarray(0, nl).toString('utf8').split(' ');
             pending = pending.subarray(nl + 1);
-            if (header[1] === 'missing' || header.length !== 3) return fail(new GitError('failed', `object ${header[0]} is missing from the repository`));
+            if (header[1] === 'missing' || header.length !== 3)
+              return fail(new GitError('failed', `object ${header[0]} is missing from the repository`));
             want = { oid: header[0], size: Number(header[2]) };
           }
           if (pending.length < want.size + 1) return;
@@ -174,7 +194,9 @@ export class GitRepository {
         }
       });
       child.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
-      child.on('error', (err: NodeJS.ErrnoException) => fail(err.code === 'ENOENT' ? new GitError('git_missing', 'git is not installed on this machine') : err));
+      child.on('error', (err: NodeJS.ErrnoException) =>
+        fail(err.code === 'ENOENT' ? new GitError('git_missing', 'git is not installed on this machine') : err),
+      );
       child.on('close', (code) => {
         if (failed) return reject(failed);
         if (code !== 0) return reject(new GitError('failed', `git cat-file failed (exit ${code}): ${stderr.trim()}`));
@@ -207,7 +229,8 @@ export class GitRepository {
     try {
       this.run(['check-ref-format', '--branch', name]);
     } catch (err) {
-      if (err instanceof GitError && err.kind === 'failed') throw new GitError('bad_ref_name', `${JSON.stringify(name)} is not a valid branch name`);
+      if (err instanceof GitError && err.kind === 'failed')
+        throw new GitError('bad_ref_name', `${JSON.stringify(name)} is not a valid branch name`);
       throw err;
     }
     if (name.startsWith('-')) throw new GitError('bad_ref_name', `${JSON.stringify(name)} is not a valid branch name`);
@@ -244,7 +267,8 @@ export class GitRepository {
         GIT_INDEX_FILE: join(scratch, 'index'),
         ...(objectsDir ? { GIT_OBJECT_DIRECTORY: objectsDir, GIT_ALTERNATE_OBJECT_DIRECTORIES: this.objectsDir() } : {}),
       });
-      const hash = (bytes: Buffer) => this.run(['hash-object', '-w', '-t', 'blob', '--no-filters', '--stdin'], { env, input: bytes }).toString('utf8').trim();
+      const hash = (bytes: Buffer) =>
+        this.run(['hash-object', '-w', '-t', 'blob', '--no-filters', '--stdin'], { env, input: bytes }).toString('utf8').trim();
       this.run(['read-tree', base], { env });
       const zero = '0'.repeat(base.length);
       const deletions = changes.filter((c) => c.kind === 'deleted').map((c) => `0 ${zero}\t${c.path}\0`);
@@ -257,7 +281,9 @@ export class GitRepository {
       if (deletions.length) this.run(['update-index', '-z', '--index-info'], { env, input: deletions.join('') });
       if (additions.length) this.run(['update-index', '--add', '--replace', '-z', '--index-info'], { env, input: additions.join('') });
       const tree = this.run(['write-tree'], { env }).toString('utf8').trim();
-      const commit = this.run(['commit-tree', tree, '-p', base, '-F', '-'], { env: { ...env, ...this.identity() }, input: message }).toString('utf8').trim();
+      const commit = this.run(['commit-tree', tree, '-p', base, '-F', '-'], { env: { ...env, ...this.identity() }, input: message })
+        .toString('utf8')
+        .trim();
       return { commit, tree };
     } finally {
       rmSync(scratch, { recursive: true, force: true });
@@ -274,7 +300,8 @@ export class GitRepository {
     try {
       this.run(['update-ref', '-m', reason, ref, commit, '0'.repeat(commit.length)]);
     } catch (err) {
-      if (err instanceof GitError && this.refExists(ref)) throw new GitError('ref_exists', `branch ${name} exists already; choose another name with --name`);
+      if (err instanceof GitError && this.refExists(ref))
+        throw new GitError('ref_exists', `branch ${name} exists already; choose another name with --name`);
       throw err;
     }
     return ref;
@@ -290,7 +317,24 @@ export class GitRepository {
       const objects = join(scratch, 'objects');
       const { tree } = this.commitChange(base, changes, message, objects);
       const env = this.env({ GIT_OBJECT_DIRECTORY: objects, GIT_ALTERNATE_OBJECT_DIRECTORIES: this.objectsDir() });
-      return this.run(['diff-tree', '-r', '-p', '--binary', '--full-index', '--no-renames', '--no-ext-diff', '--no-textconv', '--no-color', '--src-prefix=a/', '--dst-prefix=b/', base, tree], { env }).toString('utf8');
+      return this.run(
+        [
+          'diff-tree',
+          '-r',
+          '-p',
+          '--binary',
+          '--full-index',
+          '--no-renames',
+          '--no-ext-diff',
+          '--no-textconv',
+          '--no-color',
+          '--src-prefix=a/',
+          '--dst-prefix=b/',
+          base,
+          tree,
+        ],
+        { env },
+      ).toString('utf8');
     } finally {
       rmSync(scratch, { recursive: true, force: true });
     }

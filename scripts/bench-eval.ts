@@ -28,7 +28,11 @@ const FIXTURES = ['linkcheck-nested', 'wordcount-node', 'py-duration-junit', 'py
 const EPOCHS = 2;
 
 const plan = (): EvalPlan =>
-  buildPlan(readSettings(), FIXTURES.map((id) => join(PROJECT_ROOT, 'fixtures', id)), { epochs: EPOCHS, backend: 'local', approver: 'policy:approve-writable', trustReplay: true });
+  buildPlan(
+    readSettings(),
+    FIXTURES.map((id) => join(PROJECT_ROOT, 'fixtures', id)),
+    { epochs: EPOCHS, backend: 'local', approver: 'policy:approve-writable', trustReplay: true },
+  );
 
 /** A worker process with its own state folder (a host of its own); resolves once it polls. */
 function startWorker(env: TestWorkflowEnvironment, taskQueue: string): Promise<ChildProcess> {
@@ -62,7 +66,11 @@ async function main(): Promise<void> {
         const procs = await Promise.all(Array.from({ length: workers }, () => startWorker(env, taskQueue)));
         try {
           const t = performance.now();
-          const handle = await startEval(env.client, { plan: p, concurrency: CONCURRENCY }, { taskQueue, workflowId: `${taskQueue}-batch` });
+          const handle = await startEval(
+            env.client,
+            { plan: p, concurrency: CONCURRENCY },
+            { taskQueue, workflowId: `${taskQueue}-batch` },
+          );
           const result = await evalResult(handle);
           seconds.push((performance.now() - t) / 1000);
           completed = result.progress.completed;
@@ -79,13 +87,22 @@ async function main(): Promise<void> {
     await env.teardown();
   }
   const ratio = +(rows[1].runs_per_min / rows[0].runs_per_min).toFixed(2);
-  const machine = { cores: cpus().length, cpu: cpus()[0]?.model ?? 'unknown', memory_gib: +(totalmem() / 2 ** 30).toFixed(1), node: process.version, temporal: execFileSync(temporalBinary(), ['--version'], { encoding: 'utf8' }).trim() };
+  const machine = {
+    cores: cpus().length,
+    cpu: cpus()[0]?.model ?? 'unknown',
+    memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
+    node: process.version,
+    temporal: execFileSync(temporalBinary(), ['--version'], { encoding: 'utf8' }).trim(),
+  };
   console.log(`| worker processes | runs | batch seconds (median of ${REPEATS}) | runs/min | completed |`);
   console.log('|---|---|---|---|---|');
   for (const r of rows) console.log(`| ${r.workers} | ${runs} | ${median(r.seconds).toFixed(1)} | ${r.runs_per_min} | ${r.completed} |`);
   console.log(`\nratio (2 workers / 1 worker): ${ratio} on ${machine.cores} cores (${machine.cpu}); batch concurrency ${CONCURRENCY}`);
   mkdirSync(join(PROJECT_ROOT, 'bench'), { recursive: true });
-  writeFileSync(join(PROJECT_ROOT, 'bench', 'eval-results.json'), `${JSON.stringify({ machine, runs, concurrency: CONCURRENCY, repeats: REPEATS, rows, ratio }, null, 2)}\n`);
+  writeFileSync(
+    join(PROJECT_ROOT, 'bench', 'eval-results.json'),
+    `${JSON.stringify({ machine, runs, concurrency: CONCURRENCY, repeats: REPEATS, rows, ratio }, null, 2)}\n`,
+  );
 }
 
 main().catch((err) => {

@@ -22,7 +22,10 @@ async function main(): Promise<void> {
   const worker = await Worker.create({
     connection,
     taskQueue,
-    workflowBundle: await bundleWorkflowCode({ workflowsPath: require.resolve('./bench-floor-workflows'), logger: { trace() {}, debug() {}, info() {}, warn() {}, error: console.error, log() {} } }),
+    workflowBundle: await bundleWorkflowCode({
+      workflowsPath: require.resolve('./bench-floor-workflows'),
+      logger: { trace() {}, debug() {}, info() {}, warn() {}, error: console.error, log() {} },
+    }),
     activities: { async noop() {} },
   });
   try {

@@ -62,7 +62,16 @@ function figure(name: string, unit: string, values: number[], target?: Target): 
   const sorted = [...values].sort((a, b) => a - b);
   const median = medianOf(values);
   const met = target ? (target.op === '<=' ? median <= target.limit : median < target.limit) : null;
-  const f: Figure = { name, unit, values, median, min: sorted[0], max: sorted.at(-1)!, target: target ? `${target.op} ${target.limit}${unit === '%' ? ' %' : unit === 'x' ? 'x' : ` ${unit}`}` : '', met };
+  const f: Figure = {
+    name,
+    unit,
+    values,
+    median,
+    min: sorted[0],
+    max: sorted.at(-1)!,
+    target: target ? `${target.op} ${target.limit}${unit === '%' ? ' %' : unit === 'x' ? 'x' : ` ${unit}`}` : '',
+    met,
+  };
   if (target) targets.set(f, target);
   if (met === false) f.missed_by = median - target!.limit;
   figures.push(f);
@@ -84,7 +93,8 @@ async function cpuMs<T>(fn: () => Promise<T>): Promise<{ value: T; cpu: number }
 }
 
 /** The verdict column: met, or missed by how much. */
-const verdict = (f: Figure) => (f.met === null ? '–' : f.met ? 'met' : `missed by ${fmt(f.missed_by!)} ${f.unit} (${fmt(f.median / targets.get(f)!.limit)}x the target)`);
+const verdict = (f: Figure) =>
+  f.met === null ? '–' : f.met ? 'met' : `missed by ${fmt(f.missed_by!)} ${f.unit} (${fmt(f.median / targets.get(f)!.limit)}x the target)`;
 
 const fmt = (n: number) => (Math.abs(n) >= 100 ? n.toFixed(0) : Math.abs(n) >= 10 ? n.toFixed(1) : n.toFixed(2));
 
@@ -94,7 +104,12 @@ const STOP = { kind: 'model_error', transient: false };
 
 /** The SDK's own cost of a read-only step, per repeat: no-op local activities in a process of their own (scripts/bench-floor.ts). */
 async function sdkFloor(address: string): Promise<{ ms: number[]; cpu: number[] }> {
-  const { stdout } = await promisify(execFile)(process.execPath, [join(__dirname, 'bench-floor.js'), address, String(READS), String(REPEATS)]);
+  const { stdout } = await promisify(execFile)(process.execPath, [
+    join(__dirname, 'bench-floor.js'),
+    address,
+    String(READS),
+    String(REPEATS),
+  ]);
   return JSON.parse(stdout) as { ms: number[]; cpu: number[] };
 }
 
@@ -152,7 +167,12 @@ async function main(): Promise<void> {
     const outcome = (await handle.result()) as RunOutcome;
     return { ms: performance.now() - t, handle, outcome };
   };
-  const replayInput = (decisions: unknown[], overrides: object = {}) => canonicalInput('canonical', { source: { kind: 'replay', path: writeReplay(decisions), trusted: true }, budgets: { max_turns: 100, max_tool_calls: 100 }, ...overrides });
+  const replayInput = (decisions: unknown[], overrides: object = {}) =>
+    canonicalInput('canonical', {
+      source: { kind: 'replay', path: writeReplay(decisions), trusted: true },
+      budgets: { max_turns: 100, max_tool_calls: 100 },
+      ...overrides,
+    });
 
   try {
     await worker.runUntil(async () => {
@@ -179,12 +199,17 @@ async function main(): Promise<void> {
       figure('read-only step through Temporal (decide + tool, local activities)', 'ms/step', perStep);
       figure('the same read_file handler in-process', 'ms/call', inProcess);
       const cpuFigure = figure('worker CPU per read-only step (every thread)', 'ms/step', cpuPerStep);
-      figure('orchestration cost per step (difference)', 'ms/step', perStep.map((v, i) => v - inProcess[i]), {
-        op: '<=',
-        limit: 5,
-        why: () =>
-          `a step is two local activities (decide, then the tool), and two that do nothing already take ${fmt(floorFigure.median)} ms and ${fmt(floorCpu.median)} ms of CPU on this SDK and machine; the harness's worker spends ${fmt(cpuFigure.median)} ms of CPU (every thread) per step, about the step's own time, so a step is bound by CPU: the SDK's share is the floor's, the harness's the rest (a store commit with its WAL sync for each of the two activities, the step's payloads, validation and trace events)`,
-      });
+      figure(
+        'orchestration cost per step (difference)',
+        'ms/step',
+        perStep.map((v, i) => v - inProcess[i]),
+        {
+          op: '<=',
+          limit: 5,
+          why: () =>
+            `a step is two local activities (decide, then the tool), and two that do nothing already take ${fmt(floorFigure.median)} ms and ${fmt(floorCpu.median)} ms of CPU on this SDK and machine; the harness's worker spends ${fmt(cpuFigure.median)} ms of CPU (every thread) per step, about the step's own time, so a step is bound by CPU: the SDK's share is the floor's, the harness's the rest (a store commit with its WAL sync for each of the two activities, the step's payloads, validation and trace events)`,
+        },
+      );
 
       process.stderr.write('canonical run: harness and test-process time\n');
       const walls: number[] = [];
@@ -202,7 +227,11 @@ async function main(): Promise<void> {
       }
       const parts = await historyParts(canonical!);
       const wall = figure('canonical run, wall time', 'ms', walls);
-      const harness = figure('canonical run, harness time (wall minus test processes)', 'ms', walls.map((w, i) => (w * shares[i]) / 100));
+      const harness = figure(
+        'canonical run, harness time (wall minus test processes)',
+        'ms',
+        walls.map((w, i) => (w * shares[i]) / 100),
+      );
       figure('canonical run, harness share (wall minus test processes)', '%', shares, {
         op: '<=',
         limit: 10,
@@ -228,12 +257,23 @@ async function main(): Promise<void> {
       gc?.();
       const idle = process.memoryUsage();
       const park = replayInput(
-        [{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' } } }, STOP],
+        [
+          {
+            kind: 'tool',
+            call: {
+              call_id: 'add',
+              name: 'apply_patch',
+              arguments: { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' },
+            },
+          },
+          STOP,
+        ],
         { approver: 'interactive' },
       );
       const parked: WorkflowHandle[] = [];
       for (let i = 0; i < PARKED; i++) parked.push(await start(park));
-      const waiting = async () => (await env.client.workflow.count(`WorkflowId STARTS_WITH "bench-" AND AgentStatus = "awaiting_approval"`)).count;
+      const waiting = async () =>
+        (await env.client.workflow.count(`WorkflowId STARTS_WITH "bench-" AND AgentStatus = "awaiting_approval"`)).count;
       const t1 = performance.now();
       while ((await waiting()) < PARKED) await new Promise((r) => setTimeout(r, 500));
       process.stderr.write(`  all parked after ${((performance.now() - t1) / 1000).toFixed(1)} s\n`);
@@ -245,7 +285,9 @@ async function main(): Promise<void> {
       const settled = process.memoryUsage().rss;
       figure('worker resident memory, idle', 'MiB', [idle.rss / 2 ** 20]);
       figure(`worker resident memory, ${PARKED} runs parked`, 'MiB', [busy.rss / 2 ** 20]);
-      const heap = figure('worker JavaScript heap in use (main thread), parked minus idle', 'MiB', [(busy.heapUsed - idle.heapUsed) / 2 ** 20]);
+      const heap = figure('worker JavaScript heap in use (main thread), parked minus idle', 'MiB', [
+        (busy.heapUsed - idle.heapUsed) / 2 ** 20,
+      ]);
       const later = figure(`worker resident memory, ${PARKED} runs parked, ${SETTLE_MS / 1000} s later`, 'MiB', [settled / 2 ** 20]);
       figure('parked / idle memory, right after the last start', 'x', [busy.rss / idle.rss], {
         op: '<',
@@ -256,13 +298,20 @@ async function main(): Promise<void> {
       figure(`parked / idle memory, ${SETTLE_MS / 1000} s later`, 'x', [settled / idle.rss], {
         op: '<',
         limit: 1.2,
-        why: () => `the workflow thread's V8 heap had not yet returned the garbage of ${PARKED} starts (main-thread heap ${fmt(heap.median)} MiB above idle)`,
+        why: () =>
+          `the workflow thread's V8 heap had not yet returned the garbage of ${PARKED} starts (main-thread heap ${fmt(heap.median)} MiB above idle)`,
       });
       const t2 = performance.now();
       for (const h of parked) {
         const view = await queryState(h);
         const p = view.pending_approval!;
-        await sendApproval(h, { action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:bench' });
+        await sendApproval(h, {
+          action_id: p.action_id,
+          decision: 'approve',
+          args_digest: p.args_digest,
+          workspace_digest: p.workspace_digest,
+          principal: 'user:bench',
+        });
       }
       await Promise.all(parked.map((h) => h.result()));
       figure(`approve all ${PARKED} parked runs (signal, write, end)`, 's', [(performance.now() - t2) / 1000]);
@@ -280,7 +329,25 @@ async function main(): Promise<void> {
   // Git's own folder is kept beside the tree, so both checks look at exactly the same files.
   const gitDir = join(tree, '..', 'git');
   const git = (...args: string[]) =>
-    execFileSync('git', ['--git-dir', gitDir, '--work-tree', tree, '-c', 'user.name=bench', '-c', 'user.email=bench@localhost', '-c', 'gc.auto=0', '-c', 'maintenance.auto=false', ...args], { cwd: tree, stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 64 * 2 ** 20 });
+    execFileSync(
+      'git',
+      [
+        '--git-dir',
+        gitDir,
+        '--work-tree',
+        tree,
+        '-c',
+        'user.name=bench',
+        '-c',
+        'user.email=bench@localhost',
+        '-c',
+        'gc.auto=0',
+        '-c',
+        'maintenance.auto=false',
+        ...args,
+      ],
+      { cwd: tree, stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 64 * 2 ** 20 },
+    );
   const written = Date.now();
   git('init', '-q');
   git('add', '-A');
@@ -308,11 +375,17 @@ async function main(): Promise<void> {
   const gitFigure = figure(`git status, ${FILES} files`, 'ms', gitMs);
   figure(`workspace manifest check (its digest, as apply_patch asks), ${FILES} files`, 'ms', manifestMs);
   const lstatFigure = figure(`lstatSync of every file alone, ${FILES} files`, 'ms', lstatMs);
-  figure('manifest / git status', 'x', manifestMs.map((v, i) => v / gitMs[i]), {
-    op: '<=',
-    limit: 1.5,
-    why: () => `one lstatSync per file, which no check of an unchanged tree can skip, already takes ${fmt(lstatFigure.median / gitFigure.median)}x git status here (git stats from C, on every core)`,
-  });
+  figure(
+    'manifest / git status',
+    'x',
+    manifestMs.map((v, i) => v / gitMs[i]),
+    {
+      op: '<=',
+      limit: 1.5,
+      why: () =>
+        `one lstatSync per file, which no check of an unchanged tree can skip, already takes ${fmt(lstatFigure.median / gitFigure.median)}x git status here (git stats from C, on every core)`,
+    },
+  );
 
   process.stderr.write('command-line start\n');
   const cli = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
@@ -340,11 +413,16 @@ async function main(): Promise<void> {
     load_average: { start: loadAtStart, end: +loadavg()[0].toFixed(2) },
   };
   for (const f of figures) if (f.met === false) f.why = targets.get(f)!.why?.();
-  const rows = figures.map((f) => `| ${f.name} | ${fmt(f.median)} ${f.unit} | ${fmt(f.min)}–${fmt(f.max)} | ${f.values.length} | ${f.target || '–'} | ${verdict(f)} |`);
+  const rows = figures.map(
+    (f) =>
+      `| ${f.name} | ${fmt(f.median)} ${f.unit} | ${fmt(f.min)}–${fmt(f.max)} | ${f.values.length} | ${f.target || '–'} | ${verdict(f)} |`,
+  );
   const table = ['| figure | median | spread (min–max) | n | target | |', '|---|---|---|---|---|---|', ...rows].join('\n');
   console.log(table);
   for (const f of figures.filter((x) => x.met === false && x.why)) console.log(`\n${f.name}: ${verdict(f)}. Why: ${f.why}.`);
-  console.log(`\nmachine: ${machine.cores} cores (${machine.cpu}), ${machine.memory_gib} GiB, Node ${machine.node}, ${machine.temporal}, load average ${machine.load_average.start} at the start, ${machine.load_average.end} at the end`);
+  console.log(
+    `\nmachine: ${machine.cores} cores (${machine.cpu}), ${machine.memory_gib} GiB, Node ${machine.node}, ${machine.temporal}, load average ${machine.load_average.start} at the start, ${machine.load_average.end} at the end`,
+  );
   mkdirSync(join(PROJECT_ROOT, 'bench'), { recursive: true });
   writeFileSync(join(PROJECT_ROOT, 'bench', 'results.json'), `${JSON.stringify({ machine, figures }, null, 2)}\n`);
 }
@@ -383,14 +461,22 @@ async function benchSetupCache(): Promise<void> {
   let n = 0;
   /** Milliseconds of the run's setup activity, from its history. */
   const setupMs = async (repo: { dir: string; head: string }): Promise<number> => {
-    const input: RunInput = { repo: { path: repo.dir, base_commit: repo.head, task: 'Make the tests pass.' }, source: { kind: 'replay', path: replay, trusted: true }, backend: 'docker', approver: 'policy:approve-writable' };
+    const input: RunInput = {
+      repo: { path: repo.dir, base_commit: repo.head, task: 'Make the tests pass.' },
+      source: { kind: 'replay', path: replay, trusted: true },
+      backend: 'docker',
+      approver: 'policy:approve-writable',
+    };
     const handle = await startRun(env.client, input, { taskQueue, workflowId: `bench-setup-${++n}` });
     const outcome = (await handle.result()) as RunOutcome;
-    if (outcome.record.status !== 'completed') throw new Error(`bench setup run ${n} ended ${outcome.record.status}/${outcome.record.reason}: ${outcome.state.detail}`);
+    if (outcome.record.status !== 'completed')
+      throw new Error(`bench setup run ${n} ended ${outcome.record.status}/${outcome.record.reason}: ${outcome.state.detail}`);
     const events = (await handle.fetchHistory()).events ?? [];
     const ms = (e: (typeof events)[number]) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
     const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'runSetup');
-    const completed = events.find((e) => Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1) === Number(scheduled?.eventId ?? -2));
+    const completed = events.find(
+      (e) => Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1) === Number(scheduled?.eventId ?? -2),
+    );
     if (!scheduled || !completed) throw new Error(`bench setup run ${n}: no runSetup activity in its history`);
     return ms(completed) - ms(scheduled);
   };
@@ -401,7 +487,26 @@ async function benchSetupCache(): Promise<void> {
       for (let r = 0; r < Math.min(REPEATS, 3); r++) {
         // A repository of its own each time, so the first run really is one (its base tree is new).
         const repo = egress.pythonRepo(
-          { setup: { commands: [['pip', 'install', '--no-cache-dir', '--break-system-packages', '--disable-pip-version-check', '--index-url', `http://${egress.INDEX_HOST}:${index.port}/simple/`, '--trusted-host', egress.INDEX_HOST, 'greetlib']], timeout_s: 120 }, egress: { allow: [egress.INDEX_HOST] } },
+          {
+            setup: {
+              commands: [
+                [
+                  'pip',
+                  'install',
+                  '--no-cache-dir',
+                  '--break-system-packages',
+                  '--disable-pip-version-check',
+                  '--index-url',
+                  `http://${egress.INDEX_HOST}:${index.port}/simple/`,
+                  '--trusted-host',
+                  egress.INDEX_HOST,
+                  'greetlib',
+                ],
+              ],
+              timeout_s: 120,
+            },
+            egress: { allow: [egress.INDEX_HOST] },
+          },
           { 'notes.txt': `bench repeat ${r} ${Date.now()}\n` },
         );
         first.push(await setupMs(repo));
@@ -415,11 +520,16 @@ async function benchSetupCache(): Promise<void> {
   }
   figure('setup phase, first run (proxy, probe, one pip install, commit, products)', 'ms', first);
   figure('setup phase, cached run (cache image found, products)', 'ms', cached);
-  figure('setup, cached vs first', '%', cached.map((c, i) => (100 * c) / first[i]), {
-    op: '<',
-    limit: 10,
-    why: () => 'the cached run still starts the sandbox from the cache image and copies the setup products back',
-  });
+  figure(
+    'setup, cached vs first',
+    '%',
+    cached.map((c, i) => (100 * c) / first[i]),
+    {
+      op: '<',
+      limit: 10,
+      why: () => 'the cached run still starts the sandbox from the cache image and copies the setup products back',
+    },
+  );
 }
 
 main().catch((err) => {

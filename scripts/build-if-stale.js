@@ -18,7 +18,8 @@ function newest(path) {
   const st = statSync(path, { throwIfNoEntry: false });
   if (!st) return 0;
   // .py, .sh: sources the build copies into dist (scripts/copy-assets.js), such as the isolation probes.
-  if (!st.isDirectory()) return path.endsWith('.ts') || path.endsWith('.py') || path.endsWith('.sh') || FILES.some((f) => path.endsWith(f)) ? st.mtimeMs : 0;
+  if (!st.isDirectory())
+    return path.endsWith('.ts') || path.endsWith('.py') || path.endsWith('.sh') || FILES.some((f) => path.endsWith(f)) ? st.mtimeMs : 0;
   return readdirSync(path).reduce((m, name) => Math.max(m, newest(join(path, name))), 0);
 }
 
@@ -30,7 +31,11 @@ function newestCopied(path) {
 }
 
 const built = existsSync(stamp) ? statSync(stamp).mtimeMs : 0;
-const changed = Math.max(...SOURCES.map((d) => newest(join(root, d))), ...FILES.map((f) => newest(join(root, f))), ...COPIED.map((d) => newestCopied(join(root, d))));
+const changed = Math.max(
+  ...SOURCES.map((d) => newest(join(root, d))),
+  ...FILES.map((f) => newest(join(root, f))),
+  ...COPIED.map((d) => newestCopied(join(root, d))),
+);
 if (built === 0 || changed > built || !existsSync(join(root, 'dist', 'workflow-bundle.js'))) {
   process.stderr.write('building (sources changed since the last build)\n');
   execFileSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });

@@ -36,7 +36,13 @@ interface Recording {
 }
 
 function replayInput(replayPath: string, overrides: Partial<RunInput> = {}): RunInput {
-  return { fixture: FIXTURE, source: { kind: 'replay', path: replayPath, trusted: true }, backend: 'local', approver: 'policy:approve-writable', ...overrides };
+  return {
+    fixture: FIXTURE,
+    source: { kind: 'replay', path: replayPath, trusted: true },
+    backend: 'local',
+    approver: 'policy:approve-writable',
+    ...overrides,
+  };
 }
 const linkcheckReplay = (name: string) => `${FIXTURE}/replays/${name}.json`;
 
@@ -47,7 +53,11 @@ const RECORDINGS: Recording[] = [
     drive: (handle) => approveAll(handle, 'user:recorder'),
     expect: { status: 'completed', writes: 2, receipts: 2 },
   },
-  { name: 'always-empty', input: replayInput(linkcheckReplay('always-empty')), expect: { status: 'failed', reason: 'verification_failed' } },
+  {
+    name: 'always-empty',
+    input: replayInput(linkcheckReplay('always-empty')),
+    expect: { status: 'failed', reason: 'verification_failed' },
+  },
   { name: 'no-work', input: replayInput(linkcheckReplay('no-work')), expect: { status: 'failed', writes: 0 } },
   {
     name: 'untrusted-replay',
@@ -92,7 +102,8 @@ function leaks(history: HistoryJson, forbidden: string[]): Leak[] {
     if (Array.isArray(value)) return value.forEach((v) => walk(v, where));
     if (value === null || typeof value !== 'object') return;
     const record = value as Record<string, unknown>;
-    if (typeof record.data === 'string' && typeof record.metadata === 'object') check(Buffer.from(record.data, 'base64').toString('utf8'), `${where} payload`);
+    if (typeof record.data === 'string' && typeof record.metadata === 'object')
+      check(Buffer.from(record.data, 'base64').toString('utf8'), `${where} payload`);
     for (const v of Object.values(record)) walk(v, where);
   };
   for (const e of history.events) {
@@ -120,7 +131,9 @@ async function record(): Promise<void> {
         await driven;
         const mismatch = Object.entries(rec.expect).filter(([key, want]) => outcome.record[key as keyof RunRecord] !== want);
         if (mismatch.length > 0) {
-          throw new Error(`${rec.name}: expected ${JSON.stringify(rec.expect)}, the run ended with ${JSON.stringify(outcome.record)}; nothing was written`);
+          throw new Error(
+            `${rec.name}: expected ${JSON.stringify(rec.expect)}, the run ended with ${JSON.stringify(outcome.record)}; nothing was written`,
+          );
         }
         const json = historyToJSON(await handle.fetchHistory());
         out.push({ name: rec.name, json, leaks: leaks(JSON.parse(json) as HistoryJson, forbidden) });
@@ -132,7 +145,9 @@ async function record(): Promise<void> {
     // An absolute path means a recording that only works on this machine: refuse it.
     const fatal = recorded.flatMap((r) => r.leaks.map((l) => ({ name: r.name, ...l })));
     if (fatal.length > 0) {
-      throw new Error(`absolute machine paths in the histories; nothing was written:\n${fatal.map((l) => `  ${l.name}: ${l.where}: ...${l.excerpt}...`).join('\n')}`);
+      throw new Error(
+        `absolute machine paths in the histories; nothing was written:\n${fatal.map((l) => `  ${l.name}: ${l.where}: ...${l.excerpt}...`).join('\n')}`,
+      );
     }
     // Replace the whole set, so a recording that was dropped from the list does not linger.
     mkdirSync(HISTORIES, { recursive: true });

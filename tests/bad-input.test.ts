@@ -17,7 +17,11 @@ afterAll(async () => {
 });
 
 async function runReplay(replay: string, limits?: Partial<Limits>) {
-  const input = { fixture: CORPUS, source: { kind: 'replay', path: join(CORPUS, 'replays', `${replay}.json`), trusted: true }, approver: 'policy:approve-writable' };
+  const input = {
+    fixture: CORPUS,
+    source: { kind: 'replay', path: join(CORPUS, 'replays', `${replay}.json`), trusted: true },
+    approver: 'policy:approve-writable',
+  };
   const run = await runOnce(env, input, { limits });
   const paths = runPaths(run.stateDir, run.runId);
   return { ...run, unchanged: manifestDigest(manifest(paths.workspace)) === manifestDigest(manifest(paths.baseline)) };
@@ -29,10 +33,15 @@ describe('bad input fails for its own reason, before any side effect', () => {
     const observed = trace.filter((e) => e.type === 'tool_observed').map((e) => e.data as ToolResult);
     expect(observed).toHaveLength(28);
     for (const result of observed) {
-      expect({ call: result.call_id, ok: result.ok, error: result.error }).toEqual({ call: result.call_id, ok: false, error: result.call_id.split('.')[0] });
+      expect({ call: result.call_id, ok: result.ok, error: result.error }).toEqual({
+        call: result.call_id,
+        ok: false,
+        error: result.call_id.split('.')[0],
+      });
     }
     // Every rejection is in the trace right after its proposal.
-    for (const e of trace.filter((x) => x.type === 'tool_proposed')) expect(trace[e.seq]).toMatchObject({ type: 'tool_observed', call_id: e.call_id });
+    for (const e of trace.filter((x) => x.type === 'tool_proposed'))
+      expect(trace[e.seq]).toMatchObject({ type: 'tool_observed', call_id: e.call_id });
     expect(unchanged).toBe(true);
     expect(ledgerEntries).toBe(0);
     expect(trace.some((e) => e.type === 'approval_requested')).toBe(false);

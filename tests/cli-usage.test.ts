@@ -19,7 +19,12 @@ describe('the command line usage', () => {
   });
 
   it('gives typed values and precise errors', () => {
-    const spec = { n: { kind: 'int', value: 'N' }, s: { kind: 'seconds', value: 'S' }, f: { kind: 'flag' }, c: { kind: 'string', value: 'X', choices: ['a', 'b'], default: 'a' } } as const;
+    const spec = {
+      n: { kind: 'int', value: 'N' },
+      s: { kind: 'seconds', value: 'S' },
+      f: { kind: 'flag' },
+      c: { kind: 'string', value: 'X', choices: ['a', 'b'], default: 'a' },
+    } as const;
     expect(parseOptions(spec, ['x', '--n', '3', '--s', '0.5', '--f']).values).toEqual({ n: 3, s: 0.5, f: true, c: 'a' });
     expect(parseOptions(spec, ['x']).positionals).toEqual(['x']);
     expect(() => parseOptions(spec, ['--n', '0'])).toThrow(new UsageError('--n must be a positive integer, got "0"'));

@@ -13,7 +13,6 @@ import { CANONICAL_RECORD, CURRENT_PROMPT, waitFor } from './helpers/temporal';
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
 
-
 describe('npm run agent on the embedded default', () => {
   let stateDir: string;
   let env: NodeJS.ProcessEnv;
@@ -24,7 +23,13 @@ describe('npm run agent on the embedded default', () => {
     stateDir = tempDir('agent-cli');
     port = await freePort();
     uiPort = await freePort();
-    env = { ...process.env, AGENT_TEST_CLI_KEY: 'sk-test-cli', AGENT_STATE_DIR: stateDir, AGENT_DEV_SERVER_PORT: String(port), AGENT_DEV_UI_PORT: String(uiPort) };
+    env = {
+      ...process.env,
+      AGENT_TEST_CLI_KEY: 'sk-test-cli',
+      AGENT_STATE_DIR: stateDir,
+      AGENT_DEV_SERVER_PORT: String(port),
+      AGENT_DEV_UI_PORT: String(uiPort),
+    };
     delete env.TEMPORAL_ADDRESS;
   });
 
@@ -39,9 +44,16 @@ describe('npm run agent on the embedded default', () => {
 
   it('runs the canonical fixture end to end and prints the run record', async () => {
     const { stdout, stderr } = await cli(
-      'run', 'fixtures/linkcheck-nested',
-      '--replay', 'fixtures/linkcheck-nested/replays/canonical.json',
-      '--approver', 'policy:approve-writable', '--wait', '--json', '--id', 'cli-canonical',
+      'run',
+      'fixtures/linkcheck-nested',
+      '--replay',
+      'fixtures/linkcheck-nested/replays/canonical.json',
+      '--approver',
+      'policy:approve-writable',
+      '--wait',
+      '--json',
+      '--id',
+      'cli-canonical',
     );
     expect(JSON.parse(stdout)).toEqual(CANONICAL_RECORD);
     // Progress is shown event by event on stderr while the run goes.
@@ -49,7 +61,16 @@ describe('npm run agent on the embedded default', () => {
     expect(stderr).toMatch(/approval_recorded .*approve by policy:approve-writable/);
 
     // The temporal CLI finds the run by its status search attribute, and the Web UI answers.
-    const listed = await exec(temporalBinary(), ['workflow', 'list', '--address', `127.0.0.1:${port}`, '--query', 'AgentStatus="completed"', '-o', 'json']);
+    const listed = await exec(temporalBinary(), [
+      'workflow',
+      'list',
+      '--address',
+      `127.0.0.1:${port}`,
+      '--query',
+      'AgentStatus="completed"',
+      '-o',
+      'json',
+    ]);
     expect(listed.stdout).toContain('cli-canonical');
     const ui = await fetch(`http://127.0.0.1:${uiPort}/`);
     expect(ui.status).toBe(200);
@@ -62,44 +83,96 @@ describe('npm run agent on the embedded default', () => {
 
     // The trace carries views of tool results; --full resolves them from the host store.
     const source = readFileSync(join(PROJECT_ROOT, 'fixtures/linkcheck-nested/repo/src/linkcheck.py'), 'utf8');
-    const readOf = (events: { type: string; call_id?: string; data: any }[]) => events.find((e) => e.type === 'tool_observed' && e.call_id === 'read-source')!.data;
+    const readOf = (events: { type: string; call_id?: string; data: any }[]) =>
+      events.find((e) => e.type === 'tool_observed' && e.call_id === 'read-source')!.data;
     const brief = readOf(trace as never);
     expect(brief.data.text).toMatch(/… \[\d+ more characters\]$/);
     expect(brief.ref).toMatch(/^[0-9a-f]{64}$/);
     const full = JSON.parse((await cli('trace', 'cli-canonical', '--full', '--json')).stdout);
-    expect(readOf(full)).toMatchObject({ call_id: 'read-source', ok: true, data: { text: source, total_lines: source.split('\n').length - 1 }, ref: brief.ref });
+    expect(readOf(full)).toMatchObject({
+      call_id: 'read-source',
+      ok: true,
+      data: { text: source, total_lines: source.split('\n').length - 1 },
+      ref: brief.ref,
+    });
     expect(full.map((e: { seq: number }) => e.seq)).toEqual(trace.map((e) => e.seq));
     const printed = (await cli('trace', 'cli-canonical', '--full')).stdout;
     expect(printed).toMatch(/#\d+ tool_observed \[read-source\] ok lines 1-\d+ of \d+/);
   });
 
-  it.each(['openai', 'anthropic'] as const)('runs the canonical fixture with --provider %s against a local server, then exports it as a replay that re-runs alike', async (api) => {
-    const canonical = JSON.parse(readFileSync(join(PROJECT_ROOT, 'fixtures/linkcheck-nested/replays/canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
-    const replies = canonical.filter((d) => d.kind !== 'plan').map((d) => (d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text }));
-    const server = await new ProviderServer((_req, i) => ({ body: reply(api, replies[i] ?? { text: 'done' }) })).start();
-    try {
-      const id = `cli-live-${api}`;
-      const { stdout } = await cli(
-        'run', 'fixtures/linkcheck-nested', '--provider', api, '--model', 'test-model',
-        '--base-url', api === 'openai' ? `${server.url}/v1` : server.url, '--api-key-env', 'AGENT_TEST_CLI_KEY',
-        '--backend', 'docker', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', id,
-      );
-      const record = JSON.parse(stdout);
-      expect(record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null }, prompt: CURRENT_PROMPT });
-      expect(server.count()).toBe(7);
+  it.each(['openai', 'anthropic'] as const)(
+    'runs the canonical fixture with --provider %s against a local server, then exports it as a replay that re-runs alike',
+    async (api) => {
+      const canonical = JSON.parse(readFileSync(join(PROJECT_ROOT, 'fixtures/linkcheck-nested/replays/canonical.json'), 'utf8'))
+        .decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
+      const replies = canonical
+        .filter((d) => d.kind !== 'plan')
+        .map((d) =>
+          d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text },
+        );
+      const server = await new ProviderServer((_req, i) => ({ body: reply(api, replies[i] ?? { text: 'done' }) })).start();
+      try {
+        const id = `cli-live-${api}`;
+        const { stdout } = await cli(
+          'run',
+          'fixtures/linkcheck-nested',
+          '--provider',
+          api,
+          '--model',
+          'test-model',
+          '--base-url',
+          api === 'openai' ? `${server.url}/v1` : server.url,
+          '--api-key-env',
+          'AGENT_TEST_CLI_KEY',
+          '--backend',
+          'docker',
+          '--approver',
+          'policy:approve-writable',
+          '--wait',
+          '--json',
+          '--id',
+          id,
+        );
+        const record = JSON.parse(stdout);
+        expect(record).toEqual({
+          ...CANONICAL_RECORD,
+          replay: null,
+          usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null },
+          prompt: CURRENT_PROMPT,
+        });
+        expect(server.count()).toBe(7);
 
-      const exported = join(tempDir('exported'), `${id}.json`);
-      writeFileSync(exported, (await cli('export-replay', id)).stdout);
-      const again = JSON.parse((await cli('run', 'fixtures/linkcheck-nested', '--replay', exported, '--trust-replay', '--approver', 'policy:approve-writable', '--wait', '--json')).stdout);
-      // The exported replay takes the live session's seven replies as its turns.
-      expect(again).toEqual({ ...CANONICAL_RECORD, replay: id, turns: 7 });
-    } finally {
-      await server.close();
-    }
-  });
+        const exported = join(tempDir('exported'), `${id}.json`);
+        writeFileSync(exported, (await cli('export-replay', id)).stdout);
+        const again = JSON.parse(
+          (
+            await cli(
+              'run',
+              'fixtures/linkcheck-nested',
+              '--replay',
+              exported,
+              '--trust-replay',
+              '--approver',
+              'policy:approve-writable',
+              '--wait',
+              '--json',
+            )
+          ).stdout,
+        );
+        // The exported replay takes the live session's seven replies as its turns.
+        expect(again).toEqual({ ...CANONICAL_RECORD, replay: id, turns: 7 });
+      } finally {
+        await server.close();
+      }
+    },
+  );
 
   it('asks at the terminal for each write, showing the action, the path, the diff and the digests', async () => {
-    const child = spawn(process.execPath, [CLI, 'run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/canonical.json', '--wait'], { env, cwd: PROJECT_ROOT });
+    const child = spawn(
+      process.execPath,
+      [CLI, 'run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/canonical.json', '--wait'],
+      { env, cwd: PROJECT_ROOT },
+    );
     let output = '';
     let answered = 0;
     const onData = (chunk: Buffer) => {
@@ -125,13 +198,33 @@ describe('npm run agent on the embedded default', () => {
   });
 
   it('exits non-zero for a run that does not complete', async () => {
-    await expect(cli('run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/no-work.json', '--approver', 'policy:approve-writable', '--wait', '--json')).rejects.toMatchObject({ code: 1 });
+    await expect(
+      cli(
+        'run',
+        'fixtures/linkcheck-nested',
+        '--replay',
+        'fixtures/linkcheck-nested/replays/no-work.json',
+        '--approver',
+        'policy:approve-writable',
+        '--wait',
+        '--json',
+      ),
+    ).rejects.toMatchObject({ code: 1 });
   });
 
   it('refuses an untrusted replay outside the trusted folders on the local backend', async () => {
     const replay = join(tempDir('replay'), 'outside.json');
     require('node:fs').copyFileSync(join(PROJECT_ROOT, 'fixtures/linkcheck-nested/replays/canonical.json'), replay);
-    const failed = await cli('run', 'fixtures/linkcheck-nested', '--replay', replay, '--approver', 'policy:approve-writable', '--wait', '--json').catch((e) => e);
+    const failed = await cli(
+      'run',
+      'fixtures/linkcheck-nested',
+      '--replay',
+      replay,
+      '--approver',
+      'policy:approve-writable',
+      '--wait',
+      '--json',
+    ).catch((e) => e);
     expect(failed.code).toBe(1);
     expect(JSON.parse(failed.stdout)).toMatchObject({ status: 'failed', reason: 'replay_untrusted', writes: 0 });
   });
@@ -219,11 +312,27 @@ describe('npm run agent on the embedded default', () => {
 
   it('eval watch follows a batch started from another terminal to its end, in plain lines off a terminal', async () => {
     const batch = `watched-${process.pid}`;
-    const started = cli('eval', 'fixtures/linkcheck-nested', 'fixtures/wordcount-node', '--batch', batch, '--concurrency', '1', '--out', tempDir('eval-watch'));
+    const started = cli(
+      'eval',
+      'fixtures/linkcheck-nested',
+      'fixtures/wordcount-node',
+      '--batch',
+      batch,
+      '--concurrency',
+      '1',
+      '--out',
+      tempDir('eval-watch'),
+    );
     // The batch may not exist yet: `watch` of an unknown id fails, so try until it follows.
     const watched = await waitFor('eval watch to follow the batch', () => cli('eval', 'watch', batch).catch(() => null), 60_000);
     await started;
-    expect(JSON.parse(watched.stdout)).toMatchObject({ total: 5, done: 5, completed: 2, running: 0, by_status: { completed: 2, failed: 3 } });
+    expect(JSON.parse(watched.stdout)).toMatchObject({
+      total: 5,
+      done: 5,
+      completed: 2,
+      running: 0,
+      by_status: { completed: 2, failed: 3 },
+    });
     const lines = watched.stderr.split('\n').filter((l) => l.startsWith(batch));
     expect(watched.stderr).not.toContain('\r');
     expect(lines.at(-1)).toMatch(new RegExp(`^${batch} \\[#{24}\\] 5/5 done, 2 completed, 0 running`));
@@ -235,7 +344,14 @@ describe('npm run agent on the embedded default', () => {
     const missing = await cli('run', 'fixtures/linkcheck-nested').catch((e) => e);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain('--replay FILE or --provider NAME is required');
-    const notNumber = await cli('run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/canonical.json', '--max-turns', 'x').catch((e) => e);
+    const notNumber = await cli(
+      'run',
+      'fixtures/linkcheck-nested',
+      '--replay',
+      'fixtures/linkcheck-nested/replays/canonical.json',
+      '--max-turns',
+      'x',
+    ).catch((e) => e);
     expect(notNumber.code).toBe(2);
     expect(notNumber.stderr).toContain('--max-turns must be a positive integer, got "x"');
   });

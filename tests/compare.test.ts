@@ -38,7 +38,10 @@ function fixtureCopy(dir: string, edit: (decisions: { kind: string; call?: { cal
 }
 
 /** The flagged behaviours of a comparison, as `group: key`. */
-const flagged = (c: Comparison) => [c.behaviours.overall, ...c.behaviours.per_fixture].flatMap((g) => g.behaviours.filter((b) => b.outside).map((b) => `${g.fixture ?? 'overall'}: ${b.key}`));
+const flagged = (c: Comparison) =>
+  [c.behaviours.overall, ...c.behaviours.per_fixture].flatMap((g) =>
+    g.behaviours.filter((b) => b.outside).map((b) => `${g.fixture ?? 'overall'}: ${b.key}`),
+  );
 
 describe('eval compare on two real batches', () => {
   let env: TestWorkflowEnvironment;
@@ -70,7 +73,10 @@ describe('eval compare on two real batches', () => {
     const outs: string[] = [];
     try {
       await worker.runUntil(async () => {
-        for (const [name, dirs] of [['a', [linkA, words]], ['b', [linkB, words]]] as const) {
+        for (const [name, dirs] of [
+          ['a', [linkA, words]],
+          ['b', [linkB, words]],
+        ] as const) {
           const batch = `compare-${name}-${process.pid}`;
           const p = plan([...dirs]);
           await evalResult(await startEval(env.client, { plan: p, concurrency: 2 }, { taskQueue, workflowId: batch }));
@@ -87,10 +93,20 @@ describe('eval compare on two real batches', () => {
       ...Array(5).fill(['linkcheck-nested', 'completed', 8, 6, 0]),
       ...Array(5).fill(['wordcount-node', 'completed', a.runs[5].turns, a.runs[5].tool_calls, 0]),
     ]);
-    expect(b.runs.filter((r) => r.fixture === 'linkcheck-nested').map((r) => [r.status, r.turns, r.tool_calls, r.repeated_calls])).toEqual(Array(5).fill(['completed', 10, 8, 2]));
+    expect(b.runs.filter((r) => r.fixture === 'linkcheck-nested').map((r) => [r.status, r.turns, r.tool_calls, r.repeated_calls])).toEqual(
+      Array(5).fill(['completed', 10, 8, 2]),
+    );
 
     const html = join(tempDir('compare-html'), 'comparison.html');
-    const { stdout } = await exec(process.execPath, [CLI, 'eval', 'compare', join(outs[0], 'report.json'), join(outs[1], 'report.json'), '--html', html]);
+    const { stdout } = await exec(process.execPath, [
+      CLI,
+      'eval',
+      'compare',
+      join(outs[0], 'report.json'),
+      join(outs[1], 'report.json'),
+      '--html',
+      html,
+    ]);
     // The flips and McNemar as before: nothing flipped.
     expect(stdout).toContain('10 paired runs, 0 flipped');
     expect(stdout).toContain('McNemar exact p = 1 (completed only in A: 0, only in B: 0)');
@@ -101,10 +117,19 @@ describe('eval compare on two real batches', () => {
       return lines.slice(start + 1, start + 7);
     };
     for (const name of ['overall', 'linkcheck-nested', 'wordcount-node']) {
-      expect(section(name).map((l) => l.slice(2, 18).trim())).toEqual(['pass rate', 'turns', 'tool error rate', 'repeated calls', 'empty replies', 'cost (USD)']);
+      expect(section(name).map((l) => l.slice(2, 18).trim())).toEqual([
+        'pass rate',
+        'turns',
+        'tool error rate',
+        'repeated calls',
+        'empty replies',
+        'cost (USD)',
+      ]);
     }
     const link = section('linkcheck-nested');
-    expect(link[3]).toBe('* repeated calls   A 0.00 [0.00, 0.00] (0.00..0.00)   B 2.00 [2.00, 2.00] (2.00..2.00)   B-A +2.00 [+2.00, +2.00]');
+    expect(link[3]).toBe(
+      '* repeated calls   A 0.00 [0.00, 0.00] (0.00..0.00)   B 2.00 [2.00, 2.00] (2.00..2.00)   B-A +2.00 [+2.00, +2.00]',
+    );
     expect(link[1]).toMatch(/^\* turns {12}A 8\.00 \[8\.00, 8\.00\] .* B-A \+2\.00 \[\+2\.00, \+2\.00\]$/);
     // Two more calls, the same one error: the rate falls from 1/6 to 1/8.
     expect(link[2]).toMatch(/^\* tool error rate .*B-A -0\.042 \[-0\.042, -0\.042\]$/);
@@ -112,11 +137,22 @@ describe('eval compare on two real batches', () => {
     expect(link[5]).toBe('  cost (USD)       - (A and B: runs without a priced usage)');
     // Nothing is marked in the other fixture.
     expect(section('wordcount-node').filter((l) => l.startsWith('*'))).toEqual([]);
-    expect(stdout).toMatch(/\ndifferences outside their interval: overall turns \+1\.000; overall tool error rate -0\.\d{3}; overall repeated calls \+1\.000; linkcheck-nested turns \+2\.000; linkcheck-nested tool error rate -0\.042; linkcheck-nested repeated calls \+2\.000\n/);
+    expect(stdout).toMatch(
+      /\ndifferences outside their interval: overall turns \+1\.000; overall tool error rate -0\.\d{3}; overall repeated calls \+1\.000; linkcheck-nested turns \+2\.000; linkcheck-nested tool error rate -0\.042; linkcheck-nested repeated calls \+2\.000\n/,
+    );
 
     // The same in JSON, deterministic: the same reports give the same intervals.
-    const json = JSON.parse((await exec(process.execPath, [CLI, 'eval', 'compare', join(outs[0], 'report.json'), join(outs[1], 'report.json'), '--json'])).stdout) as Comparison;
-    expect(flagged(json)).toEqual(['overall: turns', 'overall: tool_error_rate', 'overall: repeated_calls', 'linkcheck-nested: turns', 'linkcheck-nested: tool_error_rate', 'linkcheck-nested: repeated_calls']);
+    const json = JSON.parse(
+      (await exec(process.execPath, [CLI, 'eval', 'compare', join(outs[0], 'report.json'), join(outs[1], 'report.json'), '--json'])).stdout,
+    ) as Comparison;
+    expect(flagged(json)).toEqual([
+      'overall: turns',
+      'overall: tool_error_rate',
+      'overall: repeated_calls',
+      'linkcheck-nested: turns',
+      'linkcheck-nested: tool_error_rate',
+      'linkcheck-nested: repeated_calls',
+    ]);
     expect(json).toEqual(compareReports(a, b));
 
     // The page: the same view, from disk, nothing fetched.
@@ -126,10 +162,16 @@ describe('eval compare on two real batches', () => {
       const requests: string[] = [];
       page.on('request', (r) => requests.push(r.url()));
       await page.goto(pathToFileURL(html).href);
-      const marked = await page.locator('section.group tr.outside').evaluateAll((rows) => rows.map((r) => `${r.closest('section')!.getAttribute('data-fixture')}: ${r.getAttribute('data-behaviour')}`));
+      const marked = await page
+        .locator('section.group tr.outside')
+        .evaluateAll((rows) =>
+          rows.map((r) => `${r.closest('section')!.getAttribute('data-fixture')}: ${r.getAttribute('data-behaviour')}`),
+        );
       expect(marked).toEqual(flagged(json));
       expect(await page.locator('section.group[data-fixture="wordcount-node"] tr.behaviour').count()).toBe(6);
-      expect(await page.textContent('section.group[data-fixture="linkcheck-nested"] tr[data-behaviour="repeated_calls"] td.diff')).toBe('+2.00 [+2.00, +2.00]');
+      expect(await page.textContent('section.group[data-fixture="linkcheck-nested"] tr[data-behaviour="repeated_calls"] td.diff')).toBe(
+        '+2.00 [+2.00, +2.00]',
+      );
       expect(await page.textContent('#flip-summary')).toContain('10 paired runs, 0 flipped');
       const shot = testOutput('comparison-html.png');
       await page.screenshot({ path: shot, fullPage: true });
@@ -163,14 +205,29 @@ describe('compareReports on synthetic reports', () => {
     trace_id: null,
     ...o,
   });
-  const report = (runs: EvalRun[]): EvalReport => ({ schema_version: 1, runs, summary: { runs: runs.length, completed: runs.filter((r) => r.status === 'completed').length, failed: 0 } });
+  const report = (runs: EvalRun[]): EvalReport => ({
+    schema_version: 1,
+    runs,
+    summary: { runs: runs.length, completed: runs.filter((r) => r.status === 'completed').length, failed: 0 },
+  });
   const epochs = [1, 2, 3, 4, 5, 6, 7, 8];
-  const get = (c: Comparison, fixture: string | null, key: BehaviourKey) => (fixture === null ? c.behaviours.overall : c.behaviours.per_fixture.find((g) => g.fixture === fixture)!).behaviours.find((b) => b.key === key)!;
+  const get = (c: Comparison, fixture: string | null, key: BehaviourKey) =>
+    (fixture === null ? c.behaviours.overall : c.behaviours.per_fixture.find((g) => g.fixture === fixture)!).behaviours.find(
+      (b) => b.key === key,
+    )!;
 
   it('marks no difference where A and B vary alike (a live model), and one that stands clear of the noise', () => {
-    const noisy = (e: number, shift: number) => ({ turns: 6 + ((e * 7 + shift) % 5), repeated_calls: (e + shift) % 3, empty_replies: (e * 3 + shift) % 2, usage: { model_calls: 6, input_tokens: 1, output_tokens: 1, cached_tokens: 0, cost_usd: 0.01 * (1 + ((e + shift) % 4)) } });
+    const noisy = (e: number, shift: number) => ({
+      turns: 6 + ((e * 7 + shift) % 5),
+      repeated_calls: (e + shift) % 3,
+      empty_replies: (e * 3 + shift) % 2,
+      usage: { model_calls: 6, input_tokens: 1, output_tokens: 1, cached_tokens: 0, cost_usd: 0.01 * (1 + ((e + shift) % 4)) },
+    });
     const a = report([...epochs.map((e) => run('same', e, noisy(e, 0))), ...epochs.map((e) => run('worse', e, noisy(e, 0)))]);
-    const b = report([...epochs.map((e) => run('same', e, noisy(e, 1))), ...epochs.map((e) => run('worse', e, { ...noisy(e, 1), turns: 20 + (e % 3) }))]);
+    const b = report([
+      ...epochs.map((e) => run('same', e, noisy(e, 1))),
+      ...epochs.map((e) => run('worse', e, { ...noisy(e, 1), turns: 20 + (e % 3) })),
+    ]);
     const c = compareReports(a, b);
     expect(flagged(c).filter((f) => f.startsWith('same'))).toEqual([]);
     expect(flagged(c)).toContain('worse: turns');
@@ -190,15 +247,37 @@ describe('compareReports on synthetic reports', () => {
     const allLost = report([1, 2, 3, 4, 5].map((e) => run('f', e, { status: 'failed', reason: 'verification_failed' })));
     const one = compareReports(a, oneLost);
     expect(one.flips).toHaveLength(1);
-    expect(get(one, 'f', 'pass_rate')).toMatchObject({ a: { value: 1 }, b: { value: 0.8 }, diff: { value: -0.2, high: 0 }, outside: false });
+    expect(get(one, 'f', 'pass_rate')).toMatchObject({
+      a: { value: 1 },
+      b: { value: 0.8 },
+      diff: { value: -0.2, high: 0 },
+      outside: false,
+    });
     expect(get(compareReports(a, allLost), 'f', 'pass_rate')).toMatchObject({ diff: { value: -1, low: -1, high: -1 }, outside: true });
   });
 
   it('says which figures an older report lacks, and marks nothing on a single run', () => {
-    const old = report([1, 2].map((e) => ({ ...run('f', e), turns: undefined, tool_calls: undefined, repeated_calls: undefined, empty_replies: undefined }) as unknown as EvalRun));
+    const old = report(
+      [1, 2].map(
+        (e) =>
+          ({
+            ...run('f', e),
+            turns: undefined,
+            tool_calls: undefined,
+            repeated_calls: undefined,
+            empty_replies: undefined,
+          }) as unknown as EvalRun,
+      ),
+    );
     const now = report([1, 2].map((e) => run('f', e)));
     const c = compareReports(old, now);
-    expect(get(c, 'f', 'turns')).toMatchObject({ a: null, b: null, diff: null, outside: false, missing: 'A: no such figure in its runs (an older report)' });
+    expect(get(c, 'f', 'turns')).toMatchObject({
+      a: null,
+      b: null,
+      diff: null,
+      outside: false,
+      missing: 'A: no such figure in its runs (an older report)',
+    });
     expect(get(c, 'f', 'pass_rate').missing).toBeNull();
     const single = compareReports(report([run('f', 1)]), report([run('f', 1, { turns: 30 })]));
     expect(get(single, 'f', 'turns')).toMatchObject({ diff: { value: 22 }, outside: false });

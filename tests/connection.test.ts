@@ -58,7 +58,12 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
     const dir = tempDir('pki');
     pki = makePki(dir);
     terminator = await startTlsTerminator({ upstream: env.address, pki, apiKey: KEY });
-    const tls = { server_ca_cert_path: pki.caCert, client_cert_path: pki.clientCert, client_key_path: pki.clientKey, server_name: 'localhost' };
+    const tls = {
+      server_ca_cert_path: pki.caCert,
+      client_cert_path: pki.clientCert,
+      client_key_path: pki.clientKey,
+      server_name: 'localhost',
+    };
     configFile = join(dir, 'temporal.toml');
     writeFileSync(
       configFile,
@@ -85,25 +90,59 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
   });
 
   const shellEnv = (profile: string, extra: Record<string, string> = {}) =>
-    cleanEnv({ TEMPORAL_CONFIG_FILE: configFile, TEMPORAL_PROFILE: profile, AGENT_STATE_DIR: stateDir, AGENT_TASK_QUEUE: taskQueue, ...extra });
+    cleanEnv({
+      TEMPORAL_CONFIG_FILE: configFile,
+      TEMPORAL_PROFILE: profile,
+      AGENT_STATE_DIR: stateDir,
+      AGENT_TASK_QUEUE: taskQueue,
+      ...extra,
+    });
 
   const cli = (label: string, profile: string, ...args: string[]) =>
     new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-      execFile(process.execPath, [CLI, ...args], { env: shellEnv(profile), cwd: PROJECT_ROOT, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
-        outputs[`${label} stdout`] = stdout;
-        outputs[`${label} stderr`] = stderr;
-        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-      });
+      execFile(
+        process.execPath,
+        [CLI, ...args],
+        { env: shellEnv(profile), cwd: PROJECT_ROOT, maxBuffer: 16 * 1024 * 1024 },
+        (err, stdout, stderr) => {
+          outputs[`${label} stdout`] = stdout;
+          outputs[`${label} stderr`] = stderr;
+          resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+        },
+      );
     });
 
   it('runs the canonical fixture with the worker and the command line connected through the profile', async () => {
     const log = openSync(workerLog, 'a');
-    worker = spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], { env: shellEnv('secure'), cwd: PROJECT_ROOT, stdio: ['ignore', log, log] });
+    worker = spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
+      env: shellEnv('secure'),
+      cwd: PROJECT_ROOT,
+      stdio: ['ignore', log, log],
+    });
     closeSync(log);
-    await waitFor('the worker to poll through the terminator', async () => readFileSync(workerLog, 'utf8').includes('polling task queue'), 60_000);
-    expect(readFileSync(workerLog, 'utf8')).toContain(`in namespace default on ${terminator.address} (settings from profile 'secure' of ${configFile};`);
+    await waitFor(
+      'the worker to poll through the terminator',
+      async () => readFileSync(workerLog, 'utf8').includes('polling task queue'),
+      60_000,
+    );
+    expect(readFileSync(workerLog, 'utf8')).toContain(
+      `in namespace default on ${terminator.address} (settings from profile 'secure' of ${configFile};`,
+    );
 
-    const run = await cli('run', 'secure', 'run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/canonical.json', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', 'tls-canonical');
+    const run = await cli(
+      'run',
+      'secure',
+      'run',
+      'fixtures/linkcheck-nested',
+      '--replay',
+      'fixtures/linkcheck-nested/replays/canonical.json',
+      '--approver',
+      'policy:approve-writable',
+      '--wait',
+      '--json',
+      '--id',
+      'tls-canonical',
+    );
     expect(run.stderr).not.toMatch(/^error:/m);
     expect({ code: run.code, record: JSON.parse(run.stdout) }).toEqual({ code: 0, record: CANONICAL_RECORD });
     const status = await cli('status', 'secure', 'status', 'tls-canonical', '--json');
@@ -116,11 +155,27 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
   });
 
   it.each([
-    ['wrong-ca', 'tls', /^error: TLS with Temporal at 127\.0\.0\.1:\d+ \(settings from profile 'wrong-ca' of .*temporal\.toml\) failed: the server's certificate is not signed by a certificate authority this connection trusts \(UNABLE_TO_VERIFY_LEAF_SIGNATURE\)/],
-    ['no-client-cert', 'tls', /^error: TLS with Temporal at .* failed: the server refused this connection's client certificate \(ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED\)/],
-    ['wrong-key', 'refused', /^error: Temporal at .*\(settings from profile 'wrong-key' of .*\) refused the connection: .*authentication credentials.*missing or wrong API key/],
+    [
+      'wrong-ca',
+      'tls',
+      /^error: TLS with Temporal at 127\.0\.0\.1:\d+ \(settings from profile 'wrong-ca' of .*temporal\.toml\) failed: the server's certificate is not signed by a certificate authority this connection trusts \(UNABLE_TO_VERIFY_LEAF_SIGNATURE\)/,
+    ],
+    [
+      'no-client-cert',
+      'tls',
+      /^error: TLS with Temporal at .* failed: the server refused this connection's client certificate \(ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED\)/,
+    ],
+    [
+      'wrong-key',
+      'refused',
+      /^error: Temporal at .*\(settings from profile 'wrong-key' of .*\) refused the connection: .*authentication credentials.*missing or wrong API key/,
+    ],
     ['closed', 'unreachable', /^error: cannot reach Temporal at 127\.0\.0\.1:\d+ \(settings from profile 'closed' of .*\): ECONNREFUSED$/],
-    ['nope', 'config', /^error: unknown Temporal profile 'nope' \(TEMPORAL_PROFILE\): .*temporal\.toml has only 'closed', 'no-client-cert', 'secure', 'wrong-ca', 'wrong-key'$/],
+    [
+      'nope',
+      'config',
+      /^error: unknown Temporal profile 'nope' \(TEMPORAL_PROFILE\): .*temporal\.toml has only 'closed', 'no-client-cert', 'secure', 'wrong-ca', 'wrong-key'$/,
+    ],
   ])('profile %s: the command ends with exit 2 and one line saying which (%s)', async (profile, _fault, line) => {
     const refusedBefore = terminator.refused;
     const { code, stdout, stderr } = await cli(`status ${profile}`, profile, 'status', 'tls-canonical');
@@ -130,13 +185,19 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
   });
 
   it('a worker with the wrong CA ends at once with the same line, exit 2', async () => {
-    const child = spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], { env: shellEnv('wrong-ca'), cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
+      env: shellEnv('wrong-ca'),
+      cwd: PROJECT_ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stderr = '';
     child.stderr!.on('data', (d) => (stderr += d));
     await killed(child);
     outputs['worker wrong-ca stderr'] = stderr;
     expect({ code: child.exitCode, lines: stderr.trimEnd().split('\n').length }).toEqual({ code: 2, lines: 1 });
-    expect(stderr).toMatch(/^TLS with Temporal at .* failed: the server's certificate is not signed by a certificate authority this connection trusts/);
+    expect(stderr).toMatch(
+      /^TLS with Temporal at .* failed: the server's certificate is not signed by a certificate authority this connection trusts/,
+    );
   });
 
   it('leaves the API key in no output, log, history or file of the state folder', async () => {
@@ -165,14 +226,24 @@ describe('the embedded default, once profiles exist', () => {
     expect(resolveTarget(settings({ TEMPORAL_CONFIG_FILE: noProfiles }))).toMatchObject({ address: null });
     expect(resolveTarget(settings({ TEMPORAL_NAMESPACE: 'team' }))).toMatchObject({ address: null, namespace: 'team' });
     // The default profile of the file gives an address: a cluster.
-    expect(resolveTarget(settings({ TEMPORAL_CONFIG_FILE: file }))).toMatchObject({ address: 'cluster.example:7233', origin: `profile 'default' of ${file}` });
+    expect(resolveTarget(settings({ TEMPORAL_CONFIG_FILE: file }))).toMatchObject({
+      address: 'cluster.example:7233',
+      origin: `profile 'default' of ${file}`,
+    });
     // The CLI's default location is read too ($XDG_CONFIG_HOME/temporalio/temporal.toml).
     expect(resolveTarget(settings({ XDG_CONFIG_HOME: xdg }))).toMatchObject({ address: 'xdg.example:7233' });
   });
 
   it('lets the variables override the profile, as the temporal CLI does', () => {
-    const t = resolveTarget(settings({ TEMPORAL_CONFIG_FILE: file, TEMPORAL_PROFILE: 'staging', TEMPORAL_ADDRESS: '10.0.0.1:7233', TEMPORAL_NAMESPACE: 'ns1' }));
-    expect(t).toMatchObject({ address: '10.0.0.1:7233', namespace: 'ns1', origin: `profile 'staging' of ${file} and TEMPORAL_ADDRESS`, options: { apiKey: KEY, tls: true } });
+    const t = resolveTarget(
+      settings({ TEMPORAL_CONFIG_FILE: file, TEMPORAL_PROFILE: 'staging', TEMPORAL_ADDRESS: '10.0.0.1:7233', TEMPORAL_NAMESPACE: 'ns1' }),
+    );
+    expect(t).toMatchObject({
+      address: '10.0.0.1:7233',
+      namespace: 'ns1',
+      origin: `profile 'staging' of ${file} and TEMPORAL_ADDRESS`,
+      options: { apiKey: KEY, tls: true },
+    });
     expect(t.origin).not.toContain(KEY);
   });
 
@@ -185,13 +256,27 @@ describe('the embedded default, once profiles exist', () => {
       }
       return 'no error';
     };
-    expect(fault({ TEMPORAL_PROFILE: 'prod' })).toMatch(/^config: unknown Temporal profile 'prod' \(TEMPORAL_PROFILE\): there is no Temporal config file/);
-    expect(fault({ TEMPORAL_CONFIG_FILE: join(dir, 'missing.toml') })).toBe(`config: TEMPORAL_CONFIG_FILE names ${join(dir, 'missing.toml')}, which does not exist`);
-    expect(fault({ TEMPORAL_CONFIG_FILE: keyOnly })).toBe(`config: an API key but no address (from profile 'default' of ${keyOnly}): set the address (TEMPORAL_ADDRESS or the profile's address), or remove the key to use the embedded dev server`);
+    expect(fault({ TEMPORAL_PROFILE: 'prod' })).toMatch(
+      /^config: unknown Temporal profile 'prod' \(TEMPORAL_PROFILE\): there is no Temporal config file/,
+    );
+    expect(fault({ TEMPORAL_CONFIG_FILE: join(dir, 'missing.toml') })).toBe(
+      `config: TEMPORAL_CONFIG_FILE names ${join(dir, 'missing.toml')}, which does not exist`,
+    );
+    expect(fault({ TEMPORAL_CONFIG_FILE: keyOnly })).toBe(
+      `config: an API key but no address (from profile 'default' of ${keyOnly}): set the address (TEMPORAL_ADDRESS or the profile's address), or remove the key to use the embedded dev server`,
+    );
     expect(fault({ TEMPORAL_API_KEY: KEY })).toMatch(/^config: an API key but no address \(from TEMPORAL_\* variables\)/);
-    expect(fault({ TEMPORAL_ADDRESS: 'c:7233', TEMPORAL_TLS_SERVER_CA_CERT_PATH: join(dir, 'no-ca.pem') })).toBe(`config: the TLS file ${join(dir, 'no-ca.pem')} (server_ca_cert, from TEMPORAL_ADDRESS) does not exist`);
+    expect(fault({ TEMPORAL_ADDRESS: 'c:7233', TEMPORAL_TLS_SERVER_CA_CERT_PATH: join(dir, 'no-ca.pem') })).toBe(
+      `config: the TLS file ${join(dir, 'no-ca.pem')} (server_ca_cert, from TEMPORAL_ADDRESS) does not exist`,
+    );
     writeFileSync(join(dir, 'broken.toml'), '[profile.default\naddress = 1\n');
-    expect(fault({ TEMPORAL_CONFIG_FILE: join(dir, 'broken.toml') })).toMatch(/^config: cannot read the Temporal config file .*broken\.toml: /);
-    for (const env of [{ TEMPORAL_API_KEY: KEY }, { TEMPORAL_CONFIG_FILE: file, TEMPORAL_PROFILE: 'nope', TEMPORAL_API_KEY: KEY }] as Record<string, string>[]) expect(fault(env)).not.toContain(KEY);
+    expect(fault({ TEMPORAL_CONFIG_FILE: join(dir, 'broken.toml') })).toMatch(
+      /^config: cannot read the Temporal config file .*broken\.toml: /,
+    );
+    for (const env of [
+      { TEMPORAL_API_KEY: KEY },
+      { TEMPORAL_CONFIG_FILE: file, TEMPORAL_PROFILE: 'nope', TEMPORAL_API_KEY: KEY },
+    ] as Record<string, string>[])
+      expect(fault(env)).not.toContain(KEY);
   });
 });

@@ -19,7 +19,17 @@ import type { TraceEvent } from '../core/trace';
 import type { HostWorkers } from '../worker';
 import { launchChromium, staysLocal, testOutput, type OutsideRequests, type TestBrowser } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
-import { approveAll, canonicalInput, inProcessWorker, pendingApproval, startServer, traceIn, traceOf, uniqueQueue, waitFor } from './helpers/temporal';
+import {
+  approveAll,
+  canonicalInput,
+  inProcessWorker,
+  pendingApproval,
+  startServer,
+  traceIn,
+  traceOf,
+  uniqueQueue,
+  waitFor,
+} from './helpers/temporal';
 import * as access from '../client/run-access';
 import { queryState, sendApproval } from '../client/run-access';
 
@@ -56,7 +66,15 @@ describe('the approval console', () => {
     closeWorker = w.close;
     ledgerReceipts = (runId) => w.ledger.receipts(runId);
     running = worker.run();
-    app = await startConsole({ client: env.client, token: TOKEN, host: '127.0.0.1', port: 0, webUi: 'http://localhost:8233', namespace: 'default', confirmMs: 20_000 });
+    app = await startConsole({
+      client: env.client,
+      token: TOKEN,
+      host: '127.0.0.1',
+      port: 0,
+      webUi: 'http://localhost:8233',
+      namespace: 'default',
+      confirmMs: 20_000,
+    });
     browser = await launchChromium();
     ({ page, outside } = await browser.newPage());
   });
@@ -71,24 +89,37 @@ describe('the approval console', () => {
   });
 
   const startRun = (): Promise<WorkflowHandle> =>
-    access.startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run-${++runs}` });
+    access.startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), {
+      taskQueue,
+      workflowId: `${taskQueue}-run-${++runs}`,
+    });
   const text = async (selector: string) => (await page.textContent(selector))?.trim();
   /** The list, reloaded until it shows every one of these runs as pending (visibility lags a little). */
   const listShows = (ids: string[]) =>
-    waitFor('the list to show the pending runs', async () => {
-      await page.goto(`${app.url}/`);
-      const shown = await page.locator('#pending tr.pending a').allTextContents();
-      return ids.every((id) => shown.includes(id));
-    }, 30_000);
+    waitFor(
+      'the list to show the pending runs',
+      async () => {
+        await page.goto(`${app.url}/`);
+        const shown = await page.locator('#pending tr.pending a').allTextContents();
+        return ids.every((id) => shown.includes(id));
+      },
+      30_000,
+    );
   const cardShows = (id: string, path: string) =>
-    waitFor(`the card of ${id} to show ${path}`, async () => {
-      const card = `${app.url}/runs/${encodeURIComponent(id)}`;
-      if (page.url().split('?')[0] !== card) await page.goto(card);
-      else await page.reload();
-      return (await page.locator('#path').count()) > 0 && (await text('#path')) === path;
-    }, 30_000);
+    waitFor(
+      `the card of ${id} to show ${path}`,
+      async () => {
+        const card = `${app.url}/runs/${encodeURIComponent(id)}`;
+        if (page.url().split('?')[0] !== card) await page.goto(card);
+        else await page.reload();
+        return (await page.locator('#path').count()) > 0 && (await text('#path')) === path;
+      },
+      30_000,
+    );
   const approvals = (trace: TraceEvent[]) =>
-    trace.filter((e) => e.type === 'approval_recorded').map((e) => ({ action_id: e.action_id, ...(e.data as { decision: string; principal: string; reason: string | null }) }));
+    trace
+      .filter((e) => e.type === 'approval_recorded')
+      .map((e) => ({ action_id: e.action_id, ...(e.data as { decision: string; principal: string; reason: string | null }) }));
 
   it('signs in with a one-time link, lists the waiting run, shows its card, approves the first write and rejects the second', async () => {
     const handle = await startRun();
@@ -117,7 +148,9 @@ describe('the approval console', () => {
     expect(await text('#rules')).toContain('allowed-new-file');
     expect(await page.locator('#diff span.add').count()).toBeGreaterThan(3);
     expect(await page.locator('#diff span.del').count()).toBe(0);
-    expect(await page.getAttribute('#web-ui', 'href')).toBe(`http://localhost:8233/namespaces/default/workflows/${encodeURIComponent(handle.workflowId)}`);
+    expect(await page.getAttribute('#web-ui', 'href')).toBe(
+      `http://localhost:8233/namespaces/default/workflows/${encodeURIComponent(handle.workflowId)}`,
+    );
     expect(await page.locator('#trace li').count()).toBeGreaterThan(3);
     expect(await text('#principal')).toBe('console:alice');
     await page.screenshot({ path: testOutput('console-card.png'), fullPage: true });
@@ -134,19 +167,34 @@ describe('the approval console', () => {
     await handle.result();
     const trace = traceIn(stateDir, handle.firstExecutionRunId);
     expect(approvals(trace)).toEqual([
-      expect.objectContaining({ action_id: first.action_id, decision: 'approve', principal: 'console:alice', args_digest: first.args_digest, workspace_digest: first.workspace_digest }),
-      expect.objectContaining({ action_id: second.action_id, decision: 'reject', principal: 'console:alice', reason: 'resolve the link from the document folder in one place' }),
+      expect.objectContaining({
+        action_id: first.action_id,
+        decision: 'approve',
+        principal: 'console:alice',
+        args_digest: first.args_digest,
+        workspace_digest: first.workspace_digest,
+      }),
+      expect.objectContaining({
+        action_id: second.action_id,
+        decision: 'reject',
+        principal: 'console:alice',
+        reason: 'resolve the link from the document folder in one place',
+      }),
     ]);
     const rejected = trace.find((e) => e.type === 'tool_observed' && e.call_id === second.call_id);
     expect((rejected?.data as { error?: string }).error).toBe('approval_rejected');
     expect(ledgerReceipts(handle.firstExecutionRunId)).toHaveLength(1);
 
     // The list shows it among the recently finished runs, with its status and reason.
-    const row = await waitFor('the list to show the finished run', async () => {
-      await page.goto(`${app.url}/`);
-      const cells = await page.locator(`#finished tr.finished:has(a:text-is("${handle.workflowId}")) td`).allTextContents();
-      return cells.length > 0 ? cells : null;
-    }, 30_000);
+    const row = await waitFor(
+      'the list to show the finished run',
+      async () => {
+        await page.goto(`${app.url}/`);
+        const cells = await page.locator(`#finished tr.finished:has(a:text-is("${handle.workflowId}")) td`).allTextContents();
+        return cells.length > 0 ? cells : null;
+      },
+      30_000,
+    );
     expect(row.slice(1, 4)).toEqual(['linkcheck-nested', 'failed', 'verification_failed']);
     expect(outside.aborted).toEqual([]);
   });
@@ -156,7 +204,13 @@ describe('the approval console', () => {
     const first = await pendingApproval(handle);
     await cardShows(handle.workflowId, 'tests/test_agent_nested.py');
     // Someone else approves the shown action first; the run moves on to its next write.
-    await sendApproval(handle, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:bob' });
+    await sendApproval(handle, {
+      action_id: first.action_id,
+      decision: 'approve',
+      args_digest: first.args_digest,
+      workspace_digest: first.workspace_digest,
+      principal: 'user:bob',
+    });
     const second = await pendingApproval(handle, first.action_id);
     await Promise.all([page.waitForURL(/notice=stale/), page.click('#approve')]);
     expect(await text('#notice')).toMatch(/^Not applied/);
@@ -181,7 +235,11 @@ describe('the approval console', () => {
     await Promise.all([page.waitForURL(/notice=approved/), page.click('#approve')]);
     expect(approvals(await traceOf(a)).map((x) => [x.action_id, x.principal])).toEqual([[pa.action_id, 'console:alice']]);
     const stillB = await queryState(b);
-    expect([stillB.status, stillB.pending_approval?.action_id, approvals(await traceOf(b))]).toEqual(['awaiting_approval', pb.action_id, []]);
+    expect([stillB.status, stillB.pending_approval?.action_id, approvals(await traceOf(b))]).toEqual([
+      'awaiting_approval',
+      pb.action_id,
+      [],
+    ]);
 
     await page.goto(`${app.url}/runs/${encodeURIComponent(b.workflowId)}`);
     expect(await text('#action-id')).toBe(pb.action_id);
@@ -192,8 +250,28 @@ describe('the approval console', () => {
   });
 
   it('runs every page behind a guard that aborts and lists a request leaving loopback', async () => {
-    expect(['http://127.0.0.1:1/', 'http://127.9.8.7/', 'http://localhost:8233/x', 'http://[::1]:80/', 'ws://127.0.0.1/ws', 'file:///tmp/r.html', 'data:text/plain,x', 'about:blank'].filter((u) => !staysLocal(u))).toEqual([]);
-    expect(['https://temporal.io/api/news', 'http://10.0.0.1/', 'http://[::ffff:7f00:1]/', 'http://127.0.0.1.example.com/', 'chrome://version', 'not a url'].filter(staysLocal)).toEqual([]);
+    expect(
+      [
+        'http://127.0.0.1:1/',
+        'http://127.9.8.7/',
+        'http://localhost:8233/x',
+        'http://[::1]:80/',
+        'ws://127.0.0.1/ws',
+        'file:///tmp/r.html',
+        'data:text/plain,x',
+        'about:blank',
+      ].filter((u) => !staysLocal(u)),
+    ).toEqual([]);
+    expect(
+      [
+        'https://temporal.io/api/news',
+        'http://10.0.0.1/',
+        'http://[::ffff:7f00:1]/',
+        'http://127.0.0.1.example.com/',
+        'chrome://version',
+        'not a url',
+      ].filter(staysLocal),
+    ).toEqual([]);
     // The IPv4-mapped form of 127.0.0.1 is outside the loopback list yet lands on this machine, so
     // a guard that let it through would show up as a hit here, never as traffic leaving.
     const hits: string[] = [];
@@ -238,7 +316,15 @@ describe('the approval console', () => {
     };
 
     beforeAll(async () => {
-      timed = await startConsole({ client: env.client, token: TOKEN, host: '127.0.0.1', port: 0, webUi: null, namespace: 'default', now: () => clock });
+      timed = await startConsole({
+        client: env.client,
+        token: TOKEN,
+        host: '127.0.0.1',
+        port: 0,
+        webUi: null,
+        namespace: 'default',
+        now: () => clock,
+      });
     });
     afterAll(async () => {
       await timed?.close();
@@ -319,7 +405,12 @@ describe('the approval console', () => {
         expect(cookie.name).toBe('agent_console');
         const old = `${cookie.name}=${cookie.value}`;
         // Without the session's CSRF token, sign-out is refused and the session lives on.
-        const forged = await fetch(`${timed.url}/logout`, { method: 'POST', body: new URLSearchParams({ csrf: 'not-the-token' }), headers: { cookie: old }, redirect: 'manual' });
+        const forged = await fetch(`${timed.url}/logout`, {
+          method: 'POST',
+          body: new URLSearchParams({ csrf: 'not-the-token' }),
+          headers: { cookie: old },
+          redirect: 'manual',
+        });
         expect(forged.status).toBe(403);
         expect(await alive(old)).toBe(true);
         await Promise.all([tab.waitForURL(`${timed.url}/login`), tab.click('#sign-out-button')]);
@@ -339,7 +430,12 @@ describe('the approval console', () => {
       // The first is used again, so the second is now the least recently used.
       expect(await alive(cookies[0])).toBe(true);
       const newest = await session('one-too-many');
-      expect([await alive(cookies[1]), await alive(cookies[0]), await alive(cookies[2]), await alive(newest)]).toEqual([false, true, true, true]);
+      expect([await alive(cookies[1]), await alive(cookies[0]), await alive(cookies[2]), await alive(newest)]).toEqual([
+        false,
+        true,
+        true,
+        true,
+      ]);
       expect((await Promise.all(cookies.slice(2).map(alive))).every(Boolean)).toBe(true);
     });
   });
@@ -353,16 +449,32 @@ describe('the approval console', () => {
     beforeAll(async () => {
       handle = await startRun();
       pending = await pendingApproval(handle);
-      const login = await fetch(`${app.url}/login`, { method: 'POST', body: new URLSearchParams({ token: TOKEN, name: 'mallory-test' }), redirect: 'manual' });
+      const login = await fetch(`${app.url}/login`, {
+        method: 'POST',
+        body: new URLSearchParams({ token: TOKEN, name: 'mallory-test' }),
+        redirect: 'manual',
+      });
       expect(login.status).toBe(303);
       cookie = login.headers.get('set-cookie')!.split(';')[0];
       const card = await (await fetch(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}`, { headers: { cookie } })).text();
       csrf = /name="csrf" value="([^"]+)"/.exec(card)![1];
     });
 
-    const form = (fields: Record<string, string>) => ({ action_id: pending.action_id, args_digest: pending.args_digest, workspace_digest: pending.workspace_digest, decision: 'approve', csrf, ...fields });
+    const form = (fields: Record<string, string>) => ({
+      action_id: pending.action_id,
+      args_digest: pending.args_digest,
+      workspace_digest: pending.workspace_digest,
+      decision: 'approve',
+      csrf,
+      ...fields,
+    });
     const post = (fields: Record<string, string>, headers: Record<string, string> = { cookie }) =>
-      fetch(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}/approval`, { method: 'POST', body: new URLSearchParams(fields), headers, redirect: 'manual' });
+      fetch(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}/approval`, {
+        method: 'POST',
+        body: new URLSearchParams(fields),
+        headers,
+        redirect: 'manual',
+      });
     /** The run is exactly as it was: the same action pending, no approval recorded, nothing written. */
     async function unchanged(ignored = 0) {
       const view = await queryState(handle);
@@ -384,7 +496,11 @@ describe('the approval console', () => {
       }
       expect((await fetch(`${app.url}/`, { headers: { cookie: 'agent_console=forged-session' } })).status).toBe(401);
       expect((await fetch(`${app.url}/login?code=not-a-code`)).status).toBe(401);
-      const wrong = await fetch(`${app.url}/login`, { method: 'POST', body: new URLSearchParams({ token: 'wrong-token-0123456789', name: 'eve' }), redirect: 'manual' });
+      const wrong = await fetch(`${app.url}/login`, {
+        method: 'POST',
+        body: new URLSearchParams({ token: 'wrong-token-0123456789', name: 'eve' }),
+        redirect: 'manual',
+      });
       expect([wrong.status, wrong.headers.get('set-cookie')]).toEqual([401, null]);
       expect((await post(form({}), {})).status).toBe(401);
       await unchanged();
@@ -394,7 +510,13 @@ describe('the approval console', () => {
       expect((await post(form({ csrf: 'not-the-token' }))).status).toBe(403);
       const { csrf: _omit, ...withoutCsrf } = form({});
       expect((await post(withoutCsrf)).status).toBe(403);
-      expect((await fetch(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}/approval?${new URLSearchParams(form({}))}`, { headers: { cookie } })).status).toBe(404);
+      expect(
+        (
+          await fetch(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}/approval?${new URLSearchParams(form({}))}`, {
+            headers: { cookie },
+          })
+        ).status,
+      ).toBe(404);
       expect((await post(form({ decision: 'approve-all' }))).status).toBe(400);
       await unchanged();
     });
@@ -464,7 +586,9 @@ describe('the approval console', () => {
         seen.typed = (await signIn(url, { token: fresh, name: 'grace' })).status;
       });
       expect(local.stdout).toMatch(
-        new RegExp(`^console on http://127\\.0\\.0\\.1:\\d+; sign in at http://127\\.0\\.0\\.1:\\d+/login\\?code=[\\w-]{43} \\(one use, within 10 minutes\\)\nor sign in at http://127\\.0\\.0\\.1:\\d+/login with the token in ${tokenFile.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\n$`),
+        new RegExp(
+          `^console on http://127\\.0\\.0\\.1:\\d+; sign in at http://127\\.0\\.0\\.1:\\d+/login\\?code=[\\w-]{43} \\(one use, within 10 minutes\\)\nor sign in at http://127\\.0\\.0\\.1:\\d+/login with the token in ${tokenFile.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\n$`,
+        ),
       );
       expect([fresh, seen]).toEqual([expect.stringMatching(/^[\w-]{32}$/), { mode: 0o600, look: 200, first: 303, again: 401, typed: 303 }]);
       expect(local.stdout).not.toContain(fresh);
@@ -480,7 +604,11 @@ describe('the approval console', () => {
       const fromFile = await start(['--token-file', file], async (url) => {
         status = (await signIn(url, { token: TOKEN, name: 'heidi' })).status;
       });
-      expect([status, fromFile.stdout.includes(TOKEN), fromFile.stdout.includes(`with the token in ${file}\n`)]).toEqual([303, false, true]);
+      expect([status, fromFile.stdout.includes(TOKEN), fromFile.stdout.includes(`with the token in ${file}\n`)]).toEqual([
+        303,
+        false,
+        true,
+      ]);
       writeFileSync(file, 'short\n');
       const short = await start(['--token-file', file]);
       expect([short.code, short.stderr]).toEqual([2, expect.stringContaining('at least 16 characters')]);

@@ -22,14 +22,28 @@ const facts = runFacts(linkcheckFixture(), {
 const read = (i: number, size: number): ContextGroup => ({
   kind: 'reply',
   text: null,
-  calls: [{ id: `read-${i}`, name: 'read_file', arguments: { path: 'src/linkcheck.py' }, result: okResult(`read-${i}`, { text: `${i}:`.padEnd(size, 'x'), version: 'd'.repeat(64) }) }],
+  calls: [
+    {
+      id: `read-${i}`,
+      name: 'read_file',
+      arguments: { path: 'src/linkcheck.py' },
+      result: okResult(`read-${i}`, { text: `${i}:`.padEnd(size, 'x'), version: 'd'.repeat(64) }),
+    },
+  ],
 });
 
 describe('the live context', () => {
   const failure: ContextGroup = {
     kind: 'reply',
     text: 'run the tests',
-    calls: [{ id: 'red', name: 'run_tests', arguments: { preset: 'candidate_tests' }, result: errorResult('red', 'tests_failed', { status: 'failed', failed: 1, failures: [{ test: 't', message: 'boom' }] }) }],
+    calls: [
+      {
+        id: 'red',
+        name: 'run_tests',
+        arguments: { preset: 'candidate_tests' },
+        result: errorResult('red', 'tests_failed', { status: 'failed', failed: 1, failures: [{ test: 't', message: 'boom' }] }),
+      },
+    ],
   };
   const groups = [read(0, 400), failure, ...Array.from({ length: 30 }, (_, i) => read(i + 1, 2000))];
 
@@ -48,7 +62,17 @@ describe('the live context', () => {
 
   it('states the authoritative facts in the summary: goal, rules, status, counters, plan, pending action', () => {
     const { summary } = buildContext(facts, [], 4000);
-    for (const part of [facts.task, 'src/linkcheck.py', 'tests/test_agent_*.py', 'status: running', 'turn 31 of at most 40', 'tool calls used: 30 of 60', 'writes done: 1', facts.plan!, `action ${'a'.repeat(64)}`]) {
+    for (const part of [
+      facts.task,
+      'src/linkcheck.py',
+      'tests/test_agent_*.py',
+      'status: running',
+      'turn 31 of at most 40',
+      'tool calls used: 30 of 60',
+      'writes done: 1',
+      facts.plan!,
+      `action ${'a'.repeat(64)}`,
+    ]) {
       expect(summary).toContain(part);
     }
     expect(summary).not.toContain('history_compaction');
@@ -56,7 +80,11 @@ describe('the live context', () => {
 
   it('keeps the task and its rules apart from what changes every turn, so a provider can cache them', () => {
     const now = buildContext(facts, groups, 4000);
-    const later = buildContext({ ...facts, turn: 32, counters: { turns: 32, tool_calls: 31, writes: 2 }, plan: 'another plan', notice: 'a note' }, groups, 4000);
+    const later = buildContext(
+      { ...facts, turn: 32, counters: { turns: 32, tool_calls: 31, writes: 2 }, plan: 'another plan', notice: 'a note' },
+      groups,
+      4000,
+    );
     expect(later.stable).toBe(now.stable);
     expect(now.stable).toContain(facts.task);
     expect(now.stable).not.toMatch(/turn|plan|history_compaction/);
@@ -68,7 +96,11 @@ describe('the live context', () => {
 
   it('cuts an oversized result to its envelope, small fields and head and tail', () => {
     const built = buildContext(facts, [read(1, 200_000)], 4000);
-    const result = (built.groups[0] as Extract<ContextGroup, { kind: 'reply' }>).calls[0].result as { ok: boolean; truncated: boolean; data: { text: string; version: string } };
+    const result = (built.groups[0] as Extract<ContextGroup, { kind: 'reply' }>).calls[0].result as {
+      ok: boolean;
+      truncated: boolean;
+      data: { text: string; version: string };
+    };
     expect(result).toMatchObject({ ok: true, truncated: true, data: { version: 'd'.repeat(64) } });
     expect(result.data.text).toMatch(/^1:x+\n… \[\d+ characters left out; the full result is kept by the harness\] …\nx+$/);
     expect(estimateTokens(result)).toBeLessThan(1000);

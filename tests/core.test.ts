@@ -5,7 +5,13 @@ import { PAGE_BYTES, PAGE_EVENTS, Trace, WINDOW_EVENTS } from '../core/trace';
 import { canonicalJson, jsonEqual } from '../core/canonical';
 import { z } from 'zod';
 import { addUsage, approvalSignalSchema, runInputSchema } from '../core/contracts';
-import { activityFailureReason, ACTIVITY_FAILURE_REASONS, FAILURE_TYPES, NON_RETRYABLE_FAILURE_TYPES, RETRIES_EXHAUSTED_REASON } from '../core/failures';
+import {
+  activityFailureReason,
+  ACTIVITY_FAILURE_REASONS,
+  FAILURE_TYPES,
+  NON_RETRYABLE_FAILURE_TYPES,
+  RETRIES_EXHAUSTED_REASON,
+} from '../core/failures';
 import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
 import { globMatches, normalizeRepoPath } from '../core/paths';
 import { evaluatePolicy } from '../core/policy';
@@ -165,28 +171,70 @@ describe('schemas shared by the workflows of a worker thread', () => {
       deepFreeze(require('zod'));
       deepFreeze(contracts);
       deepFreeze(validate);
-      const input = { fixture: 'f', source: { kind: 'replay', path: 'p.json', trusted: true }, approver: 'policy:approve-writable', budgets: { max_turns: 3 } };
+      const input = {
+        fixture: 'f',
+        source: { kind: 'replay', path: 'p.json', trusted: true },
+        approver: 'policy:approve-writable',
+        budgets: { max_turns: 3 },
+      };
       expect(contracts.runInputSchema.parse(input)).toMatchObject({ approver: 'policy:approve-writable', backend: 'local' });
-      expect(contracts.runInputSchema.parse({ ...input, source: { kind: 'provider', endpoint: 'team-openai', model: 'm' } }).source).toMatchObject({ endpoint: 'team-openai' });
-      const bad = contracts.runInputSchema.safeParse({ ...input, approver: 'policy:BAD', source: { kind: 'provider', endpoint: 'BAD', model: 'm', base_url: 'http://x' } });
+      expect(
+        contracts.runInputSchema.parse({ ...input, source: { kind: 'provider', endpoint: 'team-openai', model: 'm' } }).source,
+      ).toMatchObject({ endpoint: 'team-openai' });
+      const bad = contracts.runInputSchema.safeParse({
+        ...input,
+        approver: 'policy:BAD',
+        source: { kind: 'provider', endpoint: 'BAD', model: 'm', base_url: 'http://x' },
+      });
       expect(bad.success || validate.formatIssues(bad.error)).toBe(
         'source.endpoint: endpoint name: lowercase letters, digits, . _ - (at most 64); source: Unrecognized key: "base_url"; approver: Invalid string: must match pattern /^policy:[a-z0-9-]+$/',
       );
       const repo = { path: 'repo', base_commit: 'c'.repeat(40), task: 'fix it', id: 'my-repo' };
-      expect(contracts.runInputSchema.parse({ repo, source: { kind: 'provider', endpoint: 'team-openai', model: 'm' }, prompt: 'v1' })).toMatchObject({ repo, prompt: 'v1' });
-      const badRepo = contracts.runInputSchema.safeParse({ repo: { ...repo, base_commit: 'main', id: 'My Repo' }, source: input.source, prompt: 'latest' });
-      expect(badRepo.success || validate.formatIssues(badRepo.error)).toBe('repo.base_commit: a full commit id (40 or 64 hex digits); repo.id: id: lowercase letters, digits, . _ - (at most 64); prompt: a prompt version is v<N>, e.g. v1');
+      expect(
+        contracts.runInputSchema.parse({ repo, source: { kind: 'provider', endpoint: 'team-openai', model: 'm' }, prompt: 'v1' }),
+      ).toMatchObject({ repo, prompt: 'v1' });
+      const badRepo = contracts.runInputSchema.safeParse({
+        repo: { ...repo, base_commit: 'main', id: 'My Repo' },
+        source: input.source,
+        prompt: 'latest',
+      });
+      expect(badRepo.success || validate.formatIssues(badRepo.error)).toBe(
+        'repo.base_commit: a full commit id (40 or 64 hex digits); repo.id: id: lowercase letters, digits, . _ - (at most 64); prompt: a prompt version is v<N>, e.g. v1',
+      );
       const digest = 'a'.repeat(64);
-      expect(contracts.approvalSignalSchema.parse({ action_id: digest, decision: 'approve', args_digest: digest, workspace_digest: digest, message_id: 'console:alice/1' }).decision).toBe('approve');
-      const forged = contracts.approvalSignalSchema.safeParse({ action_id: digest, decision: 'approve', args_digest: 'x', workspace_digest: digest, message_id: 'no spaces' });
-      expect(forged.success || validate.formatIssues(forged.error)).toBe('args_digest: a lowercase hex SHA-256 digest; message_id: message_id: 1-128 characters of [A-Za-z0-9_.:/-]');
+      expect(
+        contracts.approvalSignalSchema.parse({
+          action_id: digest,
+          decision: 'approve',
+          args_digest: digest,
+          workspace_digest: digest,
+          message_id: 'console:alice/1',
+        }).decision,
+      ).toBe('approve');
+      const forged = contracts.approvalSignalSchema.safeParse({
+        action_id: digest,
+        decision: 'approve',
+        args_digest: 'x',
+        workspace_digest: digest,
+        message_id: 'no spaces',
+      });
+      expect(forged.success || validate.formatIssues(forged.error)).toBe(
+        'args_digest: a lowercase hex SHA-256 digest; message_id: message_id: 1-128 characters of [A-Za-z0-9_.:/-]',
+      );
     });
   });
 });
 
 describe('failures as data', () => {
   it('maps every non-retryable failure type to a reason, and any other type to activity_failed', () => {
-    expect([...NON_RETRYABLE_FAILURE_TYPES].sort()).toEqual(['DataError', 'InfrastructureError', 'PayloadTooLarge', 'ProtocolError', 'ProviderUnavailable', 'ReplayFileError']);
+    expect([...NON_RETRYABLE_FAILURE_TYPES].sort()).toEqual([
+      'DataError',
+      'InfrastructureError',
+      'PayloadTooLarge',
+      'ProtocolError',
+      'ProviderUnavailable',
+      'ReplayFileError',
+    ]);
     for (const type of NON_RETRYABLE_FAILURE_TYPES) {
       expect(FAILURE_TYPES[type].type).toBe(type);
       expect(activityFailureReason(type)).toBe(ACTIVITY_FAILURE_REASONS[type]);
@@ -202,7 +250,10 @@ describe('failures as data', () => {
     const table = readFileSync(join(__dirname, '..', '..', 'docs', 'failures.md'), 'utf8');
     const rows = table.split('\n').filter((l) => l.startsWith('| '));
     for (const f of Object.values(FAILURE_TYPES)) {
-      expect({ type: f.type, row: rows.some((r) => r.includes(`\`${f.type}\``) && r.includes(`\`failed\` / \`${f.reason}\``)) }).toEqual({ type: f.type, row: true });
+      expect({ type: f.type, row: rows.some((r) => r.includes(`\`${f.type}\``) && r.includes(`\`failed\` / \`${f.reason}\``)) }).toEqual({
+        type: f.type,
+        row: true,
+      });
     }
     expect(rows.some((r) => r.includes(`\`failed\` / \`${RETRIES_EXHAUSTED_REASON}\``))).toBe(true);
   });
@@ -210,7 +261,13 @@ describe('failures as data', () => {
 
 describe('model usage', () => {
   it('sums calls into a run total, and a cost stays null once any call had no price', () => {
-    const call = (input: number, cost: number | null) => ({ model_calls: 1, input_tokens: input, output_tokens: 10, cached_tokens: 5, cost_usd: cost });
+    const call = (input: number, cost: number | null) => ({
+      model_calls: 1,
+      input_tokens: input,
+      output_tokens: 10,
+      cached_tokens: 5,
+      cost_usd: cost,
+    });
     const two = addUsage(addUsage(null, call(100, 0.5)), call(200, 0.25));
     expect(two).toEqual({ model_calls: 2, input_tokens: 300, output_tokens: 20, cached_tokens: 10, cost_usd: 0.75 });
     expect(addUsage(two, call(1, null))).toMatchObject({ model_calls: 3, cost_usd: null });
@@ -250,6 +307,11 @@ describe('the trace a run holds', () => {
     expect(trace.page({ tail: 1 }).oldest).toBe(1000 - WINDOW_EVENTS + 1);
     trace.add('run_finished', {});
     expect(trace.carried()).toEqual({ next_seq: 1002, unstored: trace.unstored() });
-    expect(trace.unstored().map((e) => e.seq).at(-1)).toBe(1001);
+    expect(
+      trace
+        .unstored()
+        .map((e) => e.seq)
+        .at(-1),
+    ).toBe(1001);
   });
 });

@@ -22,7 +22,10 @@ describe('a run survives its worker process dying', () => {
     const stateDir = tempDir('agent-state');
     const taskQueue = uniqueQueue('crash');
     const first = spawnWorker(env, taskQueue, stateDir);
-    const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run` });
+    const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), {
+      taskQueue,
+      workflowId: `${taskQueue}-run`,
+    });
     const pending = await pendingApproval(handle);
     expect(pending.path).toBe('tests/test_agent_nested.py');
 

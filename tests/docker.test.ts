@@ -28,22 +28,46 @@ const engine = new Dockerode();
 
 /** Every check the probe makes; a check added or dropped must show up here. */
 const CHECKS = [
-  'network', 'interfaces', 'routes', 'resolver', 'host_listener', 'write_root', 'write_usr', 'write_workspace_ro', 'out_writable',
-  'env_secret', 'env_minimal', 'docker_socket', 'mounts', 'pids_limit', 'memory_limit', 'uid', 'no_new_privs',
-  'capabilities', 'seccomp',
+  'network',
+  'interfaces',
+  'routes',
+  'resolver',
+  'host_listener',
+  'write_root',
+  'write_usr',
+  'write_workspace_ro',
+  'out_writable',
+  'env_secret',
+  'env_minimal',
+  'docker_socket',
+  'mounts',
+  'pids_limit',
+  'memory_limit',
+  'uid',
+  'no_new_privs',
+  'capabilities',
+  'seccomp',
 ].sort();
 
 /** IPv4 addresses of this machine's interfaces, down ones included (the engine's bridge), from `ip`. */
 function machineAddresses(): Map<string, string> {
   const out = execFileSync('ip', ['-o', '-4', 'addr', 'show'], { encoding: 'utf8' });
-  return new Map(out.split('\n').filter((l) => l.trim() !== '').map((l) => {
-    const [, iface, , cidr] = l.split(/\s+/);
-    return [cidr.split('/')[0], iface] as [string, string];
-  }));
+  return new Map(
+    out
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .map((l) => {
+        const [, iface, , cidr] = l.split(/\s+/);
+        return [cidr.split('/')[0], iface] as [string, string];
+      }),
+  );
 }
 
 const failing = (r: IsolationReport | RunOutcome['state']['isolation']) =>
-  Object.entries(r?.checks ?? {}).filter(([, c]) => !c.ok).map(([name]) => name).sort();
+  Object.entries(r?.checks ?? {})
+    .filter(([, c]) => !c.ok)
+    .map(([name]) => name)
+    .sort();
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
@@ -104,7 +128,9 @@ async function gone(id: string): Promise<boolean> {
  * containers without an owner all count.
  */
 function leftContainers(): string[] {
-  const lines = execFileSync('docker', ['ps', '-a', '--filter', LABEL, '--format', `{{.ID}} {{.Label "${OWNER_LABEL}"}}`], { encoding: 'utf8' });
+  const lines = execFileSync('docker', ['ps', '-a', '--filter', LABEL, '--format', `{{.ID}} {{.Label "${OWNER_LABEL}"}}`], {
+    encoding: 'utf8',
+  });
   return lines
     .split('\n')
     .filter(Boolean)
@@ -136,7 +162,8 @@ function makeFixture(id: string, opts: { files: Record<string, string>; command:
       budgets: { max_turns: 5, max_tool_calls: 5, deadline_s: 300, call_timeout_s: 120 },
     }),
     'acceptance/expected.json': JSON.stringify({ schema_version: 1, cases: { ran: true } }),
-    'acceptance/check.py': 'import json\nprint(json.dumps({"schema_version": 1, "cases": [{"id": "ran", "actual": True, "error": None}]}))\n',
+    'acceptance/check.py':
+      'import json\nprint(json.dumps({"schema_version": 1, "cases": [{"id": "ran", "actual": True, "error": None}]}))\n',
     'replays/run-tests.json': JSON.stringify({
       schema_version: 1,
       decisions: [
@@ -162,7 +189,11 @@ function makeFixture(id: string, opts: { files: Record<string, string>; command:
 }
 
 const observed = (trace: TraceEvent[], callId: string) =>
-  trace.find((e) => e.type === 'tool_observed' && e.call_id === callId)?.data as { ok: boolean; error: string | null; data: Record<string, unknown> };
+  trace.find((e) => e.type === 'tool_observed' && e.call_id === callId)?.data as {
+    ok: boolean;
+    error: string | null;
+    data: Record<string, unknown>;
+  };
 
 describe('runs on the docker backend', () => {
   it('completes the canonical replay in containers with the same record as on the local backend', async () => {
@@ -183,19 +214,32 @@ describe('runs on the docker backend', () => {
     expect(docker.trace.filter((e) => e.type === 'isolation_checked').map((e) => e.data)).toEqual([isolation]);
     // (Paths such as /tmp/pytest-of-sandbox in the output are the container's own.)
     const text = JSON.stringify(docker.outcome);
-    for (const hostPath of [docker.stateDir, LINKCHECK, PROJECT_ROOT, join(tmpdir(), 'isolation-probe-')]) expect(text).not.toContain(hostPath);
+    for (const hostPath of [docker.stateDir, LINKCHECK, PROJECT_ROOT, join(tmpdir(), 'isolation-probe-')])
+      expect(text).not.toContain(hostPath);
 
     // Red run, green run, verifier tests and acceptance: four containers (the probe was measured
     // before), each created and destroyed.
     const events = await containerEvents(started, ended);
-    const created = events.filter((e) => e.action === 'create').map((e) => e.id).sort();
+    const created = events
+      .filter((e) => e.action === 'create')
+      .map((e) => e.id)
+      .sort();
     expect(created).toHaveLength(4);
-    expect(events.filter((e) => e.action === 'destroy').map((e) => e.id).sort()).toEqual(created);
+    expect(
+      events
+        .filter((e) => e.action === 'destroy')
+        .map((e) => e.id)
+        .sort(),
+    ).toEqual(created);
   });
 
   it('rejects the always-empty implementation by acceptance run in the container', async () => {
     const { outcome } = await run(dockerInput('always-empty'));
-    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', candidate_tests: { discovered: 2, passed: 2, failed: 0 } });
+    expect(outcome.record).toMatchObject({
+      status: 'failed',
+      reason: 'verification_failed',
+      candidate_tests: { discovered: 2, passed: 2, failed: 0 },
+    });
     expect(outcome.record.acceptance!.failed).toContain('nested_missing');
     expect(outcome.state.verification!.acceptance!.error).toBeNull(); // judged, not a protocol error
   });
@@ -241,7 +285,10 @@ describe('the isolation probe against the real engine', () => {
   });
 
   it('connects only to addresses of this machine: the engine bridge gateway and its own interfaces', async () => {
-    const own = new Set([...machineAddresses().keys(), ...Object.values(networkInterfaces()).flatMap((l) => (l ?? []).map((a) => a.address))]);
+    const own = new Set([
+      ...machineAddresses().keys(),
+      ...Object.values(networkInterfaces()).flatMap((l) => (l ?? []).map((a) => a.address)),
+    ]);
     const onThisMachine = (host: string) => /^127\./.test(host) || host === '::1' || own.has(host);
     const targets = await connectTargets(backend, 1);
     expect(targets.length).toBeGreaterThan(0);
@@ -259,7 +306,14 @@ describe('the isolation probe against the real engine', () => {
   });
 
   it('notices a fork loop and an allocation loop without limits, a leaked secret and the engine socket', () => {
-    expect(failing(reports.no_limits_leaky)).toEqual(['docker_socket', 'env_minimal', 'env_secret', 'memory_limit', 'mounts', 'pids_limit']);
+    expect(failing(reports.no_limits_leaky)).toEqual([
+      'docker_socket',
+      'env_minimal',
+      'env_secret',
+      'memory_limit',
+      'mounts',
+      'pids_limit',
+    ]);
     expect(reports.no_limits_leaky.checks.pids_limit.detail).toMatch(/then bound/);
     expect(reports.no_limits_leaky.checks.memory_limit.detail).toMatch(/stopped by bound/);
   });
@@ -287,7 +341,11 @@ describe('containment of candidate tests', () => {
 
     const result = observed(trace, 'run');
     expect(result).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'timeout', exit_code: null, discovered: 0 } });
-    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', candidate_tests: { discovered: 0, passed: 0, failed: 0 } });
+    expect(outcome.record).toMatchObject({
+      status: 'failed',
+      reason: 'verification_failed',
+      candidate_tests: { discovered: 0, passed: 0, failed: 0 },
+    });
     expect(outcome.state.verification!.candidate_tests.status).toBe('timeout');
     // Two timed-out test runs (tool and verifier) and one acceptance run, well under any minute.
     expect(Date.now() - started).toBeLessThan(60_000);
@@ -320,7 +378,11 @@ describe('containment of candidate tests', () => {
     const onDocker = await run(fixture.input('docker'));
     const onHost = await run(fixture.input('local'));
     const dockerResult = observed(onDocker.trace, 'run');
-    expect(dockerResult).toMatchObject({ ok: false, error: 'tests_failed', data: { status: 'failed', exit_code: 1, discovered: 3, passed: 2, failed: 1 } });
+    expect(dockerResult).toMatchObject({
+      ok: false,
+      error: 'tests_failed',
+      data: { status: 'failed', exit_code: 1, discovered: 3, passed: 2, failed: 1 },
+    });
     expect((dockerResult.data.failures as { test: string }[]).map((f) => f.test)).toEqual([expect.stringContaining('test_fails')]);
     expect(Buffer.byteLength(dockerResult.data.output_tail as string)).toBeLessThanOrEqual(4096);
     const { output_tail: _d, ...dockerCounts } = dockerResult.data;
@@ -331,7 +393,8 @@ describe('containment of candidate tests', () => {
 
   it('keeps exactly the output cap of stdout and stderr and the exit code, as the local backend does', async () => {
     const cap = 256 * 1024;
-    const script = 'import sys\nfor _ in range(64): sys.stdout.write("o" * 65536)\nfor _ in range(48): sys.stderr.write("\\u00e9" * 32768)\nsys.exit(3)\n';
+    const script =
+      'import sys\nfor _ in range(64): sys.stdout.write("o" * 65536)\nfor _ in range(48): sys.stderr.write("\\u00e9" * 32768)\nsys.exit(3)\n';
     const exec = async (backend: ExecBackend) => {
       const dir = tempDir('exec');
       mkdirSync(join(dir, 'workspace'));
@@ -368,7 +431,13 @@ describe('without an engine', () => {
       else process.env.DOCKER_HOST = previous;
     }
     const { outcome, trace, stateDir } = result;
-    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'isolation_unverified', writes: 0, candidate_tests: null, acceptance: null });
+    expect(outcome.record).toMatchObject({
+      status: 'failed',
+      reason: 'isolation_unverified',
+      writes: 0,
+      candidate_tests: null,
+      acceptance: null,
+    });
     expect(outcome.state.detail).toBe('runtime_unavailable');
     expect(outcome.state.isolation).toMatchObject({ verified: false, reason_detail: 'runtime_unavailable', image_id: null, checks: {} });
     expect(trace.map((e) => e.type)).toEqual(['run_started', 'isolation_checked', 'run_finished']);

@@ -7,7 +7,15 @@ import { headerValueProblem, parseAccessLine, squidConfig, type ProxyConfig } fr
 import { fixtureSchema, hostMatches } from '../core/contracts';
 import { linkcheckFixture } from './helpers/run-dir';
 
-const base: ProxyConfig = { listen: '172.20.0.2', clients: '172.20.0.0/16', egress: { allow: ['pypi.example.internal', '*.registry.example'] }, credentials: [], hostsFile: null, hostsPath: '/run/agent/hosts', intercept: null };
+const base: ProxyConfig = {
+  listen: '172.20.0.2',
+  clients: '172.20.0.0/16',
+  egress: { allow: ['pypi.example.internal', '*.registry.example'] },
+  credentials: [],
+  hostsFile: null,
+  hostsPath: '/run/agent/hosts',
+  intercept: null,
+};
 const lines = (c: ProxyConfig) => squidConfig(c).split('\n');
 
 describe('host patterns', () => {
@@ -58,7 +66,7 @@ describe('the squid configuration of a setup phase', () => {
     expect(text).toContain('dns_nameservers 127.0.0.1');
   });
 
-  it("replaces a credential's header on requests to its host only, its value quoted for squid (% doubled, \\ and \" escaped)", () => {
+  it('replaces a credential\'s header on requests to its host only, its value quoted for squid (% doubled, \\ and " escaped)', () => {
     const text = lines({ ...base, credentials: [{ host: '*.registry.example', header: 'Authorization', value: 'Basic a%b"c\\d' }] });
     expect(text.slice(-4, -1)).toEqual([
       'acl agent_credential_0 dstdom_regex -n -i \\.registry\\.example\\.?$',
@@ -68,8 +76,18 @@ describe('the squid configuration of a setup phase', () => {
   });
 
   it('intercepting, ends TLS at the proxy with the setup authority and trusts the given upstream authorities', () => {
-    const text = lines({ ...base, intercept: { caCert: '/run/agent/ca.pem', caKey: '/run/agent/ca.key', certDb: '/run/agent/certs', upstreamCa: '/run/agent/upstream-ca.pem' } });
-    expect(text[1]).toBe('http_port 172.20.0.2:3128 ssl-bump tls-cert=/run/agent/ca.pem tls-key=/run/agent/ca.key generate-host-certificates=on dynamic_cert_mem_cache_size=4MB');
+    const text = lines({
+      ...base,
+      intercept: {
+        caCert: '/run/agent/ca.pem',
+        caKey: '/run/agent/ca.key',
+        certDb: '/run/agent/certs',
+        upstreamCa: '/run/agent/upstream-ca.pem',
+      },
+    });
+    expect(text[1]).toBe(
+      'http_port 172.20.0.2:3128 ssl-bump tls-cert=/run/agent/ca.pem tls-key=/run/agent/ca.key generate-host-certificates=on dynamic_cert_mem_cache_size=4MB',
+    );
     expect(text).toContain('ssl_bump bump all');
     expect(text).toContain('sslcrtd_program /usr/lib/squid/security_file_certgen -s /run/agent/certs -M 4MB');
     expect(text).toContain('tls_outgoing_options cafile=/run/agent/upstream-ca.pem');
@@ -90,12 +108,30 @@ describe('the squid configuration of a setup phase', () => {
 
 describe("the proxy's access log as egress events", () => {
   it.each([
-    ['GET pypi.example.internal 8080 TCP_MISS 200 1811 160', { allowed: true, host: 'pypi.example.internal', port: 8080, method: 'GET', bytes: 1971, status: 200 }],
-    ['CONNECT files.registry.example 443 TCP_TUNNEL 200 5120 700', { allowed: true, host: 'files.registry.example', port: 443, method: 'CONNECT', bytes: 5820, status: 200 }],
-    ['GET blocked.example 80 TCP_DENIED 403 3440 166', { allowed: false, host: 'blocked.example', port: 80, method: 'GET', bytes: 3606, status: 403 }],
-    ['POST pypi.example.internal 8080 TCP_DENIED 403 3400 200', { allowed: false, host: 'pypi.example.internal', port: 8080, method: 'POST', bytes: 3600, status: 403 }],
-    ['GET pypi.example.internal 8080 TCP_MISS 503 4000 150', { allowed: true, host: 'pypi.example.internal', port: 8080, method: 'GET', bytes: 4150, status: 503 }],
-    ['- error:invalid-request - NONE_NONE 400 3900 40', { allowed: false, host: 'error:invalid-request', port: null, method: null, bytes: 3940, status: 400 }],
+    [
+      'GET pypi.example.internal 8080 TCP_MISS 200 1811 160',
+      { allowed: true, host: 'pypi.example.internal', port: 8080, method: 'GET', bytes: 1971, status: 200 },
+    ],
+    [
+      'CONNECT files.registry.example 443 TCP_TUNNEL 200 5120 700',
+      { allowed: true, host: 'files.registry.example', port: 443, method: 'CONNECT', bytes: 5820, status: 200 },
+    ],
+    [
+      'GET blocked.example 80 TCP_DENIED 403 3440 166',
+      { allowed: false, host: 'blocked.example', port: 80, method: 'GET', bytes: 3606, status: 403 },
+    ],
+    [
+      'POST pypi.example.internal 8080 TCP_DENIED 403 3400 200',
+      { allowed: false, host: 'pypi.example.internal', port: 8080, method: 'POST', bytes: 3600, status: 403 },
+    ],
+    [
+      'GET pypi.example.internal 8080 TCP_MISS 503 4000 150',
+      { allowed: true, host: 'pypi.example.internal', port: 8080, method: 'GET', bytes: 4150, status: 503 },
+    ],
+    [
+      '- error:invalid-request - NONE_NONE 400 3900 40',
+      { allowed: false, host: 'error:invalid-request', port: null, method: null, bytes: 3940, status: 400 },
+    ],
     ['what is this', { allowed: false, host: '(unparsed log line)', port: null, method: null, bytes: 0, status: null }],
   ])('%s', (line, event) => {
     expect(parseAccessLine(line)).toEqual(event);
@@ -103,8 +139,18 @@ describe("the proxy's access log as egress events", () => {
 
   it('intercepting, takes a CONNECT as the tunnel, not a request: the requests inside are the events', () => {
     expect(parseAccessLine('CONNECT pypi.example.internal 443 NONE_NONE 200 0 43', true)).toBeNull();
-    expect(parseAccessLine('GET blocked.example 443 NONE_NONE 403 3453 158', true)).toEqual({ allowed: false, host: 'blocked.example', port: 443, method: 'GET', bytes: 3611, status: 403 });
-    expect(parseAccessLine('CONNECT pypi.example.internal 443 TCP_TUNNEL 200 5120 700', false)).toMatchObject({ allowed: true, method: 'CONNECT' });
+    expect(parseAccessLine('GET blocked.example 443 NONE_NONE 403 3453 158', true)).toEqual({
+      allowed: false,
+      host: 'blocked.example',
+      port: 443,
+      method: 'GET',
+      bytes: 3611,
+      status: 403,
+    });
+    expect(parseAccessLine('CONNECT pypi.example.internal 443 TCP_TUNNEL 200 5120 700', false)).toMatchObject({
+      allowed: true,
+      method: 'CONNECT',
+    });
   });
 
   it('takes a connection that sent no request (the probe) as no request at all', () => {
@@ -119,7 +165,11 @@ describe("the proxy's access log as egress events", () => {
 
 describe('a fixture with a setup phase', () => {
   it('takes setup and egress in fixture.json', () => {
-    const fixture = { ...linkcheckFixture(), setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 300 }, egress: { allow: ['pypi.example.internal'] } };
+    const fixture = {
+      ...linkcheckFixture(),
+      setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 300 },
+      egress: { allow: ['pypi.example.internal'] },
+    };
     expect(fixtureSchema.safeParse(fixture).success).toBe(true);
     expect(fixtureSchema.safeParse({ ...fixture, setup: { commands: [['x']], timeout_s: 1, network: true } }).success).toBe(false);
   });

@@ -23,7 +23,19 @@ import { readSettings } from '../host/settings';
 import { startRunWithArgs } from '../client/run-access';
 import type { RunOutcome } from '../workflows';
 import { listSetupImages, type CachedSetup } from '../activities/setup/cache';
-import { BLOCKED_HOST, bridgeGateway, buildWheel, finalOnlyReplay, hostsFile, INDEX_HOST, packageIndex, plainServer, pythonRepo, testCertificates, type Upstream } from './helpers/egress';
+import {
+  BLOCKED_HOST,
+  bridgeGateway,
+  buildWheel,
+  finalOnlyReplay,
+  hostsFile,
+  INDEX_HOST,
+  packageIndex,
+  plainServer,
+  pythonRepo,
+  testCertificates,
+  type Upstream,
+} from './helpers/egress';
 import { fragments, historyJson, leaks } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, killed, runOnce, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
@@ -53,7 +65,11 @@ afterAll(async () => {
   // The cache images of this file's runs (their allow lists name the test's hosts only).
   const docker = new Dockerode();
   for (const image of await listSetupImages(docker)) {
-    if (image.allow.includes(INDEX_HOST)) await docker.getImage(image.image_id).remove().catch(() => undefined);
+    if (image.allow.includes(INDEX_HOST))
+      await docker
+        .getImage(image.image_id)
+        .remove()
+        .catch(() => undefined);
   }
 });
 
@@ -95,7 +111,6 @@ async function imageBytes(image: string): Promise<Buffer> {
   }
 }
 
-
 function repoInput(repo: { dir: string; head: string }): RunInput {
   return {
     repo: { path: repo.dir, base_commit: repo.head, task: 'Make the tests pass.' },
@@ -105,10 +120,22 @@ function repoInput(repo: { dir: string; head: string }): RunInput {
   };
 }
 
-const pipInstall = (port: number) => ['pip', 'install', '--no-cache-dir', '--break-system-packages', '--disable-pip-version-check', '--index-url', `http://${INDEX_HOST}:${port}/simple/`, '--trusted-host', INDEX_HOST, 'greetlib'];
+const pipInstall = (port: number) => [
+  'pip',
+  'install',
+  '--no-cache-dir',
+  '--break-system-packages',
+  '--disable-pip-version-check',
+  '--index-url',
+  `http://${INDEX_HOST}:${port}/simple/`,
+  '--trusted-host',
+  INDEX_HOST,
+  'greetlib',
+];
 const ofType = (trace: TraceEvent[], type: string) => trace.filter((e) => e.type === type);
 const python = (code: string) => ['python3', '-c', code];
-const setupFinished = (trace: TraceEvent[]) => ofType(trace, 'setup_finished')[0].data as { ok: boolean; key: string; cached?: boolean; image_id?: string; detail?: string };
+const setupFinished = (trace: TraceEvent[]) =>
+  ofType(trace, 'setup_finished')[0].data as { ok: boolean; key: string; cached?: boolean; image_id?: string; detail?: string };
 const cli = (...args: string[]) => promisify(execFile)(process.execPath, [join(PROJECT_ROOT, 'dist', 'client', 'cli.js'), ...args]);
 /** The first run's repository: the cache test runs it again with the same inputs. */
 let installRepo: { dir: string; head: string };
@@ -116,7 +143,10 @@ let installKey: string;
 
 describe('a setup phase behind the egress proxy', () => {
   it('installs a package only the local index has, through the proxy: the run completes with egress allowed > 0 and denied = 0', async () => {
-    const repo = (installRepo = pythonRepo({ setup: { commands: [pipInstall(index.port)], timeout_s: 120 }, egress: { allow: [INDEX_HOST] } }));
+    const repo = (installRepo = pythonRepo({
+      setup: { commands: [pipInstall(index.port)], timeout_s: 120 },
+      egress: { allow: [INDEX_HOST] },
+    }));
     const before = index.requests.length;
     const { outcome, trace } = await runOnce(env, repoInput(repo), { settings: settings() });
     expect(outcome.record).toMatchObject({ status: 'completed', reason: null, candidate_tests: { discovered: 1, passed: 1, failed: 0 } });
@@ -126,7 +156,9 @@ describe('a setup phase behind the egress proxy', () => {
     expect(allowed.length).toBe(outcome.record.egress!.allowed);
     expect(allowed.every((e) => e.host === INDEX_HOST && e.port === index.port && e.method === 'GET' && e.bytes > 0)).toBe(true);
     expect(index.requests.slice(before).map((r) => r.url)).toEqual(['/simple/greetlib/', `/files/${wheel.file.split('/').pop()}`]);
-    const isolation = ofType(trace, 'isolation_checked').map((e) => e.data as { phase?: string; verified: boolean; checks: Record<string, { ok: boolean }> });
+    const isolation = ofType(trace, 'isolation_checked').map(
+      (e) => e.data as { phase?: string; verified: boolean; checks: Record<string, { ok: boolean }> },
+    );
     expect(isolation.map((i) => [i.phase ?? 'before_setup', i.verified])).toEqual([
       ['before_setup', true],
       ['setup', true],
@@ -153,7 +185,12 @@ describe('a setup phase behind the egress proxy', () => {
     const repo = pythonRepo({ setup: { commands: [python(script)], timeout_s: 60 }, egress: { allow: [INDEX_HOST] } });
     const before = index.requests.length;
     const { outcome, trace } = await runOnce(env, repoInput(repo), { settings: settings() });
-    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'setup_failed', egress: { allowed: 0, denied: 2 }, candidate_tests: null });
+    expect(outcome.record).toMatchObject({
+      status: 'failed',
+      reason: 'setup_failed',
+      egress: { allowed: 0, denied: 2 },
+      candidate_tests: null,
+    });
     expect(ofType(trace, 'egress_denied').map((e) => e.data)).toEqual([
       { host: INDEX_HOST, port: index.port, method: 'POST', bytes: expect.any(Number), status: 403 },
       { host: BLOCKED_HOST, port: blocked.port, method: 'GET', bytes: expect.any(Number), status: 403 },
@@ -174,7 +211,12 @@ describe('a setup phase behind the egress proxy', () => {
     let accepted = 0;
     await new Promise<void>((r) => listener.listen(0, '0.0.0.0', () => r()));
     const port = (listener.address() as { port: number }).port;
-    const addresses = [gateway, ...Object.values(networkInterfaces()).flatMap((l) => (l ?? []).filter((a) => a.family === 'IPv4' && !a.internal).map((a) => a.address))];
+    const addresses = [
+      gateway,
+      ...Object.values(networkInterfaces()).flatMap((l) =>
+        (l ?? []).filter((a) => a.family === 'IPv4' && !a.internal).map((a) => a.address),
+      ),
+    ];
     const script = [
       'import socket, sys',
       'reached = 0',
@@ -194,9 +236,14 @@ describe('a setup phase behind the egress proxy', () => {
       expect(accepted).toBe(0);
       const command = ofType(trace, 'setup_command')[0].data as { exit_code: number; output_tail: string };
       expect(command.exit_code).toBe(1);
-      for (const host of new Set(addresses)) expect(command.output_tail).toMatch(new RegExp(`^${host.replace(/\./g, '\\.')} (TimeoutError|OSError|ConnectionRefusedError)`, 'm'));
+      for (const host of new Set(addresses))
+        expect(command.output_tail).toMatch(
+          new RegExp(`^${host.replace(/\./g, '\\.')} (TimeoutError|OSError|ConnectionRefusedError)`, 'm'),
+        );
       expect(command.output_tail).not.toMatch(/connected/);
-      const probe = ofType(trace, 'isolation_checked').map((e) => e.data as { phase?: string; verified: boolean; checks: Record<string, { ok: boolean; detail: string }> }).find((e) => e.phase === 'setup')!;
+      const probe = ofType(trace, 'isolation_checked')
+        .map((e) => e.data as { phase?: string; verified: boolean; checks: Record<string, { ok: boolean; detail: string }> })
+        .find((e) => e.phase === 'setup')!;
       expect(probe.verified).toBe(true);
       expect(probe.checks.proxy).toMatchObject({ ok: true, detail: expect.stringMatching(/:3128 connected$/) });
       expect(probe.checks.host_listener).toEqual({ ok: true, detail: '0 connection(s) accepted by the host listener' });
@@ -211,7 +258,9 @@ describe('a setup phase behind the egress proxy', () => {
   });
 
   it('makes every request an event, past the first page the setup result carries', async () => {
-    const loop = python(`import urllib.request\nfor i in range(130):\n    urllib.request.urlopen("http://${INDEX_HOST}:${index.port}/simple/greetlib/", timeout=10).read()`);
+    const loop = python(
+      `import urllib.request\nfor i in range(130):\n    urllib.request.urlopen("http://${INDEX_HOST}:${index.port}/simple/greetlib/", timeout=10).read()`,
+    );
     const repo = pythonRepo({ setup: { commands: [loop, pipInstall(index.port)], timeout_s: 120 }, egress: { allow: [INDEX_HOST] } });
     const { outcome, trace } = await runOnce(env, repoInput(repo), { settings: settings() });
     expect(outcome.record).toMatchObject({ status: 'completed', egress: { allowed: 132, denied: 0 } });
@@ -222,18 +271,27 @@ describe('a setup phase behind the egress proxy', () => {
   it('starts a second run with the same inputs from the cached image: setup_cached, no setup command, no request', async () => {
     const before = index.requests.length;
     const { outcome, trace } = await runOnce(env, repoInput(installRepo), { settings: settings() });
-    expect(outcome.record).toMatchObject({ status: 'completed', egress: { allowed: 0, denied: 0 }, candidate_tests: { discovered: 1, passed: 1, failed: 0 } });
+    expect(outcome.record).toMatchObject({
+      status: 'completed',
+      egress: { allowed: 0, denied: 0 },
+      candidate_tests: { discovered: 1, passed: 1, failed: 0 },
+    });
     expect(ofType(trace, 'setup_cached').map((e) => (e.data as { key: string }).key)).toEqual([installKey]);
     expect(ofType(trace, 'setup_command')).toEqual([]);
     expect([...ofType(trace, 'egress_allowed'), ...ofType(trace, 'egress_denied')]).toEqual([]);
     expect(index.requests.length).toBe(before);
     expect(setupFinished(trace)).toMatchObject({ ok: true, cached: true, key: installKey });
     // Only the run's image is probed: the setup phase ran nothing.
-    expect(ofType(trace, 'isolation_checked').map((e) => (e.data as { phase?: string }).phase ?? 'before_setup')).toEqual(['before_setup', 'after_setup']);
+    expect(ofType(trace, 'isolation_checked').map((e) => (e.data as { phase?: string }).phase ?? 'before_setup')).toEqual([
+      'before_setup',
+      'after_setup',
+    ]);
   });
 
   it('writes what the setup left in /workspace into the workspace as its baseline: the tests import it, the diff does not show it', async () => {
-    const generate = python('import os\nos.makedirs("gen", exist_ok=True)\nopen("gen/values.py", "w").write("ANSWER = 42\\n")\nopen("gen/__init__.py", "w").close()');
+    const generate = python(
+      'import os\nos.makedirs("gen", exist_ok=True)\nopen("gen/values.py", "w").write("ANSWER = 42\\n")\nopen("gen/__init__.py", "w").close()',
+    );
     const repo = pythonRepo(
       { setup: { commands: [pipInstall(index.port), generate], timeout_s: 120 }, egress: { allow: [INDEX_HOST] } },
       { 'tests/test_generated.py': 'from gen.values import ANSWER\n\n\ndef test_answer():\n    assert ANSWER == 42\n' },
@@ -245,7 +303,11 @@ describe('a setup phase behind the egress proxy', () => {
   });
 
   it.each([
-    ['changes a file of the base tree', 'open("greeter.py", "a").write("# touched\\n")', /the setup changed greeter\.py, a file of the base tree/],
+    [
+      'changes a file of the base tree',
+      'open("greeter.py", "a").write("# touched\\n")',
+      /the setup changed greeter\.py, a file of the base tree/,
+    ],
     ['removes a file of the base tree', 'import os\nos.remove("tests/test_greeter.py")', /the setup removed tests\/test_greeter\.py/],
     ['leaves a .git folder', 'import os\nos.makedirs("vendor/.git")', /vendor\/\.git.*a \.git segment/],
   ])('refuses a setup that %s, naming the path', async (_what, code, detail) => {
@@ -260,13 +322,19 @@ describe('a setup phase behind the egress proxy', () => {
     const repo = pythonRepo({ setup: { commands: [pipInstall(index.port)], timeout_s: 60 }, egress: { allow: [INDEX_HOST] } });
     const { outcome } = await runOnce(env, repoInput(repo), { settings: { ...settings(), proxyImage: 'coding-agent-proxy:no-such-tag' } });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'infrastructure_error', egress: { allowed: 0, denied: 0 } });
-    expect(outcome.state.detail).toMatch(/egress proxy image coding-agent-proxy:no-such-tag not found; build it with docker\/build-proxy-image\.sh/);
+    expect(outcome.state.detail).toMatch(
+      /egress proxy image coding-agent-proxy:no-such-tag not found; build it with docker\/build-proxy-image\.sh/,
+    );
   });
 
   it('lists the cache images with `cache list` and removes them with `cache prune`', async () => {
     const listed = JSON.parse((await cli('cache', 'list', '--json')).stdout) as CachedSetup[];
     const mine = listed.find((i) => i.key === installKey)!;
-    expect(mine).toMatchObject({ tag: `coding-agent-setup:${installKey}`, allow: [INDEX_HOST], commands: [pipInstall(index.port).join(' ')] });
+    expect(mine).toMatchObject({
+      tag: `coding-agent-setup:${installKey}`,
+      allow: [INDEX_HOST],
+      commands: [pipInstall(index.port).join(' ')],
+    });
     expect(mine.layer_bytes).toBeGreaterThan(0);
     const pruned = JSON.parse((await cli('cache', 'prune', '--json')).stdout) as { removed: string[]; kept: unknown[] };
     expect(pruned.removed).toContain(installKey);
@@ -290,7 +358,11 @@ describe('credentials stay outside the sandbox', () => {
       setup: {
         commands: [
           ['sh', '-c', `env > /workspace/setup-env.txt && printf '%s' "$${TOKEN_ENV}" > /workspace/token-seen.txt`],
-          ['sh', '-c', `pip install --no-cache-dir --break-system-packages --disable-pip-version-check --index-url "${url}" --trusted-host ${INDEX_HOST} greetlib`],
+          [
+            'sh',
+            '-c',
+            `pip install --no-cache-dir --break-system-packages --disable-pip-version-check --index-url "${url}" --trusted-host ${INDEX_HOST} greetlib`,
+          ],
         ],
         timeout_s: 120,
       },
@@ -362,7 +434,11 @@ describe("HTTPS upstreams through the setup's own certificate authority (egress.
       setup: {
         commands: [
           python(post),
-          ['sh', '-c', `cp ${SETUP_CA_DIR}/ca.pem /workspace/setup-ca.pem && pip install --no-cache-dir --break-system-packages --disable-pip-version-check --index-url "https://token:$${TOKEN_ENV}@${INDEX_HOST}:${secure.port}/simple/" greetlib`],
+          [
+            'sh',
+            '-c',
+            `cp ${SETUP_CA_DIR}/ca.pem /workspace/setup-ca.pem && pip install --no-cache-dir --break-system-packages --disable-pip-version-check --index-url "https://token:$${TOKEN_ENV}@${INDEX_HOST}:${secure.port}/simple/" greetlib`,
+          ],
         ],
         timeout_s: 120,
       },
@@ -377,7 +453,9 @@ describe("HTTPS upstreams through the setup's own certificate authority (egress.
     }
     const { outcome, trace, stateDir, runId } = result;
     expect(outcome.record).toMatchObject({ status: 'completed', egress: { denied: 1 } });
-    expect(ofType(trace, 'egress_denied').map((e) => e.data)).toEqual([{ host: INDEX_HOST, port: secure.port, method: 'POST', bytes: expect.any(Number), status: 403 }]);
+    expect(ofType(trace, 'egress_denied').map((e) => e.data)).toEqual([
+      { host: INDEX_HOST, port: secure.port, method: 'POST', bytes: expect.any(Number), status: 403 },
+    ]);
     const allowed = ofType(trace, 'egress_allowed').map((e) => e.data as { method: string; port: number });
     expect(allowed.length).toBeGreaterThanOrEqual(2);
     expect(allowed.every((e) => e.method === 'GET' && e.port === secure.port)).toBe(true); // no CONNECT: the requests inside are the events
@@ -403,23 +481,45 @@ describe('what a setup leaves', () => {
     const dir = join(tempDir('setup-fixture'), 'linkcheck-nested');
     cpSync(LINKCHECK, dir, { recursive: true });
     const fixture = JSON.parse(readFileSync(join(dir, 'fixture.json'), 'utf8')) as Record<string, unknown>;
-    writeFileSync(join(dir, 'fixture.json'), JSON.stringify({ ...fixture, setup: { commands: [python('open("setup-note.txt", "w").write("made by the setup\\n")')], timeout_s: 60 } }));
-    const input = (backend: 'local' | 'docker') => canonicalInput('canonical', { fixture: dir, source: { kind: 'replay', path: join(dir, 'replays', 'canonical.json'), trusted: true }, backend });
+    writeFileSync(
+      join(dir, 'fixture.json'),
+      JSON.stringify({
+        ...fixture,
+        setup: { commands: [python('open("setup-note.txt", "w").write("made by the setup\\n")')], timeout_s: 60 },
+      }),
+    );
+    const input = (backend: 'local' | 'docker') =>
+      canonicalInput('canonical', {
+        fixture: dir,
+        source: { kind: 'replay', path: join(dir, 'replays', 'canonical.json'), trusted: true },
+        backend,
+      });
     const local = await runOnce(env, input('local'));
     expect(local.outcome.record).toMatchObject({ status: 'failed', reason: 'invalid_input' });
     expect(local.outcome.state.detail).toMatch(/runs only on the docker backend/);
     expect(existsSync(join(local.stateDir, 'runs'))).toBe(false);
     const onDocker = await runOnce(env, input('docker'), { settings: settings() });
     expect(onDocker.outcome.record).toEqual({ ...CANONICAL_RECORD, egress: { allowed: 0, denied: 0 } });
-    expect(readFileSync(join(onDocker.stateDir, 'runs', onDocker.runId, 'workspace', 'setup-note.txt'), 'utf8')).toBe('made by the setup\n');
+    expect(readFileSync(join(onDocker.stateDir, 'runs', onDocker.runId, 'workspace', 'setup-note.txt'), 'utf8')).toBe(
+      'made by the setup\n',
+    );
   });
 
   it("removes a dead worker's proxy and internal network with its reaper, and this file's runs left none", async () => {
     const docker = new Dockerode();
     const deadPid = spawnSync('true').pid;
     const owner = { 'coding-agent.owner': `${hostname()}:${deadPid}` };
-    const network = await docker.createNetwork({ Name: `coding-agent-egress-orphan-${randomBytes(4).toString('hex')}`, Internal: true, Labels: { 'coding-agent': 'egress', ...owner } });
-    const proxy = await docker.createContainer({ Image: readSettings().proxyImage, Cmd: ['true'], Labels: { 'coding-agent': 'proxy', ...owner }, HostConfig: { NetworkMode: (await network.inspect()).Name } });
+    const network = await docker.createNetwork({
+      Name: `coding-agent-egress-orphan-${randomBytes(4).toString('hex')}`,
+      Internal: true,
+      Labels: { 'coding-agent': 'egress', ...owner },
+    });
+    const proxy = await docker.createContainer({
+      Image: readSettings().proxyImage,
+      Cmd: ['true'],
+      Labels: { 'coding-agent': 'proxy', ...owner },
+      HostConfig: { NetworkMode: (await network.inspect()).Name },
+    });
     expect(await new DockerBackend({ image: readSettings().sandboxImage }).removeOrphans()).toBeGreaterThanOrEqual(2);
     await expect(proxy.inspect()).rejects.toMatchObject({ statusCode: 404 });
     await expect(network.inspect()).rejects.toMatchObject({ statusCode: 404 });

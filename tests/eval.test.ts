@@ -53,7 +53,12 @@ describe('batch evaluation at scale', () => {
 
   it('runs 1,000 short runs with a parent whose every history segment stays under the suggested limits', async () => {
     const fixture = fixtureWith('quick', []);
-    const plan: EvalPlan = { fixtures: [{ dir: fixture, replays: [{ path: join(fixture, 'replays', 'quick.json'), name: 'quick', trusted: true }] }], epochs: 1000, backend: 'local', approver: 'policy:approve-writable' };
+    const plan: EvalPlan = {
+      fixtures: [{ dir: fixture, replays: [{ path: join(fixture, 'replays', 'quick.json'), name: 'quick', trusted: true }] }],
+      epochs: 1000,
+      backend: 'local',
+      approver: 'policy:approve-writable',
+    };
     const taskQueue = uniqueQueue('eval-1000');
     const stateDir = tempDir('eval-1000-state');
     const { worker, close } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, docker: false });
@@ -66,7 +71,9 @@ describe('batch evaluation at scale', () => {
       expect(result.progress).toMatchObject({ total: 1000, done: 1000, completed: 0, running: 0, by_status: { failed: 1000 } });
       const parts = await segments(env, batch);
       const largest = parts.reduce((m, p) => (p.bytes > m.bytes ? p : m));
-      process.stdout.write(`1,000-run parent: ${parts.length} segments; largest history ${largest.events} events, ${largest.bytes} bytes\n`);
+      process.stdout.write(
+        `1,000-run parent: ${parts.length} segments; largest history ${largest.events} events, ${largest.bytes} bytes\n`,
+      );
       expect(parts.length).toBeGreaterThanOrEqual(5);
       for (const p of parts) {
         expect(p.events).toBeLessThan(4096);
@@ -85,7 +92,11 @@ describe('batch evaluation at scale', () => {
 
   /** `npm run agent -- eval` against this cluster (no worker in the command's own process). */
   const evalCli = (args: string[], taskQueue: string) =>
-    spawn(process.execPath, [CLI, 'eval', ...args, ...(args[0] === '--resume' ? [] : ['--trust-replay'])], { env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_TASK_QUEUE: taskQueue }, cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    spawn(process.execPath, [CLI, 'eval', ...args, ...(args[0] === '--resume' ? [] : ['--trust-replay'])], {
+      env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_TASK_QUEUE: taskQueue },
+      cwd: PROJECT_ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
   const finished = (child: ChildProcess): Promise<{ code: number | null; stdout: string; stderr: string }> =>
     new Promise((resolve) => {
       let stdout = '';
@@ -121,13 +132,17 @@ describe('batch evaluation at scale', () => {
     const out = tempDir('eval-resume-out');
     const batch = `batch-resume-${process.pid}`;
     let worker = spawnWorker(env, taskQueue, stateDir);
-    const first = evalCli([fixture, '--epochs', '6', '--concurrency', '3', '--batch', batch, '--host-lost-s', '3', '--out', out], taskQueue);
+    const first = evalCli(
+      [fixture, '--epochs', '6', '--concurrency', '3', '--batch', batch, '--host-lost-s', '3', '--out', out],
+      taskQueue,
+    );
     const firstDone = finished(first);
     // Killed once a run is done and another is midway on this host (its first write made, its
     // second not yet), so that one is sure to be lost with the host.
     const midway = () => {
       const perRun = new Map<string, number>();
-      for (const r of existsSync(join(stateDir, 'ledger.sqlite')) ? ledgerOf(stateDir) : []) perRun.set(r.run_id, (perRun.get(r.run_id) ?? 0) + 1);
+      for (const r of existsSync(join(stateDir, 'ledger.sqlite')) ? ledgerOf(stateDir) : [])
+        perRun.set(r.run_id, (perRun.get(r.run_id) ?? 0) + 1);
       return [...perRun.values()].includes(1);
     };
     await waitFor('a first run done and another midway', async () => (await doneRuns(batch)) >= 1 && midway(), 120_000);
@@ -146,7 +161,9 @@ describe('batch evaluation at scale', () => {
       expect(report.runs.map((r) => r.epoch)).toEqual([1, 2, 3, 4, 5, 6]);
       expect(report.runs.every((r) => r.status === 'completed')).toBe(true);
       const retried = report.runs.filter((r) => r.retried);
-      process.stdout.write(`resume: ${retried.length} of 6 runs retried, first outcomes ${JSON.stringify(retried.map((r) => r.retried!.first))}\n`);
+      process.stdout.write(
+        `resume: ${retried.length} of 6 runs retried, first outcomes ${JSON.stringify(retried.map((r) => r.retried!.first))}\n`,
+      );
       expect(retried.length).toBeGreaterThan(0);
       for (const r of retried) expect(r.retried!.first).toEqual({ status: 'failed', reason: 'host_lost' });
       expect(resumed.stderr).toMatch(/resuming; [1-9]\d* runs retried/);
@@ -160,7 +177,7 @@ describe('batch evaluation at scale', () => {
     }
   }, 600_000);
 
-  it('shares a batch between two hosts; the killed host\'s runs end host_lost and --resume completes them on the survivor', async () => {
+  it("shares a batch between two hosts; the killed host's runs end host_lost and --resume completes them on the survivor", async () => {
     const fixture = fixtureWith('canonical', canonicalDecisions());
     const taskQueue = uniqueQueue('eval-hosts');
     const stateA = tempDir('eval-host-a');
@@ -170,7 +187,9 @@ describe('batch evaluation at scale', () => {
     const a = spawnWorker(env, taskQueue, stateA);
     const b = spawnWorker(env, taskQueue, stateB);
     try {
-      const run = finished(evalCli([fixture, '--epochs', '8', '--concurrency', '4', '--batch', batch, '--host-lost-s', '4', '--out', out], taskQueue));
+      const run = finished(
+        evalCli([fixture, '--epochs', '8', '--concurrency', '4', '--batch', batch, '--host-lost-s', '4', '--out', out], taskQueue),
+      );
       // Host B is killed once it holds runs of its own.
       await waitFor('a write on host B', async () => ledgerOf(stateB).length > 0, 120_000);
       b.kill('SIGKILL');
@@ -180,7 +199,9 @@ describe('batch evaluation at scale', () => {
       const before = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8')) as EvalReport;
       expect(before.runs).toHaveLength(8);
       const lost = before.runs.filter((r) => r.reason === 'host_lost');
-      process.stdout.write(`two hosts: ${lost.length} of 8 runs host_lost after host B was killed; outcomes ${JSON.stringify(before.runs.map((r) => r.reason ?? r.status))}\n`);
+      process.stdout.write(
+        `two hosts: ${lost.length} of 8 runs host_lost after host B was killed; outcomes ${JSON.stringify(before.runs.map((r) => r.reason ?? r.status))}\n`,
+      );
       expect(lost.length).toBeGreaterThan(0);
       expect(before.runs.every((r) => r.status === 'completed' || r.reason === 'host_lost')).toBe(true);
 
@@ -207,10 +228,27 @@ describe('batch evaluation at scale', () => {
 describe('eval compare', () => {
   it('prints exactly the run that flipped between two reports, with the exact McNemar p-value', async () => {
     const dir = tempDir('eval-compare');
-    const run = (fixture: string, epoch: number, status: string, reason: string | null) => ({ fixture, replay: 'canonical', epoch, status, reason, writes: 2, receipts: 2, red_observed: true, diff_paths: [], candidate_tests: null, acceptance: null, tool_errors: {} });
+    const run = (fixture: string, epoch: number, status: string, reason: string | null) => ({
+      fixture,
+      replay: 'canonical',
+      epoch,
+      status,
+      reason,
+      writes: 2,
+      receipts: 2,
+      red_observed: true,
+      diff_paths: [],
+      candidate_tests: null,
+      acceptance: null,
+      tool_errors: {},
+    });
     const runs = ['alpha', 'beta', 'gamma'].flatMap((f) => [1, 2].map((e) => run(f, e, 'completed', null)));
     const a = { schema_version: 1, runs, summary: { runs: 6, completed: 6, failed: 0, epochs: 2 } };
-    const b = { ...a, runs: runs.map((r) => (r.fixture === 'beta' && r.epoch === 2 ? { ...r, status: 'failed', reason: 'verification_failed' } : r)), summary: { runs: 6, completed: 5, failed: 1, epochs: 2 } };
+    const b = {
+      ...a,
+      runs: runs.map((r) => (r.fixture === 'beta' && r.epoch === 2 ? { ...r, status: 'failed', reason: 'verification_failed' } : r)),
+      summary: { runs: 6, completed: 5, failed: 1, epochs: 2 },
+    };
     writeFileSync(join(dir, 'a.json'), JSON.stringify(a));
     writeFileSync(join(dir, 'b.json'), JSON.stringify(b));
     const { stdout } = await exec(process.execPath, [CLI, 'eval', 'compare', join(dir, 'a.json'), join(dir, 'b.json')]);

@@ -33,7 +33,8 @@ import { sendApproval, startRun } from '../client/run-access';
 
 const ADDED_TEST = 'tests/test_agent_nested.py'; // the canonical run's first write (a new file)
 const SOURCE = 'src/linkcheck.py'; // its second write
-const CANONICAL_DECISIONS = (JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')) as { decisions: unknown[] }).decisions.length;
+const CANONICAL_DECISIONS = (JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')) as { decisions: unknown[] })
+  .decisions.length;
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
@@ -55,7 +56,16 @@ async function runUntilFault(point: FaultPoint, input: RunInput = canonicalInput
   });
   const runId = handle.firstExecutionRunId;
   const workspace = workspaceOf(stateDir, runId);
-  return { stateDir, taskQueue, handle, runId, death, doomedPid: doomed.child.pid, workspace, digestOf: (path: string) => fileDigest(join(workspace, path)) };
+  return {
+    stateDir,
+    taskQueue,
+    handle,
+    runId,
+    death,
+    doomedPid: doomed.child.pid,
+    workspace,
+    digestOf: (path: string) => fileDigest(join(workspace, path)),
+  };
 }
 
 type Crash = Awaited<ReturnType<typeof runUntilFault>>;
@@ -84,7 +94,8 @@ function groupRecordsOwnedBy(pid: number | undefined): string[] {
     });
 }
 
-const attemptsOf = async (crash: Crash, type: string) => (await activityAttempts(crash.handle)).filter((a) => a.type === type).map((a) => a.attempt);
+const attemptsOf = async (crash: Crash, type: string) =>
+  (await activityAttempts(crash.handle)).filter((a) => a.type === type).map((a) => a.attempt);
 const entriesOf = (crash: Crash) => withLedger(crash.stateDir, (ledger) => ledger.entries(crash.runId));
 
 describe('each crash window recovers on a fresh worker with exactly two writes and two receipts', () => {
@@ -128,7 +139,9 @@ describe('each crash window recovers on a fresh worker with exactly two writes a
       [SOURCE, false],
     ]);
     expect(receipts[0].after).toBe(writtenDigest); // the file was not written a second time
-    const written = traceIn(crash.stateDir, crash.runId).filter((e) => e.type === 'action_written').map((e) => e.data as { path: string; recovered: boolean });
+    const written = traceIn(crash.stateDir, crash.runId)
+      .filter((e) => e.type === 'action_written')
+      .map((e) => e.data as { path: string; recovered: boolean });
     expect(written.map((d) => [d.path, d.recovered])).toEqual([
       [ADDED_TEST, true],
       [SOURCE, false],
@@ -145,7 +158,11 @@ describe('each crash window recovers on a fresh worker with exactly two writes a
     const outcome = await finishOnFreshWorker(crash);
     expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
     expect(await attemptsOf(crash, 'writePatch')).toEqual([2, 1]);
-    expect(traceIn(crash.stateDir, crash.runId).filter((e) => e.type === 'action_written').map((e) => (e.data as { recovered: boolean }).recovered)).toEqual([false, false]);
+    expect(
+      traceIn(crash.stateDir, crash.runId)
+        .filter((e) => e.type === 'action_written')
+        .map((e) => (e.data as { recovered: boolean }).recovered),
+    ).toEqual([false, false]);
   });
 
   it('in_verifier: killed after the model said final; recovery re-enters the verifier and consumes no decision', async () => {
@@ -159,7 +176,9 @@ describe('each crash window recovers on a fresh worker with exactly two writes a
     // An uninterrupted canonical run asks once per decision of the replay.
     expect(count('model_requested')).toBe(CANONICAL_DECISIONS);
     // Each decision taken once, at its first attempt (a replay's decisions are local activities).
-    expect([...(await attemptsOf(crash, 'decide')), ...(await attemptsOf(crash, 'localDecide'))]).toEqual(new Array(CANONICAL_DECISIONS).fill(1));
+    expect([...(await attemptsOf(crash, 'decide')), ...(await attemptsOf(crash, 'localDecide'))]).toEqual(
+      new Array(CANONICAL_DECISIONS).fill(1),
+    );
     expect(await attemptsOf(crash, 'verify')).toEqual([2]);
     expect([count('verification_started'), count('verification_passed')]).toEqual([1, 1]);
   });
@@ -186,9 +205,18 @@ describe('the third recovery state', () => {
     const taskQueue = uniqueQueue('stale');
     const worker = startWorker(env, taskQueue, stateDir);
     try {
-      const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run` });
+      const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), {
+        taskQueue,
+        workflowId: `${taskQueue}-run`,
+      });
       const approve = (p: { action_id: string; args_digest: string; workspace_digest: string }) =>
-        sendApproval(handle, { action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:test' });
+        sendApproval(handle, {
+          action_id: p.action_id,
+          decision: 'approve',
+          args_digest: p.args_digest,
+          workspace_digest: p.workspace_digest,
+          principal: 'user:test',
+        });
       const first = await pendingApproval(handle);
       expect(first.path).toBe(ADDED_TEST);
       await approve(first);
@@ -197,14 +225,19 @@ describe('the third recovery state', () => {
 
       // Someone fixes the file by hand while the approval is pending, then the write is approved.
       const file = join(workspaceOf(stateDir, handle.firstExecutionRunId), SOURCE);
-      const edited = readFileSync(file, 'utf8').replace('candidate = root / target\n', 'candidate = document.parent / target  # fixed by hand\n');
+      const edited = readFileSync(file, 'utf8').replace(
+        'candidate = root / target\n',
+        'candidate = document.parent / target  # fixed by hand\n',
+      );
       writeFileSync(file, edited);
       await approve(second);
 
       const outcome = (await handle.result()) as RunOutcome;
       const observed = traceIn(stateDir, handle.firstExecutionRunId).find((e) => e.type === 'tool_observed' && e.call_id === 'fix-source');
       expect(observed?.data).toMatchObject({ ok: false, error: 'approval_stale', data: { action_id: second.action_id, path: SOURCE } });
-      expect(traceIn(stateDir, handle.firstExecutionRunId).filter((e) => e.type === 'approval_recorded' && e.action_id === second.action_id)).toHaveLength(1);
+      expect(
+        traceIn(stateDir, handle.firstExecutionRunId).filter((e) => e.type === 'approval_recorded' && e.action_id === second.action_id),
+      ).toHaveLength(1);
       expect(readFileSync(file, 'utf8')).toBe(edited);
       // The hand-made fix is what the verifier then checks, and it passes.
       expect(outcome.record).toMatchObject({ status: 'completed', writes: 1, receipts: 1, tool_errors: { approval_stale: 1 } });
@@ -244,7 +277,10 @@ describe('orphaned test process groups', () => {
         argv: ['sleep', ${JSON.stringify(marker)}], workspaceDir: out, workspaceReadOnly: false, outDir: out,
         timeoutMs: 600000, outputCapBytes: 1000, signal: new AbortController().signal,
       });`;
-    const child = spawn(process.execPath, ['-e', script], { env: { ...process.env, AGENT_FAULT: fault ? 'during_tests' : '' }, stdio: 'ignore' });
+    const child = spawn(process.execPath, ['-e', script], {
+      env: { ...process.env, AGENT_FAULT: fault ? 'during_tests' : '' },
+      stdio: 'ignore',
+    });
     const exit = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));
     return { child, exit };
   }

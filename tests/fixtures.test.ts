@@ -15,9 +15,15 @@ const exec = promisify(execFile);
 const FIXTURES = join(PROJECT_ROOT, 'fixtures');
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
 
-const fixtureDirs = readdirSync(FIXTURES).filter((d) => existsSync(join(FIXTURES, d, 'fixture.json'))).sort();
+const fixtureDirs = readdirSync(FIXTURES)
+  .filter((d) => existsSync(join(FIXTURES, d, 'fixture.json')))
+  .sort();
 const load = (dir: string): Fixture => fixtureSchema.parse(JSON.parse(readFileSync(join(FIXTURES, dir, 'fixture.json'), 'utf8')));
-const replaysOf = (dir: string) => readdirSync(join(FIXTURES, dir, 'replays')).filter((f) => f.endsWith('.json')).map((f) => f.slice(0, -5)).sort();
+const replaysOf = (dir: string) =>
+  readdirSync(join(FIXTURES, dir, 'replays'))
+    .filter((f) => f.endsWith('.json'))
+    .map((f) => f.slice(0, -5))
+    .sort();
 const language = (f: Fixture) => (f.tests.command[0] === 'node' ? 'node' : f.tests.command[0].startsWith('python') ? 'python' : 'other');
 
 function filesUnder(dir: string): string[] {
@@ -59,7 +65,13 @@ describe('the fixtures', () => {
     }
     expect(new Set(real.map(language))).toEqual(new Set(['python', 'node']));
     // One with a real pytest configuration in use.
-    expect(real.some((f) => existsSync(join(FIXTURES, f.id, 'repo', 'conftest.py')) || filesUnder(join(FIXTURES, f.id, 'repo')).some((p) => p.endsWith('/conftest.py')))).toBe(true);
+    expect(
+      real.some(
+        (f) =>
+          existsSync(join(FIXTURES, f.id, 'repo', 'conftest.py')) ||
+          filesUnder(join(FIXTURES, f.id, 'repo')).some((p) => p.endsWith('/conftest.py')),
+      ),
+    ).toBe(true);
   });
 
   it('carry no machine paths and no caches', () => {
@@ -72,7 +84,6 @@ describe('the fixtures', () => {
     }
   });
 });
-
 
 interface ReportRun {
   fixture: string;
@@ -88,15 +99,34 @@ interface ReportRun {
 describe('npm run agent -- eval fixtures --epochs 2 --out OUT', () => {
   let stateDir: string;
   let out: string;
-  let report: { runs: ReportRun[]; summary: { runs: number; completed: number; failed: number; epochs: number; flaky: unknown[]; per_fixture: { fixture: string; replay: string; pass_at_1: number; pass_at_k: number }[] } };
+  let report: {
+    runs: ReportRun[];
+    summary: {
+      runs: number;
+      completed: number;
+      failed: number;
+      epochs: number;
+      flaky: unknown[];
+      per_fixture: { fixture: string; replay: string; pass_at_1: number; pass_at_k: number }[];
+    };
+  };
 
   beforeAll(async () => {
     stateDir = tempDir('agent-fixtures');
     out = tempDir('eval-fixtures');
-    const env: NodeJS.ProcessEnv = { ...process.env, AGENT_STATE_DIR: stateDir, AGENT_DEV_SERVER_PORT: String(await freePort()), AGENT_DEV_UI_PORT: String(await freePort()) };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      AGENT_STATE_DIR: stateDir,
+      AGENT_DEV_SERVER_PORT: String(await freePort()),
+      AGENT_DEV_UI_PORT: String(await freePort()),
+    };
     delete env.TEMPORAL_ADDRESS;
     const started = Date.now();
-    await exec(process.execPath, [CLI, 'eval', 'fixtures', '--epochs', '2', '--out', out, '--concurrency', '4'], { env, cwd: PROJECT_ROOT, maxBuffer: 64 * 1024 * 1024 });
+    await exec(process.execPath, [CLI, 'eval', 'fixtures', '--epochs', '2', '--out', out, '--concurrency', '4'], {
+      env,
+      cwd: PROJECT_ROOT,
+      maxBuffer: 64 * 1024 * 1024,
+    });
     console.log(`eval fixtures --epochs 2: ${fixtureDirs.length} fixtures in ${((Date.now() - started) / 1000).toFixed(1)} s`);
     report = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
   }, 900_000);
@@ -114,14 +144,27 @@ describe('npm run agent -- eval fixtures --epochs 2 --out OUT', () => {
 
   it('completes every canonical replay and fails every other with verification_failed', () => {
     const outcome = (r: ReportRun) => `${r.fixture}/${r.replay}/e${r.epoch}: ${r.status}${r.reason ? `/${r.reason}` : ''}`;
-    const expected = report.runs.map((r) => `${r.fixture}/${r.replay}/e${r.epoch}: ${r.replay === 'canonical' ? 'completed' : 'failed/verification_failed'}`);
+    const expected = report.runs.map(
+      (r) => `${r.fixture}/${r.replay}/e${r.epoch}: ${r.replay === 'canonical' ? 'completed' : 'failed/verification_failed'}`,
+    );
     expect(report.runs.map(outcome)).toEqual(expected);
-    for (const p of report.summary.per_fixture) expect([p.fixture, p.replay, p.pass_at_1]).toEqual([p.fixture, p.replay, p.replay === 'canonical' ? 1 : 0]);
+    for (const p of report.summary.per_fixture)
+      expect([p.fixture, p.replay, p.pass_at_1]).toEqual([p.fixture, p.replay, p.replay === 'canonical' ? 1 : 0]);
   });
 
   it('has, per fixture, a wrong fix that passes the visible tests and only hidden acceptance catches', () => {
     for (const dir of fixtureDirs) {
-      const caught = report.runs.filter((r) => r.fixture === dir && r.replay !== 'canonical' && r.writes > 0 && r.candidate_tests !== null && r.candidate_tests.discovered > 0 && r.candidate_tests.failed === 0 && r.acceptance !== null && r.acceptance.failed.length > 0);
+      const caught = report.runs.filter(
+        (r) =>
+          r.fixture === dir &&
+          r.replay !== 'canonical' &&
+          r.writes > 0 &&
+          r.candidate_tests !== null &&
+          r.candidate_tests.discovered > 0 &&
+          r.candidate_tests.failed === 0 &&
+          r.acceptance !== null &&
+          r.acceptance.failed.length > 0,
+      );
       expect([dir, caught.length > 0]).toEqual([dir, true]);
     }
     // A repository with hundreds of tests among them.

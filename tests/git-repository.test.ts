@@ -34,7 +34,9 @@ describe('opening a repository', () => {
     expect(GitRepository.open(bare).bare).toBe(true);
 
     expect(gitError(() => GitRepository.open(join(dir, 'src'))).kind).toBe('not_a_repository'); // inside one, but not one
-    expect(gitError(() => GitRepository.open(tempDir('plain'))).message).toMatch(/is not a git repository \(no \.git folder, and not a bare repository\)/);
+    expect(gitError(() => GitRepository.open(tempDir('plain'))).message).toMatch(
+      /is not a git repository \(no \.git folder, and not a bare repository\)/,
+    );
     expect(gitError(() => GitRepository.open('/no/such/folder')).message).toMatch(/no such folder/);
     const unknown = gitError(() => GitRepository.open(dir).resolveCommit('no-such-branch'));
     expect([unknown.kind, unknown.message]).toEqual(['unknown_ref', 'unknown ref "no-such-branch": no commit of that name']);
@@ -70,7 +72,8 @@ describe('the workspace from the base tree', () => {
     expect(entries.get('tools/outside.link')).toEqual({ path: 'tools/outside.link', kind: 'symlink', target: '/etc/passwd' });
     expect(readFileSync(join(paths.workspace, 'assets', 'logo.bin'))).toEqual(BINARY);
     expect(readFileSync(join(paths.workspace, '.gitignore'), 'utf8')).toBe('*.log\nbuild/\n'); // the committed one, not the staged one
-    for (const absent of ['debug.log', 'build', 'build/out.txt', 'untracked-notes.txt', 'staged-new.txt', 'vendor/lib', '.git']) expect(entries.has(absent)).toBe(false);
+    for (const absent of ['debug.log', 'build', 'build/out.txt', 'untracked-notes.txt', 'staged-new.txt', 'vendor/lib', '.git'])
+      expect(entries.has(absent)).toBe(false);
     expect(baselineManifest(paths)).toEqual([...entries.values()]);
     expect(repoPicture(dir)).toEqual(before);
   });
@@ -79,10 +82,15 @@ describe('the workspace from the base tree', () => {
     const { dir } = sampleRepo(LINKCHECK);
     // A tree object whose entry is named `..`: git's own commands would never make one.
     const blob = git(dir, 'hash-object', '-w', '--stdin', '--path=x').trim();
-    const tree = execFileSync('git', ['mktree', '--missing'], { cwd: dir, input: `100644 blob ${blob}\t..\n` }).toString().trim();
+    const tree = execFileSync('git', ['mktree', '--missing'], { cwd: dir, input: `100644 blob ${blob}\t..\n` })
+      .toString()
+      .trim();
     const commit = git(dir, 'commit-tree', tree, '-m', 'bad').trim();
     const inspected = inspectBase(GitRepository.open(dir), { path: dir, base_commit: commit, task: 't' });
-    expect(inspected).toEqual({ ok: false, detail: 'the base tree has a path with a ".." segment (".."); it cannot be written into a workspace' });
+    expect(inspected).toEqual({
+      ok: false,
+      detail: 'the base tree has a path with a ".." segment (".."); it cannot be written into a workspace',
+    });
   });
 });
 
@@ -119,7 +127,9 @@ describe('the verified change back in the repository', () => {
     // The run's own diff (show_diff) shows what git will record: modes, links, binary files.
     const { diff, paths: diffPaths } = workspaceDiff(paths, 1 << 20);
     expect(diffPaths).toEqual(changes.map((c) => c.path));
-    expect(diff).toContain('old mode 100644\nnew mode 100755\n===================================================================\n--- a/tools/gen.sh\n+++ b/tools/gen.sh\n');
+    expect(diff).toContain(
+      'old mode 100644\nnew mode 100755\n===================================================================\n--- a/tools/gen.sh\n+++ b/tools/gen.sh\n',
+    );
     expect(diff).toContain('old mode 100755\nnew mode 100644\n');
     expect(diff).toContain('Binary files a/assets/more/data.bin and b/assets/more/data.bin differ\n');
     expect(diff).toContain('new file mode 120000\n');
@@ -143,10 +153,30 @@ describe('the verified change back in the repository', () => {
     expect(git(dir, 'log', '-1', '--format=%B', commit)).toBe('Fix the checker\n\nAgent-Run: run-1\n\n');
     expect(git(dir, 'diff', '--binary', '--full-index', head, 'agent/run-1')).toBe(patch);
     expect(git(dir, 'diff', '--name-status', head, 'agent/run-1')).toBe(
-      ['A\tassets/more/data.bin', 'D\tnotes.txt', 'M\tsrc/linkcheck.py', 'A\ttests/test_agent_new.py', 'M\ttools/check.sh', 'M\ttools/gen.sh', 'A\ttools/source.link', ''].join('\n'),
+      [
+        'A\tassets/more/data.bin',
+        'D\tnotes.txt',
+        'M\tsrc/linkcheck.py',
+        'A\ttests/test_agent_new.py',
+        'M\ttools/check.sh',
+        'M\ttools/gen.sh',
+        'A\ttools/source.link',
+        '',
+      ].join('\n'),
     );
-    const modes = Object.fromEntries(git(dir, 'ls-tree', '-r', 'agent/run-1').split('\n').filter(Boolean).map((l) => [l.split('\t')[1], l.split(' ')[0]]));
-    expect(modes).toMatchObject({ 'tools/gen.sh': '100755', 'tools/check.sh': '100644', 'tools/source.link': '120000', 'tools/outside.link': '120000', 'vendor/lib': '160000' });
+    const modes = Object.fromEntries(
+      git(dir, 'ls-tree', '-r', 'agent/run-1')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => [l.split('\t')[1], l.split(' ')[0]]),
+    );
+    expect(modes).toMatchObject({
+      'tools/gen.sh': '100755',
+      'tools/check.sh': '100644',
+      'tools/source.link': '120000',
+      'tools/outside.link': '120000',
+      'vendor/lib': '160000',
+    });
     expect(gitBuffer(dir, 'show', 'agent/run-1:assets/more/data.bin')).toEqual(Buffer.concat([BINARY, BINARY]));
     expect(git(dir, 'show', 'agent/run-1:src/linkcheck.py')).toContain('# fixed');
 

@@ -34,8 +34,12 @@ describe('the junit format in fixture.json', () => {
 
   it('needs {junit} in the command, and only the junit format may use it', () => {
     expect(issues({})).toEqual([]);
-    expect(issues({ command: ['python3', '-m', 'xmlrunner', 'discover'] })).toEqual([expect.stringMatching(/^tests\.command: the junit format needs \{junit\}/)]);
-    expect(issues({ format: 'pytest', command: ['python3', '-m', 'pytest', '--junitxml={junit}'] })).toEqual([expect.stringMatching(/only that format may use it/)]);
+    expect(issues({ command: ['python3', '-m', 'xmlrunner', 'discover'] })).toEqual([
+      expect.stringMatching(/^tests\.command: the junit format needs \{junit\}/),
+    ]);
+    expect(issues({ format: 'pytest', command: ['python3', '-m', 'pytest', '--junitxml={junit}'] })).toEqual([
+      expect.stringMatching(/only that format may use it/),
+    ]);
     expect(issues({ format: 'mocha' })).toEqual([expect.stringMatching(/^tests\.format: /)]);
   });
 });
@@ -46,32 +50,55 @@ describe('run_tests with the junit format', () => {
     expect(await runTests(t.ctx, 'green')).toMatchObject({ ok: true, data: { status: 'passed', discovered: 7, passed: 7, failed: 0 } });
 
     const broken = prepareRun({
-      repo: repoWith('', { 'tests/test_more.py': 'import unittest\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        pass\n\n    def test_bad(self):\n        self.assertEqual(1, 2)\n\n    def test_error(self):\n        raise RuntimeError("boom")\n' }),
+      repo: repoWith('', {
+        'tests/test_more.py':
+          'import unittest\n\nclass T(unittest.TestCase):\n    def test_ok(self):\n        pass\n\n    def test_bad(self):\n        self.assertEqual(1, 2)\n\n    def test_error(self):\n        raise RuntimeError("boom")\n',
+      }),
       fixture: fixture(),
     });
     const red = await runTests(broken.ctx, 'red');
     expect(red).toMatchObject({ ok: false, error: 'tests_failed', data: { status: 'failed', discovered: 10, passed: 8, failed: 2 } });
-    expect((red.data as { failures: { test: string }[] }).failures.map((f) => f.test).sort()).toEqual(['tests.test_more.T::test_bad', 'tests.test_more.T::test_error']);
+    expect((red.data as { failures: { test: string }[] }).failures.map((f) => f.test).sort()).toEqual([
+      'tests.test_more.T::test_bad',
+      'tests.test_more.T::test_error',
+    ]);
 
     // Another runner: Node's own JUnit reporter, its destination given as `--flag={junit}`.
     const node = prepareRun({
-      repo: { 'test/a.test.js': 'const test = require("node:test");\ntest("one", () => {});\ntest("two", () => {});\ntest("three", () => { throw new Error("no"); });\n' },
+      repo: {
+        'test/a.test.js':
+          'const test = require("node:test");\ntest("one", () => {});\ntest("two", () => {});\ntest("three", () => { throw new Error("no"); });\n',
+      },
       fixture: junitTests(['node', '--test', '--test-reporter=junit', '--test-reporter-destination={junit}', 'test/']),
     });
-    expect(await runTests(node.ctx, 'node')).toMatchObject({ ok: false, error: 'tests_failed', data: { discovered: 3, passed: 2, failed: 1 } });
+    expect(await runTests(node.ctx, 'node')).toMatchObject({
+      ok: false,
+      error: 'tests_failed',
+      data: { discovered: 3, passed: 2, failed: 1 },
+    });
   });
 
   it('reports zero discovered tests, a missing report and a timeout as incomplete', async () => {
     const empty = prepareRun({ repo: repoWith('xmlrunner', { 'tests/__init__.py': '' }), fixture: fixture() });
-    expect(await runTests(empty.ctx, 'none')).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'no_tests', discovered: 0 } });
+    expect(await runTests(empty.ctx, 'none')).toMatchObject({
+      ok: false,
+      error: 'tests_incomplete',
+      data: { status: 'no_tests', discovered: 0 },
+    });
 
-    const silent = prepareRun({ repo: { 'tests/x.txt': '' }, fixture: junitTests(['python3', '-c', 'import sys; print("ran, wrote nothing:", sys.argv[1])', '{junit}']) });
+    const silent = prepareRun({
+      repo: { 'tests/x.txt': '' },
+      fixture: junitTests(['python3', '-c', 'import sys; print("ran, wrote nothing:", sys.argv[1])', '{junit}']),
+    });
     const missing = await runTests(silent.ctx, 'silent');
     expect(missing).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'error', discovered: 0 } });
     // The report's host path stays out of the result.
     expect((missing.data as { output_tail: string }).output_tail).toContain('ran, wrote nothing: <out>/junit.xml');
 
-    const slow = prepareRun({ repo: { 'tests/x.txt': '' }, fixture: junitTests(['python3', '-c', 'import time; time.sleep(300)', '{junit}'], 2) });
+    const slow = prepareRun({
+      repo: { 'tests/x.txt': '' },
+      fixture: junitTests(['python3', '-c', 'import time; time.sleep(300)', '{junit}'], 2),
+    });
     expect(await runTests(slow.ctx, 'slow')).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'timeout' } });
   });
 
@@ -95,7 +122,12 @@ describe('the junit-format fixture end to end', () => {
 
   for (const backend of ['local', 'docker'] as const) {
     it(`completes on the ${backend} backend with exact counts, red first`, async () => {
-      const input = { fixture: FIXTURE, source: { kind: 'replay', path: join(FIXTURE, 'replays', 'canonical.json'), trusted: true }, backend, approver: 'policy:approve-writable' };
+      const input = {
+        fixture: FIXTURE,
+        source: { kind: 'replay', path: join(FIXTURE, 'replays', 'canonical.json'), trusted: true },
+        backend,
+        approver: 'policy:approve-writable',
+      };
       const { outcome, transcript } = await runOnce(env, input);
       expect(outcome.record).toMatchObject({
         fixture: 'py-duration-junit',
@@ -106,8 +138,13 @@ describe('the junit-format fixture end to end', () => {
         candidate_tests: { discovered: 8, passed: 8, failed: 0 },
         acceptance: { total: 11, passed: 11, failed: [] },
       });
-      type Entry = { decision?: { kind: string; call?: { name: string } }; result?: { data: { status: string; discovered: number; failed: number } } };
-      const runs = (transcript as Entry[]).filter((e) => e.decision?.call?.name === 'run_tests').map((e) => e.result && [e.result.data.status, e.result.data.discovered, e.result.data.failed]);
+      type Entry = {
+        decision?: { kind: string; call?: { name: string } };
+        result?: { data: { status: string; discovered: number; failed: number } };
+      };
+      const runs = (transcript as Entry[])
+        .filter((e) => e.decision?.call?.name === 'run_tests')
+        .map((e) => e.result && [e.result.data.status, e.result.data.discovered, e.result.data.failed]);
       expect(runs).toEqual([
         ['failed', 8, 1],
         ['passed', 8, 0],

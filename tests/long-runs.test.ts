@@ -17,7 +17,16 @@ import type { RunView } from '../core/run-view';
 import { MAX_PAYLOAD_BYTES } from '../worker/payload-guard';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
 import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
-import { CANONICAL_RECORD, canonicalInput, approveAll, pendingApproval, runOnce, startServer, waitFor, writeReplay } from './helpers/temporal';
+import {
+  CANONICAL_RECORD,
+  canonicalInput,
+  approveAll,
+  pendingApproval,
+  runOnce,
+  startServer,
+  waitFor,
+  writeReplay,
+} from './helpers/temporal';
 import { queryState, sendApproval } from '../client/run-access';
 
 const exec = promisify(execFile);
@@ -46,8 +55,11 @@ interface HistoryFacts {
 
 /** Every run of a workflow id as `temporal workflow show -o json` prints it, and the sizes of its payloads. */
 async function historyFacts(workflowId: string): Promise<HistoryFacts> {
-  const cli = (...args: string[]) => exec(temporalBinary(), [...args, '--address', env.address, '-o', 'json'], { maxBuffer: 256 * 1024 * 1024 });
-  const listed = JSON.parse((await cli('workflow', 'list', '--query', `WorkflowId="${workflowId}"`)).stdout) as { execution: { runId: string } }[];
+  const cli = (...args: string[]) =>
+    exec(temporalBinary(), [...args, '--address', env.address, '-o', 'json'], { maxBuffer: 256 * 1024 * 1024 });
+  const listed = JSON.parse((await cli('workflow', 'list', '--query', `WorkflowId="${workflowId}"`)).stdout) as {
+    execution: { runId: string };
+  }[];
   const facts: HistoryFacts = { runs: listed.length, events: 0, bytes: 0, largestPayload: 0 };
   for (const { execution } of listed) {
     const { stdout } = await cli('workflow', 'show', '--workflow-id', workflowId, '--run-id', execution.runId);
@@ -112,21 +124,44 @@ describe('a session that reads 40 files of 48 KB whole', () => {
       ...names.map((name, i) => read(`read-${i}`, name)),
       {
         kind: 'tool',
-        call: { call_id: 'fix', name: 'apply_patch', arguments: { path: 'src/mods/m17.py', version: sha256(sources['src/mods/m17.py']), old: '    return a - b\n', new: '    return a + b\n' } },
+        call: {
+          call_id: 'fix',
+          name: 'apply_patch',
+          arguments: {
+            path: 'src/mods/m17.py',
+            version: sha256(sources['src/mods/m17.py']),
+            old: '    return a - b\n',
+            new: '    return a + b\n',
+          },
+        },
       },
       { kind: 'tool', call: { call_id: 'green', name: 'run_tests', arguments: { preset: 'candidate_tests' } } },
       { kind: 'final', text: 'add() adds.' },
     ]);
-    const { outcome, trace, handle } = await runOnce(env, { fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
-    expect(outcome.record).toMatchObject({ status: 'completed', writes: 1, receipts: 1, diff_paths: ['src/mods/m17.py'], candidate_tests: { discovered: 1, passed: 1, failed: 0 } });
+    const { outcome, trace, handle } = await runOnce(env, {
+      fixture,
+      source: { kind: 'replay', path, trusted: true },
+      approver: 'policy:approve-writable',
+    });
+    expect(outcome.record).toMatchObject({
+      status: 'completed',
+      writes: 1,
+      receipts: 1,
+      diff_paths: ['src/mods/m17.py'],
+      candidate_tests: { discovered: 1, passed: 1, failed: 0 },
+    });
 
     // The store holds each whole file; history holds views of them.
-    const reads = trace.filter((e) => e.type === 'tool_observed' && e.call_id?.startsWith('read-')).map((e) => e.data as ToolResult & { data: { text: string } });
+    const reads = trace
+      .filter((e) => e.type === 'tool_observed' && e.call_id?.startsWith('read-'))
+      .map((e) => e.data as ToolResult & { data: { text: string } });
     expect(reads).toHaveLength(40);
     reads.forEach((r, i) => expect(r).toMatchObject({ ok: true, truncated: false, data: { text: sources[names[i]] } }));
 
     const facts = await historyFacts(handle.workflowId);
-    console.log(`40 x 48 KB reads: ${facts.runs} run(s), ${facts.events} events, ${facts.bytes} bytes of history JSON, largest payload ${facts.largestPayload} bytes`);
+    console.log(
+      `40 x 48 KB reads: ${facts.runs} run(s), ${facts.events} events, ${facts.bytes} bytes of history JSON, largest payload ${facts.largestPayload} bytes`,
+    );
     expect(facts.largestPayload).toBeLessThanOrEqual(MAX_PAYLOAD_BYTES);
     // 1.9 MB was read; the history carries views of it, not the files.
     expect(facts.bytes).toBeLessThan(Object.values(sources).join('').length);
@@ -135,35 +170,66 @@ describe('a session that reads 40 files of 48 KB whole', () => {
 
 describe('a 300-turn run across continue-as-new', () => {
   it('carries counters, trace numbering and pending approvals across segments and writes exactly twice', async () => {
-    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { call?: { call_id: string } }[];
+    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
+      call?: { call_id: string };
+    }[];
     const step = (id: string) => canonical.find((d) => d.call?.call_id === id)!;
-    const reads = (from: number, n: number) => Array.from({ length: n }, (_, i) => read(`read-${from + i}`, 'src/linkcheck.py', { start: 1, end: 2 }));
-    const decisions = [canonical[0], ...reads(0, 140), step('add-test'), step('run-red'), step('fix-source'), ...reads(140, 154), step('run-green'), canonical.at(-1)];
+    const reads = (from: number, n: number) =>
+      Array.from({ length: n }, (_, i) => read(`read-${from + i}`, 'src/linkcheck.py', { start: 1, end: 2 }));
+    const decisions = [
+      canonical[0],
+      ...reads(0, 140),
+      step('add-test'),
+      step('run-red'),
+      step('fix-source'),
+      ...reads(140, 154),
+      step('run-green'),
+      canonical.at(-1),
+    ];
     expect(decisions).toHaveLength(300);
     const path = writeReplay(decisions);
 
-    const ignored = (p: { action_id: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve' as const, args_digest: '0'.repeat(64), workspace_digest: p.workspace_digest });
-    const valid = (p: { action_id: string; args_digest: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve' as const, args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:test' });
-    let first: RunView['pending_approval'] = null;
-    const { outcome, trace, receipts, handle } = await runOnce(env, canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, approver: 'interactive', budgets: { max_turns: 320, max_tool_calls: 320 } }), {
-      drive: async (h) => {
-        // The first write waits while approvals with wrong digests pile up: history grows past
-        // the suggestion, the wait continues as new, and the approval is sent to the next segment.
-        first = await pendingApproval(h);
-        const segment = (await queryState(h)).segment;
-        // Signals Temporal takes in one workflow task add fewer events: send until the history is long enough.
-        await waitFor('the wait to continue as new', async () => {
-          const view = await queryState(h);
-          if (view.segment > segment && view.status === 'awaiting_approval') return true;
-          for (let i = 0; i < 50; i++) await sendApproval(h, ignored(first!));
-          return false;
-        });
-        await sendApproval(h, valid(first));
-        // The second approval goes out in the middle of such a burst, whichever segment gets it.
-        const second = await pendingApproval(h, first.action_id);
-        for (let i = 0; i < 200; i++) await sendApproval(h, i === 100 ? valid(second) : ignored(second));
-      },
+    const ignored = (p: { action_id: string; workspace_digest: string }) => ({
+      action_id: p.action_id,
+      decision: 'approve' as const,
+      args_digest: '0'.repeat(64),
+      workspace_digest: p.workspace_digest,
     });
+    const valid = (p: { action_id: string; args_digest: string; workspace_digest: string }) => ({
+      action_id: p.action_id,
+      decision: 'approve' as const,
+      args_digest: p.args_digest,
+      workspace_digest: p.workspace_digest,
+      principal: 'user:test',
+    });
+    let first: RunView['pending_approval'] = null;
+    const { outcome, trace, receipts, handle } = await runOnce(
+      env,
+      canonicalInput('canonical', {
+        source: { kind: 'replay', path, trusted: true },
+        approver: 'interactive',
+        budgets: { max_turns: 320, max_tool_calls: 320 },
+      }),
+      {
+        drive: async (h) => {
+          // The first write waits while approvals with wrong digests pile up: history grows past
+          // the suggestion, the wait continues as new, and the approval is sent to the next segment.
+          first = await pendingApproval(h);
+          const segment = (await queryState(h)).segment;
+          // Signals Temporal takes in one workflow task add fewer events: send until the history is long enough.
+          await waitFor('the wait to continue as new', async () => {
+            const view = await queryState(h);
+            if (view.segment > segment && view.status === 'awaiting_approval') return true;
+            for (let i = 0; i < 50; i++) await sendApproval(h, ignored(first!));
+            return false;
+          });
+          await sendApproval(h, valid(first));
+          // The second approval goes out in the middle of such a burst, whichever segment gets it.
+          const second = await pendingApproval(h, first.action_id);
+          for (let i = 0; i < 200; i++) await sendApproval(h, i === 100 ? valid(second) : ignored(second));
+        },
+      },
+    );
 
     // The same read asked again with no write in between is a repeated call: 139 before the first write, 153 after the second.
     expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: 'scripted', turns: 300, tool_calls: 298, repeated_calls: 292 });
@@ -176,7 +242,9 @@ describe('a 300-turn run across continue-as-new', () => {
     expect(trace.filter((e) => e.type === 'tool_observed').map((e) => e.call_id)).toEqual(proposed);
     // The first approval crossed a boundary: requested in one segment, recorded in a later one.
     const id = first!.action_id;
-    const carriedAt = trace.find((e) => e.type === 'continued_as_new' && (e.data as { pending_action: string | null }).pending_action === id)!;
+    const carriedAt = trace.find(
+      (e) => e.type === 'continued_as_new' && (e.data as { pending_action: string | null }).pending_action === id,
+    )!;
     const requested = trace.find((e) => e.type === 'approval_requested' && e.action_id === id)!;
     const recorded = trace.filter((e) => e.type === 'approval_recorded' && e.action_id === id);
     expect(recorded).toHaveLength(1);
@@ -185,7 +253,9 @@ describe('a 300-turn run across continue-as-new', () => {
     expect(trace.filter((e) => e.type === 'action_written')).toHaveLength(2);
 
     const facts = await historyFacts(handle.workflowId);
-    console.log(`300 turns: ${facts.runs} runs, ${facts.events} events (${(facts.events / 300).toFixed(1)} per turn), ${facts.bytes} bytes of history JSON, largest payload ${facts.largestPayload} bytes`);
+    console.log(
+      `300 turns: ${facts.runs} runs, ${facts.events} events (${(facts.events / 300).toFixed(1)} per turn), ${facts.bytes} bytes of history JSON, largest payload ${facts.largestPayload} bytes`,
+    );
     expect(facts.largestPayload).toBeLessThanOrEqual(MAX_PAYLOAD_BYTES);
   });
 });
@@ -195,13 +265,17 @@ describe('the replay is read once', () => {
     const original = readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8');
     const path = join(tempDir('replay'), 'canonical.json');
     writeFileSync(path, original);
-    const { outcome, trace } = await runOnce(env, canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, approver: 'interactive' }), {
-      drive: async (h) => {
-        await pendingApproval(h);
-        writeFileSync(path, JSON.stringify({ schema_version: 1, decisions: [{ kind: 'final', text: 'changed on disk' }] }));
-        await approveAll(h);
+    const { outcome, trace } = await runOnce(
+      env,
+      canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, approver: 'interactive' }),
+      {
+        drive: async (h) => {
+          await pendingApproval(h);
+          writeFileSync(path, JSON.stringify({ schema_version: 1, decisions: [{ kind: 'final', text: 'changed on disk' }] }));
+          await approveAll(h);
+        },
       },
-    });
+    );
     expect(outcome.record).toEqual(CANONICAL_RECORD);
     expect(outcome.state.replay_digest).toBe(sha256(canonicalJson(JSON.parse(original))));
     expect(JSON.stringify(trace)).not.toContain('changed on disk');
@@ -211,14 +285,29 @@ describe('the replay is read once', () => {
 describe('a live reply across continue-as-new', () => {
   it('carries the rest of a reply whose write waits through a continue-as-new, so every call of it runs and is answered', async () => {
     process.env.AGENT_TEST_LONG_KEY = 'sk-test-long';
-    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
-    const calls = canonical.filter((d) => d.kind === 'tool').map((d) => ({ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }));
+    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
+      kind: string;
+      text?: string;
+      call?: { call_id: string; name: string; arguments: unknown };
+    }[];
+    const calls = canonical
+      .filter((d) => d.kind === 'tool')
+      .map((d) => ({ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }));
     const addTest = calls.find((c) => c.id === 'add-test')!;
     // First reply: the new test file, then a read in the same reply; afterwards the rest of the canonical session.
-    const replies = [{ calls: [addTest, { id: 'after-patch', name: 'read_file', arguments: { path: 'src/linkcheck.py', start: 1, end: 2 } }] }, ...calls.filter((c) => c.id !== 'add-test' && c.id !== 'read-source').map((c) => ({ calls: [c] })), { text: 'done' }];
+    const replies = [
+      { calls: [addTest, { id: 'after-patch', name: 'read_file', arguments: { path: 'src/linkcheck.py', start: 1, end: 2 } }] },
+      ...calls.filter((c) => c.id !== 'add-test' && c.id !== 'read-source').map((c) => ({ calls: [c] })),
+      { text: 'done' },
+    ];
     const server = await new ProviderServer((_req, i) => ({ body: reply('openai', replies[i] ?? { text: 'done' }) })).start();
     try {
-      const ignored = (p: { action_id: string; workspace_digest: string }) => ({ action_id: p.action_id, decision: 'approve' as const, args_digest: '0'.repeat(64), workspace_digest: p.workspace_digest });
+      const ignored = (p: { action_id: string; workspace_digest: string }) => ({
+        action_id: p.action_id,
+        decision: 'approve' as const,
+        args_digest: '0'.repeat(64),
+        workspace_digest: p.workspace_digest,
+      });
       const providersFile = join(tempDir('providers'), 'providers.json');
       const endpoint = addEndpoint(providersFile, endpointOf('openai', server, 'AGENT_TEST_LONG_KEY'));
       const { outcome, trace } = await runOnce(
@@ -239,7 +328,9 @@ describe('a live reply across continue-as-new', () => {
         },
       );
       expect(outcome.record).toMatchObject({ status: 'completed', writes: 2, receipts: 2 });
-      const carried = trace.find((e) => e.type === 'continued_as_new' && (e.data as { pending_action: string | null }).pending_action !== null)!;
+      const carried = trace.find(
+        (e) => e.type === 'continued_as_new' && (e.data as { pending_action: string | null }).pending_action !== null,
+      )!;
       const answered = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'after-patch')!;
       expect(answered.data).toMatchObject({ ok: true });
       expect(answered.seq).toBeGreaterThan(carried.seq);

@@ -5,7 +5,15 @@
 import { chmodSync, lstatSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sha256 } from '../activities/digest';
-import { clearManifestCache, manifest, manifestCounters, manifestDigest, RACY_MARGIN_MS, workspaceDigest, type ManifestEntry } from '../activities/manifest';
+import {
+  clearManifestCache,
+  manifest,
+  manifestCounters,
+  manifestDigest,
+  RACY_MARGIN_MS,
+  workspaceDigest,
+  type ManifestEntry,
+} from '../activities/manifest';
 import { tempDir, writeFiles } from './helpers/run-dir';
 
 /** A check this far after the files were written sees none of them as racy. */

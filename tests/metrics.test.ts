@@ -53,9 +53,19 @@ describe('the worker metrics endpoint', () => {
   beforeAll(async () => {
     env = await startServer();
     // A live session: the canonical calls one a reply, every other call with cached input.
-    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
-    const replies = canonical.filter((d) => d.kind !== 'plan').map((d) => (d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text }));
-    server = await new ProviderServer((_req, i) => ({ body: reply('openai', { ...(replies[i] ?? { text: 'done' }), usage: [1000, 100, i % 2 === 0 ? 500 : 0] }) })).start();
+    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
+      kind: string;
+      text?: string;
+      call?: { call_id: string; name: string; arguments: unknown };
+    }[];
+    const replies = canonical
+      .filter((d) => d.kind !== 'plan')
+      .map((d) =>
+        d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text },
+      );
+    server = await new ProviderServer((_req, i) => ({
+      body: reply('openai', { ...(replies[i] ?? { text: 'done' }), usage: [1000, 100, i % 2 === 0 ? 500 : 0] }),
+    })).start();
     const dir = tempDir('metrics-config');
     const providers = join(dir, 'providers.json');
     endpoint = addEndpoint(providers, endpointOf('openai', server, KEY_ENV));
@@ -83,7 +93,8 @@ describe('the worker metrics endpoint', () => {
     return startRun(env.client, input, { taskQueue, workflowId: workflowIds.at(-1)! });
   };
   const run = async (input: RunInput) => (await runOutcome(await start(input), null)).record;
-  const replay = (decisions: unknown[]) => canonicalInput('canonical', { source: { kind: 'replay', path: writeReplay(decisions), trusted: true } });
+  const replay = (decisions: unknown[]) =>
+    canonicalInput('canonical', { source: { kind: 'replay', path: writeReplay(decisions), trusted: true } });
 
   it('counts the canonical run and failing runs exactly, beside the SDK metrics, in output promtool accepts', async () => {
     const metricsUrl = `http://${address}/metrics`;
@@ -92,15 +103,32 @@ describe('the worker metrics endpoint', () => {
     expect(await run(canonicalInput('canonical'))).toMatchObject({ status: 'completed', tool_errors: { tests_failed: 1 } });
     expect(await run(canonicalInput('always-empty'))).toMatchObject({ status: 'failed', reason: 'verification_failed' });
     expect(await run(replay([{ kind: 'plan', text: 'think' }]))).toMatchObject({ status: 'failed', reason: 'replay_exhausted' });
-    expect(await run(replay([{ kind: 'model_error', transient: true }, { kind: 'model_error', transient: true }, { kind: 'final', text: 'done' }]))).toMatchObject({ reason: 'verification_failed' });
-    expect(await run(canonicalInput('canonical', { budgets: { max_turns: 2 } }))).toMatchObject({ status: 'budget_exhausted', reason: 'max_turns' });
+    expect(
+      await run(
+        replay([
+          { kind: 'model_error', transient: true },
+          { kind: 'model_error', transient: true },
+          { kind: 'final', text: 'done' },
+        ]),
+      ),
+    ).toMatchObject({ reason: 'verification_failed' });
+    expect(await run(canonicalInput('canonical', { budgets: { max_turns: 2 } }))).toMatchObject({
+      status: 'budget_exhausted',
+      reason: 'max_turns',
+    });
     // A person approves both writes of a canonical run; another run is cancelled while it waits.
     const approved = await start(canonicalInput('canonical', { approver: 'interactive' }));
     let last: string | undefined;
     for (let i = 0; i < 2; i++) {
       const p = await pendingApproval(approved, last);
       await new Promise((r) => setTimeout(r, 300));
-      await sendApproval(approved, { action_id: p.action_id, decision: 'approve', args_digest: p.args_digest, workspace_digest: p.workspace_digest, principal: 'user:test' });
+      await sendApproval(approved, {
+        action_id: p.action_id,
+        decision: 'approve',
+        args_digest: p.args_digest,
+        workspace_digest: p.workspace_digest,
+        principal: 'user:test',
+      });
       last = p.action_id;
     }
     expect((await runOutcome(approved, null)).record.status).toBe('completed');
@@ -109,8 +137,16 @@ describe('the worker metrics endpoint', () => {
     await cancelled.cancel();
     expect((await runOutcome(cancelled, null)).record).toMatchObject({ status: 'cancelled', reason: 'cancelled' });
     // A live run: seven model calls, four with cached input, priced.
-    const live = await run({ fixture: LINKCHECK, source: { kind: 'provider', endpoint, model: 'test-model' }, backend: 'docker', approver: 'policy:approve-writable' });
-    expect(live).toMatchObject({ status: 'completed', usage: { model_calls: 7, input_tokens: 7000, output_tokens: 700, cached_tokens: 2000 } });
+    const live = await run({
+      fixture: LINKCHECK,
+      source: { kind: 'provider', endpoint, model: 'test-model' },
+      backend: 'docker',
+      approver: 'policy:approve-writable',
+    });
+    expect(live).toMatchObject({
+      status: 'completed',
+      usage: { model_calls: 7, input_tokens: 7000, output_tokens: 700, cached_tokens: 2000 },
+    });
     expect(live.usage!.cost_usd).toBeCloseTo(0.0074, 10);
 
     const text = await (await fetch(metricsUrl)).text();
@@ -156,7 +192,11 @@ describe('the worker metrics endpoint', () => {
     expect(samples.some((s) => s.name.startsWith('temporal_activity_schedule_to_start_latency'))).toBe(true);
     // Label values come from closed sets: no workflow id, run id, fixture or path in any label.
     const labelValues = new Set(samples.flatMap((s) => Object.values(s.labels)));
-    for (const v of labelValues) expect({ v, leaks: workflowIds.some((id) => v.includes(id)) || /linkcheck|\/|[0-9a-f]{8}-[0-9a-f]{4}-/.test(v) }).toEqual({ v, leaks: false });
+    for (const v of labelValues)
+      expect({ v, leaks: workflowIds.some((id) => v.includes(id)) || /linkcheck|\/|[0-9a-f]{8}-[0-9a-f]{4}-/.test(v) }).toEqual({
+        v,
+        leaks: false,
+      });
 
     const promtool = execFileSync('bash', [join(PROJECT_ROOT, 'scripts', 'ensure-promtool.sh')], { encoding: 'utf8' }).trim();
     const checked = spawnSync(promtool, ['check', 'metrics'], { input: text, encoding: 'utf8' });

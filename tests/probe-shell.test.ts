@@ -19,7 +19,10 @@ import { runOnce, startServer, writeReplay } from './helpers/temporal';
 const SHELL_IMAGE = 'coding-agent-shell:1';
 const NO_SHELL_IMAGE = 'coding-agent-noshell:1';
 
-const failing = (checks: Record<string, { ok: boolean }>) => Object.entries(checks).filter(([, c]) => !c.ok).map(([name]) => name);
+const failing = (checks: Record<string, { ok: boolean }>) =>
+  Object.entries(checks)
+    .filter(([, c]) => !c.ok)
+    .map(([name]) => name);
 
 describe("the shell probe's report", () => {
   it('reads /proc as the Python probe does and fails safe on what it does not say', () => {
@@ -33,7 +36,7 @@ describe("the shell probe's report", () => {
       'eth0\t00000000\t010011AC\t0003\t0\t0\t0\t00000000\t0\t0\t0',
       '',
       '@@ end',
-      '@@ write /probe refused sh: can\'t create /probe: Read-only file system',
+      "@@ write /probe refused sh: can't create /probe: Read-only file system",
       '@@ write /out/probe written',
       '@@ file /proc/1/environ',
       'PATH=/bin\0HOME=/tmp\0',
@@ -90,7 +93,11 @@ describe('an image without Python', () => {
     expect(failing(shell.checks)).toEqual([]);
     expect(shell.verified).toBe(true);
     expect(shell.checks.probe.detail).toBe('the image has no python3: the POSIX sh probe (probe.sh) ran');
-    expect(Object.keys(shell.checks).filter((k) => k !== 'probe').sort()).toEqual(Object.keys(python.checks).sort());
+    expect(
+      Object.keys(shell.checks)
+        .filter((k) => k !== 'probe')
+        .sort(),
+    ).toEqual(Object.keys(python.checks).sort());
     expect(shell.checks.pids_limit.detail).toMatch(/forks, then EAGAIN \(limit 128\)/);
     expect(shell.checks.memory_limit.detail).toMatch(/allocator stopped by exit:137/);
   });
@@ -99,7 +106,11 @@ describe('an image without Python', () => {
     ['a bridged network', { hostConfig: { NetworkMode: 'bridge' } }, ['interfaces', 'routes']],
     ['root', { user: '0:0' }, ['uid']],
     ['all capabilities', { hostConfig: { CapDrop: [], CapAdd: ['ALL'] } }, ['capabilities']],
-    ['an extra variable', { env: ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/tmp', 'LANG=C.UTF-8', 'PYTHONDONTWRITEBYTECODE=1', 'EXTRA_TOKEN=1'] }, ['env_minimal']],
+    [
+      'an extra variable',
+      { env: ['PATH=/usr/local/bin:/usr/bin:/bin', 'HOME=/tmp', 'LANG=C.UTF-8', 'PYTHONDONTWRITEBYTECODE=1', 'EXTRA_TOKEN=1'] },
+      ['env_minimal'],
+    ],
     ['the engine socket', { hostConfig: { Binds: ['/var/run/docker.sock:/var/run/docker.sock'] } }, ['docker_socket', 'mounts']],
   ])('catches %s with the shell probe', async (_what, override, expected) => {
     const report = await probeIsolation(new DockerBackend({ image: SHELL_IMAGE }), { override: override as never });
@@ -109,17 +120,30 @@ describe('an image without Python', () => {
 
   it('is refused, naming what is missing, when it has neither python3 nor sh; no run proceeds on it', async () => {
     const report = await probeIsolation(new DockerBackend({ image: NO_SHELL_IMAGE }));
-    expect(report).toMatchObject({ verified: false, checks: { probe: { ok: false, detail: `the image ${NO_SHELL_IMAGE} has neither python3 nor sh: the isolation probe cannot run in it` } } });
+    expect(report).toMatchObject({
+      verified: false,
+      checks: {
+        probe: { ok: false, detail: `the image ${NO_SHELL_IMAGE} has neither python3 nor sh: the isolation probe cannot run in it` },
+      },
+    });
 
     const { dir, head } = sampleRepo(LINKCHECK);
     const replay = writeReplay([{ kind: 'final', text: 'nothing' }]);
-    const { outcome, trace } = await runOnce(env, { repo: { path: dir, base_commit: head, task: 'fix it' }, image: NO_SHELL_IMAGE, source: { kind: 'replay', path: replay, trusted: false }, backend: 'docker', approver: 'policy:approve-writable' });
+    const { outcome, trace } = await runOnce(env, {
+      repo: { path: dir, base_commit: head, task: 'fix it' },
+      image: NO_SHELL_IMAGE,
+      source: { kind: 'replay', path: replay, trusted: false },
+      backend: 'docker',
+      approver: 'policy:approve-writable',
+    });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'isolation_unverified', writes: 0, candidate_tests: null });
-    expect(outcome.state.detail).toBe(`probe checks failed: probe (the image ${NO_SHELL_IMAGE} has neither python3 nor sh: the isolation probe cannot run in it)`);
+    expect(outcome.state.detail).toBe(
+      `probe checks failed: probe (the image ${NO_SHELL_IMAGE} has neither python3 nor sh: the isolation probe cannot run in it)`,
+    );
     expect(trace.map((e) => e.type)).not.toContain('model_requested');
   });
 
-  it("runs a repository on the image its settings name, its tests a shell script writing a JUnit report", async () => {
+  it('runs a repository on the image its settings name, its tests a shell script writing a JUnit report', async () => {
     const junit = [
       'ok=failure',
       'grep -q "^fixed$" state.txt && ok=pass',
@@ -128,17 +152,43 @@ describe('an image without Python', () => {
       '[ "$ok" = pass ]',
       '',
     ].join('\n');
-    const settings = { schema_version: 1, tests: { command: ['sh', 'tests/run.sh', '{junit}'], format: 'junit', timeout_s: 60 }, image: SHELL_IMAGE };
-    const { dir } = sampleRepo(LINKCHECK, { '.coding-agent.json': JSON.stringify(settings), 'tests/run.sh': junit, 'state.txt': 'broken\n' });
+    const settings = {
+      schema_version: 1,
+      tests: { command: ['sh', 'tests/run.sh', '{junit}'], format: 'junit', timeout_s: 60 },
+      image: SHELL_IMAGE,
+    };
+    const { dir } = sampleRepo(LINKCHECK, {
+      '.coding-agent.json': JSON.stringify(settings),
+      'tests/run.sh': junit,
+      'state.txt': 'broken\n',
+    });
     const head = git(dir, 'rev-parse', 'HEAD').trim();
-    const version = execFileSync('sha256sum', [join(dir, 'state.txt')]).toString().split(' ')[0];
+    const version = execFileSync('sha256sum', [join(dir, 'state.txt')])
+      .toString()
+      .split(' ')[0];
     const replay = writeReplay([
       { kind: 'tool', call: { call_id: 'red', name: 'run_tests', arguments: { preset: 'candidate_tests' } } },
-      { kind: 'tool', call: { call_id: 'fix', name: 'apply_patch', arguments: { path: 'state.txt', version, old: 'broken\n', new: 'fixed\n' } } },
+      {
+        kind: 'tool',
+        call: { call_id: 'fix', name: 'apply_patch', arguments: { path: 'state.txt', version, old: 'broken\n', new: 'fixed\n' } },
+      },
       { kind: 'final', text: 'Fixed the state.' },
     ]);
-    const { outcome, trace } = await runOnce(env, { repo: { path: dir, base_commit: head, task: 'fix the state' }, source: { kind: 'replay', path: replay, trusted: false }, backend: 'docker', approver: 'policy:approve-writable' });
-    expect(outcome.record).toMatchObject({ fixture: 'project', status: 'completed', writes: 1, red_observed: true, diff_paths: ['state.txt'], candidate_tests: { discovered: 1, passed: 1, failed: 0 }, acceptance: null });
+    const { outcome, trace } = await runOnce(env, {
+      repo: { path: dir, base_commit: head, task: 'fix the state' },
+      source: { kind: 'replay', path: replay, trusted: false },
+      backend: 'docker',
+      approver: 'policy:approve-writable',
+    });
+    expect(outcome.record).toMatchObject({
+      fixture: 'project',
+      status: 'completed',
+      writes: 1,
+      red_observed: true,
+      diff_paths: ['state.txt'],
+      candidate_tests: { discovered: 1, passed: 1, failed: 0 },
+      acceptance: null,
+    });
     expect(trace.find((e) => e.type === 'repository_loaded')!.data).toMatchObject({ image: SHELL_IMAGE, tests_source: 'settings' });
     expect(outcome.state.isolation).toMatchObject({ verified: true, checks: { probe: { ok: true } } });
   });

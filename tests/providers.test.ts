@@ -17,8 +17,29 @@ import { createSandbox } from '../worker/sandbox';
 import type { RunOutcome } from '../workflows';
 import { historyJson } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
-import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type ReplyCall, type Script, type Scripted } from './helpers/provider-server';
-import { approveAll, CANONICAL_RECORD, CURRENT_PROMPT, killed, runOnce, spawnWorker, startServer, traceIn, uniqueQueue, waitFor, type RunOnceOptions } from './helpers/temporal';
+import {
+  addEndpoint,
+  endpointOf,
+  ProviderServer,
+  reply,
+  type Api,
+  type ReplyCall,
+  type Script,
+  type Scripted,
+} from './helpers/provider-server';
+import {
+  approveAll,
+  CANONICAL_RECORD,
+  CURRENT_PROMPT,
+  killed,
+  runOnce,
+  spawnWorker,
+  startServer,
+  traceIn,
+  uniqueQueue,
+  waitFor,
+  type RunOnceOptions,
+} from './helpers/temporal';
 import { startRun } from '../client/run-access';
 
 const exec = promisify(execFile);
@@ -30,14 +51,19 @@ process.env[KEY_ENV] = KEY;
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
   const evidence = await createSandbox().isolation();
-  if (!evidence.verified) throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+  if (!evidence.verified)
+    throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
   env = await startServer();
 });
 afterAll(async () => {
   await env?.teardown();
 });
 
-const CANONICAL = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
+const CANONICAL = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
+  kind: string;
+  text?: string;
+  call?: { call_id: string; name: string; arguments: unknown };
+}[];
 /** The canonical session as model replies: the plan goes with the first call, one call a reply, then the final text. */
 const CANONICAL_REPLIES: { text?: string; calls?: ReplyCall[] }[] = (() => {
   const replies: { text?: string; calls?: ReplyCall[] }[] = [];
@@ -101,10 +127,20 @@ describe.each(['openai', 'anthropic'] as const)('the canonical fixture solved th
   it('completes on the docker backend with approvals sent as real Signals, usage counted, the key sent only to the provider', async () => {
     const server = await serve(session(api));
     const { outcome, trace, handle } = await run(liveInput(api, server, { approver: 'interactive' }), { drive: (h) => approveAll(h) });
-    expect(outcome.record).toEqual({ ...CANONICAL_RECORD, replay: null, usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null }, prompt: CURRENT_PROMPT });
+    expect(outcome.record).toEqual({
+      ...CANONICAL_RECORD,
+      replay: null,
+      usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null },
+      prompt: CURRENT_PROMPT,
+    });
     expect(server.count()).toBe(CANONICAL_REQUESTS);
-    expect(trace.filter((e) => e.type === 'approval_recorded').map((e) => (e.data as { principal: string }).principal)).toEqual(['user:test', 'user:test']);
-    const auth = server.requests.map((r) => (api === 'openai' ? r.headers.authorization : (r.headers['x-api-key'] ?? r.headers.authorization)));
+    expect(trace.filter((e) => e.type === 'approval_recorded').map((e) => (e.data as { principal: string }).principal)).toEqual([
+      'user:test',
+      'user:test',
+    ]);
+    const auth = server.requests.map((r) =>
+      api === 'openai' ? r.headers.authorization : (r.headers['x-api-key'] ?? r.headers.authorization),
+    );
     expect(new Set(auth)).toEqual(new Set([api === 'openai' ? `Bearer ${KEY}` : auth[0]]));
     expect(String(auth[0])).toContain(KEY);
     // Payloads decoded: the history's JSON shows them base64-encoded.
@@ -125,11 +161,19 @@ describe.each(['openai', 'anthropic'] as const)('the canonical fixture solved th
     const second = server.requests[1].body;
     if (api === 'anthropic') {
       const results = second.messages.at(-1).content.filter((b: { type: string }) => b.type === 'tool_result');
-      expect(results.map((b: { tool_use_id: string; is_error?: boolean }) => [b.tool_use_id, b.is_error ?? false])).toEqual([['read-a', false], ['bad-b', true]]);
+      expect(results.map((b: { tool_use_id: string; is_error?: boolean }) => [b.tool_use_id, b.is_error ?? false])).toEqual([
+        ['read-a', false],
+        ['bad-b', true],
+      ]);
     } else {
-      expect(second.messages.slice(-2).map((m: { role: string; tool_call_id: string }) => [m.role, m.tool_call_id])).toEqual([['tool', 'read-a'], ['tool', 'bad-b']]);
+      expect(second.messages.slice(-2).map((m: { role: string; tool_call_id: string }) => [m.role, m.tool_call_id])).toEqual([
+        ['tool', 'read-a'],
+        ['tool', 'bad-b'],
+      ]);
     }
-    expect(trace.filter((e) => e.type === 'tool_observed' && e.call_id === 'bad-b').map((e) => (e.data as { error: string }).error)).toEqual(['invalid_fields']);
+    expect(
+      trace.filter((e) => e.type === 'tool_observed' && e.call_id === 'bad-b').map((e) => (e.data as { error: string }).error),
+    ).toEqual(['invalid_fields']);
   });
 });
 
@@ -139,7 +183,9 @@ describe('provider failures, each with its exact outcome and request count', () 
     const { outcome, trace } = await run(liveInput('openai', server));
     expect(outcome.record).toMatchObject({ status: 'completed', writes: 2 });
     expect(server.count()).toBe(CANONICAL_REQUESTS + 1);
-    expect(trace.filter((e) => e.type === 'model_retry').map((e) => e.data)).toEqual([expect.objectContaining({ attempt: 1, delay_ms: 1000 })]);
+    expect(trace.filter((e) => e.type === 'model_retry').map((e) => e.data)).toEqual([
+      expect.objectContaining({ attempt: 1, delay_ms: 1000 }),
+    ]);
   });
 
   it('does not retry a 429 insufficient_quota: failed / model_error after one request', async () => {
@@ -159,7 +205,9 @@ describe('provider failures, each with its exact outcome and request count', () 
   });
 
   it('fails at once on a 400: exactly one request', async () => {
-    const server = await serve(session('anthropic', error(400, { type: 'error', error: { type: 'invalid_request_error', message: 'bad request' } })));
+    const server = await serve(
+      session('anthropic', error(400, { type: 'error', error: { type: 'invalid_request_error', message: 'bad request' } })),
+    );
     const { outcome } = await run(liveInput('anthropic', server));
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'model_error', writes: 0 });
     expect(server.count()).toBe(1);
@@ -182,7 +230,11 @@ describe('provider failures, each with its exact outcome and request count', () 
       ),
     );
     const { outcome, trace } = await run(liveInput('openai', server));
-    expect(outcome.record).toMatchObject({ status: 'completed', writes: 2, tool_errors: { invalid_fields: 1, unknown_tool: 1, tests_failed: 1 } });
+    expect(outcome.record).toMatchObject({
+      status: 'completed',
+      writes: 2,
+      tool_errors: { invalid_fields: 1, unknown_tool: 1, tests_failed: 1 },
+    });
     expect(server.count()).toBe(CANONICAL_REQUESTS + 2);
     const observed = (id: string) => trace.find((e) => e.type === 'tool_observed' && e.call_id === id)!.data as { error: string };
     expect([observed('broken').error, observed('cased').error]).toEqual(['invalid_fields', 'unknown_tool']);
@@ -197,7 +249,11 @@ describe('provider failures, each with its exact outcome and request count', () 
   });
 
   it.each(['openai', 'anthropic'] as const)('never runs a call of a reply cut off by the output limit (%s)', async (api) => {
-    const cut = reply(api, { calls: [{ id: 'partial', name: 'apply_patch', arguments: { path: 'src/linkcheck.py' } }], finish: 'length', stop: 'max_tokens' });
+    const cut = reply(api, {
+      calls: [{ id: 'partial', name: 'apply_patch', arguments: { path: 'src/linkcheck.py' } }],
+      finish: 'length',
+      stop: 'max_tokens',
+    });
     const server = await serve(session(api, { body: cut }));
     const { outcome, trace } = await run(liveInput(api, server));
     expect(outcome.record).toMatchObject({ status: 'completed', writes: 2 });
@@ -230,12 +286,20 @@ describe('provider failures, each with its exact outcome and request count', () 
     writeFileSync(prices, JSON.stringify({ 'priced-model': { input: 3, output: 15, cached_input: 0.3 } }));
     process.env.AGENT_PRICES_FILE = prices;
     try {
-      const server = await serve((_req, i) => ({ body: reply('anthropic', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: [1000, 200, 400] }) }));
+      const server = await serve((_req, i) => ({
+        body: reply('anthropic', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: [1000, 200, 400] }),
+      }));
       const base = liveInput('anthropic', server);
       const { outcome } = await run({ ...base, source: { ...(base.source as object), model: 'priced-model' } as RunInput['source'] });
       // Per call: 600 fresh input tokens at $3, 400 cached at $0.30, 200 output at $15 per million.
       const perCall = (600 * 3 + 400 * 0.3 + 200 * 15) / 1e6;
-      expect(outcome.record.usage).toEqual({ model_calls: 7, input_tokens: 7000, output_tokens: 1400, cached_tokens: 2800, cost_usd: expect.closeTo(7 * perCall, 12) });
+      expect(outcome.record.usage).toEqual({
+        model_calls: 7,
+        input_tokens: 7000,
+        output_tokens: 1400,
+        cached_tokens: 2800,
+        cost_usd: expect.closeTo(7 * perCall, 12),
+      });
       const unpriced = await run(liveInput('anthropic', await serve(session('anthropic'))));
       expect(unpriced.outcome.record.usage).toMatchObject({ model_calls: 7, cost_usd: null });
     } finally {
@@ -246,7 +310,11 @@ describe('provider failures, each with its exact outcome and request count', () 
   it('stops at max_model_tokens with budget_exhausted', async () => {
     const server = await serve(session('openai'));
     const { outcome } = await run(liveInput('openai', server, { budgets: { max_model_tokens: 300 } }));
-    expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'max_model_tokens', usage: { model_calls: 3, input_tokens: 300, output_tokens: 60 } });
+    expect(outcome.record).toMatchObject({
+      status: 'budget_exhausted',
+      reason: 'max_model_tokens',
+      usage: { model_calls: 3, input_tokens: 300, output_tokens: 60 },
+    });
     expect(server.count()).toBe(3);
   });
 
@@ -335,8 +403,19 @@ describe('a live session becomes a regression fixture', () => {
     store.close();
     const file = join(tempDir('exported'), 'exported.json');
     writeFileSync(file, JSON.stringify(replay));
-    const again = await run({ fixture: LINKCHECK, source: { kind: 'replay', path: file, trusted: true }, backend: 'local', approver: 'policy:approve-writable' });
-    const pick = (r: RunOutcome['record']) => ({ status: r.status, writes: r.writes, receipts: r.receipts, diff_paths: r.diff_paths, tool_errors: r.tool_errors });
+    const again = await run({
+      fixture: LINKCHECK,
+      source: { kind: 'replay', path: file, trusted: true },
+      backend: 'local',
+      approver: 'policy:approve-writable',
+    });
+    const pick = (r: RunOutcome['record']) => ({
+      status: r.status,
+      writes: r.writes,
+      receipts: r.receipts,
+      diff_paths: r.diff_paths,
+      tool_errors: r.tool_errors,
+    });
     expect(pick(again.outcome.record)).toEqual(pick(live.outcome.record));
     expect(again.outcome.record.usage).toBeUndefined();
   });
@@ -347,8 +426,14 @@ describe('long live sessions', () => {
     const fixture = join(tempDir('big-live'), 'fixture');
     cpSync(LINKCHECK, fixture, { recursive: true });
     const config = JSON.parse(readFileSync(join(fixture, 'fixture.json'), 'utf8'));
-    writeFileSync(join(fixture, 'fixture.json'), JSON.stringify({ ...config, budgets: { ...config.budgets, max_turns: 70, max_tool_calls: 70 } }));
-    writeFileSync(join(fixture, 'repo', 'notes.txt'), Array.from({ length: 1500 }, (_, i) => `line ${i}: ${'y'.repeat(40)}`).join('\n') + '\n');
+    writeFileSync(
+      join(fixture, 'fixture.json'),
+      JSON.stringify({ ...config, budgets: { ...config.budgets, max_turns: 70, max_tool_calls: 70 } }),
+    );
+    writeFileSync(
+      join(fixture, 'repo', 'notes.txt'),
+      Array.from({ length: 1500 }, (_, i) => `line ${i}: ${'y'.repeat(40)}`).join('\n') + '\n',
+    );
     const BUDGET = 12_000;
     let reads = 0;
     const server = await serve((req) => {
@@ -365,7 +450,11 @@ describe('long live sessions', () => {
     console.log(`60-request live session: largest request ${biggest} bytes (~${Math.ceil(biggest / 4)} tokens; budget ${BUDGET})`);
     expect(Math.ceil(biggest / 4)).toBeLessThanOrEqual(BUDGET);
     expect(JSON.stringify(server.requests.at(-1)!.body)).toContain('history_compaction');
-    const history = (await exec(temporalBinary(), ['workflow', 'show', '--address', env.address, '--workflow-id', handle.workflowId, '-o', 'json'], { maxBuffer: 256 * 1024 * 1024 })).stdout;
+    const history = (
+      await exec(temporalBinary(), ['workflow', 'show', '--address', env.address, '--workflow-id', handle.workflowId, '-o', 'json'], {
+        maxBuffer: 256 * 1024 * 1024,
+      })
+    ).stdout;
     const sizes: number[] = [];
     JSON.parse(history, (key, value) => {
       if (key === 'data' && typeof value === 'string') sizes.push(Buffer.from(value, 'base64').length);
@@ -391,20 +480,38 @@ describe('prompt caching', () => {
 
   it('marks the stable prefix for Anthropic, keeps the run state after it, and counts and prices what the cache read and wrote', async () => {
     // Call i: all input, output, read from the cache, written to it.
-    const usageOf = (i: number): [number, number, number, number] => (i === 0 ? [1000, 200, 0, 800] : [1000 + 100 * i, 200, 800 + 50 * i, 100]);
-    const server = await serve((_req, i) => ({ body: reply('anthropic', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: usageOf(i) }) }));
+    const usageOf = (i: number): [number, number, number, number] =>
+      i === 0 ? [1000, 200, 0, 800] : [1000 + 100 * i, 200, 800 + 50 * i, 100];
+    const server = await serve((_req, i) => ({
+      body: reply('anthropic', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: usageOf(i) }),
+    }));
     const base = liveInput('anthropic', server);
-    const { outcome, trace } = await withPrices(() => run({ ...base, source: { ...(base.source as object), model: 'cached-model' } as RunInput['source'] }));
+    const { outcome, trace } = await withPrices(() =>
+      run({ ...base, source: { ...(base.source as object), model: 'cached-model' } as RunInput['source'] }),
+    );
     expect(outcome.record.status).toBe('completed');
 
     // Usage: all input, of it what was read from the cache; cost with reads and writes at their own prices.
     const calls = Array.from({ length: CANONICAL_REQUESTS }, (_, i) => usageOf(i));
     const sum = (k: number) => calls.reduce((n, u) => n + u[k], 0);
-    const cost = calls.reduce((n, [all, out, read, written]) => n + ((all - read - written) * 3 + read * 0.3 + written * 3.75 + out * 15) / 1e6, 0);
-    expect(outcome.record.usage).toEqual({ model_calls: CANONICAL_REQUESTS, input_tokens: sum(0), output_tokens: sum(1), cached_tokens: sum(2), cost_usd: expect.closeTo(cost, 12) });
+    const cost = calls.reduce(
+      (n, [all, out, read, written]) => n + ((all - read - written) * 3 + read * 0.3 + written * 3.75 + out * 15) / 1e6,
+      0,
+    );
+    expect(outcome.record.usage).toEqual({
+      model_calls: CANONICAL_REQUESTS,
+      input_tokens: sum(0),
+      output_tokens: sum(1),
+      cached_tokens: sum(2),
+      cost_usd: expect.closeTo(cost, 12),
+    });
     expect(outcome.state.prompt_cache).toEqual({ hits: CANONICAL_REQUESTS - 1, write_tokens: sum(3) });
-    const usage = trace.filter((e) => e.type === 'model_usage').map((e) => e.data as { cache_hit: boolean; cached_tokens: number; cache_write_tokens: number });
-    expect(usage.map((u) => [u.cache_hit, u.cached_tokens, u.cache_write_tokens])).toEqual(calls.map(([, , read, written]) => [read > 0, read, written]));
+    const usage = trace
+      .filter((e) => e.type === 'model_usage')
+      .map((e) => e.data as { cache_hit: boolean; cached_tokens: number; cache_write_tokens: number });
+    expect(usage.map((u) => [u.cache_hit, u.cached_tokens, u.cache_write_tokens])).toEqual(
+      calls.map(([, , read, written]) => [read > 0, read, written]),
+    );
 
     // Every request: the system prompt (after the tools), the task and its rules, and the conversation so far are marked; the run state comes last.
     type Block = { type: string; text?: string; cache_control?: unknown };
@@ -412,7 +519,11 @@ describe('prompt caching', () => {
     for (const [i, body] of bodies.entries()) {
       const marked = body.messages.flatMap((m) => m.content).filter((b) => b.cache_control !== undefined);
       expect(body.system).toEqual([expect.objectContaining({ cache_control: { type: 'ephemeral' } })]);
-      expect(body.messages[0].content[0]).toMatchObject({ type: 'text', cache_control: { type: 'ephemeral' }, text: expect.stringMatching(/^Task: /) });
+      expect(body.messages[0].content[0]).toMatchObject({
+        type: 'text',
+        cache_control: { type: 'ephemeral' },
+        text: expect.stringMatching(/^Task: /),
+      });
       expect(marked.length).toBe(i === 0 ? 1 : 2);
       const last = body.messages.at(-1)!.content.at(-1)!;
       expect(last).toEqual({ type: 'text', text: expect.stringMatching(/^## Run state/) });
@@ -430,15 +541,28 @@ describe('prompt caching', () => {
   });
 
   it('sends OpenAI one prompt_cache_key for every request of a run, and counts and prices the cached input', async () => {
-    const server = await serve((_req, i) => ({ body: reply('openai', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: [2000, 100, i === 0 ? 0 : 1536] }) }));
+    const server = await serve((_req, i) => ({
+      body: reply('openai', { ...(CANONICAL_REPLIES[i] ?? { text: 'done' }), usage: [2000, 100, i === 0 ? 0 : 1536] }),
+    }));
     const base = liveInput('openai', server);
-    const { outcome, trace } = await withPrices(() => run({ ...base, source: { ...(base.source as object), model: 'cached-model' } as RunInput['source'] }));
+    const { outcome, trace } = await withPrices(() =>
+      run({ ...base, source: { ...(base.source as object), model: 'cached-model' } as RunInput['source'] }),
+    );
     expect(outcome.record.status).toBe('completed');
     const cached = 1536 * (CANONICAL_REQUESTS - 1);
     const cost = (CANONICAL_REQUESTS * 2000 * 3 - cached * 3 + cached * 0.3 + CANONICAL_REQUESTS * 100 * 15) / 1e6;
-    expect(outcome.record.usage).toEqual({ model_calls: CANONICAL_REQUESTS, input_tokens: 2000 * CANONICAL_REQUESTS, output_tokens: 100 * CANONICAL_REQUESTS, cached_tokens: cached, cost_usd: expect.closeTo(cost, 12) });
+    expect(outcome.record.usage).toEqual({
+      model_calls: CANONICAL_REQUESTS,
+      input_tokens: 2000 * CANONICAL_REQUESTS,
+      output_tokens: 100 * CANONICAL_REQUESTS,
+      cached_tokens: cached,
+      cost_usd: expect.closeTo(cost, 12),
+    });
     expect(outcome.state.prompt_cache).toEqual({ hits: CANONICAL_REQUESTS - 1, write_tokens: 0 });
-    expect(trace.filter((e) => e.type === 'model_usage').map((e) => (e.data as { cache_hit: boolean }).cache_hit)).toEqual([false, ...new Array(CANONICAL_REQUESTS - 1).fill(true)]);
+    expect(trace.filter((e) => e.type === 'model_usage').map((e) => (e.data as { cache_hit: boolean }).cache_hit)).toEqual([
+      false,
+      ...new Array(CANONICAL_REQUESTS - 1).fill(true),
+    ]);
     const keys = new Set(server.requests.map((r) => r.body.prompt_cache_key));
     expect(keys.size).toBe(1);
     expect([...keys][0]).toMatch(/^coding-agent:v1:[0-9a-f]{24}$/);
@@ -455,7 +579,9 @@ describe('prompt versions of a live run', () => {
     const live = async (overrides: Partial<RunInput> = {}) => {
       const server = await serve(session('anthropic'));
       const result = await run(liveInput('anthropic', server, overrides), { promptsDir: dir });
-      const requested = result.trace.filter((e) => e.type === 'model_requested').map((e) => e.data as { prompt_version?: string; prompt_digest?: string });
+      const requested = result.trace
+        .filter((e) => e.type === 'model_requested')
+        .map((e) => e.data as { prompt_version?: string; prompt_digest?: string });
       return { record: result.outcome.record, requested, bodies: server.requests.map((r) => r.body) };
     };
 
@@ -465,10 +591,14 @@ describe('prompt versions of a live run', () => {
     for (const e of first.requested) expect(e).toMatchObject({ prompt_version: 'v1', prompt_digest: CURRENT_PROMPT.digest });
 
     // An edited v1: the same version, another digest, and the requests carry the new text.
-    writeFileSync(join(dir, 'v1', 'system.md'), `${readFileSync(join(dir, 'v1', 'system.md'), 'utf8')}Prefer the smallest change that makes the tests pass.\n`);
+    writeFileSync(
+      join(dir, 'v1', 'system.md'),
+      `${readFileSync(join(dir, 'v1', 'system.md'), 'utf8')}Prefer the smallest change that makes the tests pass.\n`,
+    );
     const edited = await live();
     expect(edited.record.prompt).toEqual({ version: 'v1', digest: expect.not.stringMatching(CURRENT_PROMPT.digest) });
-    for (const e of edited.requested) expect(e).toEqual(expect.objectContaining({ prompt_version: 'v1', prompt_digest: edited.record.prompt!.digest }));
+    for (const e of edited.requested)
+      expect(e).toEqual(expect.objectContaining({ prompt_version: 'v1', prompt_digest: edited.record.prompt!.digest }));
     for (const body of edited.bodies) expect(systemOf(body)).toContain('Prefer the smallest change');
 
     // A newer version becomes the default; a run that names v1 keeps it.
@@ -491,20 +621,23 @@ describe('prompt versions of a live run', () => {
 });
 
 describe('golden request bodies', () => {
-  it.each(['openai', 'anthropic'] as const)('sends exactly the recorded tool definitions and request bodies for the canonical session (%s)', async (api) => {
-    const server = await serve(session(api));
-    const { outcome } = await run(liveInput(api, server));
-    expect(outcome.record.status).toBe('completed');
-    // Test output timings and action ids (digests over the run id) vary between runs; everything else is fixed.
-    const normalized = JSON.stringify(server.requests.map((r) => r.body))
-      .replace(/in \d+\.\d+s/g, 'in N.NNs')
-      .replace(/\\"action_id\\":\\"[0-9a-f]{64}\\"/g, '\\"action_id\\":\\"ACTION\\"');
-    const bodies = JSON.parse(normalized);
-    const file = join(PROJECT_ROOT, 'tests', 'golden', `${api}-canonical.json`);
-    if (process.env.UPDATE_GOLDEN === '1') {
-      mkdirSync(join(PROJECT_ROOT, 'tests', 'golden'), { recursive: true });
-      writeFileSync(file, `${JSON.stringify(bodies, null, 2)}\n`);
-    }
-    expect(bodies).toEqual(JSON.parse(readFileSync(file, 'utf8')));
-  });
+  it.each(['openai', 'anthropic'] as const)(
+    'sends exactly the recorded tool definitions and request bodies for the canonical session (%s)',
+    async (api) => {
+      const server = await serve(session(api));
+      const { outcome } = await run(liveInput(api, server));
+      expect(outcome.record.status).toBe('completed');
+      // Test output timings and action ids (digests over the run id) vary between runs; everything else is fixed.
+      const normalized = JSON.stringify(server.requests.map((r) => r.body))
+        .replace(/in \d+\.\d+s/g, 'in N.NNs')
+        .replace(/\\"action_id\\":\\"[0-9a-f]{64}\\"/g, '\\"action_id\\":\\"ACTION\\"');
+      const bodies = JSON.parse(normalized);
+      const file = join(PROJECT_ROOT, 'tests', 'golden', `${api}-canonical.json`);
+      if (process.env.UPDATE_GOLDEN === '1') {
+        mkdirSync(join(PROJECT_ROOT, 'tests', 'golden'), { recursive: true });
+        writeFileSync(file, `${JSON.stringify(bodies, null, 2)}\n`);
+      }
+      expect(bodies).toEqual(JSON.parse(readFileSync(file, 'utf8')));
+    },
+  );
 });

@@ -48,20 +48,28 @@ function dropEvents(json: HistoryJson, drop: (e: HistoryEvent) => boolean): Hist
   const renumber = (value: unknown): unknown => {
     if (Array.isArray(value)) return value.map(renumber);
     if (value === null || typeof value !== 'object') return value;
-    return Object.fromEntries(Object.entries(value).map(([key, v]) => [key, key.endsWith('EventId') && typeof v === 'string' && newId.has(v) ? newId.get(v) : renumber(v)]));
+    return Object.fromEntries(
+      Object.entries(value).map(([key, v]) => [
+        key,
+        key.endsWith('EventId') && typeof v === 'string' && newId.has(v) ? newId.get(v) : renumber(v),
+      ]),
+    );
   };
   return { events: kept.map((e) => ({ ...(renumber(e) as HistoryEvent), eventId: newId.get(String(e.eventId)) })) };
 }
 
 describe('committed histories', () => {
   it('include the canonical run and the failure runs', () => {
-    expect(names).toEqual(expect.arrayContaining(['canonical', 'always-empty', 'no-work', 'untrusted-replay', 'model-error-transient-then-permanent']));
+    expect(names).toEqual(
+      expect.arrayContaining(['canonical', 'always-empty', 'no-work', 'untrusted-replay', 'model-error-transient-then-permanent']),
+    );
   });
 
   it('all replay against the current workflow code without an error', async () => {
     const results = [];
     const histories = names.map((name) => ({ workflowId: name, history: historyFromJSON(load(name)) }));
-    for await (const { workflowId, error } of Worker.runReplayHistories(options, histories)) results.push({ workflowId, error: error?.message ?? null });
+    for await (const { workflowId, error } of Worker.runReplayHistories(options, histories))
+      results.push({ workflowId, error: error?.message ?? null });
     expect(results).toEqual(names.map((workflowId) => ({ workflowId, error: null })));
   });
 });
@@ -73,7 +81,9 @@ describe('a workflow change made without patched() is detected on replay', () =>
     prepare.activityTaskScheduledEventAttributes.activityType.name = 'prepareSandbox';
     const error = await replayError(json, 'canonical-other-activity');
     expect(error).toBeInstanceOf(DeterminismViolationError);
-    expect(error!.message).toContain("Activity type of scheduled event 'prepareSandbox' does not match activity type of activity command 'prepareWorkspace'");
+    expect(error!.message).toContain(
+      "Activity type of scheduled event 'prepareSandbox' does not match activity type of activity command 'prepareWorkspace'",
+    );
   });
 
   it('detects a local activity the old version ran under another type (a read-only step)', async () => {
@@ -85,7 +95,9 @@ describe('a workflow change made without patched() is detected on replay', () =>
     payload.data = Buffer.from(JSON.stringify({ ...data, activity_type: 'decide' })).toString('base64');
     const error = await replayError(json, 'canonical-other-local-activity');
     expect(error).toBeInstanceOf(DeterminismViolationError);
-    expect(error!.message).toContain("Activity type of recorded marker 'decide' does not match activity type of local activity command 'localDecide'");
+    expect(error!.message).toContain(
+      "Activity type of recorded marker 'decide' does not match activity type of local activity command 'localDecide'",
+    );
   });
 
   it('detects a timer the old version did not start (the run deadline)', async () => {
@@ -100,7 +112,10 @@ describe('a workflow change made without patched() is detected on replay', () =>
   it('detects a search attribute upsert the old version did not make', async () => {
     const json = load('always-empty');
     const firstUpsert = json.events.find((e) => e.eventType === 'EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES')!;
-    const error = await replayError(dropEvents(json, (e) => e === firstUpsert), 'always-empty-without-upsert');
+    const error = await replayError(
+      dropEvents(json, (e) => e === firstUpsert),
+      'always-empty-without-upsert',
+    );
     expect(error).toBeInstanceOf(DeterminismViolationError);
     expect(error!.message).toMatch(/UpsertWorkflowSearchAttributesMachine does not handle/);
   });

@@ -23,7 +23,8 @@ const TASK = JSON.parse(readFileSync(join(LINKCHECK, 'fixture.json'), 'utf8')).t
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
   const evidence = await createSandbox().isolation();
-  if (!evidence.verified) throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+  if (!evidence.verified)
+    throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
   env = await startServer();
 });
 afterAll(async () => {
@@ -32,8 +33,16 @@ afterAll(async () => {
 
 /** The canonical linkcheck session as model replies: one call a reply, then the final text. */
 function canonicalReplies(): { text?: string; calls?: { id: string; name: string; arguments: unknown }[] }[] {
-  const decisions = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
-  return decisions.filter((d) => d.kind !== 'plan').map((d) => (d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text }));
+  const decisions = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
+    kind: string;
+    text?: string;
+    call?: { call_id: string; name: string; arguments: unknown };
+  }[];
+  return decisions
+    .filter((d) => d.kind !== 'plan')
+    .map((d) =>
+      d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text },
+    );
 }
 
 async function liveRun(repo: { dir: string; head: string }, replies: ReturnType<typeof canonicalReplies>) {
@@ -56,7 +65,14 @@ describe('AGENTS.md as project instructions', () => {
   it('goes into the system prompt of every request of a repository run, as the golden request bodies show', async () => {
     const repo = sampleRepo(LINKCHECK);
     const { outcome, trace, requests } = await liveRun(repo, canonicalReplies());
-    expect(outcome.record).toMatchObject({ fixture: 'project', status: 'completed', writes: 2, red_observed: true, acceptance: null, candidate_tests: { discovered: 3, passed: 3, failed: 0 } });
+    expect(outcome.record).toMatchObject({
+      fixture: 'project',
+      status: 'completed',
+      writes: 2,
+      red_observed: true,
+      acceptance: null,
+      candidate_tests: { discovered: 3, passed: 3, failed: 0 },
+    });
     const agents = git(repo.dir, 'show', `${repo.head}:AGENTS.md`);
     expect(requests).toHaveLength(7);
     for (const body of requests) {
@@ -64,7 +80,9 @@ describe('AGENTS.md as project instructions', () => {
       expect(body.messages[0].content).toContain(`## Project instructions (AGENTS.md at the root of the repository)\n`);
       expect(body.messages[0].content.endsWith(`\n${agents}`)).toBe(true);
     }
-    expect(requests[0].messages[1].content).toMatch(/^Task: .*\n\nFiles you may change \(patterns: \* within one path segment, \*\* across segments\): \*\*\nNew files you may create \(patterns\): \*\*\nProtected, whatever the patterns above say: \.git\/\*\*, \.coding-agent\.json, \.github\/\*\*, AGENTS\.md, \.git\n/);
+    expect(requests[0].messages[1].content).toMatch(
+      /^Task: .*\n\nFiles you may change \(patterns: \* within one path segment, \*\* across segments\): \*\*\nNew files you may create \(patterns\): \*\*\nProtected, whatever the patterns above say: \.git\/\*\*, \.coding-agent\.json, \.github\/\*\*, AGENTS\.md, \.git\n/,
+    );
     const loaded = trace.find((e) => e.type === 'repository_loaded')!.data as { instructions: unknown };
     expect(loaded.instructions).toEqual({ digest: sha256(Buffer.from(agents)), bytes: Buffer.byteLength(agents), cut: false });
 
@@ -82,7 +100,7 @@ describe('AGENTS.md as project instructions', () => {
     expect(readFileSync(file, 'utf8')).toContain('Run the tests with `python3 -m pytest -q`. Keep changes small.');
   });
 
-  it('is cut to 32 KiB with a visible note when AGENTS.md is 1 MB, its digest the whole file\'s', async () => {
+  it("is cut to 32 KiB with a visible note when AGENTS.md is 1 MB, its digest the whole file's", async () => {
     const line = 'Every change needs a test; keep functions short and names plain.\n';
     const big = line.repeat(Math.ceil((1024 * 1024) / line.length));
     const repo = sampleRepo(LINKCHECK, { 'AGENTS.md': big });
@@ -94,14 +112,23 @@ describe('AGENTS.md as project instructions', () => {
     expect(Buffer.byteLength(kept)).toBeLessThanOrEqual(INSTRUCTIONS_CAP_BYTES);
     expect(Buffer.byteLength(kept)).toBeGreaterThan(INSTRUCTIONS_CAP_BYTES - line.length);
     expect(big.startsWith(kept)).toBe(true);
-    expect(note).toBe(`${Buffer.byteLength(big)} bytes; only its first ${Buffer.byteLength(kept)} bytes are shown here (the cap is ${INSTRUCTIONS_CAP_BYTES} bytes).]`);
-    expect(trace.find((e) => e.type === 'repository_loaded')!.data).toMatchObject({ instructions: { digest: sha256(Buffer.from(big)), bytes: Buffer.byteLength(big), cut: true } });
+    expect(note).toBe(
+      `${Buffer.byteLength(big)} bytes; only its first ${Buffer.byteLength(kept)} bytes are shown here (the cap is ${INSTRUCTIONS_CAP_BYTES} bytes).]`,
+    );
+    expect(trace.find((e) => e.type === 'repository_loaded')!.data).toMatchObject({
+      instructions: { digest: sha256(Buffer.from(big)), bytes: Buffer.byteLength(big), cut: true },
+    });
   });
 
   it('is recorded but not used by a replay, and a fixture run has none', async () => {
     const repo = sampleRepo(LINKCHECK);
     const replay = writeReplay([{ kind: 'final', text: 'Nothing to change.' }]);
-    const { trace } = await runOnce(env, { repo: { path: repo.dir, base_commit: repo.head, task: TASK }, source: { kind: 'replay', path: replay, trusted: true }, backend: 'local', approver: 'policy:approve-writable' });
+    const { trace } = await runOnce(env, {
+      repo: { path: repo.dir, base_commit: repo.head, task: TASK },
+      source: { kind: 'replay', path: replay, trusted: true },
+      backend: 'local',
+      approver: 'policy:approve-writable',
+    });
     expect(trace.find((e) => e.type === 'repository_loaded')!.data).toMatchObject({ instructions: { cut: false } });
     expect(trace.filter((e) => e.type === 'model_requested')).toHaveLength(1);
   });

@@ -23,7 +23,12 @@ function withSettings(settings: unknown): string {
 
 async function refused(...args: string[]): Promise<{ code: number; lines: string[]; state: string[] }> {
   const stateDir = tempDir('agent-refused');
-  const env: NodeJS.ProcessEnv = { ...process.env, AGENT_STATE_DIR: stateDir, AGENT_DEV_SERVER_PORT: String(await freePort()), AGENT_DEV_UI_PORT: String(await freePort()) };
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    AGENT_STATE_DIR: stateDir,
+    AGENT_DEV_SERVER_PORT: String(await freePort()),
+    AGENT_DEV_UI_PORT: String(await freePort()),
+  };
   delete env.TEMPORAL_ADDRESS;
   const failed = await exec(process.execPath, [CLI, 'run', ...args], { env, cwd: PROJECT_ROOT }).then(
     () => ({ code: 0, stderr: '' }),
@@ -36,20 +41,36 @@ const REPLAY = join(LINKCHECK, 'replays', 'canonical.json');
 
 describe('a repository run that cannot start', () => {
   it.each([
-    ['an unknown field', { schema_version: 1, tests: { command: ['pytest'], format: 'pytest', timeout_s: 60 }, retries: 3 }, '.coding-agent.json: (root): Unrecognized key: "retries"'],
-    ['a bad glob', { schema_version: 1, protected: ['.git/**', 'secrets/**.pem'] }, '.coding-agent.json: protected.1: "secrets/**.pem": ** must be a whole path segment (src/**/x.py, not src/**.py)'],
+    [
+      'an unknown field',
+      { schema_version: 1, tests: { command: ['pytest'], format: 'pytest', timeout_s: 60 }, retries: 3 },
+      '.coding-agent.json: (root): Unrecognized key: "retries"',
+    ],
+    [
+      'a bad glob',
+      { schema_version: 1, protected: ['.git/**', 'secrets/**.pem'] },
+      '.coding-agent.json: protected.1: "secrets/**.pem": ** must be a whole path segment (src/**/x.py, not src/**.py)',
+    ],
     [
       'an unknown test format',
       { schema_version: 1, tests: { command: ['cargo', 'test'], format: 'cargo', timeout_s: 60 } },
       '.coding-agent.json: tests.format: Invalid option: expected one of "pytest"|"node-test"|"junit"',
     ],
-    ['an unknown approval policy', { schema_version: 1, policy: 'policy:approve-everything' }, '.coding-agent.json: policy: unknown approval policy policy:approve-everything (known: policy:approve-writable)'],
+    [
+      'an unknown approval policy',
+      { schema_version: 1, policy: 'policy:approve-everything' },
+      '.coding-agent.json: policy: unknown approval policy policy:approve-everything (known: policy:approve-writable)',
+    ],
     [
       'a setup without --backend docker',
       { schema_version: 1, setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 60 } },
       '.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker',
     ],
-    ['egress without a setup', { schema_version: 1, egress: { allow: ['pypi.example.internal'] } }, '.coding-agent.json: egress: egress applies to the setup phase only: give setup.commands, or leave egress out'],
+    [
+      'egress without a setup',
+      { schema_version: 1, egress: { allow: ['pypi.example.internal'] } },
+      '.coding-agent.json: egress: egress applies to the setup phase only: give setup.commands, or leave egress out',
+    ],
   ])('is refused for %s in .coding-agent.json, naming the field, with nothing started', async (_what, settings, line) => {
     const result = await refused(withSettings(settings), '--task', 'fix it', '--replay', REPLAY);
     expect(result).toEqual({ code: 2, lines: [line], state: [] });
@@ -75,18 +96,32 @@ describe('a repository run that cannot start', () => {
       { code: 2, lines: [`unknown ref "v9.9": no commit of that name in ${dir}`], state: [] },
       { code: 2, lines: ['a repository run needs its task: --task TEXT or --task-file FILE'], state: [] },
       { code: 2, lines: [`cannot read the task file ${join(plain, 'missing.txt')}: ENOENT`], state: [] },
-      { code: 2, lines: [expect.stringMatching(/^package\.json's test script "mocha" is not `node --test \.\.\.`.*name one in \.coding-agent\.json/)], state: [] },
+      {
+        code: 2,
+        lines: [
+          expect.stringMatching(/^package\.json's test script "mocha" is not `node --test \.\.\.`.*name one in \.coding-agent\.json/),
+        ],
+        state: [],
+      },
     ]);
   });
 
   it('reads the settings of the base commit, not of the working tree, and records their digest', () => {
     const bad = withSettings({ schema_version: 1, tests: { command: ['pytest'], format: 'nope', timeout_s: 1 } });
-    const good = { schema_version: 1, tests: { command: ['python3', '-m', 'pytest', '-q', 'tests'], format: 'pytest', timeout_s: 90 }, budgets: { max_turns: 7 } };
+    const good = {
+      schema_version: 1,
+      tests: { command: ['python3', '-m', 'pytest', '-q', 'tests'], format: 'pytest', timeout_s: 90 },
+      budgets: { max_turns: 7 },
+    };
     writeFileSync(join(bad, '.coding-agent.json'), JSON.stringify(good)); // fixed in the working tree only
     expect(() => checkRepositoryRun({ path: bad, task: 't' })).toThrow(/tests\.format/);
     git(bad, 'commit', '-q', '-am', 'valid settings');
     const checked = checkRepositoryRun({ path: bad, task: 't' });
-    expect(checked.facts).toMatchObject({ tests_source: 'settings', tests: good.tests, settings_digest: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    expect(checked.facts).toMatchObject({
+      tests_source: 'settings',
+      tests: good.tests,
+      settings_digest: expect.stringMatching(/^[0-9a-f]{64}$/),
+    });
     // The commit before still has the bad file: --base picks the tree, and so the settings.
     expect(() => checkRepositoryRun({ path: bad, task: 't', base: 'HEAD~1' })).toThrow(/tests\.format/);
   });

@@ -53,12 +53,26 @@ function sqlparseDecisions(): Decision[] {
     at,
     0,
     { kind: 'tool', call: { call_id: 'read-outside', name: 'read_file', arguments: { path: 'tools/outside.link' } } },
-    { kind: 'tool', call: { call_id: 'add-files-test', name: 'apply_patch', arguments: { path: 'tests/test_agent_files.py', version: 'absent', old: '', new: FILES_TEST } } },
+    {
+      kind: 'tool',
+      call: {
+        call_id: 'add-files-test',
+        name: 'apply_patch',
+        arguments: { path: 'tests/test_agent_files.py', version: 'absent', old: '', new: FILES_TEST },
+      },
+    },
   );
   return decisions;
 }
 
-const EXPECTED_DIFF = ['assets/generated.bin', 'sqlparse/sql.py', 'tests/test_agent_dotted.py', 'tests/test_agent_files.py', 'tools/gen.sh', 'tools/sql.link'];
+const EXPECTED_DIFF = [
+  'assets/generated.bin',
+  'sqlparse/sql.py',
+  'tests/test_agent_dotted.py',
+  'tests/test_agent_files.py',
+  'tools/gen.sh',
+  'tools/sql.link',
+];
 const EXPECTED_RECORD = {
   fixture: 'project',
   status: 'completed',
@@ -82,7 +96,13 @@ describe('repository runs through npm run agent', () => {
 
   beforeAll(async () => {
     stateDir = tempDir('agent-repo-cli');
-    env = { ...process.env, AGENT_STATE_DIR: stateDir, AGENT_DEV_SERVER_PORT: String(await freePort()), AGENT_DEV_UI_PORT: String(await freePort()), AGENT_TEST_REPO_KEY: 'sk-test-repo' };
+    env = {
+      ...process.env,
+      AGENT_STATE_DIR: stateDir,
+      AGENT_DEV_SERVER_PORT: String(await freePort()),
+      AGENT_DEV_UI_PORT: String(await freePort()),
+      AGENT_TEST_REPO_KEY: 'sk-test-repo',
+    };
     delete env.TEMPORAL_ADDRESS;
     sample = sampleRepo(SQLPARSE);
     before = repoPicture(sample.dir);
@@ -96,8 +116,14 @@ describe('repository runs through npm run agent', () => {
   });
 
   const cli = (...args: string[]) => exec(process.execPath, [CLI, ...args], { env, cwd: PROJECT_ROOT, maxBuffer: 64 * 1024 * 1024 });
-  const status = async (id: string) => JSON.parse((await cli('status', id, '--json')).stdout) as { status: string; run_id: string; pending_approval: { action_id: string } | null };
-  const baseline = (runId: string) => JSON.parse(readFileSync(join(stateDir, 'runs', runId, 'control', 'baseline-manifest.json'), 'utf8')) as ManifestEntry[];
+  const status = async (id: string) =>
+    JSON.parse((await cli('status', id, '--json')).stdout) as {
+      status: string;
+      run_id: string;
+      pending_approval: { action_id: string } | null;
+    };
+  const baseline = (runId: string) =>
+    JSON.parse(readFileSync(join(stateDir, 'runs', runId, 'control', 'baseline-manifest.json'), 'utf8')) as ManifestEntry[];
 
   /** The branch equals the run's change: parent, paths, and the patch byte for byte. */
   async function expectBranchIsTheRun(id: string, branch: string, diffPaths: string[]) {
@@ -106,10 +132,22 @@ describe('repository runs through npm run agent', () => {
     expect(git(sample.dir, 'diff', '--name-only', sample.head, branch).trim().split('\n')).toEqual(diffPaths);
     const patch = (await cli('patch', id)).stdout;
     expect(git(sample.dir, 'diff', '--binary', '--full-index', sample.head, branch)).toBe(patch);
-    const modes = Object.fromEntries(git(sample.dir, 'ls-tree', '-r', branch).split('\n').filter(Boolean).map((l) => [l.split('\t')[1], l.split(' ')[0]]));
-    expect(modes).toMatchObject({ 'tools/gen.sh': '100755', 'tools/check.sh': '100755', 'tools/sql.link': '120000', 'tools/outside.link': '120000' });
+    const modes = Object.fromEntries(
+      git(sample.dir, 'ls-tree', '-r', branch)
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => [l.split('\t')[1], l.split(' ')[0]]),
+    );
+    expect(modes).toMatchObject({
+      'tools/gen.sh': '100755',
+      'tools/check.sh': '100755',
+      'tools/sql.link': '120000',
+      'tools/outside.link': '120000',
+    });
     expect(git(sample.dir, 'cat-file', '-p', `${branch}:tools/sql.link`)).toBe('../sqlparse/sql.py');
-    expect(gitBuffer(sample.dir, 'cat-file', 'blob', `${branch}:assets/generated.bin`)).toEqual(Buffer.from(Array.from({ length: 256 }, (_, i) => i)));
+    expect(gitBuffer(sample.dir, 'cat-file', 'blob', `${branch}:assets/generated.bin`)).toEqual(
+      Buffer.from(Array.from({ length: 256 }, (_, i) => i)),
+    );
     branches[`ref:refs/heads/${branch}`] = commit;
     return commit;
   }
@@ -133,35 +171,76 @@ describe('repository runs through npm run agent', () => {
     const trace = JSON.parse((await cli('trace', id, '--json')).stdout) as { type: string; data: any }[];
     const record = { ...EXPECTED_RECORD, replay: 'sqlparse-files' };
     const finished = trace.find((e) => e.type === 'verification_passed')!.data;
-    expect({ diff_paths: finished.diff_paths, acceptance: finished.acceptance, tests: finished.candidate_tests.discovered }).toEqual({ diff_paths: record.diff_paths, acceptance: null, tests: 495 });
+    expect({ diff_paths: finished.diff_paths, acceptance: finished.acceptance, tests: finished.candidate_tests.discovered }).toEqual({
+      diff_paths: record.diff_paths,
+      acceptance: null,
+      tests: 495,
+    });
     const loaded = trace.find((e) => e.type === 'repository_loaded')!.data;
-    expect(loaded).toMatchObject({ name: 'project', base_commit: sample.head, settings_digest: null, tests_source: 'detected: pytest (Python test files under tests/)', instructions: { bytes: 83, cut: false } });
+    expect(loaded).toMatchObject({
+      name: 'project',
+      base_commit: sample.head,
+      settings_digest: null,
+      tests_source: 'detected: pytest (Python test files under tests/)',
+      instructions: { bytes: 83, cut: false },
+    });
     expect(JSON.stringify(trace)).not.toContain(sample.dir); // no host path in the trace
-    expect(trace.filter((e) => e.type === 'approval_recorded').map((e) => e.data.principal)).toEqual(['user:reviewer', 'user:reviewer', 'user:reviewer']);
+    expect(trace.filter((e) => e.type === 'approval_recorded').map((e) => e.data.principal)).toEqual([
+      'user:reviewer',
+      'user:reviewer',
+      'user:reviewer',
+    ]);
 
     // Committed content only: ignored, untracked and staged files never reached the workspace.
     const paths = baseline(view.run_id).map((e) => e.path);
-    for (const absent of ['debug.log', 'build', 'build/out.txt', 'untracked-notes.txt', 'staged-new.txt']) expect(paths).not.toContain(absent);
-    expect(paths).toEqual(expect.arrayContaining(['tools/check.sh', 'tools/check.link', 'tools/outside.link', 'assets/logo.bin', 'AGENTS.md', '.gitignore']));
+    for (const absent of ['debug.log', 'build', 'build/out.txt', 'untracked-notes.txt', 'staged-new.txt'])
+      expect(paths).not.toContain(absent);
+    expect(paths).toEqual(
+      expect.arrayContaining(['tools/check.sh', 'tools/check.link', 'tools/outside.link', 'assets/logo.bin', 'AGENTS.md', '.gitignore']),
+    );
     expect(repoPicture(sample.dir)).toEqual(before); // the run touched nothing of the repository
 
     const made = await cli('branch', id);
     expect(made.stdout).toMatch(new RegExp(`^branch agent/${id} at [0-9a-f]{40} \\(parent ${sample.head}\\): 6 path\\(s\\) changed`));
     const commit = await expectBranchIsTheRun(id, `agent/${id}`, EXPECTED_DIFF);
-    expect(git(sample.dir, 'log', '-1', '--format=%B', commit)).toMatch(/^Fixed: get_real_name now anchors on the last dot[^\n]*\n\nAgent-Run: repo-local-1\nAgent-Model: replay:sqlparse-files\n/);
+    expect(git(sample.dir, 'log', '-1', '--format=%B', commit)).toMatch(
+      /^Fixed: get_real_name now anchors on the last dot[^\n]*\n\nAgent-Run: repo-local-1\nAgent-Model: replay:sqlparse-files\n/,
+    );
     expect(repoPicture(sample.dir)).toEqual({ ...before, ...branches });
   });
 
   it('runs through --provider openai on docker, approved at the prompt, and --wait --branch makes the branch', async () => {
     const replies = sqlparseDecisions()
       .filter((d) => d.kind !== 'plan')
-      .map((d) => (d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text }));
+      .map((d) =>
+        d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text },
+      );
     const server = await new ProviderServer((_req, i) => ({ body: reply('openai', replies[i] ?? { text: 'done' }) })).start();
     try {
       const id = 'repo-live-1';
       const child = spawn(
         process.execPath,
-        [CLI, 'run', sample.dir, '--task', SQLPARSE_TASK, '--provider', 'openai', '--model', 'test-model', '--base-url', `${server.url}/v1`, '--api-key-env', 'AGENT_TEST_REPO_KEY', '--backend', 'docker', '--id', id, '--wait', '--branch'],
+        [
+          CLI,
+          'run',
+          sample.dir,
+          '--task',
+          SQLPARSE_TASK,
+          '--provider',
+          'openai',
+          '--model',
+          'test-model',
+          '--base-url',
+          `${server.url}/v1`,
+          '--api-key-env',
+          'AGENT_TEST_REPO_KEY',
+          '--backend',
+          'docker',
+          '--id',
+          id,
+          '--wait',
+          '--branch',
+        ],
         { env, cwd: PROJECT_ROOT },
       );
       let output = '';
@@ -192,10 +271,39 @@ describe('repository runs through npm run agent', () => {
     const failed = 'repo-failed-1';
     const wrong = join(tempDir('replay'), 'no-work.json');
     const failing = { path: 'tests/test_agent_fail.py', version: 'absent', old: '', new: 'def test_fails():\n    assert False\n' };
-    writeFileSync(wrong, JSON.stringify({ schema_version: 1, decisions: [{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: failing } }, { kind: 'final', text: 'Done.' }] }));
-    const run = await cli('run', sample.dir, '--task', 'Add a test.', '--replay', wrong, '--trust-replay', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', failed, '--branch').catch((e) => e);
+    writeFileSync(
+      wrong,
+      JSON.stringify({
+        schema_version: 1,
+        decisions: [
+          { kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: failing } },
+          { kind: 'final', text: 'Done.' },
+        ],
+      }),
+    );
+    const run = await cli(
+      'run',
+      sample.dir,
+      '--task',
+      'Add a test.',
+      '--replay',
+      wrong,
+      '--trust-replay',
+      '--approver',
+      'policy:approve-writable',
+      '--wait',
+      '--json',
+      '--id',
+      failed,
+      '--branch',
+    ).catch((e) => e);
     expect(run.code).toBe(1);
-    expect(JSON.parse(run.stdout)).toMatchObject({ status: 'failed', reason: 'verification_failed', writes: 1, candidate_tests: { failed: 1 } });
+    expect(JSON.parse(run.stdout)).toMatchObject({
+      status: 'failed',
+      reason: 'verification_failed',
+      writes: 1,
+      candidate_tests: { failed: 1 },
+    });
     const picture = repoPicture(sample.dir);
     const refusals = await Promise.all([
       cli('branch', failed).catch((e) => e),
@@ -217,7 +325,7 @@ describe('repository runs through npm run agent', () => {
     expect(picture).toEqual({ ...before, ...branches });
   });
 
-  it('evaluates a JSONL file of tasks over two repositories into the usual report, a wrong fix caught by the repository\'s own tests', async () => {
+  it("evaluates a JSONL file of tasks over two repositories into the usual report, a wrong fix caught by the repository's own tests", async () => {
     const linkcheck = sampleRepo(LINKCHECK);
     const dotenv = sampleRepo(DOTENV);
     const dir = tempDir('tasks');
@@ -225,22 +333,61 @@ describe('repository runs through npm run agent', () => {
     const source = readFileSync(join(LINKCHECK, 'repo', 'src', 'linkcheck.py'));
     const wrong = [
       { kind: 'tool', call: { call_id: 'read-source', name: 'read_file', arguments: { path: 'src/linkcheck.py' } } },
-      { kind: 'tool', call: { call_id: 'fix-source', name: 'apply_patch', arguments: { path: 'src/linkcheck.py', version: sha256(source), old: '            if not candidate.exists():\n', new: '            if candidate.exists():\n' } } },
+      {
+        kind: 'tool',
+        call: {
+          call_id: 'fix-source',
+          name: 'apply_patch',
+          arguments: {
+            path: 'src/linkcheck.py',
+            version: sha256(source),
+            old: '            if not candidate.exists():\n',
+            new: '            if candidate.exists():\n',
+          },
+        },
+      },
       { kind: 'final', text: 'Fixed.' },
     ];
     writeFileSync(join(dir, 'inverted.json'), JSON.stringify({ schema_version: 1, decisions: wrong }));
     const fixtureOf = (f: string) => JSON.parse(readFileSync(join(f, 'fixture.json'), 'utf8'));
     const tasks = [
-      { id: 'linkcheck-fix', repo: linkcheck.dir, base: 'main', task: fixtureOf(LINKCHECK).task, acceptance: { ...fixtureOf(LINKCHECK).acceptance, dir: join(LINKCHECK, 'acceptance') }, replays: { canonical: join(LINKCHECK, 'replays', 'canonical.json') } },
-      { id: 'linkcheck-inverted', repo: linkcheck.dir, base: linkcheck.head, task: fixtureOf(LINKCHECK).task, replays: { inverted: 'inverted.json' } },
-      { id: 'dotenv-fix', repo: dotenv.dir, base: 'HEAD', task: fixtureOf(DOTENV).task, tests: fixtureOf(DOTENV).tests, replays: { canonical: join(DOTENV, 'replays', 'canonical.json') } },
+      {
+        id: 'linkcheck-fix',
+        repo: linkcheck.dir,
+        base: 'main',
+        task: fixtureOf(LINKCHECK).task,
+        acceptance: { ...fixtureOf(LINKCHECK).acceptance, dir: join(LINKCHECK, 'acceptance') },
+        replays: { canonical: join(LINKCHECK, 'replays', 'canonical.json') },
+      },
+      {
+        id: 'linkcheck-inverted',
+        repo: linkcheck.dir,
+        base: linkcheck.head,
+        task: fixtureOf(LINKCHECK).task,
+        replays: { inverted: 'inverted.json' },
+      },
+      {
+        id: 'dotenv-fix',
+        repo: dotenv.dir,
+        base: 'HEAD',
+        task: fixtureOf(DOTENV).task,
+        tests: fixtureOf(DOTENV).tests,
+        replays: { canonical: join(DOTENV, 'replays', 'canonical.json') },
+      },
     ];
     writeFileSync(join(dir, 'tasks.jsonl'), `${tasks.map((t) => JSON.stringify(t)).join('\n')}\n`);
     const pictures = [repoPicture(linkcheck.dir), repoPicture(dotenv.dir)];
     const out = join(dir, 'out');
     await cli('eval', join(dir, 'tasks.jsonl'), '--out', out, '--trust-replay', '--json');
     const report = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
-    expect(report.runs.map((r: { fixture: string; replay: string; status: string; reason: string | null }) => [r.fixture, r.replay, r.status, r.reason])).toEqual([
+    expect(
+      report.runs.map((r: { fixture: string; replay: string; status: string; reason: string | null }) => [
+        r.fixture,
+        r.replay,
+        r.status,
+        r.reason,
+      ]),
+    ).toEqual([
       ['dotenv-fix', 'canonical', 'completed', null],
       ['linkcheck-fix', 'canonical', 'completed', null],
       ['linkcheck-inverted', 'inverted', 'failed', 'verification_failed'],
@@ -249,9 +396,15 @@ describe('repository runs through npm run agent', () => {
     // report.json leaves the trace id out (it is in timings.json and report.html).
     expect(fixRun).toEqual({ ...CANONICAL_RECORD, fixture: 'linkcheck-fix', epoch: 1, trace_id: undefined });
     expect(dotenvRun).toMatchObject({ acceptance: null, red_observed: true, candidate_tests: { failed: 0 } });
-    expect(inverted).toMatchObject({ acceptance: null, writes: 1, diff_paths: ['src/linkcheck.py'], candidate_tests: { discovered: 2, passed: 1, failed: 1 } });
+    expect(inverted).toMatchObject({
+      acceptance: null,
+      writes: 1,
+      diff_paths: ['src/linkcheck.py'],
+      candidate_tests: { discovered: 2, passed: 1, failed: 1 },
+    });
     expect(report.summary).toEqual({ runs: 3, completed: 2, failed: 1 });
-    for (const file of ['report.md', 'report.html', 'timings.json']) expect(readFileSync(join(out, file), 'utf8').length).toBeGreaterThan(0);
+    for (const file of ['report.md', 'report.html', 'timings.json'])
+      expect(readFileSync(join(out, file), 'utf8').length).toBeGreaterThan(0);
     expect([repoPicture(linkcheck.dir), repoPicture(dotenv.dir)]).toEqual(pictures);
   });
 
@@ -277,7 +430,13 @@ describe('repository runs through npm run agent', () => {
 
   it('refuses a batch whose task names no repository, no commit or a bad field, naming its line, before starting anything', async () => {
     const dir = tempDir('tasks');
-    const good = { id: 'a', repo: sample.dir, base: 'main', task: 't', replays: { canonical: join(SQLPARSE, 'replays', 'canonical.json') } };
+    const good = {
+      id: 'a',
+      repo: sample.dir,
+      base: 'main',
+      task: 't',
+      replays: { canonical: join(SQLPARSE, 'replays', 'canonical.json') },
+    };
     const cases: [unknown, RegExp][] = [
       [{ ...good, base: 'no-such-ref' }, /line 2 \(task a\): unknown ref "no-such-ref": no commit of that name in /],
       [{ ...good, repo: dir }, /line 2 \(task a\): .* is not a git repository/],

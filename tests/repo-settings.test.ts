@@ -5,7 +5,15 @@
  */
 import { globMatches, globProblem } from '../core/paths';
 import { evaluatePolicy, isWritable, mayCreate } from '../core/policy';
-import { capInstructions, detectTests, INSTRUCTIONS_CAP_BYTES, parseRepoSettings, repositoryName, repositorySpec, type TreeView } from '../core/repo-settings';
+import {
+  capInstructions,
+  detectTests,
+  INSTRUCTIONS_CAP_BYTES,
+  parseRepoSettings,
+  repositoryName,
+  repositorySpec,
+  type TreeView,
+} from '../core/repo-settings';
 import { linkcheckFixture } from './helpers/run-dir';
 
 function tree(files: Record<string, string>): TreeView {
@@ -58,7 +66,10 @@ describe('.coding-agent.json', () => {
       image: null,
       budgets: { max_turns: 40 },
       setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 600 },
-      egress: { allow: ['pypi.example.internal', '*.registry.example'], credentials: [{ host: 'pypi.example.internal', header: 'Authorization', env: 'PRIVATE_INDEX_TOKEN' }] },
+      egress: {
+        allow: ['pypi.example.internal', '*.registry.example'],
+        credentials: [{ host: 'pypi.example.internal', header: 'Authorization', env: 'PRIVATE_INDEX_TOKEN' }],
+      },
     };
     const parsed = parseRepoSettings(JSON.stringify(example));
     expect(parsed).toMatchObject({ ok: true, settings: { setup: example.setup, egress: example.egress } });
@@ -66,21 +77,79 @@ describe('.coding-agent.json', () => {
   });
 
   it('carries setup and egress into the run spec; a credential under a wildcard the allow list has is taken', () => {
-    const parsed = parseRepoSettings(JSON.stringify({ schema_version: 1, setup: SETUP, egress: { allow: ['*.registry.example'], methods: ['GET'], credentials: [{ host: 'npm.registry.example', header: 'X-Token', env: 'NPM_TOKEN' }] } }));
+    const parsed = parseRepoSettings(
+      JSON.stringify({
+        schema_version: 1,
+        setup: SETUP,
+        egress: {
+          allow: ['*.registry.example'],
+          methods: ['GET'],
+          credentials: [{ host: 'npm.registry.example', header: 'X-Token', env: 'NPM_TOKEN' }],
+        },
+      }),
+    );
     expect(parsed.ok).toBe(true);
   });
 
   it.each([
     ['an unknown field', { schema_version: 1, test: {} }, /\.coding-agent\.json: \(root\): Unrecognized key: "test"/],
-    ['an unknown field inside tests', { schema_version: 1, tests: { command: ['pytest'], format: 'pytest', timeout_s: 5, retries: 2 } }, /tests: Unrecognized key: "retries"/],
-    ['a bad glob', { schema_version: 1, protected: ['secrets/**.key'] }, /protected\.0: "secrets\/\*\*\.key": \*\* must be a whole path segment/],
-    ['an unknown test format', { schema_version: 1, tests: { command: ['go', 'test'], format: 'gotest', timeout_s: 5 } }, /tests\.format: Invalid option/],
-    ['a junit command without {junit}', { schema_version: 1, tests: { command: ['x'], format: 'junit', timeout_s: 5 } }, /tests\.command: the junit format needs \{junit\}/],
-    ['an egress credential without a variable name', { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'lower' }] } }, /egress\.credentials\.0\.env/],
-    ['a credential for a host the allow list leaves out', { schema_version: 1, setup: SETUP, egress: { allow: ['*.a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'TOKEN' }] } }, /egress\.credentials\.0\.host: a\.example is not allowed by egress\.allow/],
-    ['a credential in a header the proxy owns', { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Host', env: 'TOKEN' }] } }, /egress\.credentials\.0\.header: a header the proxy owns/],
-    ['an allow-list entry that is no host', { schema_version: 1, setup: SETUP, egress: { allow: ['https://a.example/'] } }, /egress\.allow\.0: a host name/],
-    ['a method the proxy does not know', { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], methods: ['CONNECT'] } }, /egress\.methods\.0/],
+    [
+      'an unknown field inside tests',
+      { schema_version: 1, tests: { command: ['pytest'], format: 'pytest', timeout_s: 5, retries: 2 } },
+      /tests: Unrecognized key: "retries"/,
+    ],
+    [
+      'a bad glob',
+      { schema_version: 1, protected: ['secrets/**.key'] },
+      /protected\.0: "secrets\/\*\*\.key": \*\* must be a whole path segment/,
+    ],
+    [
+      'an unknown test format',
+      { schema_version: 1, tests: { command: ['go', 'test'], format: 'gotest', timeout_s: 5 } },
+      /tests\.format: Invalid option/,
+    ],
+    [
+      'a junit command without {junit}',
+      { schema_version: 1, tests: { command: ['x'], format: 'junit', timeout_s: 5 } },
+      /tests\.command: the junit format needs \{junit\}/,
+    ],
+    [
+      'an egress credential without a variable name',
+      {
+        schema_version: 1,
+        setup: SETUP,
+        egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'lower' }] },
+      },
+      /egress\.credentials\.0\.env/,
+    ],
+    [
+      'a credential for a host the allow list leaves out',
+      {
+        schema_version: 1,
+        setup: SETUP,
+        egress: { allow: ['*.a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'TOKEN' }] },
+      },
+      /egress\.credentials\.0\.host: a\.example is not allowed by egress\.allow/,
+    ],
+    [
+      'a credential in a header the proxy owns',
+      {
+        schema_version: 1,
+        setup: SETUP,
+        egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Host', env: 'TOKEN' }] },
+      },
+      /egress\.credentials\.0\.header: a header the proxy owns/,
+    ],
+    [
+      'an allow-list entry that is no host',
+      { schema_version: 1, setup: SETUP, egress: { allow: ['https://a.example/'] } },
+      /egress\.allow\.0: a host name/,
+    ],
+    [
+      'a method the proxy does not know',
+      { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], methods: ['CONNECT'] } },
+      /egress\.methods\.0/,
+    ],
     ['egress without a setup', { schema_version: 1, egress: { allow: ['a.example'] } }, /egress: egress applies to the setup phase only/],
     ['a setup without commands', { schema_version: 1, setup: { commands: [], timeout_s: 60 } }, /setup\.commands/],
     ['a policy that is no approver', { schema_version: 1, policy: 'yes' }, /policy:/],
@@ -92,7 +161,10 @@ describe('.coding-agent.json', () => {
   });
 
   it('refuses text that is not JSON', () => {
-    expect(parseRepoSettings('{"schema_version": 1,')).toMatchObject({ ok: false, detail: expect.stringMatching(/^\.coding-agent\.json is not JSON/) });
+    expect(parseRepoSettings('{"schema_version": 1,')).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/^\.coding-agent\.json is not JSON/),
+    });
   });
 });
 
@@ -104,7 +176,10 @@ describe('the detected test command', () => {
     [{ 'tests/test_x.py': 'def test_x(): pass\n' }, /tests\//],
   ])('is pytest when the repository says so (%#)', (files, by) => {
     const detected = detectTests(tree(files));
-    expect(detected).toMatchObject({ ok: true, tests: { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider'], format: 'pytest' } });
+    expect(detected).toMatchObject({
+      ok: true,
+      tests: { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider'], format: 'pytest' },
+    });
     expect(detected.ok && detected.detected).toMatch(by);
   });
 
@@ -117,7 +192,10 @@ describe('the detected test command', () => {
 
   it('refuses another runner and an empty repository, saying how to name a test command', () => {
     const jest = detectTests(tree({ 'package.json': JSON.stringify({ scripts: { test: 'jest --coverage' } }) }));
-    expect(jest).toMatchObject({ ok: false, detail: expect.stringMatching(/"jest --coverage" is not `node --test \.\.\.`.*\.coding-agent\.json/) });
+    expect(jest).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/"jest --coverage" is not `node --test \.\.\.`.*\.coding-agent\.json/),
+    });
     const none = detectTests(tree({ 'README.md': '# x\n' }));
     expect(none).toMatchObject({ ok: false, detail: expect.stringMatching(/no test command found.*"tests": \{"command"/) });
   });
@@ -125,7 +203,11 @@ describe('the detected test command', () => {
 
 describe('AGENTS.md as project instructions', () => {
   it('goes whole under the cap and is cut to the cap with a visible note above it', () => {
-    expect(capInstructions(Buffer.from('Run the tests with pytest.\n'))).toEqual({ text: 'Run the tests with pytest.\n', bytes: 27, cut: false });
+    expect(capInstructions(Buffer.from('Run the tests with pytest.\n'))).toEqual({
+      text: 'Run the tests with pytest.\n',
+      bytes: 27,
+      cut: false,
+    });
     const line = 'Prefer small functions; every change comes with a test. ü\n';
     const big = Buffer.from(line.repeat(Math.ceil((1024 * 1024) / Buffer.byteLength(line))));
     expect(big.length).toBeGreaterThanOrEqual(1024 * 1024);
@@ -143,7 +225,14 @@ describe('AGENTS.md as project instructions', () => {
 });
 
 describe("a repository run's policy", () => {
-  const spec = repositorySpec({ id: 'demo', task: 't', settings: null, tests: { command: ['pytest'], format: 'pytest', timeout_s: 5 }, acceptance: null, extraProtected: ['vendor/lib', 'vendor/lib/**'] });
+  const spec = repositorySpec({
+    id: 'demo',
+    task: 't',
+    settings: null,
+    tests: { command: ['pytest'], format: 'pytest', timeout_s: 5 },
+    acceptance: null,
+    extraProtected: ['vendor/lib', 'vendor/lib/**'],
+  });
 
   it('writes anywhere but the protected patterns, the submodules and .git', () => {
     expect(spec.protected).toEqual(['.git/**', '.coding-agent.json', '.github/**', 'AGENTS.md', '.git', 'vendor/lib', 'vendor/lib/**']);
@@ -162,7 +251,9 @@ describe("a repository run's policy", () => {
   it("leaves a fixture's evaluation as it was: exact writable paths, no protected-pattern rule", () => {
     const fixture = linkcheckFixture();
     expect(evaluatePolicy({ name: 'apply_patch' }, 'src/linkcheck.py', fixture).matched.map((r) => r.id)).toEqual(['writable-file']);
-    expect(evaluatePolicy({ name: 'apply_patch' }, 'tests/test_agent_x.py', fixture).matched.map((r) => r.id)).toEqual(['allowed-new-file']);
+    expect(evaluatePolicy({ name: 'apply_patch' }, 'tests/test_agent_x.py', fixture).matched.map((r) => r.id)).toEqual([
+      'allowed-new-file',
+    ]);
     expect(evaluatePolicy({ name: 'apply_patch' }, 'README.md', fixture).matched.map((r) => r.id)).toEqual(['protected-path']);
   });
 

@@ -38,7 +38,8 @@ const servers: ProviderServer[] = [];
 
 beforeAll(async () => {
   const evidence = await createSandbox().isolation();
-  if (!evidence.verified) throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+  if (!evidence.verified)
+    throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
   env = await startServer();
   stateDir = tempDir('secrets-state');
   logFile = join(stateDir, 'worker.log');
@@ -71,16 +72,32 @@ async function serve(script: Script, port = 0): Promise<ProviderServer> {
   return server;
 }
 
-const CANONICAL = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
-const REPLIES = CANONICAL.filter((d) => d.kind !== 'plan').map((d) => (d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text }));
-const canonicalSession = (api: Api): Script => (_req, i) => ({ body: reply(api, REPLIES[i] ?? { text: 'done' }) });
+const CANONICAL = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
+  kind: string;
+  text?: string;
+  call?: { call_id: string; name: string; arguments: unknown };
+}[];
+const REPLIES = CANONICAL.filter((d) => d.kind !== 'plan').map((d) =>
+  d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text },
+);
+const canonicalSession =
+  (api: Api): Script =>
+  (_req, i) => ({ body: reply(api, REPLIES[i] ?? { text: 'done' }) });
 
 let started = 0;
 async function start(input: unknown, carried?: unknown): Promise<WorkflowHandleWithFirstExecutionRunId> {
-  return startRunWithArgs(env.client, carried === undefined ? [input] : [input, carried], { taskQueue, workflowId: `${taskQueue}-${++started}` });
+  return startRunWithArgs(env.client, carried === undefined ? [input] : [input, carried], {
+    taskQueue,
+    workflowId: `${taskQueue}-${++started}`,
+  });
 }
 const live = (endpoint: string, source: Record<string, unknown> = {}): RunInput =>
-  ({ fixture: LINKCHECK, source: { kind: 'provider', endpoint, model: 'test-model', ...source }, backend: 'docker', approver: 'policy:approve-writable' }) as RunInput;
+  ({
+    fixture: LINKCHECK,
+    source: { kind: 'provider', endpoint, model: 'test-model', ...source },
+    backend: 'docker',
+    approver: 'policy:approve-writable',
+  }) as RunInput;
 const outcome = async (handle: WorkflowHandle) => (await handle.result()) as RunOutcome;
 
 describe('endpoints belong to the worker operator', () => {
@@ -100,10 +117,25 @@ describe('endpoints belong to the worker operator', () => {
       ['the variable as the endpoint', await start(live('SECRET_X'))],
       ['the variable as an endpoint name in lower case', await start(live('secret_x'))],
       ['api_key_env and base_url in the input', await start(live(known, { api_key_env: 'SECRET_X', base_url: `${server.url}/v1` }))],
-      ['the old provider source shape', await start({ ...live(known), source: { kind: 'provider', provider: 'openai', model: 'test-model', api_key_env: 'SECRET_X', base_url: `${server.url}/v1` } })],
+      [
+        'the old provider source shape',
+        await start({
+          ...live(known),
+          source: { kind: 'provider', provider: 'openai', model: 'test-model', api_key_env: 'SECRET_X', base_url: `${server.url}/v1` },
+        }),
+      ],
       [
         'carried state forged as if continued as new',
-        await start(live(known), { source: { kind: 'provider', endpoint: known, provider: 'openai', model: 'test-model', api_key_env: 'SECRET_X', base_url: `${server.url}/v1` } }),
+        await start(live(known), {
+          source: {
+            kind: 'provider',
+            endpoint: known,
+            provider: 'openai',
+            model: 'test-model',
+            api_key_env: 'SECRET_X',
+            base_url: `${server.url}/v1`,
+          },
+        }),
       ],
     ];
     const histories: Record<string, string> = {};
@@ -117,24 +149,30 @@ describe('endpoints belong to the worker operator', () => {
     expect(leaks([SECRET_X], { texts: histories, dirs: [stateDir], files: [logFile] })).toEqual([]);
   });
 
-  it.each(['openai', 'anthropic'] as const)('sends exactly one credential per request, the named key, and nothing the %s SDK finds in the environment', async (api) => {
-    const server = await serve(canonicalSession(api));
-    const { record } = await outcome(await start(live(addEndpoint(providersFile, endpointOf(api, server, KEY_ENV)))));
-    expect(record).toMatchObject({ status: 'completed', writes: 2 });
-    expect(server.count()).toBe(REPLIES.length);
-    const CREDENTIAL = /^(authorization|proxy-authorization|x-api-key|api-key|cookie|openai-organization|openai-project)$/;
-    for (const r of server.requests) {
-      const credentials = Object.entries(r.headers).filter(([name]) => CREDENTIAL.test(name));
-      expect(credentials).toEqual([['authorization', `Bearer ${KEY}`]]);
-      expect(JSON.stringify(r.headers)).not.toContain(DECOY);
-    }
-  });
+  it.each(['openai', 'anthropic'] as const)(
+    'sends exactly one credential per request, the named key, and nothing the %s SDK finds in the environment',
+    async (api) => {
+      const server = await serve(canonicalSession(api));
+      const { record } = await outcome(await start(live(addEndpoint(providersFile, endpointOf(api, server, KEY_ENV)))));
+      expect(record).toMatchObject({ status: 'completed', writes: 2 });
+      expect(server.count()).toBe(REPLIES.length);
+      const CREDENTIAL = /^(authorization|proxy-authorization|x-api-key|api-key|cookie|openai-organization|openai-project)$/;
+      for (const r of server.requests) {
+        const credentials = Object.entries(r.headers).filter(([name]) => CREDENTIAL.test(name));
+        expect(credentials).toEqual([['authorization', `Bearer ${KEY}`]]);
+        expect(JSON.stringify(r.headers)).not.toContain(DECOY);
+      }
+    },
+  );
 });
 
 describe('provider error text', () => {
   it('scrubs a 401 that echoes the key: the run ends model_error and the key and its fragments are nowhere, report.html included', async () => {
     const echo = `Incorrect API key provided: ${KEY}. You can find your API key at the dashboard. (masked: sk-live-****${KEY.slice(-4)}; Authorization: Bearer ${KEY})`;
-    const server = await serve(() => ({ status: 401, body: { error: { message: echo, type: 'invalid_request_error', code: 'invalid_api_key' } } }));
+    const server = await serve(() => ({
+      status: 401,
+      body: { error: { message: echo, type: 'invalid_request_error', code: 'invalid_api_key' } },
+    }));
     const handle = await start(live(addEndpoint(providersFile, endpointOf('openai', server, KEY_ENV))));
     const { record, state } = await outcome(handle);
     expect(record).toMatchObject({ status: 'failed', reason: 'model_error' });
@@ -145,7 +183,16 @@ describe('provider error text', () => {
     // The run in report.html, as a batch report renders it (its trace included).
     const out = tempDir('secrets-report');
     const trace = traceIn(stateDir, handle.firstExecutionRunId);
-    writeOutputs(out, { report: buildReport([{ ...record, epoch: 1 }]), extras: [{ duration_s: null, workflow_id: handle.workflowId, web_ui: null, trace: trace.map(traceLine), trace_id: null }], durations: {}, traceIds: {} }, {});
+    writeOutputs(
+      out,
+      {
+        report: buildReport([{ ...record, epoch: 1 }]),
+        extras: [{ duration_s: null, workflow_id: handle.workflowId, web_ui: null, trace: trace.map(traceLine), trace_id: null }],
+        durations: {},
+        traceIds: {},
+      },
+      {},
+    );
     expect(readFileSync(join(out, 'report.html'), 'utf8')).toContain('model_error');
 
     const needles = [KEY, ...fragments(KEY)];
@@ -156,19 +203,22 @@ describe('provider error text', () => {
 });
 
 describe('the test-wide guard', () => {
-  it.each(['openai', 'anthropic'] as const)('sends a %s run whose endpoint names no URL to the closed loopback port the tests set, and nowhere else', async (api) => {
-    const port = Number(process.env[GUARD_PORT_ENV]);
-    expect(port).toBeGreaterThan(0);
-    expect(process.env.OPENAI_API_KEY ?? process.env.ANTHROPIC_API_KEY ?? process.env.ANTHROPIC_AUTH_TOKEN).toBeUndefined();
-    const server = await serve(canonicalSession(api), port);
-    try {
-      const endpoint = addEndpoint(providersFile, { name: `guarded-${api}`, kind: api, api_key_env: KEY_ENV });
-      const { record } = await outcome(await start(live(endpoint)));
-      expect(record).toMatchObject({ status: 'completed', writes: 2 });
-      expect(server.count()).toBe(REPLIES.length);
-    } finally {
-      await server.close();
-      servers.splice(servers.indexOf(server), 1);
-    }
-  });
+  it.each(['openai', 'anthropic'] as const)(
+    'sends a %s run whose endpoint names no URL to the closed loopback port the tests set, and nowhere else',
+    async (api) => {
+      const port = Number(process.env[GUARD_PORT_ENV]);
+      expect(port).toBeGreaterThan(0);
+      expect(process.env.OPENAI_API_KEY ?? process.env.ANTHROPIC_API_KEY ?? process.env.ANTHROPIC_AUTH_TOKEN).toBeUndefined();
+      const server = await serve(canonicalSession(api), port);
+      try {
+        const endpoint = addEndpoint(providersFile, { name: `guarded-${api}`, kind: api, api_key_env: KEY_ENV });
+        const { record } = await outcome(await start(live(endpoint)));
+        expect(record).toMatchObject({ status: 'completed', writes: 2 });
+        expect(server.count()).toBe(REPLIES.length);
+      } finally {
+        await server.close();
+        servers.splice(servers.indexOf(server), 1);
+      }
+    },
+  );
 });

@@ -21,7 +21,20 @@ describe('the settings module', () => {
   it('names each variable once, and every variable in the table is one the module reads', () => {
     const names = Object.values(VARIABLES).map((v) => v.name);
     expect(new Set(names).size).toBe(names.length);
-    expect(names).toEqual(expect.arrayContaining(['TEMPORAL_ADDRESS', 'TEMPORAL_NAMESPACE', 'AGENT_PRICES_FILE', 'AGENT_MAX_CACHED_WORKFLOWS', 'AGENT_SANDBOX_IMAGE', 'DOCKER_HOST', 'AGENT_TOOLS_DIR', 'TEMPORAL_BIN', 'AGENT_WEB_UI_URL', 'AGENT_FAULT']));
+    expect(names).toEqual(
+      expect.arrayContaining([
+        'TEMPORAL_ADDRESS',
+        'TEMPORAL_NAMESPACE',
+        'AGENT_PRICES_FILE',
+        'AGENT_MAX_CACHED_WORKFLOWS',
+        'AGENT_SANDBOX_IMAGE',
+        'DOCKER_HOST',
+        'AGENT_TOOLS_DIR',
+        'TEMPORAL_BIN',
+        'AGENT_WEB_UI_URL',
+        'AGENT_FAULT',
+      ]),
+    );
   });
 
   it('gives every field its default from an empty environment', () => {
@@ -103,10 +116,16 @@ describe('the settings module', () => {
   });
 
   it('stops on a malformed value with the name of its variable', () => {
-    expect(() => readSettings({ AGENT_DEV_UI_PORT: 'eighty' })).toThrow(/AGENT_DEV_UI_PORT must be an integer from 1 to 65535, not "eighty"/);
+    expect(() => readSettings({ AGENT_DEV_UI_PORT: 'eighty' })).toThrow(
+      /AGENT_DEV_UI_PORT must be an integer from 1 to 65535, not "eighty"/,
+    );
     expect(() => readSettings({ AGENT_MAX_CACHED_WORKFLOWS: '-1' })).toThrow(/AGENT_MAX_CACHED_WORKFLOWS/);
-    expect(() => readSettings({ AGENT_FAULT: 'after_lunch' })).toThrow(/AGENT_FAULT must be one of before_write, .*after_model_response, .*not "after_lunch"/);
-    expect(() => readSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(/OTEL_EXPORTER_OTLP_ENDPOINT must be an http:\/\/ or https:\/\/ URL/);
+    expect(() => readSettings({ AGENT_FAULT: 'after_lunch' })).toThrow(
+      /AGENT_FAULT must be one of before_write, .*after_model_response, .*not "after_lunch"/,
+    );
+    expect(() => readSettings({ OTEL_EXPORTER_OTLP_ENDPOINT: 'collector:4318' })).toThrow(
+      /OTEL_EXPORTER_OTLP_ENDPOINT must be an http:\/\/ or https:\/\/ URL/,
+    );
     expect(() => readSettings({ AGENT_METRICS_ADDRESS: 'localhost:9464' })).toThrow(/AGENT_METRICS_ADDRESS must be PORT or IP:PORT/);
     expect(() => readSettings({ AGENT_METRICS_ADDRESS: '70000' })).toThrow(/AGENT_METRICS_ADDRESS/);
     // A header value may be a key: the error names the header, never the value.

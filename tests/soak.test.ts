@@ -100,7 +100,13 @@ describe(`canonical runs with the worker killed at a random moment (seed ${SEED}
     const fresh = startWorker(env, taskQueue, stateDir);
     try {
       const outcome = (await handle.result()) as RunOutcome;
-      return { delay, death, killedIn, state: finishedState(outcome, stateDir, handle.firstExecutionRunId), seconds: Math.round((Date.now() - started) / 1000) };
+      return {
+        delay,
+        death,
+        killedIn,
+        state: finishedState(outcome, stateDir, handle.firstExecutionRunId),
+        seconds: Math.round((Date.now() - started) / 1000),
+      };
     } finally {
       await fresh.stop();
     }
@@ -118,7 +124,11 @@ describe(`canonical runs with the worker killed at a random moment (seed ${SEED}
 
   afterAll(async () => {
     const settled = await Promise.all(results);
-    const lines = settled.map((r, i) => (r instanceof Error ? `run ${i + 1}: ${r.message}` : `run ${i + 1}: ${r.delay} ms -> killed ${r.killedIn}, ${r.state.status} in ${r.seconds} s`));
+    const lines = settled.map((r, i) =>
+      r instanceof Error
+        ? `run ${i + 1}: ${r.message}`
+        : `run ${i + 1}: ${r.delay} ms -> killed ${r.killedIn}, ${r.state.status} in ${r.seconds} s`,
+    );
     console.log(`soak seed ${SEED}:\n${lines.join('\n')}`);
     await env?.teardown();
   });
@@ -149,7 +159,10 @@ describe('the Temporal dev server restarted on the same database', () => {
     const taskQueue = uniqueQueue('restart');
     const worker = startWorker(env, taskQueue, stateDir);
     try {
-      const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), { taskQueue, workflowId: `${taskQueue}-run` });
+      const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), {
+        taskQueue,
+        workflowId: `${taskQueue}-run`,
+      });
       const before = await pendingApproval(handle);
 
       server.stop(); // SIGTERM

@@ -7,7 +7,16 @@ import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
-import { approveAll, canonicalInput, pendingApproval, runOnce, startServer, waitFor, writeReplay, type RunOnceOptions } from './helpers/temporal';
+import {
+  approveAll,
+  canonicalInput,
+  pendingApproval,
+  runOnce,
+  startServer,
+  waitFor,
+  writeReplay,
+  type RunOnceOptions,
+} from './helpers/temporal';
 import { queryState, sendApproval, sendInterrupt, sendSteer } from '../client/run-access';
 
 let env: TestWorkflowEnvironment;
@@ -18,7 +27,8 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-const run = (input: RunInput, drive?: RunOnceOptions['drive'], prepareState?: RunOnceOptions['prepareState']) => runOnce(env, input, { drive, prepareState });
+const run = (input: RunInput, drive?: RunOnceOptions['drive'], prepareState?: RunOnceOptions['prepareState']) =>
+  runOnce(env, input, { drive, prepareState });
 
 const runTests = (id: string) => ({ kind: 'tool', call: { call_id: id, name: 'run_tests', arguments: { preset: 'candidate_tests' } } });
 const MARKER = 'agent-sleep-marker';
@@ -52,12 +62,17 @@ function expectSynthesized(trace: TraceEvent[], callId: string, runEnd: string):
   expect(trace[trace.indexOf(results[0]) + 1]).toMatchObject({ type: 'run_finished' });
 }
 
-const sleepersLeft = () => execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' }).split('\n').filter((l) => l.startsWith(MARKER));
+const sleepersLeft = () =>
+  execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' })
+    .split('\n')
+    .filter((l) => l.startsWith(MARKER));
 
 describe('stops', () => {
   it('ends at max_tool_calls with budget_exhausted', async () => {
     const path = writeReplay([runTests('a'), runTests('b'), runTests('c'), { kind: 'final', text: 'x' }]);
-    const { outcome } = await run(canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, budgets: { max_tool_calls: 2 } }));
+    const { outcome } = await run(
+      canonicalInput('canonical', { source: { kind: 'replay', path, trusted: true }, budgets: { max_tool_calls: 2 } }),
+    );
     expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'max_tool_calls' });
     expect(outcome.state.counters.tool_calls).toBe(2);
   });
@@ -65,8 +80,9 @@ describe('stops', () => {
   it('ends at the deadline with budget_exhausted and kills the running test process tree', async () => {
     const fixture = sleepyFixture();
     const path = writeReplay([runTests('sleep'), { kind: 'final', text: 'x' }]);
-    const { outcome, trace } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable', budgets: { deadline_s: 6 } }, () =>
-      waitFor('the test process to run', async () => sleepersLeft().length > 0, 6_000),
+    const { outcome, trace } = await run(
+      { fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable', budgets: { deadline_s: 6 } },
+      () => waitFor('the test process to run', async () => sleepersLeft().length > 0, 6_000),
     );
     expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'deadline' });
     expect(outcome.state.deadline_reached).toBe(true);
@@ -77,10 +93,13 @@ describe('stops', () => {
   it('is cancelled with `temporal workflow cancel`, killing the running test process tree', async () => {
     const fixture = sleepyFixture();
     const path = writeReplay([runTests('sleep'), { kind: 'final', text: 'x' }]);
-    const { outcome, trace } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' }, async (h) => {
-      await waitFor('the test process to run', async () => sleepersLeft().length > 0, 30_000);
-      await promisify(execFile)(temporalBinary(), ['workflow', 'cancel', '--address', env.address, '--workflow-id', h.workflowId]);
-    });
+    const { outcome, trace } = await run(
+      { fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' },
+      async (h) => {
+        await waitFor('the test process to run', async () => sleepersLeft().length > 0, 30_000);
+        await promisify(execFile)(temporalBinary(), ['workflow', 'cancel', '--address', env.address, '--workflow-id', h.workflowId]);
+      },
+    );
     expect(outcome.record).toMatchObject({ status: 'cancelled', reason: 'cancelled' });
     expect(outcome.state.deadline_reached).toBe(false);
     // The cancelled call was not left without a result, and nothing half done remains.
@@ -132,7 +151,12 @@ describe('stops', () => {
     expect(observed.data).toMatchObject({ ok: false, error: 'interrupted', data: { reason: 'not executed: changed my mind' } });
     const next = trace.find((e) => e.type === 'model_requested' && e.seq > observed.seq)!;
     expect(next.data).toMatchObject({ messages: ['skip the new test, fix the source'] });
-    expect(outcome.record).toMatchObject({ status: 'completed', writes: 1, diff_paths: ['src/linkcheck.py'], tool_errors: { interrupted: 1 } });
+    expect(outcome.record).toMatchObject({
+      status: 'completed',
+      writes: 1,
+      diff_paths: ['src/linkcheck.py'],
+      tool_errors: { interrupted: 1 },
+    });
   });
 
   it('takes a message a retrying client delivers twice once: the same message id is ignored the second time', async () => {
@@ -143,17 +167,31 @@ describe('stops', () => {
       await sendSteer(h, 'prefer a minimal fix', 'cli-test:steer-1');
       await sendSteer(h, 'prefer a minimal fix', 'cli-test:steer-2');
       // One approval sent twice with its message id: recorded once, the repeat not even ignored.
-      const approval = { action_id: first.action_id, decision: 'approve' as const, args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:test', message_id: 'cli-test:approve-1' };
+      const approval = {
+        action_id: first.action_id,
+        decision: 'approve' as const,
+        args_digest: first.args_digest,
+        workspace_digest: first.workspace_digest,
+        principal: 'user:test',
+        message_id: 'cli-test:approve-1',
+      };
       await sendApproval(h, approval);
       await sendApproval(h, approval);
       await pendingApproval(h, first.action_id);
       await approveAll(h);
     });
     expect(outcome.record).toMatchObject({ status: 'completed', writes: 2 });
-    expect(trace.filter((e) => e.type === 'steer_received').map((e) => e.data)).toEqual([{ message: 'prefer a minimal fix' }, { message: 'prefer a minimal fix' }]);
+    expect(trace.filter((e) => e.type === 'steer_received').map((e) => e.data)).toEqual([
+      { message: 'prefer a minimal fix' },
+      { message: 'prefer a minimal fix' },
+    ]);
     expect(transcript.filter((e) => 'message' in e)).toEqual([{ message: 'prefer a minimal fix' }, { message: 'prefer a minimal fix' }]);
     const first = trace.find((e) => e.type === 'approval_requested')!;
-    expect(trace.filter((e) => e.action_id === first.action_id && (e.type === 'approval_recorded' || e.type === 'approval_ignored')).map((e) => e.type)).toEqual(['approval_recorded']);
+    expect(
+      trace
+        .filter((e) => e.action_id === first.action_id && (e.type === 'approval_recorded' || e.type === 'approval_ignored'))
+        .map((e) => e.type),
+    ).toEqual(['approval_recorded']);
   });
 });
 
@@ -165,7 +203,11 @@ describe('special files left in the workspace', () => {
       'tests/test_special.py':
         'import os, socket\n\n\ndef test_leaves_special_files():\n    os.mkfifo("left.fifo")\n    s = socket.socket(socket.AF_UNIX)\n    s.bind("left.sock")\n    assert True\n',
     });
-    const path = writeReplay([runTests('make-specials'), { kind: 'tool', call: { call_id: 'diff', name: 'show_diff', arguments: {} } }, { kind: 'final', text: 'x' }]);
+    const path = writeReplay([
+      runTests('make-specials'),
+      { kind: 'tool', call: { call_id: 'diff', name: 'show_diff', arguments: {} } },
+      { kind: 'final', text: 'x' },
+    ]);
     const { outcome, trace } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', writes: 0 });
     expect(outcome.state.verification!.protected_changed).toEqual(expect.arrayContaining(['left.fifo', 'left.sock']));
@@ -181,19 +223,28 @@ describe('failures that would repeat on every attempt', () => {
     let stateDir = '';
     let control = '';
     const mounted = () => execFileSync('findmnt', ['-n', '-o', 'TARGET', '--target', control], { encoding: 'utf8' }).trim() === control;
-    const { outcome, trace, handle } = await run(canonicalInput('canonical', { approver: 'interactive' }), async (h, running) => {
-      const first = await pendingApproval(h);
-      // The run's control folder (temporary files of writes) turns read-only under the worker.
-      control = join(stateDir, 'runs', (await queryState(h)).run_id, 'control');
-      execFileSync('mount', ['--bind', control, control]);
-      try {
-        execFileSync('mount', ['-o', 'remount,ro,bind', control]);
-        await sendApproval(h, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest });
-        await waitFor('the run to end', async () => !running(), 30_000);
-      } finally {
-        execFileSync('umount', [control]);
-      }
-    }, (dir) => (stateDir = dir));
+    const { outcome, trace, handle } = await run(
+      canonicalInput('canonical', { approver: 'interactive' }),
+      async (h, running) => {
+        const first = await pendingApproval(h);
+        // The run's control folder (temporary files of writes) turns read-only under the worker.
+        control = join(stateDir, 'runs', (await queryState(h)).run_id, 'control');
+        execFileSync('mount', ['--bind', control, control]);
+        try {
+          execFileSync('mount', ['-o', 'remount,ro,bind', control]);
+          await sendApproval(h, {
+            action_id: first.action_id,
+            decision: 'approve',
+            args_digest: first.args_digest,
+            workspace_digest: first.workspace_digest,
+          });
+          await waitFor('the run to end', async () => !running(), 30_000);
+        } finally {
+          execFileSync('umount', [control]);
+        }
+      },
+      (dir) => (stateDir = dir),
+    );
     expect(mounted()).toBe(false);
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'infrastructure_error', writes: 0 });
     expect(outcome.state.detail).toMatch(/^writePatch: EROFS: read-only file system/);

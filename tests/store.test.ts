@@ -21,7 +21,12 @@ describe('the host store', () => {
     const store = new Store(path);
     const a = store.put('result', { b: 1, a: 'x' });
     expect(store.put('result', { a: 'x', b: 1 })).toBe(a);
-    expect(a).toBe(require('node:crypto').createHash('sha256').update(canonicalJson({ a: 'x', b: 1 })).digest('hex'));
+    expect(a).toBe(
+      require('node:crypto')
+        .createHash('sha256')
+        .update(canonicalJson({ a: 'x', b: 1 }))
+        .digest('hex'),
+    );
     store.close();
     const again = new Store(path);
     expect(again.get(a)).toEqual({ a: 'x', b: 1 });
@@ -88,15 +93,35 @@ describe('the host store', () => {
 describe('failures that would repeat on every attempt', () => {
   it('become non-retryable with their own type; transient ones stay retryable', () => {
     const denied = Object.assign(new Error("EACCES: permission denied, open 'junit.xml'"), { code: 'EACCES' });
-    expect(deterministicFailure('executeTool', denied)).toMatchObject({ type: 'InfrastructureError', nonRetryable: true, details: ['EACCES'] });
-    expect(deterministicFailure('verify', new SyntaxError('Unexpected end of JSON input'))).toMatchObject({ type: 'DataError', nonRetryable: true });
-    expect(deterministicFailure('decide', new StoreError('nothing is stored under x'))).toMatchObject({ type: 'DataError', nonRetryable: true });
+    expect(deterministicFailure('executeTool', denied)).toMatchObject({
+      type: 'InfrastructureError',
+      nonRetryable: true,
+      details: ['EACCES'],
+    });
+    expect(deterministicFailure('verify', new SyntaxError('Unexpected end of JSON input'))).toMatchObject({
+      type: 'DataError',
+      nonRetryable: true,
+    });
+    expect(deterministicFailure('decide', new StoreError('nothing is stored under x'))).toMatchObject({
+      type: 'DataError',
+      nonRetryable: true,
+    });
     // Recognised by class, never by name: a zod error is one, an error merely named ZodError is not.
-    expect(deterministicFailure('loadRun', z.object({ a: z.string() }).safeParse({ a: 1 }).error)).toMatchObject({ type: 'DataError', nonRetryable: true });
+    expect(deterministicFailure('loadRun', z.object({ a: z.string() }).safeParse({ a: 1 }).error)).toMatchObject({
+      type: 'DataError',
+      nonRetryable: true,
+    });
     const impostor = Object.assign(new Error('looks like one'), { name: 'ZodError' });
     expect(deterministicFailure('loadRun', impostor)).toBe(impostor);
-    expect(deterministicFailure('loadRun', new ReplayFileError('replay x is invalid'))).toMatchObject({ type: 'ReplayFileError', nonRetryable: true });
-    expect(deterministicFailure('executeTool', new BackendUnavailableError('runtime not found: pytest', 'runtime_missing'))).toMatchObject({ type: 'InfrastructureError', nonRetryable: true, details: ['runtime_missing'] });
+    expect(deterministicFailure('loadRun', new ReplayFileError('replay x is invalid'))).toMatchObject({
+      type: 'ReplayFileError',
+      nonRetryable: true,
+    });
+    expect(deterministicFailure('executeTool', new BackendUnavailableError('runtime not found: pytest', 'runtime_missing'))).toMatchObject({
+      type: 'InfrastructureError',
+      nonRetryable: true,
+      details: ['runtime_missing'],
+    });
     const busy = Object.assign(new Error('database is locked'), { code: 'SQLITE_BUSY' });
     expect(deterministicFailure('persist', busy)).toBe(busy);
   });
@@ -117,7 +142,12 @@ describe('views carried in history', () => {
     const guard = new PayloadSizeGuard();
     const at = { metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES) };
     await expect(guard.encode([at])).resolves.toEqual([at]);
-    await expect(guard.encode([{ metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES + 1) }])).rejects.toThrow(/exceeds the 65536-byte cap/);
-    await expect(guard.encode([{ metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES + 1) }])).rejects.toMatchObject({ type: 'PayloadTooLarge', nonRetryable: true });
+    await expect(guard.encode([{ metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES + 1) }])).rejects.toThrow(
+      /exceeds the 65536-byte cap/,
+    );
+    await expect(guard.encode([{ metadata: {}, data: new Uint8Array(MAX_PAYLOAD_BYTES + 1) }])).rejects.toMatchObject({
+      type: 'PayloadTooLarge',
+      nonRetryable: true,
+    });
   });
 });

@@ -31,7 +31,13 @@ afterAll(async () => {
 it('works verbatim in a fresh shell: start, state, two approvals, list, trace and history', async () => {
   const blocks = sectionBlocks();
   expect(blocks).toHaveLength(5);
-  const shellEnv = { PATH: process.env.PATH!, HOME: process.env.HOME ?? '/tmp', TEMPORAL_ADDRESS: env.address, AGENT_STATE_DIR: tempDir('cli-section-state'), TMPDIR: tempDir('cli-section-tmp') };
+  const shellEnv = {
+    PATH: process.env.PATH!,
+    HOME: process.env.HOME ?? '/tmp',
+    TEMPORAL_ADDRESS: env.address,
+    AGENT_STATE_DIR: tempDir('cli-section-state'),
+    TMPDIR: tempDir('cli-section-tmp'),
+  };
   const sh = (script: string) => exec('bash', ['-e', '-c', script], { cwd: PROJECT_ROOT, env: shellEnv, maxBuffer: 64 * 1024 * 1024 });
 
   const worker = spawn('bash', ['-c', blocks[0]], { cwd: PROJECT_ROOT, env: shellEnv, stdio: 'ignore', detached: true });
@@ -49,7 +55,9 @@ it('works verbatim in a fresh shell: start, state, two approvals, list, trace an
       await sh(blocks[3]);
       approved = pending!.action_id;
     }
-    const outcome = await waitFor('the run to end', async () => ((await handle.describe()).status.name === 'COMPLETED' ? runOutcome(handle) : null));
+    const outcome = await waitFor('the run to end', async () =>
+      (await handle.describe()).status.name === 'COMPLETED' ? runOutcome(handle) : null,
+    );
     expect(outcome.record).toMatchObject(CANONICAL_RECORD);
     // Visibility is eventually consistent: the list shows the run once it is indexed.
     const last = await waitFor('the list to show the run', async () => {

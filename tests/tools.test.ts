@@ -19,7 +19,9 @@ import { LINKCHECK, prepareRun, tempDir, type TestRun } from './helpers/run-dir'
 const SRC = 'def check(root):\n    return root / target\n\n\ndef other():\n    return 1\n';
 
 function run(extra: Record<string, string> = {}): TestRun {
-  return prepareRun({ repo: { 'src/linkcheck.py': SRC, 'notes.txt': 'my notes\n', 'tests/test_a.py': 'def test_a():\n    assert True\n', ...extra } });
+  return prepareRun({
+    repo: { 'src/linkcheck.py': SRC, 'notes.txt': 'my notes\n', 'tests/test_a.py': 'def test_a():\n    assert True\n', ...extra },
+  });
 }
 
 /** Asserts a rejection: the code, an unchanged workspace and no ledger entry. */
@@ -44,7 +46,10 @@ describe('read_file', () => {
   });
 
   it('cuts at whole lines under the cap and says so', () => {
-    const t = prepareRun({ repo: { 'big.txt': 'x'.repeat(99) + '\n' + 'y'.repeat(99) + '\n' + 'z'.repeat(99) + '\n' }, limits: { readBytes: 256 } });
+    const t = prepareRun({
+      repo: { 'big.txt': 'x'.repeat(99) + '\n' + 'y'.repeat(99) + '\n' + 'z'.repeat(99) + '\n' },
+      limits: { readBytes: 256 },
+    });
     const r = readFile(t.ctx, 'r', { path: 'big.txt' });
     expect(r.truncated).toBe(true);
     expect(r.data).toMatchObject({ start: 1, end: 2, total_lines: 3 });
@@ -94,7 +99,12 @@ describe('path safety on disk', () => {
     linkSync(outside, join(t.workspace, 'hard.txt'));
     expect(readFile(t.ctx, 'r', { path: 'hard.txt' }).error).toBe('path_denied');
     const before = t.digest();
-    expectRejected(t, preparePatch(t.ctx, 'p', { path: 'hard.txt', version: sha256('secret\n'), old: 'secret', new: 'x' }), 'path_denied', before);
+    expectRejected(
+      t,
+      preparePatch(t.ctx, 'p', { path: 'hard.txt', version: sha256('secret\n'), old: 'secret', new: 'x' }),
+      'path_denied',
+      before,
+    );
   });
 });
 
@@ -126,7 +136,10 @@ describe('search', () => {
     const t = prepareRun({ repo: { 'short.txt': 'needle\n', 'long.txt': `needle ${'x'.repeat(1000)}\n` } });
     const r = search(t.ctx, 's', { query: 'needle' });
     expect(r.truncated).toBe(true);
-    expect((r.data as { matches: { path: string; text: string }[] }).matches.map((m) => [m.path, m.text.length])).toEqual([['long.txt', 400], ['short.txt', 6]]);
+    expect((r.data as { matches: { path: string; text: string }[] }).matches.map((m) => [m.path, m.text.length])).toEqual([
+      ['long.txt', 400],
+      ['short.txt', 6],
+    ]);
     expect(search(t.ctx, 's', { query: 'needle', path: 'short.txt' }).truncated).toBe(false);
   });
 });
@@ -149,7 +162,12 @@ describe('apply_patch prepare and write', () => {
 
   it('rejects a new text over the cap as too_large', () => {
     const t = prepareRun({ repo: { 'src/linkcheck.py': SRC }, limits: { patchBytes: 10 } });
-    expectRejected(t, preparePatch(t.ctx, 'p', { path: 'src/linkcheck.py', version: v, old: 'root', new: 'x'.repeat(11) }), 'too_large', t.digest());
+    expectRejected(
+      t,
+      preparePatch(t.ctx, 'p', { path: 'src/linkcheck.py', version: v, old: 'root', new: 'x'.repeat(11) }),
+      'too_large',
+      t.digest(),
+    );
   });
 
   it('prepares without writing, then writes once and records intent and receipt', () => {
@@ -160,7 +178,12 @@ describe('apply_patch prepare and write', () => {
     expect(prepared.kind).toBe('prepared');
     if (prepared.kind !== 'prepared') return;
     expect(t.digest()).toBe(before);
-    expect(prepared.action).toMatchObject({ path: 'src/linkcheck.py', before: v, after: sha256(SRC.replace('root / target', 'document.parent / target')), workspace_digest: before });
+    expect(prepared.action).toMatchObject({
+      path: 'src/linkcheck.py',
+      before: v,
+      after: sha256(SRC.replace('root / target', 'document.parent / target')),
+      workspace_digest: before,
+    });
     expect(prepared.action.diff).toContain('+    return document.parent / target');
     // The same proposal gives the same action_id.
     expect((preparePatch(t.ctx, 'p2', args) as typeof prepared).action.action_id).toBe(prepared.action.action_id);
@@ -230,11 +253,18 @@ describe('run_tests', () => {
     expect((red.data as { failures: { test: string }[] }).failures[0].test).toBe('tests.test_a::test_b');
 
     const empty = prepareRun({ repo: { 'tests/readme.txt': 'no tests here\n' } });
-    expect(await runTests(empty.ctx, 't')).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'no_tests', discovered: 0 } });
+    expect(await runTests(empty.ctx, 't')).toMatchObject({
+      ok: false,
+      error: 'tests_incomplete',
+      data: { status: 'no_tests', discovered: 0 },
+    });
   });
 
   it('reports a missing test runtime as an infrastructure error, never as no tests', async () => {
-    const t = prepareRun({ repo: { 'tests/test_a.py': 'def test_a():\n    pass\n' }, fixture: { tests: { command: ['python-does-not-exist', '-m', 'pytest'], format: 'pytest', timeout_s: 30 } } });
+    const t = prepareRun({
+      repo: { 'tests/test_a.py': 'def test_a():\n    pass\n' },
+      fixture: { tests: { command: ['python-does-not-exist', '-m', 'pytest'], format: 'pytest', timeout_s: 30 } },
+    });
     await expect(runTests(t.ctx, 't')).rejects.toThrow(/runtime not found: python-does-not-exist/);
   });
 
@@ -263,7 +293,10 @@ describe('run_tests', () => {
 
   it('supports node:test through its JUnit reporter', async () => {
     const t = prepareRun({
-      repo: { 'test/a.test.js': "const test = require('node:test');\nconst assert = require('node:assert');\ntest('one', () => assert.ok(true));\ntest('two', () => assert.equal(1, 2));\n" },
+      repo: {
+        'test/a.test.js':
+          "const test = require('node:test');\nconst assert = require('node:assert');\ntest('one', () => assert.ok(true));\ntest('two', () => assert.equal(1, 2));\n",
+      },
       fixture: { tests: { command: ['node', '--test', 'test/'], format: 'node-test', timeout_s: 30 } },
     });
     expect(await runTests(t.ctx, 't')).toMatchObject({ error: 'tests_failed', data: { discovered: 2, passed: 1, failed: 1 } });
@@ -276,7 +309,20 @@ describe('local activities (read-only steps without a server round trip)', () =>
     const t = run();
     const stateDir = dirname(dirname(t.ctx.paths.root));
     const store = new Store(join(stateDir, 'store.sqlite'));
-    const activities = createActivities({ store, ledger: t.ledger, backends: { local: new LocalBackend() }, config: { stateDir, providersFile: join(stateDir, 'providers.json'), limits: DEFAULT_LIMITS, hostQueue: own, baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' }, credential: () => undefined, promptsDir: join(stateDir, 'prompts') } });
+    const activities = createActivities({
+      store,
+      ledger: t.ledger,
+      backends: { local: new LocalBackend() },
+      config: {
+        stateDir,
+        providersFile: join(stateDir, 'providers.json'),
+        limits: DEFAULT_LIMITS,
+        hostQueue: own,
+        baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' },
+        credential: () => undefined,
+        promptsDir: join(stateDir, 'prompts'),
+      },
+    });
     const ref: RunRef = { run_id: t.ctx.runId, fixture: t.ctx.fixture, fixture_dir: LINKCHECK, backend: 'local' };
     const call = (name: 'read_file' | 'run_tests', args: object): CallView => {
       const full = { call_id: `c-${name}`, name, arguments: args };
@@ -294,8 +340,20 @@ describe('local activities (read-only steps without a server round trip)', () =>
     expect(here).toMatchObject({ call_id: 'c-read_file', ok: true, error: null });
     expect(store.get<{ data: { text: string } }>((here as ResultView).ref!).data.text).toBe(SRC);
 
-    const source = { kind: 'replay' as const, digest: store.put('replay', { schema_version: 1, decisions: [{ kind: 'plan', text: 'look first' }] }) };
-    const input = { run_id: ref.run_id, source, cursor: 0, turn: 1, retry: 0, tools_enabled: true, transcript: { head: null, append: [{ message: 'steer' }] }, facts: null };
+    const source = {
+      kind: 'replay' as const,
+      digest: store.put('replay', { schema_version: 1, decisions: [{ kind: 'plan', text: 'look first' }] }),
+    };
+    const input = {
+      run_id: ref.run_id,
+      source,
+      cursor: 0,
+      turn: 1,
+      retry: 0,
+      tools_enabled: true,
+      transcript: { head: null, append: [{ message: 'steer' }] },
+      facts: null,
+    };
     const steerLink = sha256(canonicalJson({ prev: null, entry: { message: 'steer' } }));
     expect(await env.run(activities.localDecide, 'q@host-b', input)).toEqual({ kind: 'elsewhere', host_queue: 'q@host-a' });
     expect(store.has(steerLink)).toBe(false);
@@ -308,14 +366,29 @@ describe('local activities (read-only steps without a server round trip)', () =>
   it('refuse what must stay a regular activity: run_tests and a live decision', async () => {
     const { activities, ref, call } = hostActivities('q@host-a');
     const env = new MockActivityEnvironment();
-    await expect(env.run(activities.localTool, 'q@host-a', ref, call('run_tests', {}), 1000)).rejects.toMatchObject({ type: 'ProtocolError', nonRetryable: true });
+    await expect(env.run(activities.localTool, 'q@host-a', ref, call('run_tests', {}), 1000)).rejects.toMatchObject({
+      type: 'ProtocolError',
+      nonRetryable: true,
+    });
     const live = { kind: 'provider' as const, endpoint: 'e', provider: 'openai' as const, model: 'm' };
-    await expect(env.run(activities.localDecide, 'q@host-a', { run_id: ref.run_id, source: live, cursor: 0, turn: 1, retry: 0, tools_enabled: true, transcript: { head: null, append: [] }, facts: null })).rejects.toMatchObject({ type: 'ProtocolError' });
+    await expect(
+      env.run(activities.localDecide, 'q@host-a', {
+        run_id: ref.run_id,
+        source: live,
+        cursor: 0,
+        turn: 1,
+        retry: 0,
+        tools_enabled: true,
+        transcript: { head: null, append: [] },
+        facts: null,
+      }),
+    ).rejects.toMatchObject({ type: 'ProtocolError' });
   });
 });
 
 describe('capped process output', () => {
-  const bytes = (...parts: (string | number[])[]) => Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
+  const bytes = (...parts: (string | number[])[]) =>
+    Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
 
   it('ends before a multi-byte character cut at the cap, never with a replacement character', () => {
     // '€' is E2 82 AC; '😀' is F0 9F 98 80. Every cut inside them drops the whole character.
@@ -330,7 +403,12 @@ describe('capped process output', () => {
     ] as const) {
       const out = new CappedOutput(cap);
       out.push(Buffer.from(text));
-      expect({ text, cap, kept: out.text(), truncated: out.truncated }).toEqual({ text, cap, kept, truncated: Buffer.byteLength(text) > cap });
+      expect({ text, cap, kept: out.text(), truncated: out.truncated }).toEqual({
+        text,
+        cap,
+        kept,
+        truncated: Buffer.byteLength(text) > cap,
+      });
     }
     // A character split across chunks, then cut: still dropped whole.
     const split = new CappedOutput(4);

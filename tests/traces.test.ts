@@ -52,7 +52,10 @@ async function scheduledActivities(workflowId: string): Promise<{ id: string; ty
     if (a) return [{ id: a.activityId!, type: a.activityType!.name! }];
     const m = e.markerRecordedEventAttributes;
     if (m?.markerName !== 'core_local_activity') return [];
-    const data = JSON.parse(Buffer.from(m.details!.data!.payloads![0].data!).toString('utf8')) as { activity_id: string; activity_type: string };
+    const data = JSON.parse(Buffer.from(m.details!.data!.payloads![0].data!).toString('utf8')) as {
+      activity_id: string;
+      activity_type: string;
+    };
     return [{ id: data.activity_id, type: data.activity_type }];
   });
 }
@@ -73,11 +76,23 @@ describe('traces exported over OTLP/HTTP', () => {
     await killed(worker);
   });
 
-  const cli = (...args: string[]) => exec(process.execPath, [CLI, ...args], { env: cliEnv, cwd: PROJECT_ROOT, maxBuffer: 16 * 1024 * 1024 });
+  const cli = (...args: string[]) =>
+    exec(process.execPath, [CLI, ...args], { env: cliEnv, cwd: PROJECT_ROOT, maxBuffer: 16 * 1024 * 1024 });
 
   it('makes the canonical run one trace: the start span, the workflow span, one span per activity with the run attributes; status names it', async () => {
     const id = `traced-canonical-${process.pid}`;
-    const { stdout } = await cli('run', 'fixtures/linkcheck-nested', '--replay', 'fixtures/linkcheck-nested/replays/canonical.json', '--approver', 'policy:approve-writable', '--wait', '--json', '--id', id);
+    const { stdout } = await cli(
+      'run',
+      'fixtures/linkcheck-nested',
+      '--replay',
+      'fixtures/linkcheck-nested/replays/canonical.json',
+      '--approver',
+      'policy:approve-writable',
+      '--wait',
+      '--json',
+      '--id',
+      id,
+    );
     const record = JSON.parse(stdout);
     expect(record).toEqual({ ...CANONICAL_RECORD, trace_id: expect.stringMatching(TRACE_ID) });
     const traceId = record.trace_id as string;
@@ -85,14 +100,19 @@ describe('traces exported over OTLP/HTTP', () => {
     expect(JSON.parse(status.stdout).trace_id).toBe(traceId);
     expect((await cli('status', id)).stdout).toContain(`trace ${traceId}`);
     // The console's card of the run shows it (the page is made from the same state).
-    const card = cardPage({ workflow_id: id, view: JSON.parse(status.stdout), trace: [], web_ui: null, csrf: 'c', user: 'u', form_token: 't' }, null);
+    const card = cardPage(
+      { workflow_id: id, view: JSON.parse(status.stdout), trace: [], web_ui: null, csrf: 'c', user: 'u', form_token: 't' },
+      null,
+    );
     expect(card).toContain(`<dd id="trace-id"><code class="digest">${traceId}</code>`);
 
     // The worker exports its batches every 2 s, the command line when it ends.
     const activities = await scheduledActivities(id);
     const spans = await waitFor('the run span and a span for every activity at the receiver', async () => {
       const found = receiver.trace(traceId);
-      const complete = found.some((s) => s.name === 'RunWorkflow:agentRun') && activities.every((a) => found.some((s) => s.attributes.temporalActivityId === a.id && s.name === `RunActivity:${a.type}`));
+      const complete =
+        found.some((s) => s.name === 'RunWorkflow:agentRun') &&
+        activities.every((a) => found.some((s) => s.attributes.temporalActivityId === a.id && s.name === `RunActivity:${a.type}`));
       return complete ? found : null;
     });
     expect(receiver.refused).toEqual([]);
@@ -106,7 +126,16 @@ describe('traces exported over OTLP/HTTP', () => {
     const run = runSpans[0];
     expect(run.parentSpanId).toBe(start.spanId);
     expect(run.resource['service.name']).toBe('coding-agent-worker');
-    expect(run.attributes).toMatchObject({ temporalWorkflowId: id, 'agent.fixture': 'linkcheck-nested', 'agent.replay': 'canonical', 'agent.status': 'completed', 'agent.turns': 8, 'agent.tool_calls': 6, 'agent.writes': 2, 'agent.tool_errors': 1 });
+    expect(run.attributes).toMatchObject({
+      temporalWorkflowId: id,
+      'agent.fixture': 'linkcheck-nested',
+      'agent.replay': 'canonical',
+      'agent.status': 'completed',
+      'agent.turns': 8,
+      'agent.tool_calls': 6,
+      'agent.writes': 2,
+      'agent.tool_errors': 1,
+    });
     expect(run.attributes['agent.reason']).toBeUndefined();
 
     // Exactly one span per activity of the history, each under the workflow's start of it.
@@ -114,18 +143,39 @@ describe('traces exported over OTLP/HTTP', () => {
     expect(spans.filter((s) => s.name.startsWith('RunActivity:'))).toHaveLength(activities.length);
     for (const a of activities) {
       const span = byId.get(a.id)!;
-      expect({ activity: a.id, name: span.name, workflow: span.attributes.temporalWorkflowId }).toEqual({ activity: a.id, name: `RunActivity:${a.type}`, workflow: id });
+      expect({ activity: a.id, name: span.name, workflow: span.attributes.temporalWorkflowId }).toEqual({
+        activity: a.id,
+        name: `RunActivity:${a.type}`,
+        workflow: id,
+      });
       const parent = spans.find((s) => s.spanId === span.parentSpanId)!;
       expect(parent.name).toBe(`StartActivity:${a.type}`);
     }
-    expect(new Set(activities.map((a) => a.type))).toEqual(new Set(['loadRun', 'prepareWorkspace', 'localDecide', 'localTool', 'executeTool', 'preparePatch', 'writePatch', 'verify', 'persist']));
+    expect(new Set(activities.map((a) => a.type))).toEqual(
+      new Set([
+        'loadRun',
+        'prepareWorkspace',
+        'localDecide',
+        'localTool',
+        'executeTool',
+        'preparePatch',
+        'writePatch',
+        'verify',
+        'persist',
+      ]),
+    );
 
     // The attributes: the turn of each model call, the tool and call of each tool span, the red
     // run's error code, the action of each write, verification's outcome.
     // A replay's decisions and reads are local activities on the run's host (docs/how-a-run-goes.md).
     const decide = ofType(spans, 'RunActivity:localDecide');
     expect(decide.map((s) => s.attributes['agent.turn']).sort((x, y) => Number(x) - Number(y))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
-    const tools = [...ofType(spans, 'RunActivity:executeTool'), ...ofType(spans, 'RunActivity:localTool')].map((s) => [s.attributes['agent.turn'], s.attributes['agent.tool'], s.attributes['agent.call_id'], s.attributes['agent.error_code'] ?? null]);
+    const tools = [...ofType(spans, 'RunActivity:executeTool'), ...ofType(spans, 'RunActivity:localTool')].map((s) => [
+      s.attributes['agent.turn'],
+      s.attributes['agent.tool'],
+      s.attributes['agent.call_id'],
+      s.attributes['agent.error_code'] ?? null,
+    ]);
     expect(tools.sort((x, y) => Number(x[0]) - Number(y[0]))).toEqual([
       [2, 'read_file', 'read-source', null],
       [4, 'run_tests', 'run-red', 'tests_failed'],
@@ -134,12 +184,19 @@ describe('traces exported over OTLP/HTTP', () => {
     ]);
     const prepared = ofType(spans, 'RunActivity:preparePatch').map((s) => s.attributes);
     const written = ofType(spans, 'RunActivity:writePatch').map((s) => s.attributes);
-    expect(prepared.map((a) => [a['agent.call_id'], a['agent.tool']]).sort()).toEqual([['add-test', 'apply_patch'], ['fix-source', 'apply_patch']]);
+    expect(prepared.map((a) => [a['agent.call_id'], a['agent.tool']]).sort()).toEqual([
+      ['add-test', 'apply_patch'],
+      ['fix-source', 'apply_patch'],
+    ]);
     for (const a of [...prepared, ...written]) expect(a['agent.action_id']).toMatch(ACTION_ID);
     expect(new Set(written.map((a) => a['agent.action_id']))).toEqual(new Set(prepared.map((a) => a['agent.action_id'])));
     expect(ofType(spans, 'RunActivity:verify')[0].attributes['agent.outcome']).toBe('passed');
     // The workflow-side start spans say the same of the arguments.
-    expect([...ofType(spans, 'StartActivity:executeTool'), ...ofType(spans, 'StartActivity:localTool')].map((s) => s.attributes['agent.tool']).sort()).toEqual(['read_file', 'run_tests', 'run_tests', 'show_diff']);
+    expect(
+      [...ofType(spans, 'StartActivity:executeTool'), ...ofType(spans, 'StartActivity:localTool')]
+        .map((s) => s.attributes['agent.tool'])
+        .sort(),
+    ).toEqual(['read_file', 'run_tests', 'run_tests', 'show_diff']);
     // The run's spans are in this trace only.
     expect(receiver.spans.filter((s) => s.attributes.temporalWorkflowId === id && s.traceId !== traceId)).toEqual([]);
 
@@ -150,7 +207,10 @@ describe('traces exported over OTLP/HTTP', () => {
 
   it('gives each run of a batch a trace of its own, named in timings.json and report.html, never in report.json', async () => {
     const fixture = join(tempDir('traces-batch'), 'linkcheck-nested');
-    cpSync(LINKCHECK, fixture, { recursive: true, filter: (src) => !src.includes(`${join(LINKCHECK, 'replays')}/`) || src.endsWith('canonical.json') });
+    cpSync(LINKCHECK, fixture, {
+      recursive: true,
+      filter: (src) => !src.includes(`${join(LINKCHECK, 'replays')}/`) || src.endsWith('canonical.json'),
+    });
     mkdirSync(join(fixture, 'replays'), { recursive: true });
     const out = tempDir('traces-batch-out');
     const batch = `traced-batch-${process.pid}`;
@@ -171,7 +231,9 @@ describe('traces exported over OTLP/HTTP', () => {
       const errors: string[] = [];
       page.on('pageerror', (e) => errors.push(e.message));
       await page.goto(pathToFileURL(join(out, 'report.html')).href);
-      expect((await page.locator('#runs tbody tr.run code.trace-id').allTextContents()).sort()).toEqual(traces.map((t) => `trace ${t}`).sort());
+      expect((await page.locator('#runs tbody tr.run code.trace-id').allTextContents()).sort()).toEqual(
+        traces.map((t) => `trace ${t}`).sort(),
+      );
       expect(errors).toEqual([]);
       expect(outside.aborted).toEqual([]);
     } finally {
@@ -200,17 +262,44 @@ describe('traces exported over OTLP/HTTP', () => {
 describe('a live run', () => {
   it('puts the model token counts on each decide span and the totals on the workflow span', async () => {
     const KEY_ENV = 'AGENT_TEST_TRACES_KEY';
-    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { kind: string; text?: string; call?: { call_id: string; name: string; arguments: unknown } }[];
-    const replies = canonical.filter((d) => d.kind !== 'plan').map((d) => (d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text }));
-    const server = await new ProviderServer((_req, i) => ({ body: reply('openai', { ...(replies[i] ?? { text: 'done' }), usage: [1000 + i, 10 + i, i % 2 === 0 ? 500 : 0] }) })).start();
+    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
+      kind: string;
+      text?: string;
+      call?: { call_id: string; name: string; arguments: unknown };
+    }[];
+    const replies = canonical
+      .filter((d) => d.kind !== 'plan')
+      .map((d) =>
+        d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text },
+      );
+    const server = await new ProviderServer((_req, i) => ({
+      body: reply('openai', { ...(replies[i] ?? { text: 'done' }), usage: [1000 + i, 10 + i, i % 2 === 0 ? 500 : 0] }),
+    })).start();
     const providers = join(tempDir('traces-providers'), 'providers.json');
     const endpoint = addEndpoint(providers, endpointOf('openai', server, KEY_ENV));
     const taskQueue = uniqueQueue('traces-live');
-    const worker = spawnWorker(env, taskQueue, tempDir('traces-live-state'), { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, AGENT_PROVIDERS_FILE: providers, [KEY_ENV]: 'sk-test-traces' });
+    const worker = spawnWorker(env, taskQueue, tempDir('traces-live-state'), {
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      AGENT_PROVIDERS_FILE: providers,
+      [KEY_ENV]: 'sk-test-traces',
+    });
     try {
-      const handle = await startRun(env.client, { fixture: LINKCHECK, source: { kind: 'provider', endpoint, model: 'test-model' }, backend: 'docker', approver: 'policy:approve-writable' }, { taskQueue, workflowId: `traced-live-${process.pid}` });
+      const handle = await startRun(
+        env.client,
+        {
+          fixture: LINKCHECK,
+          source: { kind: 'provider', endpoint, model: 'test-model' },
+          backend: 'docker',
+          approver: 'policy:approve-writable',
+        },
+        { taskQueue, workflowId: `traced-live-${process.pid}` },
+      );
       const outcome = await runOutcome(handle, null);
-      expect(outcome.record).toMatchObject({ status: 'completed', turns: 7, usage: { model_calls: 7, input_tokens: 7021, output_tokens: 91, cached_tokens: 2000 } });
+      expect(outcome.record).toMatchObject({
+        status: 'completed',
+        turns: 7,
+        usage: { model_calls: 7, input_tokens: 7021, output_tokens: 91, cached_tokens: 2000 },
+      });
       const traceId = outcome.record.trace_id!;
       expect(traceId).toMatch(TRACE_ID);
       const spans = await waitFor('the live run trace', async () => {
@@ -220,10 +309,23 @@ describe('a live run', () => {
       const decide = ofType(spans, 'RunActivity:decide')
         .map((s) => s.attributes)
         .sort((x, y) => Number(x['agent.turn']) - Number(y['agent.turn']));
-      expect(decide.map((a) => [a['agent.turn'], a['gen_ai.system'], a['gen_ai.request.model'], a['gen_ai.usage.input_tokens'], a['gen_ai.usage.output_tokens'], a['agent.usage.cached_tokens']])).toEqual(
-        [0, 1, 2, 3, 4, 5, 6].map((i) => [i + 1, 'openai', 'test-model', 1000 + i, 10 + i, i % 2 === 0 ? 500 : 0]),
-      );
-      expect(ofType(spans, 'RunWorkflow:agentRun')[0].attributes).toMatchObject({ 'agent.status': 'completed', 'gen_ai.usage.input_tokens': 7021, 'gen_ai.usage.output_tokens': 91, 'agent.usage.cached_tokens': 2000, 'agent.usage.model_calls': 7 });
+      expect(
+        decide.map((a) => [
+          a['agent.turn'],
+          a['gen_ai.system'],
+          a['gen_ai.request.model'],
+          a['gen_ai.usage.input_tokens'],
+          a['gen_ai.usage.output_tokens'],
+          a['agent.usage.cached_tokens'],
+        ]),
+      ).toEqual([0, 1, 2, 3, 4, 5, 6].map((i) => [i + 1, 'openai', 'test-model', 1000 + i, 10 + i, i % 2 === 0 ? 500 : 0]));
+      expect(ofType(spans, 'RunWorkflow:agentRun')[0].attributes).toMatchObject({
+        'agent.status': 'completed',
+        'gen_ai.usage.input_tokens': 7021,
+        'gen_ai.usage.output_tokens': 91,
+        'agent.usage.cached_tokens': 2000,
+        'agent.usage.model_calls': 7,
+      });
     } finally {
       worker.kill('SIGTERM');
       await killed(worker);

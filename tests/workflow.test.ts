@@ -5,7 +5,17 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Ledger } from '../activities/ledger';
 import { runPaths } from '../activities/workspace';
 import { LINKCHECK, tempDir } from './helpers/run-dir';
-import { approveAll, CANONICAL_RECORD, canonicalInput, pendingApproval, runOnce, startServer, uniqueQueue, writeReplay, type RunOnceOptions } from './helpers/temporal';
+import {
+  approveAll,
+  CANONICAL_RECORD,
+  canonicalInput,
+  pendingApproval,
+  runOnce,
+  startServer,
+  uniqueQueue,
+  writeReplay,
+  type RunOnceOptions,
+} from './helpers/temporal';
 import { createWorker } from '../worker';
 import type { RunOutcome } from '../workflows';
 import { sendApproval } from '../client/run-access';
@@ -22,7 +32,9 @@ const run = (input: object, opts?: RunOnceOptions) => runOnce(env, input, opts);
 
 describe('agentRun on a real Temporal server', () => {
   it('completes the canonical replay with approvals given through the real Signal', async () => {
-    const { outcome, trace, receipts, transcript } = await run(canonicalInput('canonical', { approver: 'interactive' }), { drive: (h) => approveAll(h) });
+    const { outcome, trace, receipts, transcript } = await run(canonicalInput('canonical', { approver: 'interactive' }), {
+      drive: (h) => approveAll(h),
+    });
     expect(outcome.record).toEqual(CANONICAL_RECORD);
     // The run names the build that ran it, in its state and its last event, never in its record.
     expect(outcome.state.builds).toEqual([buildId()]);
@@ -38,12 +50,23 @@ describe('agentRun on a real Temporal server', () => {
 
     // Exactly one red run_tests before the source fix.
     const firstSourceWrite = trace.find((e) => e.type === 'action_written' && (e.data as { path: string }).path === 'src/linkcheck.py')!;
-    const redBefore = trace.filter((e) => e.type === 'tool_observed' && (e.data as { error: string }).error === 'tests_failed' && e.seq < firstSourceWrite.seq);
+    const redBefore = trace.filter(
+      (e) => e.type === 'tool_observed' && (e.data as { error: string }).error === 'tests_failed' && e.seq < firstSourceWrite.seq,
+    );
     expect(redBefore).toHaveLength(1);
 
     // The causal order of the key events, and strictly increasing seq from 1.
     expect(trace.map((e) => e.seq)).toEqual(trace.map((_, i) => i + 1));
-    const order = ['model_requested', 'tool_proposed', 'approval_requested', 'approval_recorded', 'action_written', 'action_receipt', 'verification_started', 'verification_passed'];
+    const order = [
+      'model_requested',
+      'tool_proposed',
+      'approval_requested',
+      'approval_recorded',
+      'action_written',
+      'action_receipt',
+      'verification_started',
+      'verification_passed',
+    ];
     let at = 0;
     for (const type of order) {
       const found = trace.findIndex((e, i) => i >= at && e.type === type);
@@ -81,10 +104,27 @@ describe('agentRun on a real Temporal server', () => {
     const { outcome, trace, receipts } = await run(canonicalInput('canonical', { approver: 'interactive' }), {
       drive: async (h) => {
         const first = await pendingApproval(h);
-        await sendApproval(h, { action_id: first.action_id, decision: 'approve', args_digest: '0'.repeat(64), workspace_digest: first.workspace_digest });
-        await sendApproval(h, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
+        await sendApproval(h, {
+          action_id: first.action_id,
+          decision: 'approve',
+          args_digest: '0'.repeat(64),
+          workspace_digest: first.workspace_digest,
+        });
+        await sendApproval(h, {
+          action_id: first.action_id,
+          decision: 'approve',
+          args_digest: first.args_digest,
+          workspace_digest: first.workspace_digest,
+          principal: 'user:a',
+        });
         // The same approval again, after it was accepted: recorded as ignored.
-        await sendApproval(h, { action_id: first.action_id, decision: 'approve', args_digest: first.args_digest, workspace_digest: first.workspace_digest, principal: 'user:a' });
+        await sendApproval(h, {
+          action_id: first.action_id,
+          decision: 'approve',
+          args_digest: first.args_digest,
+          workspace_digest: first.workspace_digest,
+          principal: 'user:a',
+        });
         await approveAll(h);
       },
     });
@@ -99,7 +139,13 @@ describe('agentRun on a real Temporal server', () => {
     const { outcome, trace } = await run(canonicalInput('canonical', { approver: 'interactive' }), {
       drive: async (h) => {
         const first = await pendingApproval(h);
-        await sendApproval(h, { action_id: first.action_id, decision: 'reject', args_digest: first.args_digest, workspace_digest: first.workspace_digest, reason: 'not this test' });
+        await sendApproval(h, {
+          action_id: first.action_id,
+          decision: 'reject',
+          args_digest: first.args_digest,
+          workspace_digest: first.workspace_digest,
+          reason: 'not this test',
+        });
         await approveAll(h);
       },
     });
@@ -112,25 +158,46 @@ describe('agentRun on a real Temporal server', () => {
 
   it('retries transient model errors at most twice, then fails with model_error', async () => {
     const retried = await run(
-      canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'model_error', transient: true }, { kind: 'model_error', transient: true }, { kind: 'final', text: 'done' }]) } }),
+      canonicalInput('canonical', {
+        source: {
+          kind: 'replay',
+          trusted: true,
+          path: writeReplay([
+            { kind: 'model_error', transient: true },
+            { kind: 'model_error', transient: true },
+            { kind: 'final', text: 'done' },
+          ]),
+        },
+      }),
     );
     expect(retried.trace.filter((e) => e.type === 'model_retry')).toHaveLength(2);
     expect(retried.outcome.record.reason).toBe('verification_failed');
 
     const three = await run(
-      canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([1, 2, 3].map(() => ({ kind: 'model_error', transient: true }))) } }),
+      canonicalInput('canonical', {
+        source: { kind: 'replay', trusted: true, path: writeReplay([1, 2, 3].map(() => ({ kind: 'model_error', transient: true }))) },
+      }),
     );
     expect(three.outcome.record).toMatchObject({ status: 'failed', reason: 'model_error' });
 
-    const permanent = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'model_error', transient: false }]) } }));
+    const permanent = await run(
+      canonicalInput('canonical', {
+        source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'model_error', transient: false }]) },
+      }),
+    );
     expect(permanent.outcome.record).toMatchObject({ status: 'failed', reason: 'model_error' });
     expect(permanent.trace.filter((e) => e.type === 'model_retry')).toHaveLength(0);
   });
 
   it('counts turns, tool calls, repeated identical calls (none across a write) and empty replies in the record', async () => {
-    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as { call?: { call_id: string } }[];
+    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
+      call?: { call_id: string };
+    }[];
     const step = (id: string) => canonical.find((d) => d.call?.call_id === id)!;
-    const read = (id: string, args: object) => ({ kind: 'tool', call: { call_id: id, name: 'read_file', arguments: { path: 'src/linkcheck.py', ...args } } });
+    const read = (id: string, args: object) => ({
+      kind: 'tool',
+      call: { call_id: id, name: 'read_file', arguments: { path: 'src/linkcheck.py', ...args } },
+    });
     const path = writeReplay([
       { kind: 'plan', text: '  ' },
       read('r1', {}),
@@ -144,18 +211,34 @@ describe('agentRun on a real Temporal server', () => {
       { kind: 'final', text: '' },
     ]);
     const { outcome } = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path } }));
-    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', turns: 10, tool_calls: 8, repeated_calls: 3, empty_replies: 2, trace_id: null });
+    expect(outcome.record).toMatchObject({
+      status: 'failed',
+      reason: 'verification_failed',
+      turns: 10,
+      tool_calls: 8,
+      repeated_calls: 3,
+      empty_replies: 2,
+      trace_id: null,
+    });
     expect(outcome.state.counters).toMatchObject({ repeated_calls: 3, empty_replies: 2 });
   });
 
   it('fails with replay_exhausted when the decisions run out', async () => {
-    const { outcome } = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'plan', text: 'think' }]) } }));
+    const { outcome } = await run(
+      canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path: writeReplay([{ kind: 'plan', text: 'think' }]) } }),
+    );
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'replay_exhausted' });
   });
 
   it('stops at max_turns with budget_exhausted after a wrap-up turn without tools', async () => {
-    const path = writeReplay([{ kind: 'plan', text: 'one' }, { kind: 'plan', text: 'two' }, { kind: 'final', text: 'summary of what was done' }]);
-    const { outcome, trace } = await run(canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path }, budgets: { max_turns: 2 } }));
+    const path = writeReplay([
+      { kind: 'plan', text: 'one' },
+      { kind: 'plan', text: 'two' },
+      { kind: 'final', text: 'summary of what was done' },
+    ]);
+    const { outcome, trace } = await run(
+      canonicalInput('canonical', { source: { kind: 'replay', trusted: true, path }, budgets: { max_turns: 2 } }),
+    );
     expect(outcome.record).toMatchObject({ status: 'budget_exhausted', reason: 'max_turns' });
     expect(outcome.state.wrap_up).toBe('summary of what was done');
     expect(trace.filter((e) => e.type === 'model_requested').at(-1)!.data).toMatchObject({ tools_enabled: false });
@@ -165,7 +248,12 @@ describe('agentRun on a real Temporal server', () => {
     const fixture = join(tempDir('bad-expected'), 'fixture');
     cpSync(LINKCHECK, fixture, { recursive: true });
     writeFileSync(join(fixture, 'acceptance', 'expected.json'), '{"schema_version": 1, "cases": ');
-    const { outcome, stateDir } = await run(canonicalInput('canonical', { fixture, source: { kind: 'replay', path: join(LINKCHECK, 'replays', 'canonical.json'), trusted: true } }));
+    const { outcome, stateDir } = await run(
+      canonicalInput('canonical', {
+        fixture,
+        source: { kind: 'replay', path: join(LINKCHECK, 'replays', 'canonical.json'), trusted: true },
+      }),
+    );
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'invalid_input', writes: 0 });
     expect(outcome.state.detail).toMatch(/^acceptance\/expected\.json is not JSON/);
     expect(existsSync(join(stateDir, 'runs'))).toBe(false);
@@ -202,7 +290,11 @@ describe('agentRun on a real Temporal server', () => {
     // Host A loads the run and holds its workspace; the run waits for its first approval.
     const a = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir: stateA, docker: false });
     const handle = await a.worker.runUntil(async () => {
-      const h = await env.client.workflow.start('agentRun', { taskQueue, workflowId, args: [canonicalInput('canonical', { approver: 'interactive' })] });
+      const h = await env.client.workflow.start('agentRun', {
+        taskQueue,
+        workflowId,
+        args: [canonicalInput('canonical', { approver: 'interactive' })],
+      });
       await pendingApproval(h);
       return h;
     });
@@ -222,7 +314,10 @@ describe('agentRun on a real Temporal server', () => {
       const json = (p?: { data?: Uint8Array | null } | null) => JSON.parse(Buffer.from(p!.data!).toString('utf8'));
       const answers = events
         .filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity')
-        .map((e) => ({ type: json(e.markerRecordedEventAttributes!.details!.data!.payloads![0]).activity_type as string, result: json(e.markerRecordedEventAttributes!.details!.result!.payloads![0]) }));
+        .map((e) => ({
+          type: json(e.markerRecordedEventAttributes!.details!.data!.payloads![0]).activity_type as string,
+          result: json(e.markerRecordedEventAttributes!.details!.result!.payloads![0]),
+        }));
       const elsewhere = answers.filter((x) => x.result.kind === 'elsewhere');
       expect(new Set(elsewhere.map((x) => x.type))).toEqual(new Set(['localDecide', 'localTool']));
       expect(new Set(elsewhere.map((x) => x.result.host_queue))).toEqual(new Set([b.hostQueue]));

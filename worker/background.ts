@@ -64,7 +64,12 @@ export function liveWorker(stateDir: string): WorkerRecord | null {
 
 /** What a worker started now from this environment would record. */
 function expectedRecord(settings: Settings, env?: NodeJS.ProcessEnv): Omit<WorkerRecord, 'pid' | 'start'> {
-  return { build: buildId(), provider_env: providerEnv(settings, env), task_queue: settings.taskQueue, telemetry: telemetryDigest(settings) };
+  return {
+    build: buildId(),
+    provider_env: providerEnv(settings, env),
+    task_queue: settings.taskQueue,
+    telemetry: telemetryDigest(settings),
+  };
 }
 
 /** The telemetry settings a worker was started with, as a digest (the export headers may hold a key). */
@@ -96,7 +101,12 @@ export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.Pro
     const current = liveWorker(settings.stateDir);
     let why: string | null = null;
     if (current !== null) {
-      if (current.build === wanted.build && same(current.provider_env, wanted.provider_env) && current.task_queue === wanted.task_queue && current.telemetry === wanted.telemetry) {
+      if (
+        current.build === wanted.build &&
+        same(current.provider_env, wanted.provider_env) &&
+        current.task_queue === wanted.task_queue &&
+        current.telemetry === wanted.telemetry
+      ) {
         return { record: current, action: 'reused', why: null };
       }
       why =
@@ -112,14 +122,19 @@ export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.Pro
     const log = openSync(join(settings.stateDir, 'worker.log'), 'a');
     let child: ChildProcess;
     try {
-      child = spawn(process.execPath, [join(__dirname, 'main.js')], { detached: true, stdio: ['ignore', log, log], env: { ...env, [BACKGROUND_MARK]: '1' } });
+      child = spawn(process.execPath, [join(__dirname, 'main.js')], {
+        detached: true,
+        stdio: ['ignore', log, log],
+        env: { ...env, [BACKGROUND_MARK]: '1' },
+      });
       child.unref();
     } finally {
       closeSync(log);
     }
     // The worker records itself once it polls: what it runs, as it sees it.
     const record = await waitFor(`the background worker to start (see worker.log in ${settings.stateDir})`, 60_000, () => {
-      if (child.exitCode !== null) throw new Error(`the background worker exited with code ${child.exitCode}; see worker.log in ${settings.stateDir}`);
+      if (child.exitCode !== null)
+        throw new Error(`the background worker exited with code ${child.exitCode}; see worker.log in ${settings.stateDir}`);
       const r = readWorkerRecord(settings.stateDir);
       return r !== null && r.pid === child.pid ? r : null;
     });

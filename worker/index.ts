@@ -26,7 +26,15 @@ import { createSandbox, type SandboxOptions } from './sandbox';
 import { workerTelemetry } from './telemetry';
 import type { Tracing } from '../host/tracing';
 
-const priceTableSchema = z.record(z.string(), z.strictObject({ input: z.number().min(0), output: z.number().min(0), cached_input: z.number().min(0).optional(), cache_write_input: z.number().min(0).optional() }));
+const priceTableSchema = z.record(
+  z.string(),
+  z.strictObject({
+    input: z.number().min(0),
+    output: z.number().min(0),
+    cached_input: z.number().min(0).optional(),
+    cache_write_input: z.number().min(0).optional(),
+  }),
+);
 
 export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
 
@@ -161,7 +169,10 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     },
     ledger,
     backends: Object.fromEntries(
-      Object.entries(sandbox ? { local, docker: sandbox.backend } : { local }).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b]),
+      Object.entries(sandbox ? { local, docker: sandbox.backend } : { local }).map(([name, b]) => [
+        name,
+        options.wrapBackend ? options.wrapBackend(b) : b,
+      ]),
     ),
     isolation: sandbox?.isolation,
     dockerImage: sandbox ? (image) => sandbox.forImage(image) : undefined,
@@ -177,20 +188,23 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   });
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
   const telemetry = workerTelemetry(options.tracing ?? null);
-  const shared = options.sharedQueue === false ? null : await Worker.create({
-    connection: options.connection,
-    namespace: options.namespace ?? 'default',
-    taskQueue: options.taskQueue,
-    workflowBundle: await workflowBundle(),
-    activities,
-    dataConverter,
-    interceptors: { activity: telemetry.activity },
-    sinks: telemetry.sinks,
-    identity: workerIdentity(),
-    // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
-    shutdownGraceTime: '10 seconds',
-    maxCachedWorkflows: options.maxCachedWorkflows ?? settings.maxCachedWorkflows,
-  });
+  const shared =
+    options.sharedQueue === false
+      ? null
+      : await Worker.create({
+          connection: options.connection,
+          namespace: options.namespace ?? 'default',
+          taskQueue: options.taskQueue,
+          workflowBundle: await workflowBundle(),
+          activities,
+          dataConverter,
+          interceptors: { activity: telemetry.activity },
+          sinks: telemetry.sinks,
+          identity: workerIdentity(),
+          // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
+          shutdownGraceTime: '10 seconds',
+          maxCachedWorkflows: options.maxCachedWorkflows ?? settings.maxCachedWorkflows,
+        });
   const own = await Worker.create({
     connection: options.connection,
     namespace: options.namespace ?? 'default',
@@ -245,6 +259,9 @@ export function hostId(stateDir: string): string {
   }
   const id = readFileSync(file, 'utf8').trim();
   // Only an earlier version could leave a file without an id (it created the file, then wrote it).
-  if (!/^\S{1,200}$/.test(id)) throw new Error(`${file} holds no host id; if no run is waiting on this host, remove it and start the worker again, else write the id its runs name in their task queue (<queue>@host-...)`);
+  if (!/^\S{1,200}$/.test(id))
+    throw new Error(
+      `${file} holds no host id; if no run is waiting on this host, remove it and start the worker again, else write the id its runs name in their task queue (<queue>@host-...)`,
+    );
   return id;
 }

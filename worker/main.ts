@@ -25,12 +25,32 @@ async function main(): Promise<void> {
   const runtime = installRuntime(settings);
   snakeCaseMetricTags(runtime);
   const target = resolveTarget(settings);
-  const address = target.address ?? (await ensureDevServer({ stateDir: settings.stateDir, namespace: target.namespace, port: settings.devServerPort, uiPort: settings.devUiPort })).address;
+  const address =
+    target.address ??
+    (
+      await ensureDevServer({
+        stateDir: settings.stateDir,
+        namespace: target.namespace,
+        port: settings.devServerPort,
+        uiPort: settings.devUiPort,
+      })
+    ).address;
   const connection = await connectTemporal(address, target);
   const tracing = startTracing(settings, 'coding-agent-worker');
-  const { worker, close } = await createWorker({ connection, namespace: target.namespace, taskQueue: settings.taskQueue, stateDir: settings.stateDir, providersFile: settings.providersFile, settings, tracing });
-  console.error(`worker polling task queue ${settings.taskQueue} in namespace ${target.namespace} on ${address} (process ${process.pid}, build ${buildId()}; settings from ${target.origin}; state: ${settings.stateDir})`);
-  if (settings.metricsAddress !== null) console.error(`worker ${process.pid}: Prometheus metrics on http://${settings.metricsAddress}/metrics`);
+  const { worker, close } = await createWorker({
+    connection,
+    namespace: target.namespace,
+    taskQueue: settings.taskQueue,
+    stateDir: settings.stateDir,
+    providersFile: settings.providersFile,
+    settings,
+    tracing,
+  });
+  console.error(
+    `worker polling task queue ${settings.taskQueue} in namespace ${target.namespace} on ${address} (process ${process.pid}, build ${buildId()}; settings from ${target.origin}; state: ${settings.stateDir})`,
+  );
+  if (settings.metricsAddress !== null)
+    console.error(`worker ${process.pid}: Prometheus metrics on http://${settings.metricsAddress}/metrics`);
   if (tracing !== null) console.error(`worker ${process.pid}: exporting traces to ${settings.otlpEndpoint}/v1/traces`);
   const background = settings.backgroundWorker;
   if (background) recordSelf(settings);

@@ -46,7 +46,10 @@ export interface Sandbox {
 
 const measured = new Map<string, Promise<IsolationEvidence>>();
 
-export function createSandbox(options: SandboxOptions = {}, settings: Pick<Settings, 'sandboxImage' | 'dockerHost'> = readSettings()): Sandbox {
+export function createSandbox(
+  options: SandboxOptions = {},
+  settings: Pick<Settings, 'sandboxImage' | 'dockerHost'> = readSettings(),
+): Sandbox {
   const image = options.image ?? settings.sandboxImage;
   let engine: Dockerode;
   try {

@@ -12,9 +12,22 @@
 import { trace } from '@opentelemetry/api';
 import type { Context as ActivityContext } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { makeWorkflowExporter, OpenTelemetryActivityInboundInterceptor, OpenTelemetryActivityOutboundInterceptor, type OpenTelemetryWorkflowExporter } from '@temporalio/interceptors-opentelemetry';
+import {
+  makeWorkflowExporter,
+  OpenTelemetryActivityInboundInterceptor,
+  OpenTelemetryActivityOutboundInterceptor,
+  type OpenTelemetryWorkflowExporter,
+} from '@temporalio/interceptors-opentelemetry';
 import type { MetricCounter, MetricGauge, MetricHistogram, MetricMeter, MetricTags } from '@temporalio/common';
-import type { ActivityExecuteInput, ActivityInboundCallsInterceptor, ActivityInterceptorsFactory, InjectedSink, Next, Runtime, RuntimeOptions } from '@temporalio/worker';
+import type {
+  ActivityExecuteInput,
+  ActivityInboundCallsInterceptor,
+  ActivityInterceptorsFactory,
+  InjectedSink,
+  Next,
+  Runtime,
+  RuntimeOptions,
+} from '@temporalio/worker';
 import { histogramBuckets, METRICS, snakeCaseTags } from '../core/metrics';
 import { activityArgsAttributes, activityResultAttributes, ATTR } from '../core/span-attributes';
 import type { Tracing } from '../host/tracing';
@@ -84,7 +97,9 @@ export function workerTelemetry(tracing: Tracing | null): WorkerTelemetry {
  * durations are in seconds, and the governance histograms have buckets of their own units.
  */
 export function prometheusOptions(bindAddress: string): NonNullable<NonNullable<RuntimeOptions['telemetryOptions']>['metrics']> {
-  return { prometheus: { bindAddress, countersTotalSuffix: true, useSecondsForDurations: true, histogramBucketOverrides: histogramBuckets() } };
+  return {
+    prometheus: { bindAddress, countersTotalSuffix: true, useSecondsForDurations: true, histogramBucketOverrides: histogramBuckets() },
+  };
 }
 
 type Tagged = MetricCounter | MetricHistogram | MetricGauge;

@@ -62,7 +62,17 @@ export async function agentEval(input: EvalInput, carried?: EvalCarried): Promis
   const { plan } = input;
   const total = planSize(plan);
   const batch = wf.workflowInfo().workflowId;
-  const progress: EvalProgress = carried?.progress ?? { total, done: 0, completed: 0, running: 0, kept: 0, by_status: {}, segment: 1, elapsed_s: 0, eta_s: null };
+  const progress: EvalProgress = carried?.progress ?? {
+    total,
+    done: 0,
+    completed: 0,
+    running: 0,
+    kept: 0,
+    by_status: {},
+    segment: 1,
+    elapsed_s: 0,
+    eta_s: null,
+  };
   const startedAt = carried?.started_at ?? workflowTime();
   let next = carried?.next ?? 0;
   let startedHere = 0;
@@ -134,7 +144,11 @@ export async function agentEval(input: EvalInput, carried?: EvalCarried): Promis
   refresh();
   if (next < total) {
     await wf.condition(wf.allHandlersFinished);
-    return wf.continueAsNew<typeof agentEval>(input, { next, progress: { ...progress, segment: progress.segment + 1 }, started_at: startedAt });
+    return wf.continueAsNew<typeof agentEval>(input, {
+      next,
+      progress: { ...progress, segment: progress.segment + 1 },
+      started_at: startedAt,
+    });
   }
   return { progress, out: input.out ?? null };
 }

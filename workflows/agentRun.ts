@@ -103,7 +103,11 @@ const DEFAULT_HOST_LOST_S = 600;
  */
 function hostActivities(queue: string | null, hostLostS: number | undefined): typeof quick {
   if (queue === null) return quick;
-  return wf.proxyActivities<Activities>({ ...ACTIVITY_OPTIONS, taskQueue: queue, scheduleToStartTimeout: (hostLostS ?? DEFAULT_HOST_LOST_S) * 1000 });
+  return wf.proxyActivities<Activities>({
+    ...ACTIVITY_OPTIONS,
+    taskQueue: queue,
+    scheduleToStartTimeout: (hostLostS ?? DEFAULT_HOST_LOST_S) * 1000,
+  });
 }
 
 /**
@@ -143,7 +147,9 @@ export async function agentRun(rawInput: unknown, carried?: RunState): Promise<R
   // Carried state comes only from this workflow's own continue-as-new; a client that passes it
   // could otherwise skip the loading checks (trust gate, isolation, endpoints).
   if (carried !== undefined && wf.workflowInfo().continuedFromExecutionRunId === undefined) {
-    return new AgentRun().finish(new RunStop('failed', 'invalid_input', 'a run takes one argument, its input; carried state is only for continue-as-new'));
+    return new AgentRun().finish(
+      new RunStop('failed', 'invalid_input', 'a run takes one argument, its input; carried state is only for continue-as-new'),
+    );
   }
   const run = new AgentRun(carried);
   const parsed = runInputSchema.safeParse(rawInput);
@@ -179,7 +185,10 @@ class AgentRun {
     this.tasks = new Orchestration(this);
     wf.setHandler(stopSignal, (payload) => {
       if (this.view.parent === null || this.repeated(payload?.message_id)) return;
-      this.s.stop = typeof payload?.reason === 'string' && payload.reason !== '' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'stopped by the parent run';
+      this.s.stop =
+        typeof payload?.reason === 'string' && payload.reason !== ''
+          ? payload.reason.slice(0, MAX_STEER_CHARS)
+          : 'stopped by the parent run';
       this.trace.add('stop_received', { reason: this.s.stop });
       this.loopScope?.cancel();
     });
@@ -234,7 +243,12 @@ class AgentRun {
     this.view.backend = input.backend;
     this.view.approver = input.approver;
     if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
-    this.trace.add('run_started', { source: input.source.kind, backend: input.backend, approver: input.approver, ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}) });
+    this.trace.add('run_started', {
+      source: input.source.kind,
+      backend: input.backend,
+      approver: input.approver,
+      ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}),
+    });
     const policyName = input.approver.startsWith('policy:') ? input.approver.slice('policy:'.length) : null;
     if (policyName !== null && !(policyName in APPROVAL_POLICIES)) {
       return this.finish(new RunStop('failed', 'invalid_input', `unknown approval policy ${input.approver}`));
@@ -255,24 +269,33 @@ class AgentRun {
     if (loaded.repository) this.trace.add('repository_loaded', { ...loaded.repository.facts, image: loaded.image ?? null });
     if (input.backend === 'docker') {
       const image: [string?] = loaded.image !== undefined ? [loaded.image] : [];
-      const evidence = await this.onHost(() => this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, image));
+      const evidence = await this.onHost(() =>
+        this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, image),
+      );
       if (evidence === null) return this.finish(new RunStop('failed', 'host_lost', this.hostLostDetail()));
       this.view.isolation = evidence;
       this.trace.add('isolation_checked', evidence);
       if (!evidence.verified) {
         // Each failed check with what it found, so a refusal names what is missing or wrong.
-        const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
-        return this.finish(new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`));
+        const failed = Object.entries(evidence.checks)
+          .filter(([, c]) => !c.ok)
+          .map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
+        return this.finish(
+          new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`),
+        );
       }
     }
     if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
-      return this.finish(new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation'));
+      return this.finish(
+        new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation'),
+      );
     }
     this.s.source = loaded.source;
     this.s.child_replays = loaded.child_replays;
     // Sub-runs: the input's, else the fixture's; a task's run only what its parent passed on.
     this.s.subruns = child ? (input.subruns ?? null) : (input.subruns ?? loaded.fixture.subruns ?? null);
-    if (this.s.subruns) this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
+    if (this.s.subruns)
+      this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
     // The run's trace, named only when this host exports it: an id no receiver holds helps nobody.
     this.view.trace_id = loaded.traces ? this.traceId : null;
     this.view.fixture = loaded.fixture.id;
@@ -298,7 +321,14 @@ class AgentRun {
     const stop = await this.withDeadline(async () => {
       await this.act.prepareWorkspace.executeWithOptions(
         { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
-        [{ run_id: this.ref.run_id, fixture_dir: this.ref.fixture_dir, ...(child ? { from_run: child.from_run } : {}), ...(this.ref.repository ? { repository: this.ref.repository } : {}) }],
+        [
+          {
+            run_id: this.ref.run_id,
+            fixture_dir: this.ref.fixture_dir,
+            ...(child ? { from_run: child.from_run } : {}),
+            ...(this.ref.repository ? { repository: this.ref.repository } : {}),
+          },
+        ],
       );
       return (await this.setup()) ?? this.loop();
     });
@@ -355,23 +385,48 @@ class AgentRun {
     for (const command of r.commands) this.trace.add('setup_command', command);
     // Every request is an event: the result has the first page, the host keeps the rest.
     let events = r.egress.events;
-    for (let at = 0; events.length > 0; ) {
+    for (let at = 0; events.length > 0;) {
       for (const { allowed, ...request } of events) this.trace.add(allowed ? 'egress_allowed' : 'egress_denied', request);
       at += events.length;
-      events = at < r.egress.events.length + r.egress.rest ? await this.act.setupEgress.executeWithOptions({ summary: `egress events from ${at}` }, [{ run_id: this.ref.run_id }, at]) : [];
+      events =
+        at < r.egress.events.length + r.egress.rest
+          ? await this.act.setupEgress.executeWithOptions({ summary: `egress events from ${at}` }, [{ run_id: this.ref.run_id }, at])
+          : [];
     }
     const counts = { allowed: r.egress.allowed, denied: r.egress.denied };
-    this.view.setup = { status: r.ok ? (r.cached ? 'cached' : 'ran') : 'failed', key: r.key, image_id: r.ok ? r.image_id : null, commands: r.commands.length, egress: counts, isolation: r.isolation };
-    this.trace.add('setup_finished', { ok: r.ok, key: r.key, ...(r.ok ? { cached: r.cached, image_id: r.image_id, added: r.added } : { reason: r.reason, detail: r.detail }), ...counts, omitted: r.egress.omitted });
+    this.view.setup = {
+      status: r.ok ? (r.cached ? 'cached' : 'ran') : 'failed',
+      key: r.key,
+      image_id: r.ok ? r.image_id : null,
+      commands: r.commands.length,
+      egress: counts,
+      isolation: r.isolation,
+    };
+    this.trace.add('setup_finished', {
+      ok: r.ok,
+      key: r.key,
+      ...(r.ok ? { cached: r.cached, image_id: r.image_id, added: r.added } : { reason: r.reason, detail: r.detail }),
+      ...counts,
+      omitted: r.egress.omitted,
+    });
     if (!r.ok) return new RunStop('failed', r.reason, r.detail);
     // Every later test and acceptance process runs in the setup image, which is probed like any image.
     this.s.ref = { ...this.ref, image: r.image_id };
-    const evidence = await this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe the setup image' }, [r.image_id]);
+    const evidence = await this.act.checkIsolation.executeWithOptions(
+      { startToCloseTimeout: '3 minutes', summary: 'probe the setup image' },
+      [r.image_id],
+    );
     this.view.isolation = evidence;
     this.trace.add('isolation_checked', { phase: 'after_setup', ...evidence });
     if (!evidence.verified) {
-      const failed = Object.entries(evidence.checks).filter(([, c]) => !c.ok).map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
-      return new RunStop('failed', 'isolation_unverified', `after setup: ${evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`}`);
+      const failed = Object.entries(evidence.checks)
+        .filter(([, c]) => !c.ok)
+        .map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
+      return new RunStop(
+        'failed',
+        'isolation_unverified',
+        `after setup: ${evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`}`,
+      );
     }
     return null;
   }
@@ -445,7 +500,8 @@ class AgentRun {
     if (this.s.source?.kind !== 'provider') return;
     const format = decision.invalid !== null && (decision.invalid.error === 'invalid_fields' || decision.invalid.error === 'unknown_tool');
     this.s.format_errors = format ? this.s.format_errors + 1 : 0;
-    if (this.s.format_errors > MAX_FORMAT_ERRORS) throw new RunStop('failed', 'model_error', `more than ${MAX_FORMAT_ERRORS} malformed calls in a row`);
+    if (this.s.format_errors > MAX_FORMAT_ERRORS)
+      throw new RunStop('failed', 'model_error', `more than ${MAX_FORMAT_ERRORS} malformed calls in a row`);
   }
 
   /**
@@ -463,7 +519,13 @@ class AgentRun {
       for (const message of notes) this.s.transcript.append.push({ message, pinned: true });
       // A live request names the prompt version it is built with (absent in runs that started before prompts were versioned).
       const prompt = live && this.view.prompt ? { prompt_version: this.view.prompt.version, prompt_digest: this.view.prompt.digest } : {};
-      this.trace.add('model_requested', { turn: this.view.counters.turns, tools_enabled: toolsEnabled, messages: [...messages, ...notes], ...prompt, ...(retries > 0 ? { retry: retries } : {}) });
+      this.trace.add('model_requested', {
+        turn: this.view.counters.turns,
+        tools_enabled: toolsEnabled,
+        messages: [...messages, ...notes],
+        ...prompt,
+        ...(retries > 0 ? { retry: retries } : {}),
+      });
       const input = {
         run_id: this.ref.run_id,
         source,
@@ -476,10 +538,16 @@ class AgentRun {
         transcript: this.s.transcript,
         facts: live ? this.facts(toolsEnabled) : null,
       };
-      const options = { startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()), summary: `decide turn ${this.view.counters.turns}` };
+      const options = {
+        startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
+        summary: `decide turn ${this.view.counters.turns}`,
+      };
       const result: DecideResult = live
         ? // A live request heartbeats, so a cancelled run aborts it.
-          await this.act.decide.executeWithOptions({ ...options, heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED }, [input])
+          await this.act.decide.executeWithOptions(
+            { ...options, heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED },
+            [input],
+          )
         : await this.readOnly(
             () => local.localDecide.executeWithOptions(options, [this.s.host_queue, input]),
             () => this.act.decide.executeWithOptions(options, [input]),
@@ -503,12 +571,15 @@ class AgentRun {
           this.s.cursor = result.cursor;
           if (result.ref !== null) this.s.transcript.append.push({ decision: result.ref });
           if (!result.transient) throw new RunStop('failed', 'model_error', result.detail);
-          if (retries >= MAX_MODEL_RETRIES) throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries: ${result.detail}`);
+          if (retries >= MAX_MODEL_RETRIES)
+            throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries: ${result.detail}`);
           this.view.counters.model_retries++;
           const delay = result.retry_after_ms ?? (live ? 500 * 2 ** retries : 0);
           this.metrics.modelRetry(delay);
           this.trace.add('model_retry', { attempt: retries + 1, detail: result.detail, delay_ms: delay });
-          this.s.notice = result.cut_off ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter' : null;
+          this.s.notice = result.cut_off
+            ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter'
+            : null;
           if (delay > 0) await wf.sleep(delay);
         }
       }
@@ -527,8 +598,12 @@ class AgentRun {
       budgets: this.budgets,
       plan: this.s.plan,
       pending_action: pending ? { action_id: pending.action_id, path: pending.path, before: pending.before, after: pending.after } : null,
-      verification: v ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance } : null,
-      notice: toolsEnabled ? this.s.notice : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
+      verification: v
+        ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance }
+        : null,
+      notice: toolsEnabled
+        ? this.s.notice
+        : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
       tasks: this.view.subruns?.tasks ?? null,
       orchestrating: this.s.subruns !== null,
     });
@@ -575,8 +650,15 @@ class AgentRun {
           continue;
         }
         // Tools are disabled: a call still gets its one result, and does not run.
-        this.s.in_flight = { call_id: decision.call?.call_id ?? decision.invalid!.call_id, decision_ref: decision.ref, reply: decision.reply };
-        this.observe(errorResult(this.s.in_flight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }), false);
+        this.s.in_flight = {
+          call_id: decision.call?.call_id ?? decision.invalid!.call_id,
+          decision_ref: decision.ref,
+          reply: decision.reply,
+        };
+        this.observe(
+          errorResult(this.s.in_flight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }),
+          false,
+        );
       }
       this.trace.add('wrap_up_recorded', { summary: this.view.wrap_up });
     } catch (err) {
@@ -592,21 +674,29 @@ class AgentRun {
     this.trace.add('tool_proposed', { call: decision.raw, ref: decision.ref }, { call_id: callId });
     this.s.in_flight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
     // A reply with more calls than the budget has left: the rest get a result and do not run.
-    if (this.view.counters.tool_calls >= this.budgets.max_tool_calls) return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
+    if (this.view.counters.tool_calls >= this.budgets.max_tool_calls)
+      return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
     this.view.counters.tool_calls++;
     this.metrics.toolCall(decision.call?.name ?? null);
     if (decision.call === null) return decision.invalid;
     const call = decision.call;
     this.noteRepeat(call);
     if (interrupted !== null) return this.interruptedResult(callId, interrupted);
-    if (call.name === 'apply_patch') return this.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
+    if (call.name === 'apply_patch')
+      return this.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
     if (isOrchestrationTool(call.name)) return this.tasks.call(decision.ref, decision.reply, call);
     // The call's own limit only: the deadline is the workflow timer's, which cancels the call, so
     // a call cut by the deadline gets the harness's result rather than a tool timeout.
     const timeout = this.budgets.call_timeout_s * 1000;
-    const options = { startToCloseTimeout: timeout + 5000, cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED, summary: summarize(call) };
+    const options = {
+      startToCloseTimeout: timeout + 5000,
+      cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+      summary: summarize(call),
+    };
     const remote = () => this.act.executeTool.executeWithOptions({ ...options, heartbeatTimeout: '10 seconds' }, [this.ref, call, timeout]);
-    const result = READ_ONLY_TOOLS.has(call.name) ? await this.readOnly(() => local.localTool.executeWithOptions(options, [this.s.host_queue, this.ref, call, timeout]), remote) : await remote();
+    const result = READ_ONLY_TOOLS.has(call.name)
+      ? await this.readOnly(() => local.localTool.executeWithOptions(options, [this.s.host_queue, this.ref, call, timeout]), remote)
+      : await remote();
     if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.s.wrote_writable) this.view.red_observed = true;
     return result;
   }
@@ -627,7 +717,11 @@ class AgentRun {
     const inFlight = this.s.in_flight;
     this.s.in_flight = null;
     if (inFlight !== null) {
-      this.s.transcript.append.push({ decision: inFlight.decision_ref, reply: inFlight.reply, result: view.ref !== null ? { ref: view.ref } : { inline: result } });
+      this.s.transcript.append.push({
+        decision: inFlight.decision_ref,
+        reply: inFlight.reply,
+        result: view.ref !== null ? { ref: view.ref } : { inline: result },
+      });
     }
   }
 
@@ -663,28 +757,60 @@ class AgentRun {
       return this.interruptedResult(call.call_id, reason);
     }
     if (decision.decision === 'reject') {
-      return errorResult(call.call_id, 'approval_rejected', { action_id: action.action_id, principal: decision.principal ?? null, reason: decision.reason ?? null });
+      return errorResult(call.call_id, 'approval_rejected', {
+        action_id: action.action_id,
+        principal: decision.principal ?? null,
+        reason: decision.reason ?? null,
+      });
     }
     const outcome = pending.merge
-      ? await this.act.writeMerge.executeWithOptions({ summary: `merge_task ${action.path}` }, [this.ref, action, pending.merge.entries_ref])
+      ? await this.act.writeMerge.executeWithOptions({ summary: `merge_task ${action.path}` }, [
+          this.ref,
+          action,
+          pending.merge.entries_ref,
+        ])
       : await this.act.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
     const ids = { call_id: call.call_id, action_id: action.action_id };
     const paths = action.paths ?? [action.path];
     switch (outcome.kind) {
       case 'approval_stale':
-        return errorResult(call.call_id, 'approval_stale', { action_id: action.action_id, path: action.path, ...(action.paths ? { paths } : {}) });
+        return errorResult(call.call_id, 'approval_stale', {
+          action_id: action.action_id,
+          path: action.path,
+          ...(action.paths ? { paths } : {}),
+        });
       case 'recovery_uncertain':
-        throw new RunStop('failed', 'recovery_uncertain', `${'path' in outcome ? outcome.path : action.path} matches neither the digest before nor after action ${action.action_id}`);
+        throw new RunStop(
+          'failed',
+          'recovery_uncertain',
+          `${'path' in outcome ? outcome.path : action.path} matches neither the digest before nor after action ${action.action_id}`,
+        );
       default:
         this.view.counters.writes++;
         this.s.recent_calls = [];
-        this.trace.add('action_written', { path: action.path, ...(action.paths ? { paths } : {}), before: action.before, after: action.after, recovered: outcome.recovered }, ids);
+        this.trace.add(
+          'action_written',
+          {
+            path: action.path,
+            ...(action.paths ? { paths } : {}),
+            before: action.before,
+            after: action.after,
+            recovered: outcome.recovered,
+          },
+          ids,
+        );
         if (outcome.receipted) {
           this.view.counters.receipts++;
           this.trace.add('action_receipt', { path: action.path }, ids);
         }
         if (paths.some((p) => endsRedWindow(this.ref.fixture, p, action.paths ? 'merged' : action.before))) this.s.wrote_writable = true;
-        return okResult(call.call_id, { action_id: action.action_id, path: action.path, ...(action.paths ? { paths, task_id: pending.merge?.task_id } : {}), before: action.before, after: action.after });
+        return okResult(call.call_id, {
+          action_id: action.action_id,
+          path: action.path,
+          ...(action.paths ? { paths, task_id: pending.merge?.task_id } : {}),
+          before: action.before,
+          after: action.after,
+        });
     }
   }
 
@@ -696,7 +822,11 @@ class AgentRun {
     if (approver.startsWith('policy:')) {
       const decision = APPROVAL_POLICIES[approver.slice('policy:'.length)](policy);
       const signal: ApprovalSignal = { action_id, decision, args_digest, workspace_digest, principal: approver };
-      this.trace.add('approval_recorded', { decision, principal: approver, args_digest, workspace_digest }, { call_id: call.call_id, action_id });
+      this.trace.add(
+        'approval_recorded',
+        { decision, principal: approver, args_digest, workspace_digest },
+        { call_id: call.call_id, action_id },
+      );
       return signal;
     }
     const rules = policy.matched.filter((r) => r.decision === 'ask').map(({ id, why }) => ({ id, why }));
@@ -708,7 +838,10 @@ class AgentRun {
     const answered = () => this.s.approval !== null || this.s.interrupted !== null;
     this.s.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
     this.s.waiting_since = workflowTime();
-    const inTime = await wf.condition(() => answered() || this.mayContinueAsNew(), Math.max(1, this.s.approval_deadline_at - workflowTime()));
+    const inTime = await wf.condition(
+      () => answered() || this.mayContinueAsNew(),
+      Math.max(1, this.s.approval_deadline_at - workflowTime()),
+    );
     // Since the write was first asked for, across continue-as-new (the timeout runs from then too).
     const timeoutS = this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S;
     const waitedS = () => (workflowTime() - (this.s.approval_deadline_at! - timeoutS * 1000)) / 1000;
@@ -730,7 +863,8 @@ class AgentRun {
   private onApproval(payload: unknown): void {
     const parsed = approvalSignalSchema.safeParse(payload);
     const pending = this.view.pending_approval;
-    const ignore = (why: string, actionId?: string) => this.trace.add('approval_ignored', { reason: why }, actionId ? { action_id: actionId } : {});
+    const ignore = (why: string, actionId?: string) =>
+      this.trace.add('approval_ignored', { reason: why }, actionId ? { action_id: actionId } : {});
     if (!parsed.success) return void ignore(`invalid approval payload: ${formatIssues(parsed.error)}`);
     const signal = parsed.data;
     if (this.repeated(signal.message_id)) return;
@@ -742,7 +876,13 @@ class AgentRun {
     this.s.approval = signal;
     this.trace.add(
       'approval_recorded',
-      { decision: signal.decision, principal: signal.principal ?? null, reason: signal.reason ?? null, args_digest: signal.args_digest, workspace_digest: signal.workspace_digest },
+      {
+        decision: signal.decision,
+        principal: signal.principal ?? null,
+        reason: signal.reason ?? null,
+        args_digest: signal.args_digest,
+        workspace_digest: signal.workspace_digest,
+      },
       { call_id: pending.call_id, action_id: signal.action_id },
     );
   }
@@ -805,10 +945,14 @@ class AgentRun {
     if (batches.length === 0) batches.push([]);
     for (const [i, events] of batches.entries()) {
       const last = i === batches.length - 1;
-      const head = await this.act.persist.executeWithOptions(
-        { summary: `store ${events.length} trace events` },
-        [{ run_id: this.view.run_id, trace: events, transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] }, ...(finishing && last && this.view.parent ? { task_finishing: true } : {}) }],
-      );
+      const head = await this.act.persist.executeWithOptions({ summary: `store ${events.length} trace events` }, [
+        {
+          run_id: this.view.run_id,
+          trace: events,
+          transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] },
+          ...(finishing && last && this.view.parent ? { task_finishing: true } : {}),
+        },
+      ]);
       this.trace.markStored(events.length);
       if (last) this.s.transcript = { head, append: [] };
     }
@@ -843,7 +987,8 @@ class AgentRun {
       // A parent stopped this task's run: its cut-off call gets its result in finish().
       if (isCancellation(err) && this.s.stop !== null) return new RunStop('cancelled', 'interrupted', this.s.stop);
       if (isCancellation(err)) {
-        if (wf.CancellationScope.current().consideredCancelled) return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
+        if (wf.CancellationScope.current().consideredCancelled)
+          return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
         if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
       }
       if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
@@ -866,12 +1011,24 @@ class AgentRun {
    */
   async finish(stop: RunStop): Promise<RunOutcome> {
     if (this.s.in_flight !== null) {
-      this.observe(errorResult(this.s.in_flight.call_id, 'interrupted', { reason: `not completed: the run ended (${stop.reason})`, run_end: stop.reason }), false);
+      this.observe(
+        errorResult(this.s.in_flight.call_id, 'interrupted', {
+          reason: `not completed: the run ended (${stop.reason})`,
+          run_end: stop.reason,
+        }),
+        false,
+      );
     }
     this.view.pending_approval = null;
     this.view.reason = stop.reason === '' ? null : stop.reason;
     this.view.detail = stop.detail;
-    this.trace.add('run_finished', { status: stop.status, reason: this.view.reason, detail: stop.detail, deadline_reached: this.view.deadline_reached, builds: this.view.builds ?? [] });
+    this.trace.add('run_finished', {
+      status: stop.status,
+      reason: this.view.reason,
+      detail: stop.detail,
+      deadline_reached: this.view.deadline_reached,
+      builds: this.view.builds ?? [],
+    });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
       const stored = await this.onHost(() =>
@@ -885,9 +1042,22 @@ class AgentRun {
       if (stored === null) this.view.detail = [stop.detail, `trace not stored: ${this.hostLostDetail()}`].filter(Boolean).join('; ');
     }
     this.setStatus(stop.status);
-    this.metrics.finished({ status: stop.status, reason: this.view.reason, turns: this.view.counters.turns, task: this.view.parent !== null, deadlineReached: this.view.deadline_reached, costUsd: this.view.usage?.cost_usd ?? null });
+    this.metrics.finished({
+      status: stop.status,
+      reason: this.view.reason,
+      turns: this.view.counters.turns,
+      task: this.view.parent !== null,
+      deadlineReached: this.view.deadline_reached,
+      costUsd: this.view.usage?.cost_usd ?? null,
+    });
     const record = buildRecord(this.view);
-    return { record, state: this.view, trace: { run_id: this.view.run_id, events: this.trace.next - 1 }, transcript: this.s.transcript.head, cursor: this.s.cursor };
+    return {
+      record,
+      state: this.view,
+      trace: { run_id: this.view.run_id, events: this.trace.next - 1 },
+      transcript: this.s.transcript.head,
+      cursor: this.s.cursor,
+    };
   }
 
   // ---- small helpers ----
@@ -935,7 +1105,10 @@ class AgentRun {
     const parent = this.view.parent;
     if (parent !== null && changed && !TERMINAL_STATUSES.has(status)) {
       const update = { task_id: parent.task_id, status, pending_path: this.view.pending_approval?.path ?? null, run_id: this.view.run_id };
-      void wf.getExternalWorkflowHandle(parent.workflow_id).signal(taskUpdateSignal, update).catch(() => undefined);
+      void wf
+        .getExternalWorkflowHandle(parent.workflow_id)
+        .signal(taskUpdateSignal, update)
+        .catch(() => undefined);
     }
     wf.upsertSearchAttributes([
       { key: STATUS_ATTRIBUTE, value: status },

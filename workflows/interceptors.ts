@@ -14,7 +14,11 @@
  */
 import * as otel from '@opentelemetry/api';
 import { TRACE_HEADER } from '@temporalio/interceptors-opentelemetry/lib/instrumentation';
-import { OpenTelemetryInboundInterceptor, OpenTelemetryInternalsInterceptor, OpenTelemetryOutboundInterceptor } from '@temporalio/interceptors-opentelemetry/lib/workflow';
+import {
+  OpenTelemetryInboundInterceptor,
+  OpenTelemetryInternalsInterceptor,
+  OpenTelemetryOutboundInterceptor,
+} from '@temporalio/interceptors-opentelemetry/lib/workflow';
 import * as wf from '@temporalio/workflow';
 import type {
   ActivityInput,
@@ -56,12 +60,18 @@ class RunSpans implements WorkflowInboundCallsInterceptor, WorkflowOutboundCalls
     return next(input);
   }
 
-  scheduleLocalActivity(input: LocalActivityInput, next: Next<WorkflowOutboundCallsInterceptor, 'scheduleLocalActivity'>): Promise<unknown> {
+  scheduleLocalActivity(
+    input: LocalActivityInput,
+    next: Next<WorkflowOutboundCallsInterceptor, 'scheduleLocalActivity'>,
+  ): Promise<unknown> {
     otel.trace.getActiveSpan()?.setAttributes(activityArgsAttributes(input.activityType, input.args));
     return next(input);
   }
 
-  startChildWorkflowExecution(input: StartChildWorkflowExecutionInput, next: Next<WorkflowOutboundCallsInterceptor, 'startChildWorkflowExecution'>): Promise<[Promise<string>, Promise<unknown>]> {
+  startChildWorkflowExecution(
+    input: StartChildWorkflowExecutionInput,
+    next: Next<WorkflowOutboundCallsInterceptor, 'startChildWorkflowExecution'>,
+  ): Promise<[Promise<string>, Promise<unknown>]> {
     if (wf.workflowInfo().workflowType !== 'agentEval') return next(input);
     const { [TRACE_HEADER]: _parent, ...headers } = input.headers;
     return next({ ...input, headers });

@@ -29,7 +29,8 @@ export const interruptSignal = wf.defineSignal<[({ reason?: string } & MessageId
 /** A parent stops the run of one of its tasks: it ends `cancelled` / `interrupted`. */
 export const stopSignal = wf.defineSignal<[{ reason: string } & MessageId]>('stop');
 /** A task's run tells its parent how it is doing (the roster), never its outcome (that is its result). */
-export const taskUpdateSignal = wf.defineSignal<[{ task_id: string; status: string; pending_path: string | null; run_id: string }]>('task_update');
+export const taskUpdateSignal =
+  wf.defineSignal<[{ task_id: string; status: string; pending_path: string | null; run_id: string }]>('task_update');
 
 export const stateQuery = wf.defineQuery<RunView>('state');
 /** A page of the trace events the run holds in memory (the host store has the rest). */

@@ -35,7 +35,8 @@ export class RunMetrics {
   toolResult(result: Pick<ToolResult, 'error' | 'data'>): void {
     if (result.error === null) return;
     this.counter(METRICS.toolErrors).add(1, { code: codeLabel(result.error) });
-    if (result.error === 'tests_incomplete' && (result.data as { status?: unknown } | null)?.status === 'timeout') this.counter(METRICS.timeouts).add(1, { kind: 'tool' });
+    if (result.error === 'tests_incomplete' && (result.data as { status?: unknown } | null)?.status === 'timeout')
+      this.counter(METRICS.timeouts).add(1, { kind: 'tool' });
   }
 
   modelRetry(delayMs: number): void {
@@ -61,12 +62,20 @@ export class RunMetrics {
   }
 
   /** The run's end. */
-  finished(o: { status: RunStatus; reason: string | null; turns: number; task: boolean; deadlineReached: boolean; costUsd: number | null }): void {
+  finished(o: {
+    status: RunStatus;
+    reason: string | null;
+    turns: number;
+    task: boolean;
+    deadlineReached: boolean;
+    costUsd: number | null;
+  }): void {
     const reason = reasonLabel(o.reason);
     this.counter(METRICS.runsFinished).add(1, { status: o.status, reason, role: o.task ? 'task' : 'run' });
     this.histogram(METRICS.runTurns).record(o.turns, { status: o.status });
     if (o.status === 'budget_exhausted') this.counter(METRICS.limitHits).add(1, { limit: reason });
-    if (o.status === 'cancelled') this.counter(METRICS.cancellations).add(1, { kind: reason === 'interrupted' ? 'interrupted' : 'cancelled' });
+    if (o.status === 'cancelled')
+      this.counter(METRICS.cancellations).add(1, { kind: reason === 'interrupted' ? 'interrupted' : 'cancelled' });
     const timeout = TIMEOUT_REASONS[o.reason ?? ''] ?? (o.deadlineReached ? 'deadline' : undefined);
     if (timeout !== undefined) this.counter(METRICS.timeouts).add(1, { kind: timeout });
     if (o.costUsd !== null) this.histogram(METRICS.runCost).record(o.costUsd);

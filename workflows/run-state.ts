@@ -157,4 +157,3 @@ export function initialState(runId: string): RunState {
     recent_calls: [],
   };
 }
-

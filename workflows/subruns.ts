@@ -96,7 +96,10 @@ export class Orchestration {
 
   private unknown(callId: string, given: unknown): ToolResult {
     this.s.view.subruns!.counts.unknown_task++;
-    return errorResult(callId, 'unknown_task', { task_id: typeof given === 'string' ? given.slice(0, 200) : null, known: this.tasks.map((t) => t.task_id) });
+    return errorResult(callId, 'unknown_task', {
+      task_id: typeof given === 'string' ? given.slice(0, 200) : null,
+      known: this.tasks.map((t) => t.task_id),
+    });
   }
 
   private notAccepting(callId: string, task: TaskView, why: string): ToolResult {
@@ -110,9 +113,17 @@ export class Orchestration {
     const existing = this.find(id);
     if (existing) return okResult(call.call_id, { task_id: id, title: existing.title, status: existing.status, already_dispatched: true });
     const known = this.tasks.map((t) => t.task_id);
-    if (this.tasks.length >= limits.max_children) return errorResult(call.call_id, 'task_not_accepting', { reason: `this run may dispatch at most ${limits.max_children} tasks`, known });
+    if (this.tasks.length >= limits.max_children)
+      return errorResult(call.call_id, 'task_not_accepting', {
+        reason: `this run may dispatch at most ${limits.max_children} tasks`,
+        known,
+      });
     const running = this.tasks.filter((t) => !taskEnded(t)).map((t) => t.task_id);
-    if (running.length >= limits.max_active) return errorResult(call.call_id, 'task_not_accepting', { reason: `at most ${limits.max_active} tasks run at once; merge or wait for one to end`, running });
+    if (running.length >= limits.max_active)
+      return errorResult(call.call_id, 'task_not_accepting', {
+        reason: `at most ${limits.max_active} tasks run at once; merge or wait for one to end`,
+        running,
+      });
     const title = args.title!;
     this.s.task_refs[id] = {
       dispatch_ref: call.ref,
@@ -124,7 +135,19 @@ export class Orchestration {
       news: 0,
       seen: 0,
     };
-    const task: TaskView = { task_id: id, title, action_id, status: 'starting', reason: null, pending_path: null, summary: null, diff_paths: [], run_id: null, merged: false, executions: 1 };
+    const task: TaskView = {
+      task_id: id,
+      title,
+      action_id,
+      status: 'starting',
+      reason: null,
+      pending_path: null,
+      summary: null,
+      diff_paths: [],
+      run_id: null,
+      merged: false,
+      executions: 1,
+    };
     this.s.view.subruns!.tasks.push(task);
     this.s.view.subruns!.counts.dispatched++;
     await this.start(task, null);
@@ -173,13 +196,24 @@ export class Orchestration {
         workflowIdReusePolicy: reopen ? 'ALLOW_DUPLICATE' : 'REJECT_DUPLICATE',
       });
     } catch (err) {
-      this.ended(task.task_id, { status: 'failed', reason: 'task_not_started', summary: String((err as Error)?.message ?? err).slice(0, 240), diff_paths: [] });
+      this.ended(task.task_id, {
+        status: 'failed',
+        reason: 'task_not_started',
+        summary: String((err as Error)?.message ?? err).slice(0, 240),
+        diff_paths: [],
+      });
       return;
     }
     if (task.status === 'starting') task.status = 'running';
     void handle.result().then(
       (outcome) => this.finished(task.task_id, outcome as RunOutcome),
-      (err: unknown) => this.ended(task.task_id, { status: wf.isCancellation(err) ? 'cancelled' : 'failed', reason: 'workflow_failed', summary: String((err as Error)?.message ?? err).slice(0, 240), diff_paths: [] }),
+      (err: unknown) =>
+        this.ended(task.task_id, {
+          status: wf.isCancellation(err) ? 'cancelled' : 'failed',
+          reason: 'workflow_failed',
+          summary: String((err as Error)?.message ?? err).slice(0, 240),
+          diff_paths: [],
+        }),
     );
   }
 
@@ -198,7 +232,10 @@ export class Orchestration {
   }
 
   /** A task ended: its roster entry, a trace event, and a message for the next decision. */
-  private ended(id: string, end: { status: TaskView['status']; reason: string | null; summary: string | null; diff_paths: string[]; run_id?: string }): void {
+  private ended(
+    id: string,
+    end: { status: TaskView['status']; reason: string | null; summary: string | null; diff_paths: string[]; run_id?: string },
+  ): void {
     const task = this.find(id)!;
     task.status = end.status;
     task.reason = end.reason;
@@ -207,7 +244,14 @@ export class Orchestration {
     task.pending_path = null;
     if (end.run_id) task.run_id = end.run_id;
     this.s.task_refs[id].news++;
-    this.host.trace.add('task_ended', { task_id: id, title: task.title, status: task.status, reason: task.reason, diff_paths: task.diff_paths, execution: task.executions });
+    this.host.trace.add('task_ended', {
+      task_id: id,
+      title: task.title,
+      status: task.status,
+      reason: task.reason,
+      diff_paths: task.diff_paths,
+      execution: task.executions,
+    });
     this.s.task_messages.push(taskEndedMessage(task));
   }
 
@@ -217,11 +261,14 @@ export class Orchestration {
     if (task === null) return this.unknown(call.call_id, args.task_id);
     if (task.status === 'cancelled') return this.notAccepting(call.call_id, task, 'the task was stopped');
     if (task.merged) return this.notAccepting(call.call_id, task, 'the task was merged; dispatch a new task for more work');
-    if (task.status === 'verifying') return this.notAccepting(call.call_id, task, 'the task is being verified; message it when it has ended');
+    if (task.status === 'verifying')
+      return this.notAccepting(call.call_id, task, 'the task is being verified; message it when it has ended');
     const counts = this.s.view.subruns!.counts;
     if (!taskEnded(task)) {
       // The id makes the message count once however often the signal is delivered.
-      await wf.getExternalWorkflowHandle(task.task_id).signal(steerSignal, { message: args.text!, message_id: `${this.s.view.run_id}:${action_id}` });
+      await wf
+        .getExternalWorkflowHandle(task.task_id)
+        .signal(steerSignal, { message: args.text!, message_id: `${this.s.view.run_id}:${action_id}` });
       counts.messages++;
       return okResult(call.call_id, { task_id: task.task_id, delivered: 'to the running task, at its next step' });
     }
@@ -232,7 +279,13 @@ export class Orchestration {
     task.executions++;
     task.status = 'starting';
     task.reason = null;
-    await this.start(task, { run_id: task.run_id, transcript_head: ref.transcript_head, cursor: ref.cursor, next_seq: ref.next_seq, message: args.text! });
+    await this.start(task, {
+      run_id: task.run_id,
+      transcript_head: ref.transcript_head,
+      cursor: ref.cursor,
+      next_seq: ref.next_seq,
+      message: args.text!,
+    });
     return okResult(call.call_id, { task_id: task.task_id, delivered: 'reopened the task with its context', execution: task.executions });
   }
 
@@ -241,7 +294,9 @@ export class Orchestration {
     const task = this.find(args.task_id);
     if (task === null) return this.unknown(call.call_id, args.task_id);
     if (taskEnded(task)) return this.notAccepting(call.call_id, task, 'the task has ended already');
-    await wf.getExternalWorkflowHandle(task.task_id).signal(stopSignal, { reason: args.reason!, message_id: `${this.s.view.run_id}:${action_id}` });
+    await wf
+      .getExternalWorkflowHandle(task.task_id)
+      .signal(stopSignal, { reason: args.reason!, message_id: `${this.s.view.run_id}:${action_id}` });
     this.s.view.subruns!.counts.stops++;
     // The task's end (and the result of its cut-off call) reaches the next decision.
     await wf.condition(() => taskEnded(task));
@@ -254,11 +309,23 @@ export class Orchestration {
     // A merge waits for the task to end: only a verified change is merged.
     await wf.condition(() => taskEnded(task));
     if (task.merged) return okResult(call.call_id, { task_id: task.task_id, already_merged: true });
-    if (task.status !== 'completed') return this.notAccepting(call.call_id, task, `only a completed task is merged; this one ended ${task.status}${task.reason ? ` (${task.reason})` : ''}`);
-    const prepared = await this.host.act.prepareMerge.executeWithOptions({ summary: `prepare merge_task ${task.title}` }, [this.host.ref, { task_id: task.task_id, run_id: task.run_id! }]);
+    if (task.status !== 'completed')
+      return this.notAccepting(
+        call.call_id,
+        task,
+        `only a completed task is merged; this one ended ${task.status}${task.reason ? ` (${task.reason})` : ''}`,
+      );
+    const prepared = await this.host.act.prepareMerge.executeWithOptions({ summary: `prepare merge_task ${task.title}` }, [
+      this.host.ref,
+      { task_id: task.task_id, run_id: task.run_id! },
+    ]);
     switch (prepared.kind) {
       case 'conflict':
-        return errorResult(call.call_id, 'merge_conflict', { task_id: task.task_id, paths: prepared.paths, reason: 'these files changed in your workspace since the task was dispatched' });
+        return errorResult(call.call_id, 'merge_conflict', {
+          task_id: task.task_id,
+          paths: prepared.paths,
+          reason: 'these files changed in your workspace since the task was dispatched',
+        });
       case 'unsupported':
         return errorResult(call.call_id, 'merge_conflict', { task_id: task.task_id, paths: prepared.paths, reason: prepared.reason });
       case 'empty':
@@ -269,14 +336,34 @@ export class Orchestration {
     const policy = mergePolicy(action.paths!, this.host.ref);
     if (policy.decision === 'deny') {
       const denied = action.paths!.filter((p) => evaluatePolicy({ name: 'apply_patch' }, p, this.host.ref.fixture).decision === 'deny');
-      return errorResult(call.call_id, 'write_denied', { task_id: task.task_id, paths: denied, rules: policy.matched.filter((r) => r.decision === 'deny') });
+      return errorResult(call.call_id, 'write_denied', {
+        task_id: task.task_id,
+        paths: denied,
+        rules: policy.matched.filter((r) => r.decision === 'deny'),
+      });
     }
     this.host.trace.add(
       'approval_requested',
-      { path: action.path, paths: action.paths, before: action.before, after: action.after, args_digest: action.args_digest, workspace_digest: action.workspace_digest, diff_bytes: action.diff.length, task_id: task.task_id },
+      {
+        path: action.path,
+        paths: action.paths,
+        before: action.before,
+        after: action.after,
+        args_digest: action.args_digest,
+        workspace_digest: action.workspace_digest,
+        diff_bytes: action.diff.length,
+        task_id: task.task_id,
+      },
       { call_id: call.call_id, action_id: action.action_id },
     );
-    const result = await this.host.approveAndWrite({ decision_ref: decisionRef, reply, call, action, policy, merge: { task_id: task.task_id, entries_ref: prepared.entries_ref } });
+    const result = await this.host.approveAndWrite({
+      decision_ref: decisionRef,
+      reply,
+      call,
+      action,
+      policy,
+      merge: { task_id: task.task_id, entries_ref: prepared.entries_ref },
+    });
     if (result.ok) {
       task.merged = true;
       this.s.view.subruns!.counts.merges++;
@@ -288,7 +375,10 @@ export class Orchestration {
 /** The policy of a merge: every path as apply_patch would meet it; the strictest decision wins. */
 function mergePolicy(paths: string[], ref: RunRef): PolicyEvaluation {
   const evaluations = paths.map((p) => evaluatePolicy({ name: 'apply_patch' }, p, ref.fixture));
-  const decision = evaluations.reduce<PolicyDecision>((worst, e) => (STRICTNESS[e.decision] > STRICTNESS[worst] ? e.decision : worst), 'allow');
+  const decision = evaluations.reduce<PolicyDecision>(
+    (worst, e) => (STRICTNESS[e.decision] > STRICTNESS[worst] ? e.decision : worst),
+    'allow',
+  );
   const matched = [...new Map(evaluations.flatMap((e) => e.matched).map((m) => [m.id, m])).values()];
   return { decision, matched };
 }

@@ -139,10 +139,7 @@ export interface DockerBackendOptions {
 function isEngineUnreachable(err: unknown): boolean {
   const e = err as NodeJS.ErrnoException | undefined;
   if (e?.code === 'ECONNRESET' || e?.code === 'EPIPE') return true;
-  return (
-    e?.syscall === 'connect' &&
-    ['ECONNREFUSED', 'ENOENT', 'EACCES', 'ETIMEDOUT', 'EHOSTUNREACH'].includes(e.code ?? '')
-  );
+  return e?.syscall === 'connect' && ['ECONNREFUSED', 'ENOENT', 'EACCES', 'ETIMEDOUT', 'EHOSTUNREACH'].includes(e.code ?? '');
 }
 
 /** `err`, or a BackendUnavailableError (`runtime_unavailable`) when it means the engine is unreachable. */
@@ -155,10 +152,7 @@ function statusCode(err: unknown): number | undefined {
 }
 
 function unavailable(err: unknown): BackendUnavailableError {
-  return new BackendUnavailableError(
-    `docker engine unreachable: ${(err as Error)?.message ?? String(err)}`,
-    'runtime_unavailable',
-  );
+  return new BackendUnavailableError(`docker engine unreachable: ${(err as Error)?.message ?? String(err)}`, 'runtime_unavailable');
 }
 
 type Owner = { uid: number; gid: number };
@@ -371,7 +365,12 @@ export class DockerBackend implements ExecBackend {
    * A container of `image` with exactly this backend's settings, `argv` as its command and the
    * given bind mounts (the only host folders it sees), labelled with its owner for the reaper.
    */
-  async create(argv: string[], mounts: Dockerode.MountSettings[], image: string, o: { keepStdinOpen?: boolean } = {}): Promise<Dockerode.Container> {
+  async create(
+    argv: string[],
+    mounts: Dockerode.MountSettings[],
+    image: string,
+    o: { keepStdinOpen?: boolean } = {},
+  ): Promise<Dockerode.Container> {
     const s = this.settings();
     return this.docker.createContainer({
       name: `coding-agent-${randomUUID()}`,
@@ -402,7 +401,12 @@ export type AttachedRun = Pick<ExecSpec, 'argv' | 'timeoutMs' | 'outputCapBytes'
  * a timeout and a cancellation that kill it, progress reported while it runs. The caller removes
  * the container.
  */
-export async function runAttached(docker: Dockerode, container: Dockerode.Container, spec: AttachedRun, progressIntervalMs = 2000): Promise<ExecResult> {
+export async function runAttached(
+  docker: Dockerode,
+  container: Dockerode.Container,
+  spec: AttachedRun,
+  progressIntervalMs = 2000,
+): Promise<ExecResult> {
   const stdoutSink = new CappedSink(spec.outputCapBytes);
   const stderrSink = new CappedSink(spec.outputCapBytes);
   const stdout = stdoutSink.output;
@@ -469,8 +473,7 @@ export async function runAttached(docker: Dockerode, container: Dockerode.Contai
     // The engine reports a signal death of the main process as 128+n, like a shell. The one
     // case told apart is the OOM kill of the main process (OOMKilled is also set when only a
     // child was OOM-killed, so it alone does not mean the main process died).
-    const oomKilled =
-      !timedOut && !cancelled && StatusCode === 137 && (await container.inspect()).State.OOMKilled === true;
+    const oomKilled = !timedOut && !cancelled && StatusCode === 137 && (await container.inspect()).State.OOMKilled === true;
     return {
       exitCode: timedOut || cancelled || oomKilled ? null : StatusCode,
       timedOut,

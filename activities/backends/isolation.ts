@@ -191,7 +191,9 @@ function judge(
   set(
     'network',
     hostNet.length > 0 && reached.length === 0,
-    missing.includes('nc') ? 'the image has no nc: the shell probe cannot try the network' : hostNet.map((n) => `${n.target} ${n.result}`).join(', '),
+    missing.includes('nc')
+      ? 'the image has no nc: the shell probe cannot try the network'
+      : hostNet.map((n) => `${n.target} ${n.result}`).join(', '),
   );
   const outward = facts.routes.filter((r) => r.iface !== 'lo');
   const routeText = (rs: ProbeFacts['routes']) => rs.map((r) => `${r.family} ${r.dest}/${r.mask} dev ${r.iface}`).join(', ');
@@ -202,18 +204,35 @@ function judge(
     const own = facts.interfaces.filter((i) => i !== 'lo');
     set('interfaces', own.length === 1, facts.interfaces.join(','));
     const elsewhere = outward.filter((r) => r.iface !== own[0]);
-    set('routes', own.length === 1 && elsewhere.length === 0, `${outward.length ? routeText(outward) : 'none beyond lo'} (only the internal network's interface may have routes; what they reach is tried above)`);
+    set(
+      'routes',
+      own.length === 1 && elsewhere.length === 0,
+      `${outward.length ? routeText(outward) : 'none beyond lo'} (only the internal network's interface may have routes; what they reach is tried above)`,
+    );
     const declared = (expected.hostConfig as { Dns?: string[] }).Dns ?? [];
     const forwardsToProxy = declared.length > 0 && declared.every((d) => d === setup.proxy[0]);
     const bad = facts.nameservers.filter((ns) => !(ns === setup.proxy[0] || (isLoopback(ns) && forwardsToProxy)));
     set(
       'resolver',
       bad.length === 0,
-      facts.nameservers.map((ns) => `${ns}: ${ns === setup.proxy[0] ? 'the proxy (it answers no DNS)' : isLoopback(ns) && forwardsToProxy ? `the engine's resolver in the sandbox, forwarding only to the proxy ${setup.proxy[0]} (no DNS there)` : 'a resolver beyond the proxy'}`).join(', ') || 'no nameserver configured',
+      facts.nameservers
+        .map(
+          (ns) =>
+            `${ns}: ${ns === setup.proxy[0] ? 'the proxy (it answers no DNS)' : isLoopback(ns) && forwardsToProxy ? `the engine's resolver in the sandbox, forwarding only to the proxy ${setup.proxy[0]} (no DNS there)` : 'a resolver beyond the proxy'}`,
+        )
+        .join(', ') || 'no nameserver configured',
     );
   } else {
-    set('interfaces', facts.interfaces.every((i) => i === 'lo'), facts.interfaces.join(','));
-    set('routes', outward.length === 0, outward.length ? `routes beyond loopback: ${routeText(outward)}` : `${facts.routes.length} route(s), all on lo`);
+    set(
+      'interfaces',
+      facts.interfaces.every((i) => i === 'lo'),
+      facts.interfaces.join(','),
+    );
+    set(
+      'routes',
+      outward.length === 0,
+      outward.length ? `routes beyond loopback: ${routeText(outward)}` : `${facts.routes.length} route(s), all on lo`,
+    );
     const resolvers = facts.nameservers.map((ns) => ({ ns, path: resolverPath(ns, facts) }));
     set(
       'resolver',
@@ -259,9 +278,7 @@ function judge(
   set(
     'docker_socket',
     socks.length === 0 && sockMounts.length === 0,
-    socks.length || sockMounts.length
-      ? `visible: ${[...socks.map(([p]) => p), ...sockMounts].join(',')}`
-      : 'no docker.sock visible',
+    socks.length || sockMounts.length ? `visible: ${[...socks.map(([p]) => p), ...sockMounts].join(',')}` : 'no docker.sock visible',
   );
   const strange = facts.mounts.filter((m) => !mountAllowed(m));
   set('mounts', strange.length === 0, strange.length ? `unexpected: ${strange.join(',')}` : facts.mounts.join(','));
@@ -271,7 +288,9 @@ function judge(
     'pids_limit',
     // A shell that does not name the errno of its failed fork (dash) stops all the same.
     (facts.pids.stopped_by === 'EAGAIN' || facts.pids.stopped_by.startsWith('fork_failed')) && facts.pids.forked < pidsLimit,
-    missing.includes('sleep') ? 'the image has no sleep: the shell probe cannot run its fork test' : `${facts.pids.forked} forks, then ${facts.pids.stopped_by} (limit ${pidsLimit})`,
+    missing.includes('sleep')
+      ? 'the image has no sleep: the shell probe cannot run its fork test'
+      : `${facts.pids.forked} forks, then ${facts.pids.stopped_by} (limit ${pidsLimit})`,
   );
   const memLimit = expected.hostConfig.Memory;
   const mib = (n: number) => `${Math.round(n / 1048576)} MiB`;
@@ -288,7 +307,11 @@ function judge(
   if (setup) {
     // The setup runs as the user its settings declare (root, with no capabilities: checked below).
     const [wantUid, wantGid] = expected.user.split(':').map(Number);
-    set('uid', uid === wantUid && euid === wantUid && gid === wantGid && egid === wantGid, `uid ${uid} euid ${euid} gid ${gid} egid ${egid} (declared ${expected.user}; every capability dropped)`);
+    set(
+      'uid',
+      uid === wantUid && euid === wantUid && gid === wantGid && egid === wantGid,
+      `uid ${uid} euid ${euid} gid ${gid} egid ${egid} (declared ${expected.user}; every capability dropped)`,
+    );
   } else {
     set('uid', uid !== 0 && euid !== 0 && gid !== 0 && egid !== 0, `uid ${uid} euid ${euid} gid ${gid} egid ${egid}`);
   }

@@ -164,9 +164,7 @@ export class LocalBackend implements ExecBackend {
       copyTree(spec.workspaceDir, join(snapshot, 'workspace'));
       cwd = join(snapshot, 'workspace');
     }
-    const argv = spec.argv.map((a) =>
-      a.replaceAll('{out}', spec.outDir).replaceAll('{acceptance}', spec.acceptanceDir ?? '{acceptance}'),
-    );
+    const argv = spec.argv.map((a) => a.replaceAll('{out}', spec.outDir).replaceAll('{acceptance}', spec.acceptanceDir ?? '{acceptance}'));
     try {
       return await this.spawnCapped(argv, cwd, spec);
     } finally {

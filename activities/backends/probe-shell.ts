@@ -20,7 +20,15 @@ export function shellProbeSource(): string {
 
 /** The probe's argv: the script, then its arguments after the `$0` name. */
 export function shellProbeArgv(config: { targets: [string, number][]; pids_bound: number; memory_bound: number }): string[] {
-  return ['sh', '-c', shellProbeSource(), 'probe', String(config.pids_bound), String(config.memory_bound), ...config.targets.map(([h, p]) => `${h}:${p}`)];
+  return [
+    'sh',
+    '-c',
+    shellProbeSource(),
+    'probe',
+    String(config.pids_bound),
+    String(config.memory_bound),
+    ...config.targets.map(([h, p]) => `${h}:${p}`),
+  ];
 }
 
 // ---- /proc parsing, as probe.py does it ----
@@ -185,7 +193,9 @@ export function parseShellProbe(stdout: string): ProbeFacts | null {
   facts.environ = Object.fromEntries(environ('/proc/1/environ').map((e) => [e.split('=')[0], e.slice(e.indexOf('=') + 1)]));
   facts.mounts = [...new Set(text('/proc/self/mountinfo').map((l) => fields(l)[4]))].filter(Boolean).sort();
   const status = new Map(text('/proc/self/status').map((l) => [l.slice(0, l.indexOf(':')), l.slice(l.indexOf(':') + 1).trim()]));
-  facts.status = Object.fromEntries(['NoNewPrivs', 'CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'Seccomp'].map((k) => [k, status.get(k) ?? null]));
+  facts.status = Object.fromEntries(
+    ['NoNewPrivs', 'CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'Seccomp'].map((k) => [k, status.get(k) ?? null]),
+  );
   const ids = (key: string) => fields(status.get(key) ?? '').map(Number);
   const [uid, euid] = ids('Uid');
   const [gid, egid] = ids('Gid');

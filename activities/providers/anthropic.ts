@@ -20,7 +20,9 @@ type Block = Record<string, unknown>;
 const CACHED = { cache_control: { type: 'ephemeral' } } as const;
 
 function messages(context: BuiltContext): { role: 'user' | 'assistant'; content: Block[] }[] {
-  const out: { role: 'user' | 'assistant'; content: Block[] }[] = [{ role: 'user', content: [{ type: 'text', text: context.stable, ...CACHED }] }];
+  const out: { role: 'user' | 'assistant'; content: Block[] }[] = [
+    { role: 'user', content: [{ type: 'text', text: context.stable, ...CACHED }] },
+  ];
   // Consecutive user content (tool results, then a person's message) shares one user message.
   const user = (blocks: Block[]) => {
     const last = out[out.length - 1];
@@ -33,10 +35,24 @@ function messages(context: BuiltContext): { role: 'user' | 'assistant'; content:
       continue;
     }
     const content: Block[] = g.text ? [{ type: 'text', text: g.text }] : [];
-    for (const c of g.calls) content.push({ type: 'tool_use', id: c.id, name: c.name, input: c.arguments !== null && typeof c.arguments === 'object' ? c.arguments : { value: c.arguments } });
+    for (const c of g.calls)
+      content.push({
+        type: 'tool_use',
+        id: c.id,
+        name: c.name,
+        input: c.arguments !== null && typeof c.arguments === 'object' ? c.arguments : { value: c.arguments },
+      });
     if (content.length === 0) content.push({ type: 'text', text: '(empty reply)' });
     out.push({ role: 'assistant', content });
-    if (g.calls.length > 0) user(g.calls.map((c) => ({ type: 'tool_result', tool_use_id: c.id, content: JSON.stringify(c.result), ...(c.result.ok ? {} : { is_error: true }) })));
+    if (g.calls.length > 0)
+      user(
+        g.calls.map((c) => ({
+          type: 'tool_result',
+          tool_use_id: c.id,
+          content: JSON.stringify(c.result),
+          ...(c.result.ok ? {} : { is_error: true }),
+        })),
+      );
   }
   // The conversation so far is the next request's prefix too.
   if (context.groups.length > 0) {
@@ -52,11 +68,24 @@ function messages(context: BuiltContext): { role: 'user' | 'assistant'; content:
  * `cache_read_input_tokens` read from the cache and `cache_creation_input_tokens` written to it.
  * Usage counts them as one `input_tokens` of which `cached_tokens` were read (as OpenAI reports it).
  */
-function usageOf(raw: { usage?: { input_tokens?: number; output_tokens?: number; cache_read_input_tokens?: number | null; cache_creation_input_tokens?: number | null } }): { usage: Usage; cache_write_tokens: number } {
+function usageOf(raw: {
+  usage?: {
+    input_tokens?: number;
+    output_tokens?: number;
+    cache_read_input_tokens?: number | null;
+    cache_creation_input_tokens?: number | null;
+  };
+}): { usage: Usage; cache_write_tokens: number } {
   const read = raw.usage?.cache_read_input_tokens ?? 0;
   const written = raw.usage?.cache_creation_input_tokens ?? 0;
   return {
-    usage: { model_calls: 1, cost_usd: null, input_tokens: (raw.usage?.input_tokens ?? 0) + read + written, output_tokens: raw.usage?.output_tokens ?? 0, cached_tokens: read },
+    usage: {
+      model_calls: 1,
+      cost_usd: null,
+      input_tokens: (raw.usage?.input_tokens ?? 0) + read + written,
+      output_tokens: raw.usage?.output_tokens ?? 0,
+      cached_tokens: read,
+    },
     cache_write_tokens: written,
   };
 }
@@ -65,7 +94,13 @@ export const anthropicAdapter: ProviderAdapter = {
   name: 'anthropic',
   tools: anthropicTools,
   body(model, prompt, system, context, maxOutputTokens, orchestrating = false) {
-    return { model, max_tokens: maxOutputTokens, system: [{ type: 'text', text: system, ...CACHED }], tools: anthropicTools(prompt, orchestrating), messages: messages(context) };
+    return {
+      model,
+      max_tokens: maxOutputTokens,
+      system: [{ type: 'text', text: system, ...CACHED }],
+      tools: anthropicTools(prompt, orchestrating),
+      messages: messages(context),
+    };
   },
   async send(body, options: SendOptions) {
     // Every credential the SDK would take from the environment is given here instead (null: none).
@@ -86,7 +121,11 @@ export const anthropicAdapter: ProviderAdapter = {
     if (r.stop_reason === 'refusal') return { kind: 'refused', detail: 'refusal', usage, cache_write_tokens };
     if (r.stop_reason === 'max_tokens') return { kind: 'truncated', usage, cache_write_tokens };
     const blocks = r.content ?? [];
-    const text = blocks.filter((b) => b.type === 'text').map((b) => b.text ?? '').join('\n') || null;
+    const text =
+      blocks
+        .filter((b) => b.type === 'text')
+        .map((b) => b.text ?? '')
+        .join('\n') || null;
     const calls = blocks.filter((b) => b.type === 'tool_use');
     if (calls.length === 0) return { kind: 'decisions', decisions: [{ kind: 'final', text: text ?? '' }], usage, cache_write_tokens };
     const decisions: ReplyDecision[] = text ? [{ kind: 'plan', text }] : [];

@@ -41,7 +41,10 @@ export function resolveEndpoint(file: string, name: string, model: string): Endp
     return { ok: false, detail: `the worker's providers file has no endpoint ${JSON.stringify(name)} (it has: ${known})` };
   }
   if (endpoint.models !== undefined && !endpoint.models.includes(model)) {
-    return { ok: false, detail: `endpoint ${name} does not serve model ${JSON.stringify(model)} (it serves: ${endpoint.models.join(', ')})` };
+    return {
+      ok: false,
+      detail: `endpoint ${name} does not serve model ${JSON.stringify(model)} (it serves: ${endpoint.models.join(', ')})`,
+    };
   }
   return { ok: true, endpoint };
 }
@@ -57,7 +60,12 @@ export function ensureEndpoint(file: string, wanted: Omit<Endpoint, 'name' | 'mo
   );
   if (same) return { name: same.name, added: false };
   const name = `${wanted.kind}-${sha256(canonicalJson(wanted)).slice(0, 8)}`;
-  const endpoint: Endpoint = { name, kind: wanted.kind, ...(wanted.base_url ? { base_url: wanted.base_url } : {}), api_key_env: wanted.api_key_env };
+  const endpoint: Endpoint = {
+    name,
+    kind: wanted.kind,
+    ...(wanted.base_url ? { base_url: wanted.base_url } : {}),
+    api_key_env: wanted.api_key_env,
+  };
   const next: ProvidersFile = { schema_version: 1, endpoints: [...current.endpoints.filter((e) => e.name !== name), endpoint] };
   writeFileAtomic(file, `${JSON.stringify(next, null, 2)}\n`);
   return { name, added: true };

@@ -29,7 +29,13 @@ export function classify(err: unknown): ProviderFailure | null {
   if (err instanceof OpenAI.APIUserAbortError || err instanceof Anthropic.APIUserAbortError) return null; // a cancellation, not a provider failure
   if (isConnection) {
     const timeout = err instanceof OpenAI.APIConnectionTimeoutError || err instanceof Anthropic.APIConnectionTimeoutError;
-    return { transient: true, retry_after_ms: null, context_overflow: false, status: null, detail: timeout ? 'the request timed out' : `connection failed: ${(err as Error).message}` };
+    return {
+      transient: true,
+      retry_after_ms: null,
+      context_overflow: false,
+      status: null,
+      detail: timeout ? 'the request timed out' : `connection failed: ${(err as Error).message}`,
+    };
   }
   if (!(err instanceof OpenAI.APIError) && !(err instanceof Anthropic.APIError)) return null;
   const status = err.status ?? null;
@@ -42,5 +48,11 @@ export function classify(err: unknown): ProviderFailure | null {
   const should = headers?.get('x-should-retry');
   if (should === 'true') transient = true;
   if (should === 'false') transient = false;
-  return { transient, retry_after_ms: retryAfterMs(headers), context_overflow: overflow, status, detail: `${status ?? ''} ${code ?? ''} ${message}`.trim() };
+  return {
+    transient,
+    retry_after_ms: retryAfterMs(headers),
+    context_overflow: overflow,
+    status,
+    detail: `${status ?? ''} ${code ?? ''} ${message}`.trim(),
+  };
 }

@@ -8,14 +8,21 @@ import type { Usage } from '../../core/contracts';
 import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions } from './types';
 
 function messages(system: string, context: BuiltContext): unknown[] {
-  const out: unknown[] = [{ role: 'system', content: system }, { role: 'user', content: context.summary }];
+  const out: unknown[] = [
+    { role: 'system', content: system },
+    { role: 'user', content: context.summary },
+  ];
   const group = (g: ContextGroup) => {
     if (g.kind === 'message') return void out.push({ role: 'user', content: g.text });
     if (g.calls.length === 0) return void out.push({ role: 'assistant', content: g.text ?? '' });
     out.push({
       role: 'assistant',
       content: g.text,
-      tool_calls: g.calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) } })),
+      tool_calls: g.calls.map((c) => ({
+        id: c.id,
+        type: 'function',
+        function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) },
+      })),
     });
     for (const c of g.calls) out.push({ role: 'tool', tool_call_id: c.id, content: JSON.stringify(c.result) });
   };
@@ -23,8 +30,16 @@ function messages(system: string, context: BuiltContext): unknown[] {
   return out;
 }
 
-function usageOf(raw: { usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } } }): Usage {
-  return { model_calls: 1, cost_usd: null, input_tokens: raw.usage?.prompt_tokens ?? 0, output_tokens: raw.usage?.completion_tokens ?? 0, cached_tokens: raw.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+function usageOf(raw: {
+  usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } };
+}): Usage {
+  return {
+    model_calls: 1,
+    cost_usd: null,
+    input_tokens: raw.usage?.prompt_tokens ?? 0,
+    output_tokens: raw.usage?.completion_tokens ?? 0,
+    cached_tokens: raw.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+  };
 }
 
 function parseArguments(text: string): unknown {
@@ -50,7 +65,14 @@ export const openaiAdapter: ProviderAdapter = {
   name: 'openai',
   tools: openaiTools,
   body(model, prompt, system, context, maxOutputTokens, orchestrating = false) {
-    return { model, messages: messages(system, context), tools: openaiTools(prompt, orchestrating), tool_choice: 'auto', max_tokens: maxOutputTokens, prompt_cache_key: cacheKey(prompt, system, context, orchestrating) };
+    return {
+      model,
+      messages: messages(system, context),
+      tools: openaiTools(prompt, orchestrating),
+      tool_choice: 'auto',
+      max_tokens: maxOutputTokens,
+      prompt_cache_key: cacheKey(prompt, system, context, orchestrating),
+    };
   },
   async send(body, options: SendOptions) {
     // Every value the SDK would take from the environment is given here instead (null: none).
@@ -68,7 +90,16 @@ export const openaiAdapter: ProviderAdapter = {
     return client.chat.completions.create(body as never, { signal: options.signal });
   },
   parse(raw): ParsedReply {
-    const r = raw as { choices?: { finish_reason?: string; message?: { content?: string | null; refusal?: string | null; tool_calls?: { id: string; function?: { name?: string; arguments?: string } }[] } }[] };
+    const r = raw as {
+      choices?: {
+        finish_reason?: string;
+        message?: {
+          content?: string | null;
+          refusal?: string | null;
+          tool_calls?: { id: string; function?: { name?: string; arguments?: string } }[];
+        };
+      }[];
+    };
     const usage = usageOf(raw as never);
     // Chat Completions reports cache reads only: writing the cache costs nothing extra there.
     const cache_write_tokens = 0;
@@ -81,7 +112,11 @@ export const openaiAdapter: ProviderAdapter = {
     const calls = message.tool_calls ?? [];
     if (calls.length === 0) return { kind: 'decisions', decisions: [{ kind: 'final', text: text ?? '' }], usage, cache_write_tokens };
     const decisions: ReplyDecision[] = text ? [{ kind: 'plan', text }] : [];
-    for (const c of calls) decisions.push({ kind: 'tool', call: { call_id: c.id, name: c.function?.name ?? '', arguments: parseArguments(c.function?.arguments ?? '') } });
+    for (const c of calls)
+      decisions.push({
+        kind: 'tool',
+        call: { call_id: c.id, name: c.function?.name ?? '', arguments: parseArguments(c.function?.arguments ?? '') },
+      });
     return { kind: 'decisions', decisions, usage, cache_write_tokens };
   },
 };

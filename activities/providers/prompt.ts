@@ -26,7 +26,11 @@ export class PromptError extends Error {
 /** The prompt versions of `dir`, oldest first. */
 export function promptVersions(dir: string): string[] {
   try {
-    return orderedVersions(readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory()).map((e) => e.name));
+    return orderedVersions(
+      readdirSync(dir, { withFileTypes: true })
+        .filter((e) => e.isDirectory())
+        .map((e) => e.name),
+    );
   } catch (err) {
     throw new PromptError('invalid', `cannot read the prompts folder ${dir}: ${(err as Error).message}`);
   }
@@ -37,7 +41,8 @@ export function loadPrompt(dir: string, version?: string): { ref: PromptRef; tex
   const versions = promptVersions(dir);
   if (versions.length === 0) throw new PromptError('invalid', `the prompts folder ${dir} holds no version (v1, v2, ...)`);
   const chosen = version ?? versions[versions.length - 1];
-  if (!versions.includes(chosen)) throw new PromptError('unknown_version', `prompt version ${chosen} does not exist; the worker has ${versions.join(', ')}`);
+  if (!versions.includes(chosen))
+    throw new PromptError('unknown_version', `prompt version ${chosen} does not exist; the worker has ${versions.join(', ')}`);
   const read = (file: string): string => {
     try {
       return readFileSync(join(dir, chosen, file), 'utf8');

@@ -22,7 +22,7 @@ export function scrubSecret(text: string, secret: string | null | undefined): st
     const hidden = new Uint8Array(out.length);
     for (let i = 0; i + FRAGMENT <= out.length; i++) if (pieces.has(out.slice(i, i + FRAGMENT))) hidden.fill(1, i, i + FRAGMENT);
     let cleaned = '';
-    for (let i = 0; i < out.length; ) {
+    for (let i = 0; i < out.length;) {
       if (!hidden[i]) {
         cleaned += out[i++];
         continue;
@@ -48,7 +48,8 @@ export function scrubbedError(err: unknown, secret: string): Error {
 }
 
 /** Headers of the two protocols that carry no credential and no operator-specific value. */
-const PROTOCOL_HEADER = /^(accept|accept-encoding|content-type|content-length|user-agent|anthropic-version|anthropic-beta|idempotency-key|x-stainless-[a-z0-9-]+)$/;
+const PROTOCOL_HEADER =
+  /^(accept|accept-encoding|content-type|content-length|user-agent|anthropic-version|anthropic-beta|idempotency-key|x-stainless-[a-z0-9-]+)$/;
 
 export function singleCredentialFetch(apiKey: string): typeof fetch {
   return (input, init) => {

@@ -38,14 +38,27 @@ function cached(api: string, prompt: Prompt, orchestrating: boolean, make: () =>
 export function openaiTools(prompt: Prompt, orchestrating = false): unknown[] {
   // Round-tripped through JSON: the helper attaches parse functions that are not part of the wire format.
   return cached('openai', prompt, orchestrating, () =>
-    toolNames(orchestrating).map((name) => JSON.parse(JSON.stringify(zodFunction({ name, description: prompt.texts.tools[name].description, parameters: strictWire(describedArguments(name, prompt.texts.tools)) })))),
+    toolNames(orchestrating).map((name) =>
+      JSON.parse(
+        JSON.stringify(
+          zodFunction({
+            name,
+            description: prompt.texts.tools[name].description,
+            parameters: strictWire(describedArguments(name, prompt.texts.tools)),
+          }),
+        ),
+      ),
+    ),
   );
 }
 
 export function anthropicTools(prompt: Prompt, orchestrating = false): unknown[] {
   return cached('anthropic', prompt, orchestrating, () =>
     toolNames(orchestrating).map((name) => {
-      const { $schema: _drop, ...schema } = z.toJSONSchema(describedArguments(name, prompt.texts.tools), { io: 'input' }) as Record<string, unknown>;
+      const { $schema: _drop, ...schema } = z.toJSONSchema(describedArguments(name, prompt.texts.tools), { io: 'input' }) as Record<
+        string,
+        unknown
+      >;
       return { name, description: prompt.texts.tools[name].description, input_schema: schema };
     }),
   );

@@ -39,7 +39,14 @@ export interface ProviderAdapter {
    * The request body: the system prompt (the prompt version's, with a repository's instructions),
    * the tools with the version's texts, the context, the limits.
    */
-  body(model: string, prompt: Prompt, system: string, context: BuiltContext, maxOutputTokens: number, orchestrating?: boolean): Record<string, unknown>;
+  body(
+    model: string,
+    prompt: Prompt,
+    system: string,
+    context: BuiltContext,
+    maxOutputTokens: number,
+    orchestrating?: boolean,
+  ): Record<string, unknown>;
   /** Sends the body; resolves to the raw JSON response. */
   send(body: Record<string, unknown>, options: SendOptions): Promise<unknown>;
   parse(raw: unknown): ParsedReply;

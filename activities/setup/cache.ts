@@ -44,7 +44,12 @@ export const setupTag = (key: string) => `${SETUP_REPOSITORY}:${key}`;
 
 /** The labels of a cache image: what it is, its key, and a summary for `cache list` (base64 JSON, so no quoting can break it). */
 export function setupLabels(key: string, inputs: SetupInputs): Record<string, string> {
-  const summary = { base_image: inputs.base_image, base_tree: inputs.base_tree, commands: inputs.commands.map((c) => c.join(' ').slice(0, 200)).slice(0, 8), allow: inputs.egress.allow };
+  const summary = {
+    base_image: inputs.base_image,
+    base_tree: inputs.base_tree,
+    commands: inputs.commands.map((c) => c.join(' ').slice(0, 200)).slice(0, 8),
+    allow: inputs.egress.allow,
+  };
   return { [SANDBOX_LABEL]: SETUP_LABEL, [KEY_LABEL]: key, [SUMMARY_LABEL]: Buffer.from(JSON.stringify(summary)).toString('base64') };
 }
 
@@ -118,7 +123,9 @@ async function layerBytes(docker: Dockerode, id: string): Promise<number> {
 }
 
 /** Removes every setup image; one a container still uses is kept and named. */
-export async function pruneSetupImages(docker: Dockerode): Promise<{ removed: CachedSetup[]; kept: { image: CachedSetup; why: string }[] }> {
+export async function pruneSetupImages(
+  docker: Dockerode,
+): Promise<{ removed: CachedSetup[]; kept: { image: CachedSetup; why: string }[] }> {
   const removed: CachedSetup[] = [];
   const kept: { image: CachedSetup; why: string }[] = [];
   for (const image of await listSetupImages(docker)) {

@@ -26,7 +26,15 @@ import type { EgressSpec, IsolationEvidence, SetupSpec } from '../../core/contra
 import { brief } from '../../core/transcript';
 import { writeFileAtomic } from '../../host/files';
 import { CappedSink } from '../backends/capped-output';
-import { removeContainer, SANDBOX_ENV, SANDBOX_GID, SANDBOX_UID, setupOverride, type AttachedRun, type DockerBackend } from '../backends/docker';
+import {
+  removeContainer,
+  SANDBOX_ENV,
+  SANDBOX_GID,
+  SANDBOX_UID,
+  setupOverride,
+  type AttachedRun,
+  type DockerBackend,
+} from '../backends/docker';
 import { probeIsolation } from '../backends/isolation';
 import { BackendUnavailableError, type ExecResult } from '../backends/types';
 import type { Limits } from '../config';
@@ -115,7 +123,12 @@ const CA_VARIABLES = ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'PIP_CERT', 'CURL_C
 
 function tail(text: string, bytes: number): string {
   const buf = Buffer.from(text);
-  return buf.length <= bytes ? text : buf.subarray(buf.length - bytes).toString('utf8').replace(/^\uFFFD+/, '');
+  return buf.length <= bytes
+    ? text
+    : buf
+        .subarray(buf.length - bytes)
+        .toString('utf8')
+        .replace(/^\uFFFD+/, '');
 }
 
 export async function runSetup(env: SetupEnvironment, paths: RunPaths, setup: SetupSpec, egress: EgressSpec | null): Promise<SetupResult> {
@@ -147,7 +160,11 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
     if (!ran.ok) return ran;
     result = await finish(docker, paths, ran);
     if (result.ok) await docker.getImage(result.image_id).tag({ repo: SETUP_REPOSITORY, tag: key });
-    else await docker.getImage(ran.image_id).remove().catch(() => undefined); // products refused: not a cache entry
+    else
+      await docker
+        .getImage(ran.image_id)
+        .remove()
+        .catch(() => undefined); // products refused: not a cache entry
   }
   // Crash window: a worker killed between the tag and the marker leaves an image its retry finds,
   // so that retry reports a cached setup (setup_cached, and no egress events of the first attempt).
@@ -191,9 +208,14 @@ async function runFresh(
   const credentials: { host: string; header: string; value: string }[] = [];
   for (const c of egress?.credentials ?? []) {
     const value = env.credential(c.env);
-    if (value === undefined) return failed('setup_failed', `egress credential for ${c.host}: the worker has no variable ${c.env} (set it where the worker starts)`);
+    if (value === undefined)
+      return failed(
+        'setup_failed',
+        `egress credential for ${c.host}: the worker has no variable ${c.env} (set it where the worker starts)`,
+      );
     const problem = headerValueProblem(value);
-    if (problem !== null) return failed('setup_failed', `egress credential for ${c.host}: the value of ${c.env} cannot be a ${c.header} header: ${problem}`);
+    if (problem !== null)
+      return failed('setup_failed', `egress credential for ${c.host}: the value of ${c.env} cannot be a ${c.header} header: ${problem}`);
     credentials.push({ host: c.host, header: c.header, value });
   }
   const secrets = credentials.map((c) => c.value);
@@ -234,7 +256,8 @@ async function runFresh(
       });
     } catch (err) {
       // It would fail alike on every attempt: an infrastructure failure, its log scrubbed of the values.
-      if (err instanceof ProxyStartError) throw new BackendUnavailableError(`${err.message}: ${scrub(tail(err.log, 2000))}`, 'proxy_failed');
+      if (err instanceof ProxyStartError)
+        throw new BackendUnavailableError(`${err.message}: ${scrub(tail(err.log, 2000))}`, 'proxy_failed');
       throw err;
     }
     const proxyUrl = `http://${proxy.address}:${proxy.port}`;
@@ -258,10 +281,19 @@ async function runFresh(
       signal: env.signal,
       setup: { proxy: [proxy.address, proxy.port], hosts: network.gateway ? [network.gateway] : [], secrets },
     });
-    const isolation: IsolationEvidence = { ...probe, checks: Object.fromEntries(Object.entries(probe.checks).map(([k, c]) => [k, { ok: c.ok, detail: scrub(c.detail) }])) };
+    const isolation: IsolationEvidence = {
+      ...probe,
+      checks: Object.fromEntries(Object.entries(probe.checks).map(([k, c]) => [k, { ok: c.ok, detail: scrub(c.detail) }])),
+    };
     if (!isolation.verified) {
-      const bad = Object.entries(isolation.checks).filter(([, c]) => !c.ok).map(([n, c]) => `${n} (${c.detail.slice(0, 200)})`);
-      return failed('isolation_unverified', `setup phase: ${isolation.reason_detail ?? `probe checks failed: ${bad.join('; ')}`}`, isolation);
+      const bad = Object.entries(isolation.checks)
+        .filter(([, c]) => !c.ok)
+        .map(([n, c]) => `${n} (${c.detail.slice(0, 200)})`);
+      return failed(
+        'isolation_unverified',
+        `setup phase: ${isolation.reason_detail ?? `probe checks failed: ${bad.join('; ')}`}`,
+        isolation,
+      );
     }
 
     // The run's container: the sandbox's variables only; the setup's are given to each exec.
@@ -292,7 +324,11 @@ async function runFresh(
         record.output_tail = scrub(tail(run.stdout + (run.stderr ? `\n${run.stderr}` : ''), TAIL_BYTES));
         const why = run.timedOut ? `timed out (setup.timeout_s ${setup.timeout_s} s for all commands)` : `exited ${run.exitCode}`;
         const shown = argv.join(' ');
-        return failed('setup_failed', `setup command ${JSON.stringify(shown.length > 200 ? `${shown.slice(0, 200)}...` : shown)} ${why}: ${tail(record.output_tail, 1500)}`, isolation);
+        return failed(
+          'setup_failed',
+          `setup command ${JSON.stringify(shown.length > 200 ? `${shown.slice(0, 200)}...` : shown)} ${why}: ${tail(record.output_tail, 1500)}`,
+          isolation,
+        );
       }
     }
     await container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
@@ -300,7 +336,11 @@ async function runFresh(
     // The sandbox's user and command; the environment is the container's, which holds only the sandbox's variables.
     const committed = (await container.commit({
       comment: `coding-agent setup ${key}`,
-      changes: [`USER ${SANDBOX_UID}:${SANDBOX_GID}`, 'CMD ["/bin/sh"]', ...Object.entries(labels).map(([k, v]) => `LABEL ${JSON.stringify(k)}=${JSON.stringify(v)}`)],
+      changes: [
+        `USER ${SANDBOX_UID}:${SANDBOX_GID}`,
+        'CMD ["/bin/sh"]',
+        ...Object.entries(labels).map(([k, v]) => `LABEL ${JSON.stringify(k)}=${JSON.stringify(v)}`),
+      ],
     })) as { Id: string };
     return { ok: true, cached: false, image_id: committed.Id, added: 0, key, commands, egress: report, isolation };
   } finally {
@@ -322,10 +362,25 @@ async function runFresh(
  * One command in the running container (`docker exec`): output drained and capped, a timeout and
  * a cancellation that kill the container (the setup fails then, so nothing of it is kept).
  */
-async function runExec(docker: Dockerode, container: Dockerode.Container, argv: string[], env: string[], spec: AttachedRun): Promise<ExecResult> {
+async function runExec(
+  docker: Dockerode,
+  container: Dockerode.Container,
+  argv: string[],
+  env: string[],
+  spec: AttachedRun,
+): Promise<ExecResult> {
   const stdoutSink = new CappedSink(spec.outputCapBytes);
   const stderrSink = new CappedSink(spec.outputCapBytes);
-  const exec = await container.exec({ Cmd: argv, Env: env, User: '0:0', WorkingDir: '/workspace', AttachStdin: false, AttachStdout: true, AttachStderr: true, Tty: false });
+  const exec = await container.exec({
+    Cmd: argv,
+    Env: env,
+    User: '0:0',
+    WorkingDir: '/workspace',
+    AttachStdin: false,
+    AttachStdout: true,
+    AttachStderr: true,
+    Tty: false,
+  });
   const stream = await exec.start({ hijack: true, stdin: false });
   const out = new PassThrough();
   const err = new PassThrough();
@@ -354,7 +409,11 @@ async function runExec(docker: Dockerode, container: Dockerode.Container, argv: 
     // The exec ends when its process does; a child it left holding the output keeps the stream
     // open, so the process's end (polled) with a short grace decides.
     for (;;) {
-      const ended = await within(streamEnded.then(() => true), 500, false);
+      const ended = await within(
+        streamEnded.then(() => true),
+        500,
+        false,
+      );
       spec.onProgress?.();
       if (ended) break;
       const state = await exec.inspect();
@@ -379,4 +438,3 @@ async function runExec(docker: Dockerode, container: Dockerode.Container, argv: 
     (stream as unknown as { destroy?: () => void }).destroy?.();
   }
 }
-

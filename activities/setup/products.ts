@@ -65,12 +65,14 @@ export function workspaceArchive(paths: RunPaths): Readable {
   const base = { uid: 0, gid: 0, uname: 'root', gname: 'root', mtime: new Date(0) };
   void (async () => {
     try {
-      const add = (header: tar.Headers, body?: Buffer) => new Promise<void>((resolve, reject) => pack.entry(header, body ?? '', (err) => (err ? reject(err) : resolve())));
+      const add = (header: tar.Headers, body?: Buffer) =>
+        new Promise<void>((resolve, reject) => pack.entry(header, body ?? '', (err) => (err ? reject(err) : resolve())));
       await add({ ...base, name: 'workspace/', type: 'directory', mode: 0o755 });
       for (const e of entries) {
         const name = `workspace/${e.path}`;
         if (e.kind === 'dir') await add({ ...base, name: `${name}/`, type: 'directory', mode: 0o755 });
-        else if (e.kind === 'file') await add({ ...base, name, type: 'file', mode: e.executable ? 0o755 : 0o644 }, readFileSync(join(root, e.path)));
+        else if (e.kind === 'file')
+          await add({ ...base, name, type: 'file', mode: e.executable ? 0o755 : 0o644 }, readFileSync(join(root, e.path)));
         else if (e.kind === 'symlink') await add({ ...base, name, type: 'symlink', linkname: e.target, mode: 0o777 });
       }
       pack.finalize();
@@ -110,7 +112,13 @@ export async function applyProducts(docker: Dockerode, imageId: string, paths: R
   let added = 0;
   try {
     // Never started: only its file system is read.
-    container = await docker.createContainer({ Image: imageId, Cmd: ['/'], Entrypoint: [], HostConfig: { NetworkMode: 'none' }, Labels: {} });
+    container = await docker.createContainer({
+      Image: imageId,
+      Cmd: ['/'],
+      Entrypoint: [],
+      HostConfig: { NetworkMode: 'none' },
+      Labels: {},
+    });
     const archive = (await container.getArchive({ path: MOUNT_WORKSPACE })) as unknown as Readable;
     const seen = new Map<string, Seen>();
     const links: [string, string][] = [];
@@ -164,9 +172,19 @@ export async function applyProducts(docker: Dockerode, imageId: string, paths: R
 }
 
 /** One archive entry: checked against the base tree, written when it is new. */
-function takeEntry(rel: string, header: tar.Headers, body: Buffer, base: Map<string, ManifestEntry>, seen: Map<string, Seen>, root: string): 'base' | 'added' | 'link' | 'folder' {
+function takeEntry(
+  rel: string,
+  header: tar.Headers,
+  body: Buffer,
+  base: Map<string, ManifestEntry>,
+  seen: Map<string, Seen>,
+  root: string,
+): 'base' | 'added' | 'link' | 'folder' {
   const unsafe = unsafeTreePath(rel);
-  if (unsafe !== null) throw new SetupProductError(`the setup left ${JSON.stringify(rel)} in the workspace, a path with ${unsafe}, which a workspace cannot hold`);
+  if (unsafe !== null)
+    throw new SetupProductError(
+      `the setup left ${JSON.stringify(rel)} in the workspace, a path with ${unsafe}, which a workspace cannot hold`,
+    );
   const before = base.get(rel);
   switch (header.type) {
     case 'directory':
@@ -182,14 +200,18 @@ function takeEntry(rel: string, header: tar.Headers, body: Buffer, base: Map<str
       if (header.type === 'link') {
         const target = (header.linkname ?? '').replace(/^workspace\//, '');
         const st = lstatSync(join(root, target), { throwIfNoEntry: false });
-        if (unsafeTreePath(target) !== null || !st?.isFile()) throw new SetupProductError(`the setup left ${rel}, a hard link to ${JSON.stringify(header.linkname)}, which is not a file of the workspace`);
+        if (unsafeTreePath(target) !== null || !st?.isFile())
+          throw new SetupProductError(
+            `the setup left ${rel}, a hard link to ${JSON.stringify(header.linkname)}, which is not a file of the workspace`,
+          );
         bytes = readFileSync(join(root, target));
       }
       const executable = ((header.mode ?? 0o644) & 0o111) !== 0;
       const digest = sha256(bytes);
       seen.set(rel, { kind: 'file', digest, executable });
       if (before) {
-        if (before.kind !== 'file' || before.digest !== digest || before.executable !== executable) throw new SetupProductError(`the setup changed ${rel}, a file of the base tree`);
+        if (before.kind !== 'file' || before.digest !== digest || before.executable !== executable)
+          throw new SetupProductError(`the setup changed ${rel}, a file of the base tree`);
         return 'base';
       }
       const parent = dirname(rel);
@@ -200,11 +222,14 @@ function takeEntry(rel: string, header: tar.Headers, body: Buffer, base: Map<str
     case 'symlink':
       seen.set(rel, { kind: 'symlink', target: header.linkname ?? '' });
       if (before) {
-        if (before.kind !== 'symlink' || before.target !== header.linkname) throw new SetupProductError(`the setup changed ${rel}, a link of the base tree`);
+        if (before.kind !== 'symlink' || before.target !== header.linkname)
+          throw new SetupProductError(`the setup changed ${rel}, a link of the base tree`);
         return 'base';
       }
       return 'link';
     default:
-      throw new SetupProductError(`the setup left ${rel} in the workspace, a ${header.type ?? 'special'} file, which a workspace cannot hold`);
+      throw new SetupProductError(
+        `the setup left ${rel} in the workspace, a ${header.type ?? 'special'} file, which a workspace cannot hold`,
+      );
   }
 }

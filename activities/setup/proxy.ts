@@ -31,7 +31,12 @@ export const PROXY_LABEL = 'proxy';
 const RUN_DIR = '/run/agent';
 export const PROXY_HOSTS_PATH = `${RUN_DIR}/hosts`;
 /** The files of an intercepting proxy: the setup's certificate authority, squid's certificate store, the upstream CAs. */
-export const PROXY_TLS = { caCert: `${RUN_DIR}/ca.pem`, caKey: `${RUN_DIR}/ca.key`, certDb: `${RUN_DIR}/certs`, upstreamCa: `${RUN_DIR}/upstream-ca.pem` } as const;
+export const PROXY_TLS = {
+  caCert: `${RUN_DIR}/ca.pem`,
+  caKey: `${RUN_DIR}/ca.key`,
+  certDb: `${RUN_DIR}/certs`,
+  upstreamCa: `${RUN_DIR}/upstream-ca.pem`,
+} as const;
 /** Separate the configuration, the hosts file and the upstream CAs on the proxy's standard input. */
 const HOSTS_MARK = '#@@agent-hosts';
 const UPSTREAM_CA_MARK = '#@@agent-upstream-ca';
@@ -84,7 +89,6 @@ export async function createEgressNetwork(docker: Dockerode): Promise<EgressNetw
   }
 }
 
-
 export interface RunningProxy {
   /** The proxy's address on the internal network. */
   address: string;
@@ -120,7 +124,10 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
     image = (await docker.getImage(o.image).inspect()).Id;
   } catch (err) {
     if ((err as { statusCode?: number }).statusCode === 404) {
-      throw new BackendUnavailableError(`egress proxy image ${o.image} not found; build it with docker/build-proxy-image.sh (scripts/ensure-docker.sh)`, 'image_missing');
+      throw new BackendUnavailableError(
+        `egress proxy image ${o.image} not found; build it with docker/build-proxy-image.sh (scripts/ensure-docker.sh)`,
+        'image_missing',
+      );
     }
     throw engineError(err);
   }
@@ -161,7 +168,11 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
       HostConfig: {
         NetworkMode: o.network.name,
         ReadonlyRootfs: true,
-        Tmpfs: { [RUN_DIR]: 'rw,nosuid,nodev,size=8m,mode=0700,uid=13,gid=13', '/var/spool/squid': 'rw,nosuid,nodev,size=16m,uid=13,gid=13', '/tmp': 'rw,nosuid,nodev,size=16m' },
+        Tmpfs: {
+          [RUN_DIR]: 'rw,nosuid,nodev,size=8m,mode=0700,uid=13,gid=13',
+          '/var/spool/squid': 'rw,nosuid,nodev,size=16m,uid=13,gid=13',
+          '/tmp': 'rw,nosuid,nodev,size=16m',
+        },
         CapDrop: ['ALL'],
         SecurityOpt: ['no-new-privileges'],
         PidsLimit: 64,
@@ -205,11 +216,16 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
     while (!/Accepting (SSL bumped )?HTTP Socket connections/.test(stderr)) {
       const state = (await container.inspect()).State;
       if (!state.Running || Date.now() > until) {
-        throw new ProxyStartError(`the egress proxy did not start (${state.Running ? 'no answer in 30 s' : `it exited with ${state.ExitCode}`})`, stderr);
+        throw new ProxyStartError(
+          `the egress proxy did not start (${state.Running ? 'no answer in 30 s' : `it exited with ${state.ExitCode}`})`,
+          stderr,
+        );
       }
       await new Promise((r) => setTimeout(r, 50));
     }
-    const ca = o.intercept ? new RegExp(`${CA_BEGIN}\\n(-----BEGIN CERTIFICATE-----\\n[\\s\\S]+?-----END CERTIFICATE-----)\\n${CA_END}`).exec(stderr) : null;
+    const ca = o.intercept
+      ? new RegExp(`${CA_BEGIN}\\n(-----BEGIN CERTIFICATE-----\\n[\\s\\S]+?-----END CERTIFICATE-----)\\n${CA_END}`).exec(stderr)
+      : null;
     if (o.intercept && !ca) throw new ProxyStartError('the egress proxy did not print its certificate authority', stderr);
     return {
       address,

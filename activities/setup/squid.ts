@@ -160,7 +160,10 @@ export function parseAccessLine(line: string, intercept = false): EgressEvent | 
     allowed: squidStatus.startsWith('TCP_') && !squidStatus.startsWith('TCP_DENIED'),
     host: (field(host) ?? '(none)').replace(/[^\x21-\x7e]/g, '?').slice(0, 253),
     port: Number.isInteger(portNumber) && portNumber > 0 && portNumber < 65536 ? portNumber : null,
-    method: field(method)?.replace(/[^A-Za-z_-]/g, '?').slice(0, 32) ?? null,
+    method:
+      field(method)
+        ?.replace(/[^A-Za-z_-]/g, '?')
+        .slice(0, 32) ?? null,
     bytes: count(replyBytes) + count(requestBytes),
     status: Number.isInteger(httpStatus) && httpStatus > 0 ? httpStatus : null,
   };

@@ -42,7 +42,8 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
   if (receipt) return { kind: 'already_written', action_id: id, before: receipt.before, after: receipt.after };
 
   if (args.old === args.new) return reject('no_op', { reason: 'old and new are identical' });
-  if (Buffer.byteLength(args.new) > ctx.limits.patchBytes) return reject('too_large', { reason: 'new text is over the cap', limit: ctx.limits.patchBytes });
+  if (Buffer.byteLength(args.new) > ctx.limits.patchBytes)
+    return reject('too_large', { reason: 'new text is over the cap', limit: ctx.limits.patchBytes });
 
   const resolved = resolveInWorkspace(ctx.paths.workspace, args.path);
   if (!resolved.ok) return reject(resolved.error, { reason: resolved.reason });
@@ -64,7 +65,8 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
     if (!isWritable(ctx.fixture, args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
       return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
     }
-    if (resolved.stat.size > ctx.limits.maxFileBytes) return reject('too_large', { size: resolved.stat.size, limit: ctx.limits.maxFileBytes });
+    if (resolved.stat.size > ctx.limits.maxFileBytes)
+      return reject('too_large', { size: resolved.stat.size, limit: ctx.limits.maxFileBytes });
     const bytes = readFileSync(resolved.abs);
     before = sha256(bytes);
     if (before !== args.version) return reject('stale_version', { current_version: before });

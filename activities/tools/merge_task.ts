@@ -34,7 +34,11 @@ export type MergePrepared =
 const fileDigests = (entries: ManifestEntry[]) => new Map(entries.filter((e) => e.kind === 'file').map((e) => [e.path, e]));
 const digestOf = (e: ManifestEntry | undefined) => (e === undefined ? 'absent' : e.kind === 'file' ? e.digest : `${e.kind}`);
 
-export function prepareMerge(ctx: Omit<ToolContext, 'backend'>, stateDir: string, task: { task_id: string; run_id: string }): MergePrepared {
+export function prepareMerge(
+  ctx: Omit<ToolContext, 'backend'>,
+  stateDir: string,
+  task: { task_id: string; run_id: string },
+): MergePrepared {
   const child = runPaths(stateDir, task.run_id);
   const base = new Map(baselineManifest(child).map((e) => [e.path, e]));
   const now = new Map(manifest(child.workspace).map((e) => [e.path, e]));
@@ -48,7 +52,12 @@ export function prepareMerge(ctx: Omit<ToolContext, 'backend'>, stateDir: string
   changed.sort();
   if (changed.length === 0) return { kind: 'empty' };
   const unsupported = changed.filter((p) => now.get(p)?.kind !== 'file' || (base.has(p) && base.get(p)!.kind !== 'file'));
-  if (unsupported.length > 0) return { kind: 'unsupported', paths: unsupported, reason: 'a merge carries files the task created or changed; it deleted or replaced these by something else' };
+  if (unsupported.length > 0)
+    return {
+      kind: 'unsupported',
+      paths: unsupported,
+      reason: 'a merge carries files the task created or changed; it deleted or replaced these by something else',
+    };
   const conflicts = changed.filter((p) => digestOf(parent.get(p)) !== digestOf(base.get(p)));
   if (conflicts.length > 0) return { kind: 'conflict', paths: conflicts };
 
@@ -69,7 +78,15 @@ export function prepareMerge(ctx: Omit<ToolContext, 'backend'>, stateDir: string
     const read = (dir: string) => (existsSync(join(dir, entry.path)) ? readFileSync(join(dir, entry.path)) : Buffer.alloc(0));
     const before = entry.before === 'absent' ? '' : (decodeText(read(ctx.paths.workspace)) ?? '(binary)\n');
     const after = decodeText(read(snapshot)) ?? '(binary)\n';
-    return createTwoFilesPatch(entry.before === 'absent' ? '/dev/null' : `a/${entry.path}`, `b/${entry.path}`, before, after, undefined, undefined, { context: 3 });
+    return createTwoFilesPatch(
+      entry.before === 'absent' ? '/dev/null' : `a/${entry.path}`,
+      `b/${entry.path}`,
+      before,
+      after,
+      undefined,
+      undefined,
+      { context: 3 },
+    );
   });
   let diff = parts.join('');
   const diffTruncated = Buffer.byteLength(diff) > ctx.limits.diffBytes;

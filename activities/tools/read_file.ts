@@ -9,7 +9,8 @@ export function readFile(ctx: ToolContext, callId: string, args: ReadFileArgs): 
   const resolved = resolveInWorkspace(ctx.paths.workspace, args.path);
   if (!resolved.ok) return errorResult(callId, resolved.error, { path: args.path, reason: resolved.reason });
   if (resolved.stat === null) return errorResult(callId, 'not_found', { path: args.path, reason: `${args.path} does not exist` });
-  if (resolved.stat.isDirectory()) return errorResult(callId, 'invalid_fields', { path: args.path, reason: 'path is a folder; use search to list its contents' });
+  if (resolved.stat.isDirectory())
+    return errorResult(callId, 'invalid_fields', { path: args.path, reason: 'path is a folder; use search to list its contents' });
   if (resolved.stat.size > ctx.limits.maxFileBytes) {
     return errorResult(callId, 'too_large', { path: args.path, size: resolved.stat.size, limit: ctx.limits.maxFileBytes });
   }

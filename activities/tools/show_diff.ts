@@ -31,7 +31,8 @@ function fileText(root: string, entries: Map<string, ManifestEntry>, path: strin
   return decodeText(readFileSync(join(root, path)));
 }
 
-const mode = (e: ManifestEntry | undefined) => (e?.kind === 'file' ? (e.executable ? '100755' : '100644') : e?.kind === 'symlink' ? '120000' : null);
+const mode = (e: ManifestEntry | undefined) =>
+  e?.kind === 'file' ? (e.executable ? '100755' : '100644') : e?.kind === 'symlink' ? '120000' : null;
 
 /**
  * git's mode lines for a path whose mode is not the plain file's default: a changed executable

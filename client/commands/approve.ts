@@ -3,9 +3,18 @@ import { command, type Values } from '../command';
 import type { Session } from '../session';
 import { access, handleFor, out, principal, readRunWithTrace } from './shared';
 
-const options = { principal: { kind: 'string', value: 'NAME' }, reason: { kind: 'string', value: 'TEXT' }, json: { kind: 'flag' } } as const;
+const options = {
+  principal: { kind: 'string', value: 'NAME' },
+  reason: { kind: 'string', value: 'TEXT' },
+  json: { kind: 'flag' },
+} as const;
 
-async function decide(session: Session, positionals: string[], values: Values<typeof options>, decision: 'approve' | 'reject'): Promise<number> {
+async function decide(
+  session: Session,
+  positionals: string[],
+  values: Values<typeof options>,
+  decision: 'approve' | 'reject',
+): Promise<number> {
   const handle = await handleFor(session, positionals);
   const { view } = await readRunWithTrace(session, handle);
   const pending = view.pending_approval;
@@ -18,7 +27,13 @@ async function decide(session: Session, positionals: string[], values: Values<ty
     return 2;
   }
   const { approvalFor, ORIGIN, sendApproval } = await access();
-  const signal = approvalFor(pending, decision, values.principal ?? principal(), values.reason, `${ORIGIN}:${decision}:${pending.action_id}`);
+  const signal = approvalFor(
+    pending,
+    decision,
+    values.principal ?? principal(),
+    values.reason,
+    `${ORIGIN}:${decision}:${pending.action_id}`,
+  );
   await sendApproval(handle, signal);
   if (values.json) out(signal);
   else out(`${decision === 'approve' ? 'approved' : 'rejected'} ${pending.action_id} (apply_patch ${pending.path})`);

@@ -8,7 +8,7 @@ export const cache = command({
   name: 'cache',
   usage: ['cache list [--json]', 'cache prune [--json]'],
   summary:
-    'the setup cache of this machine\'s engine: list the images of successful setups (key, size, base image and tree,\n' +
+    "the setup cache of this machine's engine: list the images of successful setups (key, size, base image and tree,\n" +
     'commands, allow list), or remove them all (an image a container still uses is kept and named)',
   options: {
     json: { kind: 'flag' },
@@ -27,7 +27,9 @@ export const cache = command({
       else if (images.length === 0) out('no setup images');
       else {
         for (const i of images) {
-          out(`${i.key.slice(0, 16)}  ${mib(i.layer_bytes).padStart(10)}  ${new Date(i.created * 1000).toISOString()}  base ${i.base_image?.slice(7, 19) ?? '?'} tree ${i.base_tree?.slice(0, 12) ?? '?'}  allow [${i.allow.join(', ')}]`);
+          out(
+            `${i.key.slice(0, 16)}  ${mib(i.layer_bytes).padStart(10)}  ${new Date(i.created * 1000).toISOString()}  base ${i.base_image?.slice(7, 19) ?? '?'} tree ${i.base_tree?.slice(0, 12) ?? '?'}  allow [${i.allow.join(', ')}]`,
+          );
           for (const c of i.commands) out(`    ${c}`);
         }
       }

@@ -31,7 +31,10 @@ export const consoleCommand = command({
     }
     const { CODE_TTL_MS, isLoopback, startConsole } = await import('../console/server');
     const { host, port } = values;
-    if (!isLoopback(host)) process.stderr.write(`warning: serving the console on ${host}, not a loopback address: anyone who reaches it and holds the token or a sign-in link can approve writes\n`);
+    if (!isLoopback(host))
+      process.stderr.write(
+        `warning: serving the console on ${host}, not a loopback address: anyone who reaches it and holds the token or a sign-in link can approve writes\n`,
+      );
     await session.ensureWorker();
     const app = await startConsole({ client: session.client, token, host, port, webUi: webUi(session), namespace: session.namespace });
     out(`console on ${app.url}; sign in at ${app.signInLink()} (one use, within ${CODE_TTL_MS / 60_000} minutes)`);

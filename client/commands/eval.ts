@@ -43,7 +43,8 @@ export const evaluate = command({
     if (positionals[0] === 'compare' && positionals.length !== 3) throw new UsageError('compare needs two report.json files');
     if (positionals[0] === 'watch' && !positionals[1]) throw new UsageError('missing BATCH-ID');
     if (values.html !== undefined && positionals[0] !== 'compare') throw new UsageError('--html goes with compare');
-    if (!values.approver.startsWith('policy:')) throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
+    if (!values.approver.startsWith('policy:'))
+      throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
   },
   async run(session, positionals, values) {
     if (positionals[0] === 'compare') return compareCommand(positionals.slice(1), values.json, values.html);
@@ -62,11 +63,18 @@ export const evaluate = command({
     let plan: EvalPlan;
     if (previous) {
       plan = previous.plan;
-      if (positionals.length > 0) process.stderr.write(`${batch} exists: resuming it with its own plan (the fixture arguments are not used)\n`);
+      if (positionals.length > 0)
+        process.stderr.write(`${batch} exists: resuming it with its own plan (the fixture arguments are not used)\n`);
     } else {
       if (positionals.length === 0) throw new UsageError('missing <fixtures-dir>');
       try {
-        plan = buildPlan(session.settings, positionals, { epochs: values.epochs, backend: values.backend as EvalPlan['backend'], approver: values.approver, trustReplay: values['trust-replay'], hostLostS: values['host-lost-s'] });
+        plan = buildPlan(session.settings, positionals, {
+          epochs: values.epochs,
+          backend: values.backend as EvalPlan['backend'],
+          approver: values.approver,
+          trustReplay: values['trust-replay'],
+          hostLostS: values['host-lost-s'],
+        });
       } catch (err) {
         throw new UsageError((err as Error).message);
       }
@@ -85,7 +93,9 @@ export const evaluate = command({
       const input: EvalInput = { plan, concurrency, out: outDir };
       if (previous) {
         const resume = await resumeAttempts(session.client, batch, plan);
-        process.stderr.write(`${batch}: resuming; ${resume.retry} runs retried after infrastructure outcomes, ${resume.missing} missing, ${resume.kept} kept\n`);
+        process.stderr.write(
+          `${batch}: resuming; ${resume.retry} runs retried after infrastructure outcomes, ${resume.missing} missing, ${resume.kept} kept\n`,
+        );
         if (resume.retry + resume.missing === 0) return collectReport(session.client, session.settings, batch, plan, ui);
         input.attempts = resume.attempts;
       }
@@ -95,9 +105,19 @@ export const evaluate = command({
       return collectReport(session.client, session.settings, batch, plan, ui);
     })();
     const finished = new Date();
-    writeOutputs(outDir, collected, { batch, started_at: started.toISOString(), finished_at: finished.toISOString(), duration_s: (finished.getTime() - started.getTime()) / 1000, runs: total, concurrency });
+    writeOutputs(outDir, collected, {
+      batch,
+      started_at: started.toISOString(),
+      finished_at: finished.toISOString(),
+      duration_s: (finished.getTime() - started.getTime()) / 1000,
+      runs: total,
+      concurrency,
+    });
     if (values.json) out(reportJson(collected.report).trimEnd());
-    else out(`${reportMarkdown(collected.report)}\nwritten to ${outDir}/report.json, report.md, report.html and timings.json (batch ${batch})`);
+    else
+      out(
+        `${reportMarkdown(collected.report)}\nwritten to ${outDir}/report.json, report.md, report.html and timings.json (batch ${batch})`,
+      );
     return 0;
   },
 });
@@ -126,8 +146,11 @@ function compareCommand(files: string[], asJson: boolean, html: string | undefin
     return 0;
   }
   const lines = [`${comparison.runs} paired runs, ${comparison.flips.length} flipped`];
-  for (const f of comparison.flips) lines.push(`${f.direction === 'lost' ? '-' : '+'} ${f.fixture} ${f.replay ?? ''} epoch ${f.epoch}: ${f.a} -> ${f.b}`);
-  lines.push(`McNemar exact p = ${comparison.mcnemar.p} (completed only in A: ${comparison.mcnemar.b}, only in B: ${comparison.mcnemar.c})`);
+  for (const f of comparison.flips)
+    lines.push(`${f.direction === 'lost' ? '-' : '+'} ${f.fixture} ${f.replay ?? ''} epoch ${f.epoch}: ${f.a} -> ${f.b}`);
+  lines.push(
+    `McNemar exact p = ${comparison.mcnemar.p} (completed only in A: ${comparison.mcnemar.b}, only in B: ${comparison.mcnemar.c})`,
+  );
   const epochs = (r: EvalReport) => r.summary.epochs ?? 1;
   if (epochs(a) > 1 && epochs(b) > 1) for (const f of comparison.per_fixture) lines.push(`  ${f.fixture}: p = ${f.p} (${f.b} vs ${f.c})`);
   lines.push('', ...behavioursText(comparison.behaviours));

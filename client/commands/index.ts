@@ -14,7 +14,21 @@ import { run } from './run';
 import { status, trace } from './status';
 import { interrupt, steer } from './steer';
 
-export const COMMANDS: Command<OptionSpecs>[] = [run, branch, patch, approve, reject, status, trace, exportReplay, evaluate, steer, interrupt, consoleCommand, cache] as unknown as Command<OptionSpecs>[];
+export const COMMANDS: Command<OptionSpecs>[] = [
+  run,
+  branch,
+  patch,
+  approve,
+  reject,
+  status,
+  trace,
+  exportReplay,
+  evaluate,
+  steer,
+  interrupt,
+  consoleCommand,
+  cache,
+] as unknown as Command<OptionSpecs>[];
 
 export const PREFIX = 'npm run agent -- ';
 

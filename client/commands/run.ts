@@ -51,7 +51,8 @@ const checked = new WeakMap<object, CheckedRepositoryRun>();
 /** The repository run the arguments describe, checked before anything connects (RefusedInput otherwise). */
 function repositoryRun(path: string, values: RunValues): CheckedRepositoryRun {
   let found = checked.get(values);
-  if (!found) checked.set(values, (found = checkRepositoryRun({ path, task: taskText(values.task, values['task-file']), base: values.base })));
+  if (!found)
+    checked.set(values, (found = checkRepositoryRun({ path, task: taskText(values.task, values['task-file']), base: values.base })));
   return found;
 }
 
@@ -75,14 +76,20 @@ export const run = command({
   check(positionals, values) {
     if (!positionals[0]) throw new UsageError('missing <fixture-dir> or <repo>');
     const sources = (['replay', 'endpoint', 'provider'] as const).filter((k) => values[k] !== undefined);
-    if (sources.length === 0) throw new UsageError('--replay FILE or --provider NAME is required, or --endpoint NAME (the decision source)');
+    if (sources.length === 0)
+      throw new UsageError('--replay FILE or --provider NAME is required, or --endpoint NAME (the decision source)');
     if (sources.length > 1) throw new UsageError(`give one decision source, not ${sources.map((k) => `--${k}`).join(' and ')}`);
-    if ((values.provider || values.endpoint) && !values.model) throw new UsageError('--model NAME is required with --endpoint or --provider');
-    if (!values.provider && (values['base-url'] || values['api-key-env'])) throw new UsageError('--base-url and --api-key-env go with --provider');
-    if (values.prompt !== undefined && !values.provider && !values.endpoint) throw new UsageError('--prompt VERSION goes with a live source (--endpoint or --provider)');
-    if (values.prompt !== undefined && !PROMPT_VERSION.test(values.prompt)) throw new UsageError(`--prompt must name a version such as v1, got ${JSON.stringify(values.prompt)}`);
+    if ((values.provider || values.endpoint) && !values.model)
+      throw new UsageError('--model NAME is required with --endpoint or --provider');
+    if (!values.provider && (values['base-url'] || values['api-key-env']))
+      throw new UsageError('--base-url and --api-key-env go with --provider');
+    if (values.prompt !== undefined && !values.provider && !values.endpoint)
+      throw new UsageError('--prompt VERSION goes with a live source (--endpoint or --provider)');
+    if (values.prompt !== undefined && !PROMPT_VERSION.test(values.prompt))
+      throw new UsageError(`--prompt must name a version such as v1, got ${JSON.stringify(values.prompt)}`);
     if (values.branch && !values.wait) throw new UsageError('--branch needs --wait: the branch is made when the run has completed');
-    if (values.image && values.backend !== 'docker') throw new UsageError('--image goes with --backend docker: the local backend runs on this machine, in no image');
+    if (values.image && values.backend !== 'docker')
+      throw new UsageError('--image goes with --backend docker: the local backend runs on this machine, in no image');
     if (isFixture(positionals[0])) {
       if (values.task !== undefined || values['task-file'] !== undefined || values.base !== undefined || values.branch) {
         throw new UsageError('a fixture brings its own task and tree: --task, --task-file, --base and --branch are for a repository');
@@ -91,7 +98,9 @@ export const run = command({
       // The repository, its ref, its task and its settings, before any connection or workflow.
       const found = repositoryRun(positionals[0], values);
       if (found.settings?.setup && values.backend !== 'docker') {
-        throw new RefusedInput('.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker');
+        throw new RefusedInput(
+          '.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker',
+        );
       }
     }
   },
@@ -115,7 +124,11 @@ export const run = command({
       source:
         endpoint !== undefined
           ? { kind: 'provider', endpoint, model: values.model! }
-          : { kind: 'replay', path: resolve(values.replay!), trusted: replayTrusted(session.settings, values.replay!, values['trust-replay']) },
+          : {
+              kind: 'replay',
+              path: resolve(values.replay!),
+              trusted: replayTrusted(session.settings, values.replay!, values['trust-replay']),
+            },
       backend: values.backend as RunInput['backend'],
       approver: approver as RunInput['approver'],
       ...(Object.keys(budgets).length ? { budgets } : {}),
@@ -144,7 +157,10 @@ export const run = command({
       };
       const record = await followRun(handle, { interactive: approver === 'interactive', principal: principal(), log, stored });
       if (values.json) out(JSON.stringify(record));
-      else log(`\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}${record.trace_id ? `; trace ${record.trace_id}` : ''}`);
+      else
+        log(
+          `\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}${record.trace_id ? `; trace ${record.trace_id}` : ''}`,
+        );
       if (record.status !== 'completed') return 1;
       if (values.branch) {
         const { branchFromRun, NoBranch } = await import('../branch');
@@ -172,12 +188,21 @@ export const run = command({
  * endpoints are its operator's: there a run names one with --endpoint.
  */
 function localEndpoint(session: Session, values: RunValues): string {
-  if (!session.embedded) throw new UsageError("--provider writes the embedded default's providers file; against a cluster, name one of its operator's endpoints with --endpoint NAME");
+  if (!session.embedded)
+    throw new UsageError(
+      "--provider writes the embedded default's providers file; against a cluster, name one of its operator's endpoints with --endpoint NAME",
+    );
   const kind = values.provider as 'openai' | 'anthropic';
-  const wanted = { kind, base_url: values['base-url'], api_key_env: values['api-key-env'] ?? (kind === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY') };
+  const wanted = {
+    kind,
+    base_url: values['base-url'],
+    api_key_env: values['api-key-env'] ?? (kind === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY'),
+  };
   const parsed = endpointSchema.omit({ name: true, models: true }).safeParse(wanted);
   if (!parsed.success) throw new UsageError(formatIssues(parsed.error));
   const { name, added } = ensureEndpoint(session.settings.providersFile, parsed.data);
-  process.stderr.write(`endpoint ${name} (${kind}, key from ${wanted.api_key_env}) ${added ? 'added to' : 'found in'} ${session.settings.providersFile}\n`);
+  process.stderr.write(
+    `endpoint ${name} (${kind}, key from ${wanted.api_key_env}) ${added ? 'added to' : 'found in'} ${session.settings.providersFile}\n`,
+  );
   return name;
 }

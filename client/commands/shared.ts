@@ -39,7 +39,8 @@ export async function readRunWithTrace(session: Session, handle: RunHandle, full
     // Embedded default: the background worker may not run (yet); start it and ask again.
     live = await readRun(handle, { noAnswer: session.embedded ? async () => void (await session.ensureWorker()) : undefined });
   } catch (err) {
-    if (err instanceof NoWorkerAnswered) throw new Error(`${err.message} on task queue ${session.settings.taskQueue}; start one with npm run worker`);
+    if (err instanceof NoWorkerAnswered)
+      throw new Error(`${err.message} on task queue ${session.settings.taskQueue}; start one with npm run worker`);
     throw err;
   }
   const store = openStore(session.settings.stateDir);
@@ -64,7 +65,10 @@ export async function queueWorkers(session: Session): Promise<{ identity: string
   });
   const recent = (pollers ?? []).filter((p) => Number(p.lastAccessTime?.seconds ?? 0) * 1000 > Date.now() - 60_000);
   const own = session.embedded ? liveWorker(session.settings.stateDir) : null;
-  const workers = recent.map((p) => ({ identity: p.identity ?? '?', background: own !== null && (p.identity ?? '').startsWith(`${own.pid}@`) }));
+  const workers = recent.map((p) => ({
+    identity: p.identity ?? '?',
+    background: own !== null && (p.identity ?? '').startsWith(`${own.pid}@`),
+  }));
   if (own !== null && !workers.some((w) => w.background)) workers.push({ identity: workerIdentity(own.pid, own.build), background: true });
   return workers.sort((a, b) => Number(b.background) - Number(a.background) || a.identity.localeCompare(b.identity));
 }

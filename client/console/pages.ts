@@ -88,13 +88,16 @@ const runLink = (id: string) => `/runs/${encodeURIComponent(id)}`;
 export function listPage(user: string, csrf: string, pending: PendingRow[], finished: FinishedRow[], now: Date): string {
   const rows = pending
     .map(
-      (r) => `<tr class="pending"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a>${r.parent ? `<br><small class="parent">task of <a href="${runLink(r.parent)}">${esc(r.parent)}</a></small>` : ''}</td><td>${esc(r.fixture)}</td><td>${esc(r.path)}</td><td>${age(r.started, now)}</td>
+      (
+        r,
+      ) => `<tr class="pending"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a>${r.parent ? `<br><small class="parent">task of <a href="${runLink(r.parent)}">${esc(r.parent)}</a></small>` : ''}</td><td>${esc(r.fixture)}</td><td>${esc(r.path)}</td><td>${age(r.started, now)}</td>
 <td>${r.counters ? `${r.counters.turns} turns, ${r.counters.tool_calls} calls, ${r.counters.writes} writes` : ''}</td></tr>`,
     )
     .join('\n');
   const done = finished
     .map(
-      (r) => `<tr class="finished"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a></td><td>${esc(r.fixture)}</td><td class="status">${esc(r.status)}</td><td>${esc(r.reason)}</td><td>${age(r.closed, now)} ago</td></tr>`,
+      (r) =>
+        `<tr class="finished"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a></td><td>${esc(r.fixture)}</td><td class="status">${esc(r.status)}</td><td>${esc(r.reason)}</td><td>${age(r.closed, now)} ago</td></tr>`,
     )
     .join('\n');
   return page(
@@ -113,7 +116,16 @@ export function diffHtml(diff: string): string {
   const lines = diff.replace(/\n$/, '').split('\n');
   return lines
     .map((l) => {
-      const cls = l.startsWith('+++') || l.startsWith('---') ? 'file' : l.startsWith('+') ? 'add' : l.startsWith('-') ? 'del' : l.startsWith('@@') ? 'hunk' : 'ctx';
+      const cls =
+        l.startsWith('+++') || l.startsWith('---')
+          ? 'file'
+          : l.startsWith('+')
+            ? 'add'
+            : l.startsWith('-')
+              ? 'del'
+              : l.startsWith('@@')
+                ? 'hunk'
+                : 'ctx';
       return `<span class="${cls}">${esc(l) || ' '}</span>`;
     })
     .join('');
@@ -124,7 +136,10 @@ export type Notice = 'approved' | 'rejected' | 'stale' | 'unanswered';
 const NOTICES: Record<Notice, [string, string]> = {
   approved: ['ok', 'Approved: the run goes on.'],
   rejected: ['ok', 'Rejected: the run observes approval_rejected with your reason.'],
-  stale: ['', 'Not applied: the action you saw is no longer the pending one, or its digests no longer match, so the run ignored that approval. This is the current card.'],
+  stale: [
+    '',
+    'Not applied: the action you saw is no longer the pending one, or its digests no longer match, so the run ignored that approval. This is the current card.',
+  ],
   unanswered: ['', 'Sent, but the run did not confirm it within a few seconds (is a worker running?). This is the card as it is now.'],
 };
 

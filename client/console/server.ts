@@ -103,11 +103,15 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
   if (isLoopback(o.host)) {
     app.addHook('onRequest', async (req, reply) => {
       const name = (req.headers.host ?? '').replace(/:\d+$/, '');
-      if (!['127.0.0.1', 'localhost', '[::1]'].includes(name)) return reply.code(421).type('text/plain').send('misdirected request: this console answers only to loopback names\n');
+      if (!['127.0.0.1', 'localhost', '[::1]'].includes(name))
+        return reply.code(421).type('text/plain').send('misdirected request: this console answers only to loopback names\n');
     });
   }
   app.addHook('onSend', async (_req, reply) => {
-    reply.header('content-security-policy', "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'");
+    reply.header(
+      'content-security-policy',
+      "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    );
     reply.header('x-frame-options', 'DENY');
     reply.header('referrer-policy', 'no-referrer');
     reply.header('x-content-type-options', 'nosniff');
@@ -124,16 +128,24 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
   const clearCookie = (reply: FastifyReply) => reply.header('set-cookie', `${COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0`);
   const denied = (req: FastifyRequest, reply: FastifyReply) => {
     if (cookieOf(req) !== null) clearCookie(reply);
-    return html(reply, 401, signInFirstPage('Every page needs a session: open the one-time link the console printed, or sign in with the console token. A session ends after a long idle spell or on sign-out.'));
+    return html(
+      reply,
+      401,
+      signInFirstPage(
+        'Every page needs a session: open the one-time link the console printed, or sign in with the console token. A session ends after a long idle spell or on sign-out.',
+      ),
+    );
   };
   const badName = 'A name is 1 to 64 letters, digits, dots, dashes or underscores.';
-  const usedUp = 'That sign-in link is used up or expired: a link works once, within minutes of the console printing it. Sign in with the console token instead.';
+  const usedUp =
+    'That sign-in link is used up or expired: a link works once, within minutes of the console printing it. Sign in with the console token instead.';
 
   app.get('/login', async (req, reply) => {
     const query = req.query as Record<string, unknown>;
     // The token never signs in from an address (it would sit in history, logs and Referer headers),
     // and it is not echoed into the form either.
-    if (query.token !== undefined) return html(reply, 400, loginPage({ error: 'The console token is not taken from an address: type it here.' }));
+    if (query.token !== undefined)
+      return html(reply, 400, loginPage({ error: 'The console token is not taken from an address: type it here.' }));
     if (query.code === undefined) return html(reply, 200, loginPage());
     const code = String(query.code);
     // Looking at a code does not use it: only the form's POST does.
@@ -158,7 +170,8 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
     const current = session(req);
     if (current === null) return denied(req, reply);
     const body = (req.body ?? {}) as Record<string, unknown>;
-    if (typeof body.csrf !== 'string' || !same(body.csrf, current.s.csrf)) return html(reply, 403, messagePage('Refused', 'The form did not carry this session\'s CSRF token; you are still signed in.'));
+    if (typeof body.csrf !== 'string' || !same(body.csrf, current.s.csrf))
+      return html(reply, 403, messagePage('Refused', "The form did not carry this session's CSRF token; you are still signed in."));
     sessions.end(current.sid);
     clearCookie(reply);
     return reply.code(303).header('location', '/login').send();
@@ -181,13 +194,27 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
       run = await readRun(runHandle(o.client, id), { tail: RECENT_EVENTS });
     } catch (err) {
       const missing = err instanceof WorkflowNotFoundError;
-      return html(reply, missing ? 404 : 503, messagePage(missing ? 'No such run' : 'Run not readable', missing ? `There is no run ${id}.` : `Run ${id}: ${(err as Error).message}`));
+      return html(
+        reply,
+        missing ? 404 : 503,
+        messagePage(
+          missing ? 'No such run' : 'Run not readable',
+          missing ? `There is no run ${id}.` : `Run ${id}: ${(err as Error).message}`,
+        ),
+      );
     }
     const webUi = o.webUi ? `${o.webUi}/namespaces/${encodeURIComponent(o.namespace)}/workflows/${encodeURIComponent(id)}` : null;
     const known: Notice[] = ['approved', 'rejected', 'stale', 'unanswered'];
     // The form's token is the approval's message id: the same form posted twice is taken once.
     const formToken = `console-${randomBytes(12).toString('base64url')}`;
-    return html(reply, 200, cardPage({ workflow_id: id, view: run.view, trace: run.trace, web_ui: webUi, csrf: s.csrf, user: s.name, form_token: formToken }, known.includes(notice as Notice) ? (notice as Notice) : null));
+    return html(
+      reply,
+      200,
+      cardPage(
+        { workflow_id: id, view: run.view, trace: run.trace, web_ui: webUi, csrf: s.csrf, user: s.name, form_token: formToken },
+        known.includes(notice as Notice) ? (notice as Notice) : null,
+      ),
+    );
   });
 
   app.post('/runs/:id/approval', async (req, reply) => {
@@ -195,9 +222,18 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
     if (!s) return denied(req, reply);
     const id = (req.params as { id: string }).id;
     const body = (req.body ?? {}) as Record<string, unknown>;
-    if (typeof body.csrf !== 'string' || !same(body.csrf, s.csrf)) return html(reply, 403, messagePage('Refused', 'The form did not carry this session\'s CSRF token; nothing was sent.'));
+    if (typeof body.csrf !== 'string' || !same(body.csrf, s.csrf))
+      return html(reply, 403, messagePage('Refused', "The form did not carry this session's CSRF token; nothing was sent."));
     const form = decisionForm.safeParse(Object.fromEntries(Object.entries(body).filter(([k, v]) => !(k === 'reason' && v === ''))));
-    if (!form.success) return html(reply, 400, messagePage('Refused', `The form is not an approval: ${form.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`));
+    if (!form.success)
+      return html(
+        reply,
+        400,
+        messagePage(
+          'Refused',
+          `The form is not an approval: ${form.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+        ),
+      );
     const f = form.data;
     const handle = runHandle(o.client, id);
     let before: number;
@@ -220,7 +256,10 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
       return html(reply, 409, messagePage('Not sent', `Run ${id} did not take the approval: ${(err as Error).message}`));
     }
     const notice = await confirmation(o.client, id, f.action_id, before, f.decision, o.confirmMs ?? 10_000);
-    return reply.code(303).header('location', `/runs/${encodeURIComponent(id)}?notice=${notice}`).send();
+    return reply
+      .code(303)
+      .header('location', `/runs/${encodeURIComponent(id)}?notice=${notice}`)
+      .send();
   });
 
   await app.listen({ host: o.host, port: o.port });
@@ -231,12 +270,21 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
 }
 
 /** What the run did with the approval: recorded it, or ignored it (stale or forged digests). */
-async function confirmation(client: Client, id: string, actionId: string, afterSeq: number, decision: 'approve' | 'reject', ms: number): Promise<Notice> {
+async function confirmation(
+  client: Client,
+  id: string,
+  actionId: string,
+  afterSeq: number,
+  decision: 'approve' | 'reject',
+  ms: number,
+): Promise<Notice> {
   const handle = runHandle(client, id);
   const until = Date.now() + ms;
   while (Date.now() < until) {
     const events = (await queryTrace(handle, { after: afterSeq }, 3000).catch(() => null))?.events;
-    const answer = events?.find((e) => e.seq > afterSeq && e.action_id === actionId && (e.type === 'approval_recorded' || e.type === 'approval_ignored'));
+    const answer = events?.find(
+      (e) => e.seq > afterSeq && e.action_id === actionId && (e.type === 'approval_recorded' || e.type === 'approval_ignored'),
+    );
     if (answer) return answer.type === 'approval_ignored' ? 'stale' : decision === 'approve' ? 'approved' : 'rejected';
     await new Promise((r) => setTimeout(r, 200));
   }

@@ -77,7 +77,9 @@ export function argumentShape(name: ToolName): Record<string, z.ZodType> {
  * by the prompt's text. Refinements across fields stay with validation; JSON Schema cannot say them.
  */
 export function describedArguments(name: ToolName, texts: ToolTexts): z.ZodObject {
-  const described = Object.fromEntries(Object.entries(argumentShape(name)).map(([field, schema]) => [field, schema.describe(texts[name].arguments[field])]));
+  const described = Object.fromEntries(
+    Object.entries(argumentShape(name)).map(([field, schema]) => [field, schema.describe(texts[name].arguments[field])]),
+  );
   return z.strictObject(described);
 }
 

@@ -63,11 +63,14 @@ export async function guardOutside(context: BrowserContext): Promise<OutsideRequ
     outside.aborted.push(url);
     return route.abort('blockedbyclient');
   });
-  await context.routeWebSocket(() => true, (ws) => {
-    if (staysLocal(ws.url())) return ws.connectToServer();
-    outside.aborted.push(ws.url());
-    return ws.close();
-  });
+  await context.routeWebSocket(
+    () => true,
+    (ws) => {
+      if (staysLocal(ws.url())) return ws.connectToServer();
+      outside.aborted.push(ws.url());
+      return ws.close();
+    },
+  );
   return outside;
 }
 

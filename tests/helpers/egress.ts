@@ -83,14 +83,51 @@ export interface TestCertificates {
 export function testCertificates(host: string): TestCertificates {
   const dir = tempDir('egress-tls');
   const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: ['ignore', 'ignore', 'pipe'] });
-  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=egress test upstream CA', '-keyout', 'ca.key', '-out', 'ca.pem');
+  ssl(
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-days',
+    '2',
+    '-subj',
+    '/CN=egress test upstream CA',
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.pem',
+  );
   ssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${host}`, '-keyout', 'server.key', '-out', 'server.csr');
   writeFileSync(join(dir, 'ext'), `subjectAltName=DNS:${host}\n`);
-  ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-extfile', 'ext', '-out', 'server.pem');
-  return { caFile: join(dir, 'ca.pem'), key: readFileSync(join(dir, 'server.key'), 'utf8'), cert: readFileSync(join(dir, 'server.pem'), 'utf8') };
+  ssl(
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.pem',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-days',
+    '2',
+    '-extfile',
+    'ext',
+    '-out',
+    'server.pem',
+  );
+  return {
+    caFile: join(dir, 'ca.pem'),
+    key: readFileSync(join(dir, 'server.key'), 'utf8'),
+    cert: readFileSync(join(dir, 'server.pem'), 'utf8'),
+  };
 }
 
-function listen(handle: (req: SeenRequest) => { status: number; body: Buffer | string; type?: string }, tls?: TestCertificates): Promise<Upstream> {
+function listen(
+  handle: (req: SeenRequest) => { status: number; body: Buffer | string; type?: string },
+  tls?: TestCertificates,
+): Promise<Upstream> {
   const requests: SeenRequest[] = [];
   const serve = (req: IncomingMessage, res: ServerResponse) => {
     const seen = { method: req.method ?? '', url: req.url ?? '', headers: req.headers };
@@ -107,7 +144,15 @@ function listen(handle: (req: SeenRequest) => { status: number; body: Buffer | s
     server.once('error', reject);
     server.listen(0, '0.0.0.0', () => {
       const { port } = server.address() as { port: number };
-      resolve({ port, requests, close: () => new Promise<void>((r) => { server.close(() => r()); server.closeAllConnections(); }) });
+      resolve({
+        port,
+        requests,
+        close: () =>
+          new Promise<void>((r) => {
+            server.close(() => r());
+            server.closeAllConnections();
+          }),
+      });
     });
   });
 }
@@ -117,12 +162,18 @@ function listen(handle: (req: SeenRequest) => { status: number; body: Buffer | s
  * serves it. With `requireHeader`, every request without exactly that header is answered 401;
  * with `tls`, it speaks HTTPS with that certificate.
  */
-export function packageIndex(wheels: { name: string; file: string; bytes: Buffer }[], requireHeader?: { name: string; value: string }, tls?: TestCertificates): Promise<Upstream> {
+export function packageIndex(
+  wheels: { name: string; file: string; bytes: Buffer }[],
+  requireHeader?: { name: string; value: string },
+  tls?: TestCertificates,
+): Promise<Upstream> {
   return listen((req) => {
-    if (requireHeader && req.headers[requireHeader.name.toLowerCase()] !== requireHeader.value) return { status: 401, body: 'unauthorized\n' };
+    if (requireHeader && req.headers[requireHeader.name.toLowerCase()] !== requireHeader.value)
+      return { status: 401, body: 'unauthorized\n' };
     for (const w of wheels) {
       const base = w.file.split('/').pop()!;
-      if (req.url === `/simple/${w.name}/`) return { status: 200, type: 'text/html', body: `<!DOCTYPE html><html><body><a href="/files/${base}">${base}</a></body></html>\n` };
+      if (req.url === `/simple/${w.name}/`)
+        return { status: 200, type: 'text/html', body: `<!DOCTYPE html><html><body><a href="/files/${base}">${base}</a></body></html>\n` };
       if (req.url === `/files/${base}`) return { status: 200, type: 'application/octet-stream', body: w.bytes };
     }
     return { status: 404, body: 'not found\n' };
@@ -140,10 +191,22 @@ export function pythonRepo(settings: Record<string, unknown>, extra: Record<stri
   const dir = join(tempDir('egress-repo'), 'greeter');
   mkdirSync(join(dir, 'tests'), { recursive: true });
   writeFileSync(join(dir, 'greeter.py'), 'import greetlib\n\n\ndef welcome(name):\n    return greetlib.greet(name) + "!"\n');
-  writeFileSync(join(dir, 'tests', 'test_greeter.py'), 'import greeter\n\n\ndef test_welcome():\n    assert greeter.welcome("setup") == "hello setup!"\n');
+  writeFileSync(
+    join(dir, 'tests', 'test_greeter.py'),
+    'import greeter\n\n\ndef test_welcome():\n    assert greeter.welcome("setup") == "hello setup!"\n',
+  );
   writeFileSync(
     join(dir, '.coding-agent.json'),
-    JSON.stringify({ schema_version: 1, image: PIP_IMAGE, tests: { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests'], format: 'pytest', timeout_s: 60 }, ...settings }, null, 2),
+    JSON.stringify(
+      {
+        schema_version: 1,
+        image: PIP_IMAGE,
+        tests: { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests'], format: 'pytest', timeout_s: 60 },
+        ...settings,
+      },
+      null,
+      2,
+    ),
   );
   for (const [path, text] of Object.entries(extra)) {
     mkdirSync(join(dir, path, '..'), { recursive: true });
@@ -158,6 +221,12 @@ export function pythonRepo(settings: Record<string, unknown>, extra: Record<stri
 /** The replay of a run that changes nothing: the verifier then judges the setup's work alone. */
 export function finalOnlyReplay(): string {
   const file = join(tempDir('replay'), 'final-only.json');
-  writeFileSync(file, JSON.stringify({ schema_version: 1, decisions: [{ kind: 'final', text: 'Nothing to change: the tests pass once the dependencies are installed.' }] }));
+  writeFileSync(
+    file,
+    JSON.stringify({
+      schema_version: 1,
+      decisions: [{ kind: 'final', text: 'Nothing to change: the tests pass once the dependencies are installed.' }],
+    }),
+  );
   return file;
 }

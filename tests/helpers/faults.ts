@@ -155,7 +155,10 @@ export async function activityAttempts(handle: WorkflowHandle): Promise<{ type: 
     if (start) started.push({ type: types.get(String(start.scheduledEventId)) ?? '?', attempt: start.attempt ?? 1 });
     const marker = event.markerRecordedEventAttributes;
     if (marker?.markerName === 'core_local_activity') {
-      const data = JSON.parse(Buffer.from(marker.details!.data!.payloads![0].data!).toString('utf8')) as { activity_type: string; attempt: number };
+      const data = JSON.parse(Buffer.from(marker.details!.data!.payloads![0].data!).toString('utf8')) as {
+        activity_type: string;
+        attempt: number;
+      };
       started.push({ type: data.activity_type, attempt: data.attempt });
     }
   }
@@ -180,7 +183,10 @@ export async function killPoint(handle: WorkflowHandle): Promise<string> {
       open.add(String(event.eventId));
     }
     const done =
-      event.activityTaskCompletedEventAttributes ?? event.activityTaskFailedEventAttributes ?? event.activityTaskTimedOutEventAttributes ?? event.activityTaskCanceledEventAttributes;
+      event.activityTaskCompletedEventAttributes ??
+      event.activityTaskFailedEventAttributes ??
+      event.activityTaskTimedOutEventAttributes ??
+      event.activityTaskCanceledEventAttributes;
     if (done) {
       open.delete(String(done.scheduledEventId));
       finished++;

@@ -4,7 +4,18 @@
  * included), the index, HEAD and every ref.
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { PROJECT_ROOT, tempDir } from './run-dir';
@@ -115,7 +126,9 @@ export function repoPicture(dir: string, gitDir = join(dir, '.git')): Record<str
   for (const f of ['index', 'HEAD', 'packed-refs', 'ORIG_HEAD', 'FETCH_HEAD']) {
     if (existsSync(join(gitDir, f))) picture[`git:${f}`] = sha(readFileSync(join(gitDir, f)));
   }
-  for (const line of git(dir === gitDir ? gitDir : dir, 'for-each-ref', '--format=%(refname) %(objectname)').split('\n').filter(Boolean)) {
+  for (const line of git(dir === gitDir ? gitDir : dir, 'for-each-ref', '--format=%(refname) %(objectname)')
+    .split('\n')
+    .filter(Boolean)) {
     const [ref, oid] = line.split(' ');
     picture[`ref:${ref}`] = oid;
   }

@@ -10,7 +10,11 @@ import { temporalBinary } from '../../host/temporal-bin';
  * decoded: the CLI shows payload data base64-encoded, where a plain grep would never find a value.
  */
 export async function historyJson(address: string, workflowId: string): Promise<string> {
-  const { stdout } = await promisify(execFile)(temporalBinary(), ['workflow', 'show', '--address', address, '--workflow-id', workflowId, '-o', 'json'], { maxBuffer: 256 * 1024 * 1024 });
+  const { stdout } = await promisify(execFile)(
+    temporalBinary(),
+    ['workflow', 'show', '--address', address, '--workflow-id', workflowId, '-o', 'json'],
+    { maxBuffer: 256 * 1024 * 1024 },
+  );
   const decoded: string[] = [];
   JSON.parse(stdout, (key, value) => {
     if ((key === 'data' || key === 'encoding') && typeof value === 'string') decoded.push(Buffer.from(value, 'base64').toString('utf8'));

@@ -10,7 +10,16 @@ import { createServer } from 'node:net';
 /** The variable that tells tests the guard port. */
 export const GUARD_PORT_ENV = 'AGENT_TEST_GUARD_PORT';
 
-const REMOVED = ['OPENAI_API_KEY', 'OPENAI_ADMIN_KEY', 'OPENAI_ORG_ID', 'OPENAI_PROJECT_ID', 'OPENAI_CUSTOM_HEADERS', 'ANTHROPIC_API_KEY', 'ANTHROPIC_AUTH_TOKEN', 'ANTHROPIC_CUSTOM_HEADERS'];
+const REMOVED = [
+  'OPENAI_API_KEY',
+  'OPENAI_ADMIN_KEY',
+  'OPENAI_ORG_ID',
+  'OPENAI_PROJECT_ID',
+  'OPENAI_CUSTOM_HEADERS',
+  'ANTHROPIC_API_KEY',
+  'ANTHROPIC_AUTH_TOKEN',
+  'ANTHROPIC_CUSTOM_HEADERS',
+];
 
 export default async function networkGuard(): Promise<void> {
   const port = await new Promise<number>((resolve, reject) => {

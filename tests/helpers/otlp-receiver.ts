@@ -23,7 +23,13 @@ export interface ReceivedSpan {
   resource: Record<string, Value>;
 }
 
-type AnyValue = { stringValue?: string; boolValue?: boolean; intValue?: string | number; doubleValue?: number; arrayValue?: { values?: AnyValue[] } };
+type AnyValue = {
+  stringValue?: string;
+  boolValue?: boolean;
+  intValue?: string | number;
+  doubleValue?: number;
+  arrayValue?: { values?: AnyValue[] };
+};
 type KeyValue = { key: string; value: AnyValue };
 
 function decodeValue(v: AnyValue): Value {
@@ -35,14 +41,17 @@ function decodeValue(v: AnyValue): Value {
   throw new Error(`an attribute value of no known type: ${JSON.stringify(v)}`);
 }
 
-const decodeAttributes = (kvs: KeyValue[] | undefined): Record<string, Value> => Object.fromEntries((kvs ?? []).map((kv) => [kv.key, decodeValue(kv.value)]));
+const decodeAttributes = (kvs: KeyValue[] | undefined): Record<string, Value> =>
+  Object.fromEntries((kvs ?? []).map((kv) => [kv.key, decodeValue(kv.value)]));
 
 const HEX = (n: number) => new RegExp(`^[0-9a-f]{${n}}$`);
 
 /** The spans of one OTLP JSON export request; throws on a body that is not one. */
 export function decodeTraces(body: unknown): ReceivedSpan[] {
   const spans: ReceivedSpan[] = [];
-  for (const rs of (body as { resourceSpans: { resource?: { attributes?: KeyValue[] }; scopeSpans: { spans: Record<string, unknown>[] }[] }[] }).resourceSpans) {
+  for (const rs of (
+    body as { resourceSpans: { resource?: { attributes?: KeyValue[] }; scopeSpans: { spans: Record<string, unknown>[] }[] }[] }
+  ).resourceSpans) {
     const resource = decodeAttributes(rs.resource?.attributes);
     for (const ss of rs.scopeSpans) {
       for (const s of ss.spans) {

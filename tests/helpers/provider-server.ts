@@ -36,7 +36,9 @@ export interface ReplyCall {
 }
 
 /** A Chat Completions response. `arguments` that is a string goes out as is (malformed JSON included). */
-export function openaiReply(opts: { text?: string | null; calls?: ReplyCall[]; finish?: string; refusal?: string; usage?: [number, number, number?] } = {}): unknown {
+export function openaiReply(
+  opts: { text?: string | null; calls?: ReplyCall[]; finish?: string; refusal?: string; usage?: [number, number, number?] } = {},
+): unknown {
   const [prompt, completion, cached] = opts.usage ?? [100, 20, 0];
   return {
     id: 'chatcmpl-test',
@@ -52,12 +54,23 @@ export function openaiReply(opts: { text?: string | null; calls?: ReplyCall[]; f
           content: opts.text ?? null,
           refusal: opts.refusal ?? null,
           ...(opts.calls?.length
-            ? { tool_calls: opts.calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) } })) }
+            ? {
+                tool_calls: opts.calls.map((c) => ({
+                  id: c.id,
+                  type: 'function',
+                  function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) },
+                })),
+              }
             : {}),
         },
       },
     ],
-    usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached ?? 0 } },
+    usage: {
+      prompt_tokens: prompt,
+      completion_tokens: completion,
+      total_tokens: prompt + completion,
+      prompt_tokens_details: { cached_tokens: cached ?? 0 },
+    },
   };
 }
 
@@ -65,7 +78,9 @@ export function openaiReply(opts: { text?: string | null; calls?: ReplyCall[]; f
  * A Messages response. `usage` is [all input, output, read from the cache, written to it], sent
  * the way Anthropic counts: `input_tokens` is only the input neither read from nor written to the cache.
  */
-export function anthropicReply(opts: { text?: string | null; calls?: ReplyCall[]; stop?: string; usage?: [number, number, number?, number?] } = {}): unknown {
+export function anthropicReply(
+  opts: { text?: string | null; calls?: ReplyCall[]; stop?: string; usage?: [number, number, number?, number?] } = {},
+): unknown {
   const [input, output, cached = 0, written = 0] = opts.usage ?? [100, 20, 0, 0];
   const content: unknown[] = [];
   if (opts.text) content.push({ type: 'text', text: opts.text });
@@ -78,7 +93,12 @@ export function anthropicReply(opts: { text?: string | null; calls?: ReplyCall[]
     content,
     stop_reason: opts.stop ?? (opts.calls?.length ? 'tool_use' : 'end_turn'),
     stop_sequence: null,
-    usage: { input_tokens: input - cached - written, output_tokens: output, cache_read_input_tokens: cached, cache_creation_input_tokens: written },
+    usage: {
+      input_tokens: input - cached - written,
+      output_tokens: output,
+      cache_read_input_tokens: cached,
+      cache_creation_input_tokens: written,
+    },
   };
 }
 
@@ -97,7 +117,11 @@ export function unansweredCalls(api: Api, body: any): string[] {
       for (const c of m.tool_calls ?? []) if (!answered.has(c.id)) missing.push(c.id);
     } else {
       const next = messages[i + 1];
-      const answered = new Set<string>(next?.role === 'user' && Array.isArray(next.content) ? next.content.filter((b: any) => b.type === 'tool_result').map((b: any) => b.tool_use_id) : []);
+      const answered = new Set<string>(
+        next?.role === 'user' && Array.isArray(next.content)
+          ? next.content.filter((b: any) => b.type === 'tool_result').map((b: any) => b.tool_use_id)
+          : [],
+      );
       for (const b of Array.isArray(m.content) ? m.content : []) if (b.type === 'tool_use' && !answered.has(b.id)) missing.push(b.id);
     }
   });
@@ -173,7 +197,14 @@ export class ProviderServer {
     this.requests.push(logged);
     const missing = unansweredCalls(api, body);
     if (missing.length > 0) {
-      return send(400, { type: 'error', error: { type: 'invalid_request_error', code: 'invalid_request_error', message: `tool calls without a result: ${missing.join(', ')}` } });
+      return send(400, {
+        type: 'error',
+        error: {
+          type: 'invalid_request_error',
+          code: 'invalid_request_error',
+          message: `tool calls without a result: ${missing.join(', ')}`,
+        },
+      });
     }
     const scripted = this.script(logged, this.requests.length - 1);
     if ('hang' in scripted) {

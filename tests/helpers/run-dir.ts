@@ -37,7 +37,12 @@ export interface TestRun {
 }
 
 /** `repo` is either a folder to copy or files to create; `before` may add links before preparing. */
-export function prepareRun(opts: { repo: string | Record<string, string>; fixture?: Partial<Fixture>; limits?: Partial<Limits>; runId?: string }): TestRun {
+export function prepareRun(opts: {
+  repo: string | Record<string, string>;
+  fixture?: Partial<Fixture>;
+  limits?: Partial<Limits>;
+  runId?: string;
+}): TestRun {
   const state = tempDir('agent-state');
   let repoDir: string;
   if (typeof opts.repo === 'string') repoDir = opts.repo;

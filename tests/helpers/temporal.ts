@@ -32,7 +32,14 @@ export async function startServer(extraArgs: string[] = []): Promise<TestWorkflo
     Runtime.install({ logger: runtimeLogger('WARN') });
     runtimeInstalled = true;
   }
-  const server = await startDevServer({ stateDir: tempDir('temporal'), port: await freePort(), uiPort: null, dbFile: null, attached: true, extraArgs });
+  const server = await startDevServer({
+    stateDir: tempDir('temporal'),
+    port: await freePort(),
+    uiPort: null,
+    dbFile: null,
+    attached: true,
+    extraArgs,
+  });
   try {
     const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address });
     const teardown = env.teardown.bind(env);
@@ -126,7 +133,9 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
     docker: opts.docker,
     modelTimeoutMs: opts.modelTimeoutMs,
     providersFile: opts.providersFile,
-    ...(opts.settings || opts.promptsDir ? { settings: { ...(opts.settings ?? readSettings()), ...(opts.promptsDir ? { promptsDir: opts.promptsDir } : {}) } } : {}),
+    ...(opts.settings || opts.promptsDir
+      ? { settings: { ...(opts.settings ?? readSettings()), ...(opts.promptsDir ? { promptsDir: opts.promptsDir } : {}) } }
+      : {}),
   });
   try {
     return await worker.runUntil(async () => {
@@ -138,10 +147,23 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
         const runId = handle.firstExecutionRunId;
         // The whole trace from the host store, references resolved (as `trace --full` shows it).
         const trace = storedTrace(store, runId, true);
-        const transcript = store.transcript(outcome.transcript).map((e) =>
-          'message' in e ? e : { decision: store.get<Decision>(e.decision), result: e.result === undefined ? undefined : store.get<ToolResult>(e.result) },
-        );
-        return { handle, outcome, trace, transcript, stateDir, runId, receipts: ledger.receipts(runId), ledgerEntries: ledger.entries(runId) };
+        const transcript = store
+          .transcript(outcome.transcript)
+          .map((e) =>
+            'message' in e
+              ? e
+              : { decision: store.get<Decision>(e.decision), result: e.result === undefined ? undefined : store.get<ToolResult>(e.result) },
+          );
+        return {
+          handle,
+          outcome,
+          trace,
+          transcript,
+          stateDir,
+          runId,
+          receipts: ledger.receipts(runId),
+          ledgerEntries: ledger.entries(runId),
+        };
       } finally {
         done = true;
         await driven;
@@ -194,7 +216,13 @@ export async function approveAll(handle: WorkflowHandle, principal = 'user:test'
     const view = await queryState(handle).catch(() => null);
     const next = view?.status === 'awaiting_approval' ? view.pending_approval : null;
     if (next && next.action_id !== last) {
-      await sendApproval(handle, { action_id: next.action_id, decision: 'approve', args_digest: next.args_digest, workspace_digest: next.workspace_digest, principal });
+      await sendApproval(handle, {
+        action_id: next.action_id,
+        decision: 'approve',
+        args_digest: next.args_digest,
+        workspace_digest: next.workspace_digest,
+        principal,
+      });
       last = next.action_id;
       approved++;
     }
@@ -207,7 +235,12 @@ export async function approveAll(handle: WorkflowHandle, principal = 'user:test'
 export const traceOf = async (handle: WorkflowHandle) => (await traceSince(handle)).events;
 
 /** A real worker process (`node dist/worker/main.js`), for tests that kill it. */
-export function spawnWorker(env: TestWorkflowEnvironment, taskQueue: string, stateDir: string, extraEnv: Record<string, string> = {}): ChildProcess {
+export function spawnWorker(
+  env: TestWorkflowEnvironment,
+  taskQueue: string,
+  stateDir: string,
+  extraEnv: Record<string, string> = {},
+): ChildProcess {
   return spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
     env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_TASK_QUEUE: taskQueue, AGENT_STATE_DIR: stateDir, ...extraEnv },
     stdio: ['ignore', 'ignore', 'pipe'],

@@ -9,7 +9,17 @@
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { connect, constants, createSecureServer, type ClientHttp2Session, type Http2SecureServer, type Http2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream } from 'node:http2';
+import {
+  connect,
+  constants,
+  createSecureServer,
+  type ClientHttp2Session,
+  type Http2SecureServer,
+  type Http2Stream,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+  type ServerHttp2Stream,
+} from 'node:http2';
 import { join } from 'node:path';
 
 export interface TestPki {
@@ -32,16 +42,61 @@ function openssl(dir: string, args: string[]): void {
 
 function authority(dir: string, name: string): void {
   openssl(dir, [
-    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-days', '2',
-    '-keyout', `${name}.key`, '-out', `${name}.crt`, '-subj', `/CN=${name}`,
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign',
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:P-256',
+    '-nodes',
+    '-days',
+    '2',
+    '-keyout',
+    `${name}.key`,
+    '-out',
+    `${name}.crt`,
+    '-subj',
+    `/CN=${name}`,
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign',
   ]);
 }
 
 function leaf(dir: string, name: string, ca: string, extensions: string): void {
-  openssl(dir, ['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`]);
+  openssl(dir, [
+    'req',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:P-256',
+    '-nodes',
+    '-keyout',
+    `${name}.key`,
+    '-out',
+    `${name}.csr`,
+    '-subj',
+    `/CN=${name}`,
+  ]);
   writeFileSync(join(dir, `${name}.ext`), extensions);
-  openssl(dir, ['x509', '-req', '-in', `${name}.csr`, '-CA', `${ca}.crt`, '-CAkey', `${ca}.key`, '-CAcreateserial', '-days', '2', '-out', `${name}.crt`, '-extfile', `${name}.ext`]);
+  openssl(dir, [
+    'x509',
+    '-req',
+    '-in',
+    `${name}.csr`,
+    '-CA',
+    `${ca}.crt`,
+    '-CAkey',
+    `${ca}.key`,
+    '-CAcreateserial',
+    '-days',
+    '2',
+    '-out',
+    `${name}.crt`,
+    '-extfile',
+    `${name}.ext`,
+  ]);
 }
 
 /** Authorities, a server certificate for `localhost` and 127.0.0.1, and a client certificate, in `dir`. */
@@ -49,7 +104,12 @@ export function makePki(dir: string): TestPki {
   authority(dir, 'test-ca');
   authority(dir, 'stranger-ca');
   authority(dir, 'client-ca');
-  leaf(dir, 'server', 'test-ca', 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  leaf(
+    dir,
+    'server',
+    'test-ca',
+    'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n',
+  );
   leaf(dir, 'client', 'client-ca', 'basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n');
   const path = (name: string) => join(dir, name);
   return {
@@ -120,7 +180,10 @@ export async function startTlsTerminator(o: { upstream: string; pki: TestPki; ap
     stream.on('error', () => undefined);
     if (headers.authorization !== `Bearer ${o.apiKey}`) {
       state.refused++;
-      stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': '16', 'grpc-message': 'missing or wrong API key' }, { endStream: true });
+      stream.respond(
+        { ':status': 200, 'content-type': 'application/grpc', 'grpc-status': '16', 'grpc-message': 'missing or wrong API key' },
+        { endStream: true },
+      );
       return;
     }
     state.forwarded++;
