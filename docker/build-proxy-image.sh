@@ -44,7 +44,15 @@ mkdir -p "$cache_dir"
 exec 9>"$cache_dir/build-proxy.lock"
 flock 9
 
-existing="$(docker images -q --no-trunc --filter "label=coding-agent.inputs=$digest" | head -n 1)"
+# An image made from these inputs; never a setup cache image, which may carry its base image's
+# labels (images committed before setup images set their own).
+existing=""
+for id in $(docker images -q --no-trunc --filter "label=coding-agent.inputs=$digest"); do
+  if [ "$(docker image inspect -f '{{index .Config.Labels "coding-agent"}}' "$id")" != setup ]; then
+    existing="$id"
+    break
+  fi
+done
 if [ -n "$existing" ]; then
   log "up to date (inputs $digest)"
   docker tag "$existing" "$IMAGE_TAG"

@@ -167,6 +167,10 @@ describe('a setup phase behind the egress proxy', () => {
     expect(ofType(trace, 'setup_command').map((e) => e.data)).toEqual([{ argv: pipInstall(index.port), exit_code: 0, timed_out: false }]);
     expect(setupFinished(trace)).toMatchObject({ ok: true, cached: false });
     installKey = setupFinished(trace).key;
+    // The cache image is marked as one: the base image's build inputs do not carry over to it, so
+    // the image scripts never take it for the base (docker/build-image.sh finds images by them).
+    const labels = (await new Dockerode().getImage(`coding-agent-setup:${installKey}`).inspect()).Config.Labels;
+    expect(labels).toMatchObject({ 'coding-agent': 'setup', 'coding-agent.inputs': `setup:${installKey}` });
   });
 
   it('refuses a host the allow list leaves out and a method it does not allow: egress_denied names each, and the run ends setup_failed', async () => {

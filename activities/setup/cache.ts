@@ -17,6 +17,8 @@ export const SETUP_REPOSITORY = 'coding-agent-setup';
 export const SETUP_LABEL = 'setup';
 export const KEY_LABEL = 'coding-agent.setup.key';
 export const SUMMARY_LABEL = 'coding-agent.setup.summary';
+/** The label by which the image scripts find an image built from the same inputs. */
+export const INPUTS_LABEL = 'coding-agent.inputs';
 
 export interface SetupInputs {
   base_image: string;
@@ -50,7 +52,14 @@ export function setupLabels(key: string, inputs: SetupInputs): Record<string, st
     commands: inputs.commands.map((c) => c.join(' ').slice(0, 200)).slice(0, 8),
     allow: inputs.egress.allow,
   };
-  return { [SANDBOX_LABEL]: SETUP_LABEL, [KEY_LABEL]: key, [SUMMARY_LABEL]: Buffer.from(JSON.stringify(summary)).toString('base64') };
+  return {
+    [SANDBOX_LABEL]: SETUP_LABEL,
+    [KEY_LABEL]: key,
+    [SUMMARY_LABEL]: Buffer.from(JSON.stringify(summary)).toString('base64'),
+    // A committed container keeps its image's labels: the base image's build inputs would make
+    // this cache image look like the base to the image scripts (docker/build-image.sh).
+    [INPUTS_LABEL]: `setup:${key}`,
+  };
 }
 
 /** The cache image of `key`, by content id, or null. */
