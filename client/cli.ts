@@ -65,10 +65,20 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err) => {
-    process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exit(1);
-  },
-);
+/**
+ * Exits once everything written has left: a pipe to a slow reader (a pager, a test) holds what
+ * `process.exit` would otherwise drop, such as the last lines a followed run printed.
+ */
+function exitAfterOutput(code: number): void {
+  let pending = 2;
+  const done = () => {
+    if (--pending === 0) process.exit(code);
+  };
+  process.stdout.write('', done);
+  process.stderr.write('', done);
+}
+
+main(process.argv.slice(2)).then(exitAfterOutput, (err) => {
+  process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+  exitAfterOutput(1);
+});

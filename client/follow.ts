@@ -26,6 +26,16 @@ function ask(question: string): Promise<string | null> {
 
 export class StdinClosed extends Error {}
 
+/** How long a follower keeps trying a run whose Queries fail, and when it first says so. */
+export const QUERY_PATIENCE_MS = 60_000;
+const QUERY_NOTE_MS = 5_000;
+
+/** A failed Query's message with its cause (the client's own message is "Failed to query Workflow"). */
+function queryFailure(err: unknown): string {
+  const e = err as Error & { cause?: Error };
+  return e.cause?.message ? `${e.message}: ${e.cause.message}` : e.message;
+}
+
 /**
  * Follows a run to its end. Events go to `log` (stderr with --json). Returns the run's record.
  * With `interactive`, pending approvals are asked at the terminal and signalled. The trace is read
@@ -61,8 +71,26 @@ export async function followRun(
     }
     print(page.events);
   };
+  let unanswered: { since: number; noted: boolean } | null = null;
   while (await isRunning(handle)) {
-    await flush();
+    // A Query can fail while the run's worker is replaced or restarts (its sticky cache gone, a
+    // task replaying): keep following for a while, and say so, before giving up with the cause.
+    try {
+      await flush();
+    } catch (err) {
+      const now = Date.now();
+      unanswered ??= { since: now, noted: false };
+      if (now - unanswered.since >= QUERY_PATIENCE_MS) {
+        throw new Error(`the run's worker answered no Query for ${QUERY_PATIENCE_MS / 1000} s: ${queryFailure(err)}`);
+      }
+      if (!unanswered.noted && now - unanswered.since >= QUERY_NOTE_MS) {
+        unanswered.noted = true;
+        opts.log(`(the run's worker does not answer yet: ${queryFailure(err)}; still following)`);
+      }
+      await new Promise((r) => setTimeout(r, opts.pollMs ?? 300));
+      continue;
+    }
+    unanswered = null;
     if (opts.interactive) {
       const view = await queryState(handle);
       const pending = view.pending_approval;

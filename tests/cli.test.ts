@@ -137,6 +137,7 @@ describe('npm run agent on the embedded default', () => {
         expect(record).toEqual({
           ...CANONICAL_RECORD,
           replay: null,
+          turns: 7,
           usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null },
           prompt: CURRENT_PROMPT,
         });

@@ -125,9 +125,9 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
       async () => readFileSync(workerLog, 'utf8').includes('polling task queue'),
       60_000,
     );
-    expect(readFileSync(workerLog, 'utf8')).toContain(
-      `in namespace default on ${terminator.address} (settings from profile 'secure' of ${configFile};`,
-    );
+    const started = readFileSync(workerLog, 'utf8');
+    expect(started).toContain(`in namespace default on ${terminator.address} (`);
+    expect(started).toContain(`; settings from profile 'secure' of ${configFile};`);
 
     const run = await cli(
       'run',

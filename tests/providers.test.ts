@@ -130,6 +130,7 @@ describe.each(['openai', 'anthropic'] as const)('the canonical fixture solved th
     expect(outcome.record).toEqual({
       ...CANONICAL_RECORD,
       replay: null,
+      turns: 7,
       usage: { model_calls: 7, input_tokens: 700, output_tokens: 140, cached_tokens: 0, cost_usd: null },
       prompt: CURRENT_PROMPT,
     });
