@@ -6,6 +6,8 @@ module.exports = {
   testMatch: ['**/*.test.js'],
   // No test reaches a provider's public endpoint: base URLs point at a closed loopback port.
   globalSetup: '<rootDir>/dist/tests/helpers/network-guard.js',
+  // A test that failed midway may leave a worker or a command running: killed and named here.
+  globalTeardown: '<rootDir>/dist/tests/helpers/global-teardown.js',
   testTimeout: 180000,
   maxWorkers: 1,
 };

@@ -11,7 +11,7 @@ import { basename, join, resolve } from 'node:path';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import type { RunOutcome } from '../workflows/agentRun';
 import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
-import { entryName, plannedRun, planSize, runWorkflowId, type EvalPlan, type PlannedEntry } from '../core/batch-plan';
+import { entryName, LIVE_REPLAY, plannedRun, planSize, runWorkflowId, type EvalPlan, type PlannedEntry } from '../core/batch-plan';
 import { readTasksFile } from './tasks-file';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
@@ -56,6 +56,8 @@ export interface PlanOptions {
   approver: string;
   trustReplay: boolean;
   hostLostS?: number;
+  /** A live batch: each entry once per epoch, decided by this endpoint and model (and prompt version). */
+  live?: EvalPlan['live'];
 }
 
 /**
@@ -79,8 +81,17 @@ export function buildPlan(settings: Settings, args: string[], o: PlanOptions): E
         replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })),
       })),
     ),
-  ].filter((f) => f.replays.length > 0);
-  return { fixtures, epochs: o.epochs, backend: o.backend, approver: o.approver, ...(o.hostLostS ? { host_lost_s: o.hostLostS } : {}) };
+  ]
+    .map((f) => (o.live ? { ...f, replays: [{ path: '', name: LIVE_REPLAY, trusted: false }] } : f))
+    .filter((f) => f.replays.length > 0);
+  return {
+    fixtures,
+    epochs: o.epochs,
+    backend: o.backend,
+    approver: o.approver,
+    ...(o.hostLostS ? { host_lost_s: o.hostLostS } : {}),
+    ...(o.live ? { live: o.live } : {}),
+  };
 }
 
 /** The input a batch was started with, read from its history (its latest run carries the same input). */
@@ -193,7 +204,7 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
   const fixture = plan.fixtures[run.fixture];
   return {
     fixture: entryName(fixture),
-    replay: fixture.replays[run.replay].name,
+    replay: plan.live ? null : fixture.replays[run.replay].name,
     status: 'failed',
     reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running',
     writes: 0,

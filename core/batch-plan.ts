@@ -23,7 +23,15 @@ export interface EvalPlan {
   backend: 'local' | 'docker';
   approver: string;
   host_lost_s?: number;
+  /**
+   * A live batch: every entry is decided by this endpoint and model (and prompt version) instead of
+   * its replays; each entry then has the one pseudo-replay `LIVE_REPLAY`.
+   */
+  live?: { endpoint: string; model: string; prompt?: string };
 }
+
+/** The name a live batch's runs have in workflow ids; their records say `replay: null`, as `run --wait` does. */
+export const LIVE_REPLAY = 'live';
 
 export interface PlannedRun {
   index: number;

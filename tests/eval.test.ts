@@ -127,6 +127,9 @@ describe('batch evaluation at scale', () => {
     // A decision in flight on the dead worker is noticed at its call timeout: keep that short.
     const spec = JSON.parse(readFileSync(join(fixture, 'fixture.json'), 'utf8'));
     writeFileSync(join(fixture, 'fixture.json'), JSON.stringify({ ...spec, budgets: { ...spec.budgets, call_timeout_s: 10 } }));
+    // Each test run takes 2 s more, so a run spends seconds between its two writes (the red test
+    // run lies between them) and the kill below finds one there however fast the steps are.
+    writeFileSync(join(fixture, 'repo', 'tests', 'conftest.py'), 'import time\n\n\ndef pytest_sessionstart(session):\n    time.sleep(2)\n');
     const taskQueue = uniqueQueue('eval-resume');
     const stateDir = tempDir('eval-resume-state');
     const out = tempDir('eval-resume-out');

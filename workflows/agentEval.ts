@@ -95,7 +95,12 @@ export async function agentEval(input: EvalInput, carried?: EvalCarried): Promis
     const replay = fixture.replays[run.replay];
     const child: RunInput = {
       ...(fixture.repo ? { repo: fixture.repo } : { fixture: fixture.dir }),
-      source: { kind: 'replay', path: replay.path, trusted: replay.trusted },
+      ...(plan.live
+        ? {
+            source: { kind: 'provider', endpoint: plan.live.endpoint, model: plan.live.model },
+            ...(plan.live.prompt !== undefined ? { prompt: plan.live.prompt } : {}),
+          }
+        : { source: { kind: 'replay', path: replay.path, trusted: replay.trusted } }),
       backend: plan.backend,
       approver: plan.approver as RunInput['approver'],
       ...(plan.host_lost_s ? { host_lost_s: plan.host_lost_s } : {}),

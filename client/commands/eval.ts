@@ -13,6 +13,7 @@ export const evaluate = command({
   name: 'eval',
   usage: [
     'eval <fixtures-dir>|<tasks.jsonl>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
+    'eval <fixtures-dir>|<tasks.jsonl>... --endpoint NAME --model NAME [--prompt VERSION] --backend docker [the options above]',
     'eval --resume BATCH-ID [--out DIR] [--concurrency N]',
     'eval watch BATCH-ID',
     'eval compare REPORT-A REPORT-B [--json] [--html FILE]',
@@ -22,6 +23,7 @@ export const evaluate = command({
     'a .jsonl file lists tasks on git repositories, one a line: {"id", "repo", "base", "task", "tests"?, "acceptance"?, "replays"?};\n' +
     'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
     '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
+    '--endpoint and --model make a live batch: each fixture or task once per epoch, decided by that model (--prompt: its prompt version);\n' +
     "`watch` shows a running batch's progress; `compare` prints the runs that flipped between two reports (McNemar)\n" +
     'and, overall and per fixture, the distributions of pass rate, turns, tool error rate, repeated calls, empty replies and cost\n' +
     'with 95% intervals, marking each difference whose interval excludes 0; --html writes the same as a self-contained page',
@@ -37,12 +39,19 @@ export const evaluate = command({
     'host-lost-s': { kind: 'int', value: 'N' },
     json: { kind: 'flag' },
     html: { kind: 'string', value: 'FILE' },
+    endpoint: { kind: 'string', value: 'NAME' },
+    model: { kind: 'string', value: 'NAME' },
+    prompt: { kind: 'string', value: 'VERSION' },
   },
   offline: (positionals) => positionals[0] === 'compare',
   check(positionals, values) {
     if (positionals[0] === 'compare' && positionals.length !== 3) throw new UsageError('compare needs two report.json files');
     if (positionals[0] === 'watch' && !positionals[1]) throw new UsageError('missing BATCH-ID');
     if (values.html !== undefined && positionals[0] !== 'compare') throw new UsageError('--html goes with compare');
+    if ((values.endpoint === undefined) !== (values.model === undefined)) throw new UsageError('--endpoint and --model go together');
+    if (values.prompt !== undefined && values.endpoint === undefined) throw new UsageError('--prompt goes with --endpoint and --model');
+    if (values.endpoint !== undefined && values.backend !== 'docker')
+      throw new UsageError('a live batch runs on the docker backend (--backend docker): a live model runs only with verified isolation');
     if (!values.approver.startsWith('policy:'))
       throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
   },
@@ -74,6 +83,15 @@ export const evaluate = command({
           approver: values.approver,
           trustReplay: values['trust-replay'],
           hostLostS: values['host-lost-s'],
+          ...(values.endpoint !== undefined
+            ? {
+                live: {
+                  endpoint: values.endpoint,
+                  model: values.model!,
+                  ...(values.prompt !== undefined ? { prompt: values.prompt } : {}),
+                },
+              }
+            : {}),
         });
       } catch (err) {
         throw new UsageError((err as Error).message);
