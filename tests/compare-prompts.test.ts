@@ -77,10 +77,17 @@ describe('two prompt versions evaluated live', () => {
     const prompts = join(tempDir('compare-prompts'), 'prompts');
     cpSync(join(PROJECT_ROOT, 'prompts', 'v1'), join(prompts, 'v1'), { recursive: true });
     cpSync(join(PROJECT_ROOT, 'prompts', 'v1'), join(prompts, 'v2'), { recursive: true });
-    writeFileSync(join(prompts, 'v2', 'system.md'), `${readFileSync(join(prompts, 'v1', 'system.md'), 'utf8').trimEnd()}\n${V2_SENTENCE}\n`);
+    writeFileSync(
+      join(prompts, 'v2', 'system.md'),
+      `${readFileSync(join(prompts, 'v1', 'system.md'), 'utf8').trimEnd()}\n${V2_SENTENCE}\n`,
+    );
     const taskQueue = uniqueQueue('compare-prompts');
     const stateDir = tempDir('compare-prompts-state');
-    worker = spawnWorker(env, taskQueue, stateDir, { AGENT_PROVIDERS_FILE: providers, AGENT_PROMPTS_DIR: prompts, [KEY_ENV]: 'sk-test-compare' });
+    worker = spawnWorker(env, taskQueue, stateDir, {
+      AGENT_PROVIDERS_FILE: providers,
+      AGENT_PROMPTS_DIR: prompts,
+      [KEY_ENV]: 'sk-test-compare',
+    });
     cliEnv = { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_TASK_QUEUE: taskQueue, AGENT_STATE_DIR: stateDir };
   });
   afterAll(async () => {
@@ -90,7 +97,8 @@ describe('two prompt versions evaluated live', () => {
     await env?.teardown();
   });
 
-  const cli = (...args: string[]) => exec(process.execPath, [CLI, ...args], { env: cliEnv, cwd: PROJECT_ROOT, maxBuffer: 16 * 1024 * 1024 });
+  const cli = (...args: string[]) =>
+    exec(process.execPath, [CLI, ...args], { env: cliEnv, cwd: PROJECT_ROOT, maxBuffer: 16 * 1024 * 1024 });
 
   it('records each version and digest, and eval compare flags the planted difference in one fixture only', async () => {
     const outs: string[] = [];
