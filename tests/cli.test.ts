@@ -8,6 +8,7 @@ import { readWorkerRecord, stopWorker } from '../worker/background';
 import { launchChromium, testOutput } from './helpers/browser';
 import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
+import type { RunRecord } from '../core/contracts';
 import { CANONICAL_RECORD, CURRENT_PROMPT, waitFor } from './helpers/temporal';
 
 const exec = promisify(execFile);
@@ -306,6 +307,45 @@ describe('npm run agent on the embedded default', () => {
       expect((await ui.page.goto(link!))?.status()).toBe(200);
       await ui.page.waitForLoadState('networkidle');
       expect(ui.outside.aborted).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  });
+
+  it("the Web UI shows an orchestrating run's two tasks under it (Relationships)", async () => {
+    const id = `cli-subruns-${process.pid}`;
+    const { stdout } = await cli(
+      'run',
+      'fixtures/py-two-modules',
+      '--replay',
+      'fixtures/py-two-modules/replays/canonical.json',
+      '--approver',
+      'policy:approve-writable',
+      '--wait',
+      '--json',
+      '--id',
+      id,
+    );
+    const record = JSON.parse(stdout) as RunRecord;
+    expect(record).toMatchObject({ status: 'completed', subruns: { dispatched: 2, merges: 2 } });
+    const tasks = record.tasks!.map((t) => t.task_id);
+    expect(tasks).toHaveLength(2);
+
+    const browser = await launchChromium();
+    try {
+      const { page, outside } = await browser.newPage();
+      // The run's page redirects to its latest run id; the Relationships tab lists its children.
+      await page.goto(`http://127.0.0.1:${uiPort}/namespaces/default/workflows/${encodeURIComponent(id)}`);
+      await page.waitForURL(/\/workflows\/[^/]+\/[0-9a-f-]{36}\//);
+      const runId = /\/workflows\/[^/]+\/([0-9a-f-]{36})\//.exec(page.url())![1];
+      await page.goto(`http://127.0.0.1:${uiPort}/namespaces/default/workflows/${encodeURIComponent(id)}/${runId}/relationships`);
+      await page.getByText('Child Count').first().waitFor();
+      for (const task of tasks) await page.getByText(task, { exact: true }).first().waitFor();
+      const text = await page.innerText('body');
+      expect(text).toMatch(/Child Count\s+2\b/);
+      for (const task of tasks) expect(text).toContain(task);
+      await page.screenshot({ path: testOutput('web-ui-relationships.png'), fullPage: true });
+      expect(outside.aborted).toEqual([]);
     } finally {
       await browser.close();
     }

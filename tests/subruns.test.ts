@@ -108,7 +108,7 @@ describe('an orchestrating run', () => {
     expect(approvals).toBe(2 + 4);
     expect(receipts).toHaveLength(2);
     everyCallAnsweredOnce(trace);
-    // The tasks ran at the same time, as child workflows of the run (the Web UI shows them under it).
+    // The tasks ran at the same time, as child workflows of the run (the Web UI shows them under it: tests/cli.test.ts).
     const children = await Promise.all(
       outcome.state.subruns!.tasks.map(async (t) => (await runHandle(env.client, t.task_id).describe()).raw.workflowExecutionInfo!),
     );
