@@ -36,7 +36,12 @@ const changed = Math.max(
   ...FILES.map((f) => newest(join(root, f))),
   ...COPIED.map((d) => newestCopied(join(root, d))),
 );
-if (built === 0 || changed > built || !existsSync(join(root, 'dist', 'workflow-bundle.js'))) {
+if (
+  built === 0 ||
+  changed > built ||
+  !existsSync(join(root, 'dist', 'workflow-bundle.js')) ||
+  !existsSync(join(root, 'dist', 'workflow-bundle-plain.js'))
+) {
   process.stderr.write('building (sources changed since the last build)\n');
   execFileSync('npm', ['run', '-s', 'build'], { cwd: root, stdio: 'inherit' });
   writeFileSync(stamp, new Date().toISOString());

@@ -1,11 +1,18 @@
-/** Build step: bundles the workflow code once, so workers start without running webpack. */
+/** Build step: bundles the workflow code once for each kind of worker, so workers start without running webpack. */
 import { writeFileSync } from 'node:fs';
 import { bundleWorkflowCode } from '@temporalio/worker';
-import { WORKFLOW_BUNDLE, WORKFLOW_BUNDLE_OPTIONS } from '../worker';
+import { WORKFLOW_BUNDLES, workflowBundleOptions, type BundleKind } from '../worker';
 
-bundleWorkflowCode({ ...WORKFLOW_BUNDLE_OPTIONS, logger: { trace() {}, debug() {}, info() {}, warn() {}, error: console.error, log() {} } })
-  .then(({ code }) => writeFileSync(WORKFLOW_BUNDLE, code))
-  .catch((err) => {
-    console.error(err);
-    process.exit(1);
-  });
+const logger = { trace() {}, debug() {}, info() {}, warn() {}, error: console.error, log() {} };
+
+async function main(): Promise<void> {
+  for (const kind of Object.keys(WORKFLOW_BUNDLES) as BundleKind[]) {
+    const { code } = await bundleWorkflowCode({ ...workflowBundleOptions(kind), logger });
+    writeFileSync(WORKFLOW_BUNDLES[kind], code);
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

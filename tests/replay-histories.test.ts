@@ -1,13 +1,15 @@
 /**
  * The determinism guard: every committed history under fixtures/histories/ (recorded with
- * `npm run histories:record`) must replay against the current workflow code, and a history the
- * code no longer matches must be detected as a DeterminismViolationError, not as any failure.
+ * `npm run histories:record`) must replay against the current workflow code, in both bundles (the
+ * traced one with OpenTelemetry's interceptors, the plain one without: worker/index.ts), and a
+ * history the code no longer matches must be detected as a DeterminismViolationError, not as any
+ * failure.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { DefaultLogger, Runtime, Worker, type ReplayWorkerOptions } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
-import { workflowBundle } from '../worker';
+import { workflowBundle, type BundleKind } from '../worker';
 import { workerTelemetry } from '../worker/telemetry';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { PROJECT_ROOT } from './helpers/run-dir';
@@ -23,11 +25,14 @@ const names = readdirSync(HISTORIES)
 const load = (name: string): HistoryJson => JSON.parse(readFileSync(join(HISTORIES, `${name}.json`), 'utf8'));
 
 let options: ReplayWorkerOptions;
+const bundles = {} as Record<BundleKind, ReplayWorkerOptions>;
 beforeAll(async () => {
   // The negative tests make Core warn about the nondeterminism they provoke; keep the output to errors.
   Runtime.install({ logger: new DefaultLogger('ERROR'), telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' } } } });
   // The workflow spans' sink as a worker registers it (it drops them while replaying).
-  options = { workflowBundle: await workflowBundle(), sinks: workerTelemetry(null).sinks };
+  for (const kind of ['traced', 'plain'] as const)
+    bundles[kind] = { workflowBundle: await workflowBundle(kind), sinks: workerTelemetry(null).sinks };
+  options = bundles.traced;
 });
 
 /** Replays one history and returns its error (undefined when it replayed cleanly). */
@@ -65,10 +70,10 @@ describe('committed histories', () => {
     );
   });
 
-  it('all replay against the current workflow code without an error', async () => {
+  it.each(['traced', 'plain'] as const)('all replay against the current workflow code without an error (%s bundle)', async (kind) => {
     const results = [];
     const histories = names.map((name) => ({ workflowId: name, history: historyFromJSON(load(name)) }));
-    for await (const { workflowId, error } of Worker.runReplayHistories(options, histories))
+    for await (const { workflowId, error } of Worker.runReplayHistories(bundles[kind], histories))
       results.push({ workflowId, error: error?.message ?? null });
     expect(results).toEqual(names.map((workflowId) => ({ workflowId, error: null })));
   });

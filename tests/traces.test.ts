@@ -14,13 +14,14 @@ import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
-import { workflowBundle } from '../worker';
+import { workflowBundle, type BundleKind } from '../worker';
+import type { RunRecord } from '../core/contracts';
 import { workerTelemetry } from '../worker/telemetry';
 import { launchChromium } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { OtlpReceiver, type ReceivedSpan } from './helpers/otlp-receiver';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
-import { CANONICAL_RECORD, killed, spawnWorker, startServer, uniqueQueue, waitFor } from './helpers/temporal';
+import { CANONICAL_RECORD, killed, runOnce, spawnWorker, startServer, uniqueQueue, waitFor } from './helpers/temporal';
 import { runOutcome, startRun } from '../client/run-access';
 import { cardPage } from '../client/console/pages';
 
@@ -200,9 +201,45 @@ describe('traces exported over OTLP/HTTP', () => {
     // The run's spans are in this trace only.
     expect(receiver.spans.filter((s) => s.attributes.temporalWorkflowId === id && s.traceId !== traceId)).toEqual([]);
 
-    // Deterministic: the traced run's history replays on the workflow code (it throws otherwise).
+    // Deterministic: the traced run's history replays on the workflow code of both bundles (it throws otherwise).
     const history = await env.client.workflow.getHandle(id).fetchHistory();
-    await Worker.runReplayHistory({ workflowBundle: await workflowBundle(), sinks: workerTelemetry(null).sinks }, history, id);
+    for (const kind of ['traced', 'plain'] as const)
+      await Worker.runReplayHistory({ workflowBundle: await workflowBundle(kind), sinks: workerTelemetry(null).sinks }, history, id);
+  });
+
+  it('lets a run move between a worker that exports traces and one that does not: each history replays on the other bundle', async () => {
+    // An orchestrating run (two tasks in parallel, two merges) on each kind of worker: the traced
+    // worker process, and an in-process worker without traces (the plain bundle).
+    const id = `traced-subruns-${process.pid}`;
+    const args = ['fixtures/py-two-modules', '--replay', 'fixtures/py-two-modules/replays/canonical.json'];
+    const { stdout } = await cli('run', ...args, '--approver', 'policy:approve-writable', '--wait', '--json', '--id', id);
+    const traced = JSON.parse(stdout) as RunRecord;
+    const plain = await runOnce(env, {
+      fixture: join(PROJECT_ROOT, args[0]),
+      source: { kind: 'replay', path: join(PROJECT_ROOT, args[2]), trusted: true },
+      backend: 'local',
+      approver: 'policy:approve-writable',
+    });
+    expect(plain.outcome.record).toMatchObject({ status: 'completed', trace_id: null, subruns: { dispatched: 2, merges: 2 } });
+    expect(traced).toMatchObject({ status: 'completed', trace_id: expect.stringMatching(TRACE_ID), subruns: { dispatched: 2, merges: 2 } });
+    const histories = async (workflowId: string, tasks: { task_id: string }[]) =>
+      Promise.all(
+        [workflowId, ...tasks.map((t) => t.task_id)].map(async (w) => ({
+          workflowId: w,
+          history: await env.client.workflow.getHandle(w).fetchHistory(),
+        })),
+      );
+    const replay = async (kind: BundleKind, runs: Awaited<ReturnType<typeof histories>>) => {
+      const errors = [];
+      const options = { workflowBundle: await workflowBundle(kind), sinks: workerTelemetry(null).sinks };
+      for await (const r of Worker.runReplayHistories(options, runs))
+        errors.push({ workflowId: r.workflowId, error: r.error?.message ?? null });
+      return errors;
+    };
+    const tracedRuns = await histories(id, traced.tasks!);
+    const plainRuns = await histories(plain.handle.workflowId, plain.outcome.record.tasks!);
+    expect(await replay('plain', tracedRuns)).toEqual(tracedRuns.map((r) => ({ workflowId: r.workflowId, error: null })));
+    expect(await replay('traced', plainRuns)).toEqual(plainRuns.map((r) => ({ workflowId: r.workflowId, error: null })));
   });
 
   it('gives each run of a batch a trace of its own, named in timings.json and report.html, never in report.json', async () => {

@@ -36,7 +36,21 @@ const priceTableSchema = z.record(
   }),
 );
 
-export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
+/**
+ * The two workflow bundles the build makes (scripts/bundle-workflows.ts): the traced one, with
+ * OpenTelemetry's workflow interceptors (workflows/interceptors.ts), for a worker that exports
+ * traces, and the plain one, with no OpenTelemetry code, for every other worker. Each new workflow
+ * instantiates the bundle's modules again, so the plain bundle saves a worker that exports nothing
+ * those modules' memory and CPU (docs/benchmarks.md). The workflow code is the same in both and the
+ * interceptors add no command; their yields are gated by SDK flags that the SDK version recorded in
+ * the history turns on, so a run can move between a traced and a plain worker
+ * (tests/replay-histories.test.ts and tests/traces.test.ts replay across both).
+ */
+export const WORKFLOW_BUNDLES = {
+  traced: join(__dirname, '..', 'workflow-bundle.js'),
+  plain: join(__dirname, '..', 'workflow-bundle-plain.js'),
+};
+export type BundleKind = keyof typeof WORKFLOW_BUNDLES;
 
 /**
  * Modules loaded once per workflow thread and shared by every workflow in it (the SDK's
@@ -51,24 +65,25 @@ export const WORKFLOW_BUNDLE = join(__dirname, '..', 'workflow-bundle.js');
  */
 export const SHARED_WORKFLOW_MODULES = [require.resolve('../core/contracts'), require.resolve('../core/validate')];
 
-/**
- * How the workflow code is bundled, here and by the build (scripts/bundle-workflows.ts): the
- * workflows, the shared modules, and the workflow interceptors of traces
- * (workflows/interceptors.ts), which a pre-built bundle must hold itself (a worker's
- * `interceptors.workflowModules` do not reach into one).
- */
-export const WORKFLOW_BUNDLE_OPTIONS = {
-  workflowsPath: require.resolve('../workflows'),
-  preloadModules: SHARED_WORKFLOW_MODULES,
-  workflowInterceptorModules: [require.resolve('../workflows/interceptors')],
-};
+/** How a workflow bundle is made, here and by the build: a pre-built bundle holds its interceptors itself. */
+export function workflowBundleOptions(kind: BundleKind) {
+  return {
+    workflowsPath: require.resolve('../workflows'),
+    preloadModules: SHARED_WORKFLOW_MODULES,
+    workflowInterceptorModules: kind === 'traced' ? [require.resolve('../workflows/interceptors')] : [],
+  };
+}
 
-let bundle: Promise<WorkflowBundleOption> | null = null;
+const bundles = new Map<BundleKind, Promise<WorkflowBundleOption>>();
 
 /** The workflow code, bundled once per process (or read from the build's pre-built bundle). */
-export function workflowBundle(): Promise<WorkflowBundleOption> {
-  if (existsSync(WORKFLOW_BUNDLE)) return Promise.resolve({ codePath: WORKFLOW_BUNDLE });
-  bundle ??= bundleWorkflowCode({ ...WORKFLOW_BUNDLE_OPTIONS, logger: quietLogger });
+export function workflowBundle(kind: BundleKind): Promise<WorkflowBundleOption> {
+  if (existsSync(WORKFLOW_BUNDLES[kind])) return Promise.resolve({ codePath: WORKFLOW_BUNDLES[kind] });
+  let bundle = bundles.get(kind);
+  if (bundle === undefined) {
+    bundle = bundleWorkflowCode({ ...workflowBundleOptions(kind), logger: quietLogger });
+    bundles.set(kind, bundle);
+  }
   return bundle;
 }
 
@@ -195,7 +210,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
           connection: options.connection,
           namespace: options.namespace ?? 'default',
           taskQueue: options.taskQueue,
-          workflowBundle: await workflowBundle(),
+          workflowBundle: await workflowBundle(options.tracing ? 'traced' : 'plain'),
           activities,
           dataConverter,
           interceptors: { activity: telemetry.activity },

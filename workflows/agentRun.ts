@@ -38,7 +38,7 @@ import { formatIssues } from '../core/validate';
 import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
 import { Orchestration } from './subruns';
 import { initialState, type PendingWrite, type RunState } from './run-state';
-import { currentTraceId } from './interceptors';
+import { currentTraceId } from './trace-id';
 import { RunMetrics } from './metrics';
 
 export type { RunState };

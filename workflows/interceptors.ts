@@ -1,6 +1,7 @@
 /**
- * The workflow interceptors of the bundle (scripts/bundle-workflows.ts registers this module):
- * OpenTelemetry's, from `@temporalio/interceptors-opentelemetry`, and ours beside them.
+ * The workflow interceptors of the traced bundle (worker/index.ts, `workflowBundleOptions`):
+ * OpenTelemetry's, from `@temporalio/interceptors-opentelemetry`, and ours beside them. A worker
+ * that exports no traces loads the plain bundle, without this module or any OpenTelemetry code.
  *
  * Determinism: spans are made inside the workflow sandbox, with its deterministic clock and
  * random numbers, and add no command; they leave through the `exporter` sink, which the SDK does
@@ -33,6 +34,7 @@ import type {
 } from '@temporalio/workflow';
 import type { RunRecord } from '../core/contracts';
 import { activityArgsAttributes, ATTR, runAttributes } from '../core/span-attributes';
+import { setTraceIdSource } from './trace-id';
 
 /** OpenTelemetry's, less the span of each Query: runs are queried every second by whoever follows them. */
 class Inbound extends OpenTelemetryInboundInterceptor {
@@ -79,6 +81,7 @@ class RunSpans implements WorkflowInboundCallsInterceptor, WorkflowOutboundCalls
 }
 
 export const interceptors = (): WorkflowInterceptors => {
+  setTraceIdSource(traceIdOfActiveSpan);
   const ours = new RunSpans();
   return {
     inbound: [new Inbound(), ours],
@@ -88,7 +91,7 @@ export const interceptors = (): WorkflowInterceptors => {
 };
 
 /** The trace id of the current workflow span (32 hex digits), or null outside one. */
-export function currentTraceId(): string | null {
+function traceIdOfActiveSpan(): string | null {
   const context = otel.trace.getActiveSpan()?.spanContext();
   return context !== undefined && otel.isSpanContextValid(context) ? context.traceId : null;
 }
