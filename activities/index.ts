@@ -65,6 +65,7 @@ import { faultPoint } from './faults';
 import { expectedFile, verify as runVerifier } from './verifier';
 import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from './workspace';
 // ---- repository runs (SPEC section 10) ----
+import { activeTraceId } from '../host/tracing';
 import { loadRepository, prepareRepositoryWorkspace, type RepositoryFacts, type RepositoryRef } from './repository';
 // ----
 
@@ -180,8 +181,12 @@ export type LoadRunResult =
       child_replays: Record<string, string>;
       /** The build of the worker that loaded the run (host/build.ts). */
       build: string;
-      /** The loading host exports traces, so the run's trace id names a trace that exists. */
-      traces: boolean;
+      /**
+       * The run's trace id (32 hex digits), read from this activity's own span, when the loading
+       * host exports traces; null otherwise (an id no receiver holds helps nobody). From history,
+       * so every worker that replays the run reads the same id, whichever bundle it runs.
+       */
+      trace_id: string | null;
     }
   | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
 
@@ -458,7 +463,7 @@ export function createActivities(deps: ActivityDeps) {
         };
       }
       const hostQueue = config.hostQueue ?? null;
-      const traces = config.traces === true;
+      const trace_id = config.traces === true ? activeTraceId() : null;
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
@@ -480,7 +485,7 @@ export function createActivities(deps: ActivityDeps) {
           host_queue: hostQueue,
           child_replays: {},
           build: buildId(),
-          traces,
+          trace_id,
         };
       }
       if (input.prompt !== undefined)
@@ -524,7 +529,7 @@ export function createActivities(deps: ActivityDeps) {
         host_queue: hostQueue,
         child_replays: childReplays,
         build: buildId(),
-        traces,
+        trace_id,
       };
     },
 

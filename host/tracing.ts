@@ -1,8 +1,8 @@
 /**
  * OpenTelemetry tracing of one process (the worker, or a command of the command line), on when
  * `OTEL_EXPORTER_OTLP_ENDPOINT` is set and absent otherwise: no provider, no exporter, nothing
- * sent, and the Temporal interceptors that need it are not installed (the workflow interceptors
- * are in the bundle either way; their spans then go nowhere, see worker/tracing.ts).
+ * sent, and the Temporal interceptors that need it are not installed (the worker loads the
+ * workflow bundle without them: worker/index.ts, WORKFLOW_BUNDLES).
  *
  * When on, a tracer provider is registered globally, as the interceptors of
  * `@temporalio/interceptors-opentelemetry` expect: W3C trace context in the headers Temporal
@@ -10,7 +10,7 @@
  * exported over OTLP/HTTP (host/otlp.ts). `shutdown()` exports what is left; entry points call it
  * in their `finally`.
  */
-import { context, propagation, trace } from '@opentelemetry/api';
+import { context, isSpanContextValid, propagation, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { Resource } from '@opentelemetry/resources';
@@ -69,4 +69,10 @@ export function startTracing(
       active = false;
     },
   };
+}
+
+/** The trace id of the span current here (an activity's own, under the worker's interceptors), or null. */
+export function activeTraceId(): string | null {
+  const current = trace.getActiveSpan()?.spanContext();
+  return current !== undefined && isSpanContextValid(current) ? current.traceId : null;
 }

@@ -21,8 +21,20 @@ import { launchChromium } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { OtlpReceiver, type ReceivedSpan } from './helpers/otlp-receiver';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
-import { CANONICAL_RECORD, killed, runOnce, spawnWorker, startServer, uniqueQueue, waitFor } from './helpers/temporal';
-import { runOutcome, startRun } from '../client/run-access';
+import {
+  approveAll,
+  CANONICAL_RECORD,
+  canonicalInput,
+  inProcessWorker,
+  killed,
+  pendingApproval,
+  runOnce,
+  spawnWorker,
+  startServer,
+  uniqueQueue,
+  waitFor,
+} from './helpers/temporal';
+import { queryState, runOutcome, startRun } from '../client/run-access';
 import { cardPage } from '../client/console/pages';
 
 const exec = promisify(execFile);
@@ -240,6 +252,36 @@ describe('traces exported over OTLP/HTTP', () => {
     const plainRuns = await histories(plain.handle.workflowId, plain.outcome.record.tasks!);
     expect(await replay('plain', tracedRuns)).toEqual(tracedRuns.map((r) => ({ workflowId: r.workflowId, error: null })));
     expect(await replay('traced', plainRuns)).toEqual(plainRuns.map((r) => ({ workflowId: r.workflowId, error: null })));
+  });
+
+  it('keeps a run its trace id when a worker without traces takes over the run a traced worker parked', async () => {
+    const queue = uniqueQueue('traces-handover');
+    const state = tempDir('traces-handover-state');
+    const traced = spawnWorker(env, queue, state, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url });
+    const handle = await startRun(env.client, canonicalInput('canonical', { approver: 'interactive' }), {
+      taskQueue: queue,
+      workflowId: `traces-handover-${process.pid}`,
+    });
+    let traceId: string | null = null;
+    try {
+      await pendingApproval(handle);
+      traceId = (await queryState(handle)).trace_id;
+      expect(traceId).toMatch(TRACE_ID);
+    } finally {
+      traced.kill('SIGKILL');
+      await killed(traced);
+    }
+    // The same host (its state folder) comes back without traces: the plain bundle replays the run.
+    const plain = await inProcessWorker(env, queue, state);
+    try {
+      const outcome = await plain.worker.runUntil(async () => {
+        await approveAll(handle);
+        return runOutcome(handle, null);
+      });
+      expect(outcome.record).toEqual({ ...CANONICAL_RECORD, trace_id: traceId });
+    } finally {
+      plain.close();
+    }
   });
 
   it('gives each run of a batch a trace of its own, named in timings.json and report.html, never in report.json', async () => {

@@ -6,8 +6,9 @@
  * With tracing on, each activity runs in a span of `@temporalio/interceptors-opentelemetry`
  * (`RunActivity:<type>`, child of the workflow's `StartActivity:<type>` through the headers), and
  * `RunAttributes` adds what the run's arguments and result say (core/span-attributes.ts). With it
- * off, the workflow spans (made in the bundle either way, deterministically) are dropped at the
- * sink: no processor, no exporter.
+ * off, the worker loads the plain workflow bundle, which makes no spans (worker/index.ts,
+ * WORKFLOW_BUNDLES); the sink is still registered, and drops whatever reaches it, so a replay of a
+ * traced history on either bundle has the sink its spans expect.
  */
 import { trace } from '@opentelemetry/api';
 import type { Context as ActivityContext } from '@temporalio/activity';

@@ -38,7 +38,6 @@ import { formatIssues } from '../core/validate';
 import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
 import { Orchestration } from './subruns';
 import { initialState, type PendingWrite, type RunState } from './run-state';
-import { currentTraceId } from './trace-id';
 import { RunMetrics } from './metrics';
 
 export type { RunState };
@@ -174,8 +173,6 @@ class AgentRun {
   private readonly tasks: Orchestration;
   /** The scope of the loop: a parent's stop cancels it. */
   private loopScope: wf.CancellationScope | null = null;
-  /** The trace of this segment's span, read while it is current (the run starts synchronously in it). */
-  private readonly traceId = currentTraceId();
   /** The governance metrics (not emitted while replaying). */
   private readonly metrics = new RunMetrics();
 
@@ -297,7 +294,7 @@ class AgentRun {
     if (this.s.subruns)
       this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
     // The run's trace, named only when this host exports it: an id no receiver holds helps nobody.
-    this.view.trace_id = loaded.traces ? this.traceId : null;
+    this.view.trace_id = loaded.trace_id ?? null;
     this.view.fixture = loaded.fixture.id;
     this.view.task = loaded.fixture.task;
     this.view.replay = loaded.replay;

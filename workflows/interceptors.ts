@@ -34,7 +34,6 @@ import type {
 } from '@temporalio/workflow';
 import type { RunRecord } from '../core/contracts';
 import { activityArgsAttributes, ATTR, runAttributes } from '../core/span-attributes';
-import { setTraceIdSource } from './trace-id';
 
 /** OpenTelemetry's, less the span of each Query: runs are queried every second by whoever follows them. */
 class Inbound extends OpenTelemetryInboundInterceptor {
@@ -81,7 +80,6 @@ class RunSpans implements WorkflowInboundCallsInterceptor, WorkflowOutboundCalls
 }
 
 export const interceptors = (): WorkflowInterceptors => {
-  setTraceIdSource(traceIdOfActiveSpan);
   const ours = new RunSpans();
   return {
     inbound: [new Inbound(), ours],
@@ -89,9 +87,3 @@ export const interceptors = (): WorkflowInterceptors => {
     internals: [new OpenTelemetryInternalsInterceptor()],
   };
 };
-
-/** The trace id of the current workflow span (32 hex digits), or null outside one. */
-function traceIdOfActiveSpan(): string | null {
-  const context = otel.trace.getActiveSpan()?.spanContext();
-  return context !== undefined && otel.isSpanContextValid(context) ? context.traceId : null;
-}
