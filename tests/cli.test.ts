@@ -111,7 +111,11 @@ describe('npm run agent on the embedded default', () => {
         .map((d) =>
           d.kind === 'tool' ? { calls: [{ id: d.call!.call_id, name: d.call!.name, arguments: d.call!.arguments }] } : { text: d.text },
         );
-      const server = await new ProviderServer((_req, i) => ({ body: reply(api, replies[i] ?? { text: 'done' }) })).start();
+      // Each request is answered by its conversation's turn (the assistant messages it holds).
+      const server = await new ProviderServer((request) => {
+        const turn = (request.body.messages as { role: string }[]).filter((m) => m.role === 'assistant').length;
+        return { body: reply(api, replies[turn] ?? { text: 'done' }) };
+      }).start();
       try {
         const id = `cli-live-${api}`;
         const { stdout } = await cli(
@@ -163,6 +167,33 @@ describe('npm run agent on the embedded default', () => {
         );
         // The exported replay takes the live session's seven replies as its turns.
         expect(again).toEqual({ ...CANONICAL_RECORD, replay: id, turns: 7 });
+
+        if (api === 'openai') {
+          // The same shortcut makes a live batch, through the endpoint the run added.
+          const evalOut = tempDir('cli-live-eval');
+          const batch = await cli(
+            'eval',
+            'fixtures/linkcheck-nested',
+            '--provider',
+            api,
+            '--model',
+            'test-model',
+            '--base-url',
+            `${server.url}/v1`,
+            '--api-key-env',
+            'AGENT_TEST_CLI_KEY',
+            '--backend',
+            'docker',
+            '--out',
+            evalOut,
+          );
+          expect(batch.stderr).toMatch(/endpoint \S+ \(openai, key from AGENT_TEST_CLI_KEY\) found in /);
+          const report = JSON.parse(readFileSync(join(evalOut, 'report.json'), 'utf8')) as {
+            runs: { replay: string | null; status: string }[];
+          };
+          expect(report.runs).toEqual([expect.objectContaining({ replay: null, status: 'completed' })]);
+          expect(server.count()).toBe(14);
+        }
       } finally {
         await server.close();
       }
@@ -395,5 +426,15 @@ describe('npm run agent on the embedded default', () => {
     ).catch((e) => e);
     expect(notNumber.code).toBe(2);
     expect(notNumber.stderr).toContain('--max-turns must be a positive integer, got "x"');
+    // A live batch names one source, with a model, on the docker backend.
+    const live = ['eval', 'fixtures/linkcheck-nested', '--model', 'm', '--backend', 'docker'];
+    for (const [args, error] of [
+      [['--endpoint', 'e', '--provider', 'openai'], '--endpoint and --provider exclude each other'],
+      [['--base-url', 'http://127.0.0.1:9/v1', '--endpoint', 'e'], '--base-url and --api-key-env go with --provider'],
+      [[], '--model goes with --endpoint or --provider'],
+    ] as const) {
+      const refused = await cli(...live, ...args).catch((e) => e);
+      expect(refused).toMatchObject({ code: 2, stderr: expect.stringContaining(error) });
+    }
   });
 });

@@ -7,13 +7,13 @@ import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalRe
 import { writeFileAtomic } from '../../host/files';
 import type { EvalInput, EvalPlan } from '../../workflows/agentEval';
 import { command, UsageError } from '../command';
-import { access, out, webUi } from './shared';
+import { access, localEndpoint, out, webUi } from './shared';
 
 export const evaluate = command({
   name: 'eval',
   usage: [
     'eval <fixtures-dir>|<tasks.jsonl>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
-    'eval <fixtures-dir>|<tasks.jsonl>... --endpoint NAME --model NAME [--prompt VERSION] --backend docker [the options above]',
+    'eval <fixtures-dir>|<tasks.jsonl>... (--endpoint NAME | --provider openai|anthropic [--base-url URL] [--api-key-env VAR]) --model NAME [--prompt VERSION] --backend docker [the options above]',
     'eval --resume BATCH-ID [--out DIR] [--concurrency N]',
     'eval watch BATCH-ID',
     'eval compare REPORT-A REPORT-B [--json] [--html FILE]',
@@ -24,6 +24,7 @@ export const evaluate = command({
     'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
     '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
     '--endpoint and --model make a live batch: each fixture or task once per epoch, decided by that model (--prompt: its prompt version);\n' +
+    "--provider instead of --endpoint adds such an endpoint to the embedded default's providers file, or reuses an equal one (as run does);\n" +
     "`watch` shows a running batch's progress; `compare` prints the runs that flipped between two reports (McNemar)\n" +
     'and, overall and per fixture, the distributions of pass rate, turns, tool error rate, repeated calls, empty replies and cost\n' +
     'with 95% intervals, marking each difference whose interval excludes 0; --html writes the same as a self-contained page',
@@ -40,6 +41,9 @@ export const evaluate = command({
     json: { kind: 'flag' },
     html: { kind: 'string', value: 'FILE' },
     endpoint: { kind: 'string', value: 'NAME' },
+    provider: { kind: 'string', value: 'KIND', choices: ['openai', 'anthropic'] },
+    'base-url': { kind: 'string', value: 'URL' },
+    'api-key-env': { kind: 'string', value: 'VAR' },
     model: { kind: 'string', value: 'NAME' },
     prompt: { kind: 'string', value: 'VERSION' },
   },
@@ -48,9 +52,15 @@ export const evaluate = command({
     if (positionals[0] === 'compare' && positionals.length !== 3) throw new UsageError('compare needs two report.json files');
     if (positionals[0] === 'watch' && !positionals[1]) throw new UsageError('missing BATCH-ID');
     if (values.html !== undefined && positionals[0] !== 'compare') throw new UsageError('--html goes with compare');
-    if ((values.endpoint === undefined) !== (values.model === undefined)) throw new UsageError('--endpoint and --model go together');
-    if (values.prompt !== undefined && values.endpoint === undefined) throw new UsageError('--prompt goes with --endpoint and --model');
-    if (values.endpoint !== undefined && values.backend !== 'docker')
+    if (values.endpoint !== undefined && values.provider !== undefined)
+      throw new UsageError('--endpoint and --provider exclude each other');
+    const live = values.endpoint !== undefined || values.provider !== undefined;
+    if (live !== (values.model !== undefined)) throw new UsageError('--model goes with --endpoint or --provider, and they with it');
+    if (values.provider === undefined && (values['base-url'] !== undefined || values['api-key-env'] !== undefined))
+      throw new UsageError('--base-url and --api-key-env go with --provider');
+    if (values.prompt !== undefined && !live)
+      throw new UsageError('--prompt goes with a live batch (--endpoint or --provider, and --model)');
+    if (live && values.backend !== 'docker')
       throw new UsageError('a live batch runs on the docker backend (--backend docker): a live model runs only with verified isolation');
     if (!values.approver.startsWith('policy:'))
       throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
@@ -83,10 +93,10 @@ export const evaluate = command({
           approver: values.approver,
           trustReplay: values['trust-replay'],
           hostLostS: values['host-lost-s'],
-          ...(values.endpoint !== undefined
+          ...(values.model !== undefined
             ? {
                 live: {
-                  endpoint: values.endpoint,
+                  endpoint: values.provider !== undefined ? localEndpoint(session, values) : values.endpoint!,
                   model: values.model!,
                   ...(values.prompt !== undefined ? { prompt: values.prompt } : {}),
                 },

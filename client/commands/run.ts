@@ -2,16 +2,13 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
-import { ensureEndpoint } from '../../activities/providers/endpoints';
-import { endpointSchema, type RunInput } from '../../core/contracts';
+import type { RunInput } from '../../core/contracts';
 import { PROMPT_VERSION } from '../../core/prompt';
-import { formatIssues } from '../../core/validate';
 import { replayTrusted } from '../../host/settings';
 import { command, RefusedInput, UsageError, type Values } from '../command';
 import { checkRepositoryRun, taskText, type CheckedRepositoryRun } from '../repository-run';
-import type { Session } from '../session';
 import { openStore, storedTrace } from '../stored-trace';
-import { access, out, principal } from './shared';
+import { access, localEndpoint, out, principal } from './shared';
 
 const options = {
   task: { kind: 'string', value: 'TEXT' },
@@ -181,28 +178,3 @@ export const run = command({
     }
   },
 });
-
-/**
- * `--provider KIND [--base-url URL] [--api-key-env VAR]` on the embedded default: the endpoint of
- * the local providers file with exactly these settings, added when there is none. A cluster's
- * endpoints are its operator's: there a run names one with --endpoint.
- */
-function localEndpoint(session: Session, values: RunValues): string {
-  if (!session.embedded)
-    throw new UsageError(
-      "--provider writes the embedded default's providers file; against a cluster, name one of its operator's endpoints with --endpoint NAME",
-    );
-  const kind = values.provider as 'openai' | 'anthropic';
-  const wanted = {
-    kind,
-    base_url: values['base-url'],
-    api_key_env: values['api-key-env'] ?? (kind === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY'),
-  };
-  const parsed = endpointSchema.omit({ name: true, models: true }).safeParse(wanted);
-  if (!parsed.success) throw new UsageError(formatIssues(parsed.error));
-  const { name, added } = ensureEndpoint(session.settings.providersFile, parsed.data);
-  process.stderr.write(
-    `endpoint ${name} (${kind}, key from ${wanted.api_key_env}) ${added ? 'added to' : 'found in'} ${session.settings.providersFile}\n`,
-  );
-  return name;
-}

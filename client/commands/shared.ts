@@ -4,6 +4,9 @@ import type { RunView } from '../../core/run-view';
 import type { TraceEvent } from '../../core/trace';
 import { workerIdentity } from '../../host/build';
 import { liveWorker } from '../../worker/background';
+import { ensureEndpoint } from '../../activities/providers/endpoints';
+import { endpointSchema } from '../../core/contracts';
+import { formatIssues } from '../../core/validate';
 import { UsageError } from '../command';
 import type { RunHandle } from '../run-access';
 import type { Session } from '../session';
@@ -71,4 +74,36 @@ export async function queueWorkers(session: Session): Promise<{ identity: string
   }));
   if (own !== null && !workers.some((w) => w.background)) workers.push({ identity: workerIdentity(own.pid, own.build), background: true });
   return workers.sort((a, b) => Number(b.background) - Number(a.background) || a.identity.localeCompare(b.identity));
+}
+
+/** The options of the `--provider` shortcut, as `run` and `eval` declare them. */
+export interface ProviderValues {
+  provider?: string;
+  'base-url'?: string;
+  'api-key-env'?: string;
+}
+
+/**
+ * `--provider KIND [--base-url URL] [--api-key-env VAR]` on the embedded default: the endpoint of
+ * the local providers file with exactly these settings, added when there is none. A cluster's
+ * endpoints are its operator's: there a run (or a batch) names one with --endpoint.
+ */
+export function localEndpoint(session: Session, values: ProviderValues): string {
+  if (!session.embedded)
+    throw new UsageError(
+      "--provider writes the embedded default's providers file; against a cluster, name one of its operator's endpoints with --endpoint NAME",
+    );
+  const kind = values.provider as 'openai' | 'anthropic';
+  const wanted = {
+    kind,
+    base_url: values['base-url'],
+    api_key_env: values['api-key-env'] ?? (kind === 'openai' ? 'OPENAI_API_KEY' : 'ANTHROPIC_API_KEY'),
+  };
+  const parsed = endpointSchema.omit({ name: true, models: true }).safeParse(wanted);
+  if (!parsed.success) throw new UsageError(formatIssues(parsed.error));
+  const { name, added } = ensureEndpoint(session.settings.providersFile, parsed.data);
+  process.stderr.write(
+    `endpoint ${name} (${kind}, key from ${wanted.api_key_env}) ${added ? 'added to' : 'found in'} ${session.settings.providersFile}\n`,
+  );
+  return name;
 }
