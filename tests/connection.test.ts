@@ -236,10 +236,15 @@ describe('the embedded default, once profiles exist', () => {
 
   it('lets the variables override the profile, as the temporal CLI does', () => {
     const t = resolveTarget(
-      settings({ TEMPORAL_CONFIG_FILE: file, TEMPORAL_PROFILE: 'staging', TEMPORAL_ADDRESS: '10.0.0.1:7233', TEMPORAL_NAMESPACE: 'ns1' }),
+      settings({
+        TEMPORAL_CONFIG_FILE: file,
+        TEMPORAL_PROFILE: 'staging',
+        TEMPORAL_ADDRESS: 'override.example:7233',
+        TEMPORAL_NAMESPACE: 'ns1',
+      }),
     );
     expect(t).toMatchObject({
-      address: '10.0.0.1:7233',
+      address: 'override.example:7233',
       namespace: 'ns1',
       origin: `profile 'staging' of ${file} and TEMPORAL_ADDRESS`,
       options: { apiKey: KEY, tls: true },

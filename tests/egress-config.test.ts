@@ -8,8 +8,8 @@ import { fixtureSchema, hostMatches } from '../core/contracts';
 import { linkcheckFixture } from './helpers/run-dir';
 
 const base: ProxyConfig = {
-  listen: '172.20.0.2',
-  clients: '172.20.0.0/16',
+  listen: '127.20.0.2',
+  clients: '127.20.0.0/16',
   egress: { allow: ['pypi.example.internal', '*.registry.example'] },
   credentials: [],
   hostsFile: null,
@@ -36,9 +36,9 @@ describe('host patterns', () => {
 describe('the squid configuration of a setup phase', () => {
   it('listens on the internal address only, serves only the internal network, and allows the listed hosts, CONNECT and the default methods', () => {
     const text = lines(base);
-    expect(text).toContain('http_port 172.20.0.2:3128');
+    expect(text).toContain('http_port 127.20.0.2:3128');
     expect(text.filter((l) => l.startsWith('http_port'))).toHaveLength(1);
-    expect(text).toContain('acl agent_clients src 172.20.0.0/16');
+    expect(text).toContain('acl agent_clients src 127.20.0.0/16');
     expect(text).toContain('acl agent_allow_0 dstdomain -n pypi.example.internal');
     expect(text).toContain('acl agent_allow_1 dstdom_regex -n -i \\.registry\\.example\\.?$');
     expect(text).toContain('acl agent_methods method GET HEAD OPTIONS');
@@ -86,7 +86,7 @@ describe('the squid configuration of a setup phase', () => {
       },
     });
     expect(text[1]).toBe(
-      'http_port 172.20.0.2:3128 ssl-bump tls-cert=/run/agent/ca.pem tls-key=/run/agent/ca.key generate-host-certificates=on dynamic_cert_mem_cache_size=4MB',
+      'http_port 127.20.0.2:3128 ssl-bump tls-cert=/run/agent/ca.pem tls-key=/run/agent/ca.key generate-host-certificates=on dynamic_cert_mem_cache_size=4MB',
     );
     expect(text).toContain('ssl_bump bump all');
     expect(text).toContain('sslcrtd_program /usr/lib/squid/security_file_certgen -s /run/agent/certs -M 4MB');

@@ -259,6 +259,6 @@ describe("a repository run's policy", () => {
 
   it('names a repository by its folder', () => {
     expect(repositoryName('/srv/git/My.Project.git')).toBe('my.project');
-    expect(repositoryName('/work/checkouts/sqlparse/')).toBe('sqlparse');
+    expect(repositoryName('checkouts/sqlparse/')).toBe('sqlparse');
   });
 });
