@@ -39,6 +39,7 @@ import type { DockerBackend } from './backends/docker';
 import { egressPage, runSetup as setupPhase, type SetupResult } from './setup';
 import type { EgressEvent } from './setup/squid';
 import { buildId } from '../host/build';
+import { activeTraceId } from '../host/tracing';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
 import { nonRetryable } from './failures';
@@ -65,7 +66,6 @@ import { faultPoint } from './faults';
 import { expectedFile, verify as runVerifier } from './verifier';
 import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from './workspace';
 // ---- repository runs (SPEC section 10) ----
-import { activeTraceId } from '../host/tracing';
 import { loadRepository, prepareRepositoryWorkspace, type RepositoryFacts, type RepositoryRef } from './repository';
 // ----
 

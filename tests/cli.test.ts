@@ -116,21 +116,25 @@ describe('npm run agent on the embedded default', () => {
         const turn = (request.body.messages as { role: string }[]).filter((m) => m.role === 'assistant').length;
         return { body: reply(api, replies[turn] ?? { text: 'done' }) };
       }).start();
+      // The live source, the same for the run and (openai) the batch.
+      const live = [
+        '--provider',
+        api,
+        '--model',
+        'test-model',
+        '--base-url',
+        api === 'openai' ? `${server.url}/v1` : server.url,
+        '--api-key-env',
+        'AGENT_TEST_CLI_KEY',
+        '--backend',
+        'docker',
+      ];
       try {
         const id = `cli-live-${api}`;
         const { stdout } = await cli(
           'run',
           'fixtures/linkcheck-nested',
-          '--provider',
-          api,
-          '--model',
-          'test-model',
-          '--base-url',
-          api === 'openai' ? `${server.url}/v1` : server.url,
-          '--api-key-env',
-          'AGENT_TEST_CLI_KEY',
-          '--backend',
-          'docker',
+          ...live,
           '--approver',
           'policy:approve-writable',
           '--wait',
@@ -171,22 +175,7 @@ describe('npm run agent on the embedded default', () => {
         if (api === 'openai') {
           // The same shortcut makes a live batch, through the endpoint the run added.
           const evalOut = tempDir('cli-live-eval');
-          const batch = await cli(
-            'eval',
-            'fixtures/linkcheck-nested',
-            '--provider',
-            api,
-            '--model',
-            'test-model',
-            '--base-url',
-            `${server.url}/v1`,
-            '--api-key-env',
-            'AGENT_TEST_CLI_KEY',
-            '--backend',
-            'docker',
-            '--out',
-            evalOut,
-          );
+          const batch = await cli('eval', 'fixtures/linkcheck-nested', ...live, '--out', evalOut);
           expect(batch.stderr).toMatch(/endpoint \S+ \(openai, key from AGENT_TEST_CLI_KEY\) found in /);
           const report = JSON.parse(readFileSync(join(evalOut, 'report.json'), 'utf8')) as {
             runs: { replay: string | null; status: string }[];

@@ -293,7 +293,8 @@ class AgentRun {
     this.s.subruns = child ? (input.subruns ?? null) : (input.subruns ?? loaded.fixture.subruns ?? null);
     if (this.s.subruns)
       this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
-    // The run's trace, named only when this host exports it: an id no receiver holds helps nobody.
+    // The run's trace, named only when the loading host exports it (histories recorded before
+    // loadRun returned the id have none).
     this.view.trace_id = loaded.trace_id ?? null;
     this.view.fixture = loaded.fixture.id;
     this.view.task = loaded.fixture.task;
