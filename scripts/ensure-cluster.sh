@@ -20,6 +20,7 @@
 #   AGENT_CLUSTER_PORT  the frontend's port (default 7433); the server's other ports follow it
 #                       (+1 history, +2 matching, +6 worker, +3 HTTP; membership +100..+106)
 #   AGENT_CLUSTER_PG_PORT  PostgreSQL's port (default 55432)
+#   The build also makes <dir>/bin/toxiproxy-server (the network-fault tests start their own).
 #
 # Nothing it starts sends traffic off this machine: every listener is on 127.0.0.1, the server's
 # version check is off (dynamic configuration and TEMPORAL_VERSION_CHECK_DISABLED), archival and
@@ -29,6 +30,10 @@ cd "$(dirname "$0")/.."
 
 SERVER_VERSION=v1.32.0
 MODULE=go.temporal.io/server
+# Toxiproxy, for the network-fault tests: a TCP proxy whose faults (latency, bandwidth, cuts,
+# resets) an HTTP API on loopback adds and removes.
+TOXIPROXY_VERSION=v2.12.0
+TOXIPROXY_MODULE=github.com/Shopify/toxiproxy/v2
 
 repo="$PWD"
 state="${AGENT_STATE_DIR:-$repo/.agent-state}"
@@ -48,11 +53,12 @@ die() { say "$*"; exit 1; }
 # ---- the binaries ----
 
 build() {
-  if [ -x "$bin/temporal-server" ] && [ -x "$bin/temporal-sql-tool" ] && [ "$(cat "$bin/VERSION" 2>/dev/null)" = "$SERVER_VERSION" ]; then
+  local pins="$SERVER_VERSION $TOXIPROXY_VERSION"
+  if [ -x "$bin/temporal-server" ] && [ -x "$bin/temporal-sql-tool" ] && [ -x "$bin/toxiproxy-server" ] && [ "$(cat "$bin/VERSION" 2>/dev/null)" = "$pins" ]; then
     return 0
   fi
   command -v go >/dev/null || die "the Go toolchain is needed to build $MODULE $SERVER_VERSION (go on PATH)"
-  say "building $MODULE $SERVER_VERSION (the server and its SQL tool; minutes the first time, seconds from the Go build cache)"
+  say "building $MODULE $SERVER_VERSION (the server and its SQL tool) and $TOXIPROXY_MODULE $TOXIPROXY_VERSION; minutes the first time, seconds from the Go build cache"
   rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
   # A module of our own makes the build reproducible from the pin alone (go install pkg@version
   # refuses modules with replace directives; this one has none at this version, but the
@@ -64,11 +70,14 @@ build() {
     export GOFLAGS=-mod=mod GOBIN="$bin.tmp"
     go install "$MODULE/cmd/server@$SERVER_VERSION"
     go install "$MODULE/cmd/tools/sql@$SERVER_VERSION"
+    # Its server and the Temporal server's are both named `server`: one at a time.
+    GOBIN="$bin.tmp/toxiproxy" go install "$TOXIPROXY_MODULE/cmd/server@$TOXIPROXY_VERSION"
   ) >&2
   rm -rf "$work"
   mv "$bin.tmp/server" "$bin.tmp/temporal-server"
   mv "$bin.tmp/sql" "$bin.tmp/temporal-sql-tool"
-  echo "$SERVER_VERSION" >"$bin.tmp/VERSION"
+  mv "$bin.tmp/toxiproxy/server" "$bin.tmp/toxiproxy-server" && rmdir "$bin.tmp/toxiproxy"
+  echo "$pins" >"$bin.tmp/VERSION"
   rm -rf "$bin" && mv "$bin.tmp" "$bin"
 }
 
