@@ -8,6 +8,11 @@ export interface Limits {
   searchBytes: number;
   /** Cap on a unified diff (show_diff, and each pending approval's diff). */
   diffBytes: number;
+  /**
+   * Largest whole diff the host store keeps for an action whose diff was cut at `diffBytes`, so
+   * the console can show it whole before Approve (a larger one is approved from the command line).
+   */
+  wholeDiffBytes: number;
   /** Cap on the `new` text of one apply_patch. */
   patchBytes: number;
   /** Bytes kept of each of stdout and stderr of a test or acceptance process. */
@@ -23,6 +28,7 @@ export const DEFAULT_LIMITS: Limits = {
   readBytes: 64 * 1024,
   searchBytes: 32 * 1024,
   diffBytes: 32 * 1024,
+  wholeDiffBytes: 8 * 1024 * 1024,
   patchBytes: 256 * 1024,
   execOutputBytes: 1024 * 1024,
   outputTailBytes: 4 * 1024,

@@ -335,6 +335,13 @@ export function createActivities(deps: ActivityDeps) {
     };
   };
 
+  /**
+   * The action as history carries it: a diff cut for display names its whole text, kept in the
+   * host store (`diff_ref`), so the console can show it whole before anyone approves it there.
+   */
+  const keepWholeDiff = (prepared: { action: PreparedAction; whole_diff: string | null }): PreparedAction =>
+    prepared.whole_diff === null ? prepared.action : { ...prepared.action, diff_ref: store.put('diff', prepared.whole_diff) };
+
   /** Runs a stored call; its whole result is stored (one sync) and history gets its view. */
   const toolResult = async (ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> => {
     const ctx = toolContext(ref, timeoutMs);
@@ -598,7 +605,7 @@ export function createActivities(deps: ActivityDeps) {
     ): Promise<Exclude<MergePrepared, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction; entries_ref: string }> {
       const prepared = mergePrepare(toolContext(ref, 0), config.stateDir, task);
       if (prepared.kind !== 'prepared') return prepared;
-      return { kind: 'prepared', action: prepared.action, entries_ref: store.put('merge', prepared.entries) };
+      return { kind: 'prepared', action: keepWholeDiff(prepared), entries_ref: store.put('merge', prepared.entries) };
     },
 
     /** merge_task's second half: the approved merge, exactly once; receipted like a write. */
@@ -648,8 +655,12 @@ export function createActivities(deps: ActivityDeps) {
       return toolResult(ref, view, timeoutMs);
     },
 
-    async preparePatch(ref: RunRef, view: CallView): Promise<PrepareOutcome> {
-      return prepare(toolContext(ref, 0), view.call_id, storedCall(view, 'apply_patch').arguments);
+    async preparePatch(
+      ref: RunRef,
+      view: CallView,
+    ): Promise<Exclude<PrepareOutcome, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction }> {
+      const prepared = prepare(toolContext(ref, 0), view.call_id, storedCall(view, 'apply_patch').arguments);
+      return prepared.kind === 'prepared' ? { kind: 'prepared', action: keepWholeDiff(prepared) } : prepared;
     },
 
     /** The write, and whether the ledger holds its receipt now: the run counts receipts from the ledger, not beside writes. */

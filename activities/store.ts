@@ -16,7 +16,18 @@ import type { TranscriptEntry } from '../core/transcript';
 import { sha256 } from './digest';
 
 export type BlobKind =
-  'replay' | 'decision' | 'call' | 'result' | 'transcript' | 'model_request' | 'model_response' | 'merge' | 'instructions' | 'prompt';
+  | 'replay'
+  | 'decision'
+  | 'call'
+  | 'result'
+  | 'transcript'
+  | 'model_request'
+  | 'model_response'
+  | 'merge'
+  | 'instructions'
+  | 'prompt'
+  /** The whole diff of an action whose diff history carries cut (the console shows it whole). */
+  | 'diff';
 
 /** One link of a run's transcript: the entry and the digest of the link before it. */
 export interface TranscriptNode {

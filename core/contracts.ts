@@ -439,6 +439,12 @@ export interface PreparedAction {
   /** Unified diff of this one action, capped. */
   diff: string;
   diff_truncated: boolean;
+  /**
+   * When `diff` was cut: the host store's digest of the whole diff (a JSON string), kept on the
+   * host that prepared the action. Absent when the whole diff was over the store's cap, and in
+   * actions prepared before it was kept.
+   */
+  diff_ref?: string;
 }
 
 /** Isolation evidence of the docker backend, measured by a probe with the run's exact settings. */

@@ -1,11 +1,13 @@
 /**
  * The approval console against a real dev server and worker, in a real headless Chromium:
  * the canonical interactive run approved and then rejected from its card, a stale card refused
- * and replaced, two waiting runs approved independently; sign-in by a one-time link or the typed
- * token (never a token in a URL), idle expiry on an injected clock, sign-out and the bounded session
- * table; and the security rules over plain HTTP: no session, a wrong CSRF token or a forged digest
- * change nothing.
+ * and replaced, two waiting runs approved independently, a write whose diff was cut for display
+ * approved only after its whole diff was opened; sign-in by a one-time link or the typed token
+ * (never a token in a URL), idle and absolute expiry on an injected clock, sign-out and the
+ * bounded session table; and the security rules over plain HTTP: no session, a wrong CSRF token or
+ * a forged digest change nothing, off loopback only behind the operator's https address.
  */
+import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, request } from 'node:http';
@@ -14,10 +16,12 @@ import { join } from 'node:path';
 import type { WorkflowHandleWithFirstExecutionRunId as WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Page } from 'playwright-core';
-import { CODE_TTL_MS, MAX_SESSIONS, SESSION_IDLE_MS, startConsole, type RunningConsole } from '../client/console/server';
+import { CODE_TTL_MS, MAX_SESSIONS, SESSION_IDLE_MS, SESSION_MAX_MS, startConsole, type RunningConsole } from '../client/console/server';
+import { canonicalJson } from '../core/canonical';
 import type { TraceEvent } from '../core/trace';
 import type { HostWorkers } from '../worker';
 import { launchChromium, staysLocal, testOutput, type OutsideRequests, type TestBrowser } from './helpers/browser';
+import { commentLines, creationDiff, grownCanonical } from './helpers/large-diff';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import {
   approveAll,
@@ -43,6 +47,35 @@ async function signIn(url: string, fields: Record<string, string>): Promise<{ st
   return { status: res.status, cookie: set && !/Max-Age=0/.test(set) ? set.split(';')[0] : null };
 }
 const codeOf = (link: string) => new URL(link).searchParams.get('code')!;
+
+/** A request naming `host` in its Host header (fetch cannot): its status, the cookie it set, its body. */
+function requestAs(
+  url: string,
+  host: string,
+  o: { method?: string; form?: Record<string, string>; cookie?: string } = {},
+): Promise<{ status: number; setCookie: string | null; body: string }> {
+  const body = o.form ? new URLSearchParams(o.form).toString() : undefined;
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      {
+        method: o.method ?? 'GET',
+        headers: {
+          host,
+          ...(o.cookie ? { cookie: o.cookie } : {}),
+          ...(body ? { 'content-type': 'application/x-www-form-urlencoded', 'content-length': Buffer.byteLength(body) } : {}),
+        },
+      },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode!, setCookie: res.headers['set-cookie']?.[0] ?? null, body: text }));
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
 
 describe('the approval console', () => {
   let env: TestWorkflowEnvironment;
@@ -74,6 +107,7 @@ describe('the approval console', () => {
       webUi: 'http://localhost:8233',
       namespace: 'default',
       confirmMs: 20_000,
+      stateDir,
     });
     browser = await launchChromium();
     ({ page, outside } = await browser.newPage());
@@ -249,6 +283,114 @@ describe('the approval console', () => {
     expect(outside.aborted).toEqual([]);
   });
 
+  it('keeps Approve of a write whose diff was cut locked until this session opens the whole diff; Reject works at once', async () => {
+    // The new test file grows to about 120 KB of comments, and a second large file is proposed after it.
+    const { path: replay, test } = grownCanonical((t) => t + commentLines('filler', 1500), {
+      'tests/test_agent_extra.py': commentLines('extra', 1500),
+    });
+    const handle = await access.startRun(
+      env.client,
+      canonicalInput('canonical', { approver: 'interactive', source: { kind: 'replay', path: replay, trusted: true } }),
+      { taskQueue, workflowId: `${taskQueue}-run-${++runs}` },
+    );
+    const big = await pendingApproval(handle);
+    const whole = creationDiff('tests/test_agent_nested.py', test);
+    expect([big.path, big.diff_truncated, Buffer.byteLength(big.diff) <= 32 * 1024, whole.startsWith(big.diff)]).toEqual([
+      'tests/test_agent_nested.py',
+      true,
+      true,
+      true,
+    ]);
+    expect(Buffer.byteLength(whole)).toBeGreaterThan(3 * 32 * 1024);
+    // History names the whole diff by its digest; the text is in the host store only.
+    expect(big.diff_ref).toBe(createHash('sha256').update(canonicalJson(whole)).digest('hex'));
+    const card = `${app.url}/runs/${encodeURIComponent(handle.workflowId)}`;
+    const nothingRecorded = async () => {
+      const trace = await traceOf(handle);
+      expect({
+        pending: (await queryState(handle)).pending_approval?.action_id,
+        answers: trace.filter((e) => e.type === 'approval_recorded' || e.type === 'approval_ignored').length,
+      }).toEqual({ pending: big.action_id, answers: 0 });
+    };
+
+    await cardShows(handle.workflowId, big.path);
+    expect([await page.isDisabled('#approve'), await page.isEnabled('#reject')]).toEqual([true, true]);
+    expect(await text('#diff-cut')).toMatch(/^The diff above is cut for display\. Open the whole diff/);
+    await page.locator('#diff-cut').scrollIntoViewIfNeeded();
+    await page.screenshot({ path: testOutput('console-diff-cut.png') });
+    // Enabled by hand (as from the developer tools), the button's POST is refused by the server.
+    await page.$eval('#approve', (b) => b.removeAttribute('disabled'));
+    const [refused] = await Promise.all([page.waitForResponse((r) => r.url().endsWith('/approval')), page.click('#approve')]);
+    expect(refused.status()).toBe(403);
+    expect(await text('#message')).toMatch(
+      /^The diff of tests\/test_agent_nested\.py was cut for display, and this session has not opened it whole/,
+    );
+    await nothingRecorded();
+
+    // The whole diff of another action (a forged digest) is not shown and unlocks nothing.
+    await page.goto(card);
+    const link = (await page.getAttribute('#whole-diff', 'href'))!;
+    const forged = link.replace(big.args_digest, (big.args_digest[0] === '0' ? '1' : '0') + big.args_digest.slice(1));
+    expect((await page.goto(`${app.url}${forged}`))?.status()).toBe(409);
+    await page.goto(card);
+    expect(await page.isDisabled('#approve')).toBe(true);
+
+    // The whole diff, exactly the action's, as plain text that nothing renders.
+    const opened = (await page.goto(`${app.url}${link}`))!;
+    expect([opened.status(), opened.headers()['content-type'], opened.headers()['content-security-policy']]).toEqual([
+      200,
+      'text/plain; charset=utf-8',
+      expect.stringContaining('sandbox'),
+    ]);
+    expect(await opened.text()).toBe(whole);
+
+    // Another session has not opened it: its approval is still refused.
+    const bob = await signIn(app.url, { token: TOKEN, name: 'bob' });
+    const bobCard = await (await fetch(card, { headers: { cookie: bob.cookie! } })).text();
+    expect(bobCard).toMatch(/<button type="submit" name="decision" value="approve" id="approve" disabled>/);
+    const bobPost = await fetch(`${card}/approval`, {
+      method: 'POST',
+      headers: { cookie: bob.cookie! },
+      redirect: 'manual',
+      body: new URLSearchParams({
+        csrf: /name="csrf" value="([^"]+)"/.exec(bobCard)![1],
+        action_id: big.action_id,
+        args_digest: big.args_digest,
+        workspace_digest: big.workspace_digest,
+        decision: 'approve',
+      }),
+    });
+    expect(bobPost.status).toBe(403);
+    await nothingRecorded();
+
+    // This session opened it: Approve is unlocked and taken.
+    await page.goto(card);
+    expect([await page.isDisabled('#approve'), await text('#diff-cut')]).toEqual([false, expect.stringMatching(/Approve is unlocked/)]);
+    await Promise.all([page.waitForURL(/notice=approved/), page.click('#approve')]);
+
+    // The second large file is rejected at once, its whole diff never opened.
+    const extra = await pendingApproval(handle, big.action_id);
+    await cardShows(handle.workflowId, 'tests/test_agent_extra.py');
+    expect([extra.diff_truncated, await page.isDisabled('#approve')]).toEqual([true, true]);
+    await page.fill('#reason', 'no second file');
+    await Promise.all([page.waitForURL(/notice=rejected/), page.click('#reject')]);
+
+    // A diff that was not cut needs no extra step.
+    const fix = await pendingApproval(handle, extra.action_id);
+    await cardShows(handle.workflowId, 'src/linkcheck.py');
+    expect([fix.diff_truncated, await page.locator('#diff-cut').count(), await page.isDisabled('#approve')]).toEqual([false, 0, false]);
+    await Promise.all([page.waitForURL(/notice=approved/), page.click('#approve')]);
+
+    const outcome = await handle.result();
+    expect(outcome.record.status).toBe('completed');
+    expect(approvals(traceIn(stateDir, handle.firstExecutionRunId)).map((a) => [a.action_id, a.decision, a.principal])).toEqual([
+      [big.action_id, 'approve', 'console:alice'],
+      [extra.action_id, 'reject', 'console:alice'],
+      [fix.action_id, 'approve', 'console:alice'],
+    ]);
+    expect(outside.aborted).toEqual([]);
+  });
+
   it('runs every page behind a guard that aborts and lists a request leaving loopback', async () => {
     expect(
       [
@@ -390,6 +532,18 @@ describe('the approval console', () => {
       clock += SESSION_IDLE_MS - 60_000;
       expect(await alive(cookie)).toBe(true);
       clock += SESSION_IDLE_MS;
+      const res = await get('/', cookie);
+      expect([res.status, res.headers.get('set-cookie')]).toEqual([401, expect.stringMatching(/^agent_console=; .*Max-Age=0/)]);
+      expect(await alive(cookie)).toBe(false);
+    });
+
+    it('ends a session 24 hours after sign-in, even one used every hour', async () => {
+      const cookie = await session();
+      for (let hours = 1; hours < SESSION_MAX_MS / 3600_000; hours++) {
+        clock += 3600_000;
+        expect(await alive(cookie)).toBe(true);
+      }
+      clock += 3600_000;
       const res = await get('/', cookie);
       expect([res.status, res.headers.get('set-cookie')]).toEqual([401, expect.stringMatching(/^agent_console=; .*Max-Age=0/)]);
       expect(await alive(cookie)).toBe(false);
@@ -552,7 +706,7 @@ describe('the approval console', () => {
       expect(res.headers.get('referrer-policy')).toBe('no-referrer');
     });
 
-    it('binds to loopback unless --host is given, and warns for another address', async () => {
+    it('binds to loopback unless --host is given; another address only with --public-url https, then Secure and its name only', async () => {
       /** The console command line; `probe` runs against it once it serves, then it is stopped. */
       const start = (args: string[], probe: (url: string, link: string) => Promise<void> = async () => undefined) =>
         new Promise<{ stdout: string; stderr: string; code: number | null }>((resolve, reject) => {
@@ -593,9 +747,49 @@ describe('the approval console', () => {
       expect([fresh, seen]).toEqual([expect.stringMatching(/^[\w-]{32}$/), { mode: 0o600, look: 200, first: 303, again: 401, typed: 303 }]);
       expect(local.stdout).not.toContain(fresh);
       expect(local.stderr).not.toContain('warning');
-      const open = await start(['--host', '0.0.0.0']);
+      // Off loopback without the operator's https address: refused in one line, nothing served or written.
+      const tokenBefore = readFileSync(tokenFile, 'utf8');
+      const bare = await start(['--host', '0.0.0.0']);
+      expect([bare.code, bare.stdout, bare.stderr]).toEqual([
+        2,
+        '',
+        expect.stringMatching(/^console: 0\.0\.0\.0 is not a loopback address, .* --public-url https:\/\/NAME\[:PORT\] [^\n]*\n$/),
+      ]);
+      const plain = await start(['--host', '0.0.0.0', '--public-url', 'http://console.test']);
+      expect([plain.code, plain.stdout, plain.stderr]).toEqual([
+        2,
+        '',
+        expect.stringMatching(/^--public-url must be an https:\/\/ address[^\n]*\n$/),
+      ]);
+      expect(readFileSync(tokenFile, 'utf8')).toBe(tokenBefore);
+      // Behind TLS by the operator's word: links to the public address, Secure cookies, only its name answered.
+      const behind: Record<string, unknown> = {};
+      const open = await start(['--host', '0.0.0.0', '--public-url', 'https://console.test'], async (url, link) => {
+        const at = `http://127.0.0.1:${new URL(url).port}`;
+        const made = await requestAs(`${at}/login`, 'console.test', { method: 'POST', form: { code: codeOf(link), name: 'ivan' } });
+        const cookie = made.setCookie?.split(';')[0] ?? '';
+        Object.assign(behind, {
+          link,
+          signIn: [made.status, made.setCookie],
+          page: (await requestAs(`${at}/`, 'console.test', { cookie })).status,
+          withPort: (await requestAs(`${at}/`, 'console.test:443', { cookie })).status,
+          loopbackName: (await requestAs(`${at}/`, `127.0.0.1:${new URL(url).port}`, { cookie })).status,
+          foreign: await requestAs(`${at}/`, 'attacker.example', { cookie }),
+          otherPort: (await requestAs(`${at}/`, 'console.test:8443', { cookie })).status,
+        });
+      });
       expect(open.stdout).toMatch(/^console on http:\/\/0\.0\.0\.0:\d+;/);
+      expect(open.stdout).toMatch(/\nor sign in at https:\/\/console\.test\/login with the token in /);
       expect(open.stderr).toContain('warning: serving the console on 0.0.0.0, not a loopback address');
+      expect(behind).toEqual({
+        link: expect.stringMatching(/^https:\/\/console\.test\/login\?code=[\w-]{43}$/),
+        signIn: [303, expect.stringMatching(/^agent_console=[\w-]{43}; HttpOnly; SameSite=Strict; Path=\/; Secure$/)],
+        page: 200,
+        withPort: 200,
+        loopbackName: 421,
+        foreign: { status: 421, setCookie: null, body: 'misdirected request: this console answers only to console.test\n' },
+        otherPort: 421,
+      });
 
       // A token from a file: printed nowhere, and it signs in.
       const file = join(tempDir('console-token'), 'token');

@@ -1,6 +1,7 @@
 import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
+import { createTwoFilesPatch } from 'diff';
 import { createActivities, type RunRef } from '../activities';
 import { CappedOutput } from '../activities/backends/capped-output';
 import { LocalBackend } from '../activities/backends/local';
@@ -230,6 +231,30 @@ describe('apply_patch prepare and write', () => {
     expect(writePatch(t.ctx, prepared.action, args).kind).toBe('recovery_uncertain');
     expect(readFileSync(join(t.workspace, 'src/linkcheck.py'), 'utf8')).toBe('something else\n');
     expect(t.ledger.receipts('run-1')).toHaveLength(0);
+  });
+
+  it('cuts a diff over the cap at a line end and hands back the whole one, unless that is over its own cap', () => {
+    const text = Array.from({ length: 50 }, (_, i) => `line ${i}\n`).join('');
+    const args = { path: 'tests/test_agent_x.py', version: 'absent', old: '', new: text };
+    const whole = createTwoFilesPatch('/dev/null', 'b/tests/test_agent_x.py', '', text, undefined, undefined, { context: 3 });
+    const at = (limits: { diffBytes?: number; wholeDiffBytes?: number }) =>
+      preparePatch(
+        prepareRun({ repo: { 'src/linkcheck.py': SRC, 'tests/test_a.py': 'def test_a():\n    pass\n' }, limits }).ctx,
+        'p',
+        args,
+      ) as Extract<ReturnType<typeof preparePatch>, { kind: 'prepared' }>;
+    const cut = at({ diffBytes: 200 });
+    expect([cut.kind, cut.action.diff_truncated, cut.whole_diff]).toEqual(['prepared', true, whole]);
+    expect([whole.startsWith(cut.action.diff), cut.action.diff.endsWith('\n'), Buffer.byteLength(cut.action.diff) <= 200]).toEqual([
+      true,
+      true,
+      true,
+    ]);
+    expect(at({ diffBytes: 200, wholeDiffBytes: Buffer.byteLength(whole) - 1 })).toMatchObject({
+      whole_diff: null,
+      action: { diff_truncated: true },
+    });
+    expect(at({})).toMatchObject({ whole_diff: null, action: { diff: whole, diff_truncated: false } });
   });
 
   it('creates an allowed new file and shows it in the diff', () => {

@@ -14,10 +14,11 @@ import { faultPoint } from '../faults';
 import { resolveInWorkspace } from '../fs-safety';
 import { fsyncDir } from '../../host/files';
 import { baselineManifest, workspaceDigest } from '../workspace';
-import { decodeText, type ToolContext } from './context';
+import { cutDiff, decodeText, type ToolContext } from './context';
 
 export type PrepareOutcome =
-  | { kind: 'prepared'; action: PreparedAction }
+  /** `whole_diff`: the uncut diff when `action.diff` was cut (for the host store, never for history). */
+  | { kind: 'prepared'; action: PreparedAction; whole_diff: string | null }
   | { kind: 'already_written'; action_id: string; before: string; after: string }
   | { kind: 'rejected'; result: ToolResult };
 
@@ -80,7 +81,7 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
   }
 
   const next = args.version === 'absent' ? args.new : current.replace(args.old, () => args.new);
-  let diff = createTwoFilesPatch(
+  const diff = createTwoFilesPatch(
     args.version === 'absent' ? '/dev/null' : `a/${args.path}`,
     `b/${args.path}`,
     current,
@@ -89,10 +90,10 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
     undefined,
     { context: 3 },
   );
-  const diffTruncated = Buffer.byteLength(diff) > ctx.limits.diffBytes;
-  if (diffTruncated) diff = diff.slice(0, diff.lastIndexOf('\n', ctx.limits.diffBytes) + 1);
+  const shown = cutDiff(diff, ctx.limits);
   return {
     kind: 'prepared',
+    whole_diff: shown.whole,
     action: {
       action_id: id,
       path: args.path,
@@ -100,8 +101,8 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
       after: sha256(next),
       args_digest: digestJson(args),
       workspace_digest: workspaceDigest(ctx.paths.workspace),
-      diff,
-      diff_truncated: diffTruncated,
+      diff: shown.diff,
+      diff_truncated: shown.diff_truncated,
     },
   };
 }

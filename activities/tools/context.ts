@@ -23,6 +23,24 @@ export interface ToolContext {
   heartbeat: () => void;
 }
 
+/**
+ * An action's diff as history carries it: cut at the last line end within `limits.diffBytes`.
+ * `whole` is the uncut text when it was cut and is at most `limits.wholeDiffBytes` (the host store
+ * keeps it, never history); null when nothing was cut or it is too large to keep.
+ */
+export function cutDiff(
+  diff: string,
+  limits: Pick<Limits, 'diffBytes' | 'wholeDiffBytes'>,
+): { diff: string; diff_truncated: boolean; whole: string | null } {
+  const bytes = Buffer.byteLength(diff);
+  if (bytes <= limits.diffBytes) return { diff, diff_truncated: false, whole: null };
+  return {
+    diff: diff.slice(0, diff.lastIndexOf('\n', limits.diffBytes) + 1),
+    diff_truncated: true,
+    whole: bytes <= limits.wholeDiffBytes ? diff : null,
+  };
+}
+
 /** Strict UTF-8 text, or null for binary / non-UTF-8 bytes. */
 export function decodeText(bytes: Buffer): string | null {
   if (bytes.includes(0)) return null;

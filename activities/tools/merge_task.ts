@@ -15,7 +15,7 @@ import { digestJson, sha256 } from '../digest';
 import { faultPoint } from '../faults';
 import { resolveInWorkspace } from '../fs-safety';
 import { baselineManifest, manifest, manifestDigest, runPaths, type ManifestEntry, type RunPaths } from '../workspace';
-import { decodeText, type ToolContext } from './context';
+import { cutDiff, decodeText, type ToolContext } from './context';
 
 /** One path of a merge: the parent's digest before, the task's after, and the task file's mode. */
 export interface MergeEntry {
@@ -26,7 +26,8 @@ export interface MergeEntry {
 }
 
 export type MergePrepared =
-  | { kind: 'prepared'; action: PreparedAction; entries: MergeEntry[] }
+  /** `whole_diff`: the uncut diff when `action.diff` was cut (for the host store, never for history). */
+  | { kind: 'prepared'; action: PreparedAction; entries: MergeEntry[]; whole_diff: string | null }
   | { kind: 'conflict'; paths: string[] }
   | { kind: 'unsupported'; paths: string[]; reason: string }
   | { kind: 'empty' };
@@ -88,12 +89,11 @@ export function prepareMerge(
       { context: 3 },
     );
   });
-  let diff = parts.join('');
-  const diffTruncated = Buffer.byteLength(diff) > ctx.limits.diffBytes;
-  if (diffTruncated) diff = diff.slice(0, diff.lastIndexOf('\n', ctx.limits.diffBytes) + 1);
+  const shown = cutDiff(parts.join(''), ctx.limits);
   return {
     kind: 'prepared',
     entries,
+    whole_diff: shown.whole,
     action: {
       action_id: actionId,
       path: entries[0].path,
@@ -102,8 +102,8 @@ export function prepareMerge(
       after: digestJson(entries.map((e) => [e.path, e.after])),
       args_digest: digestJson({ task_id: task.task_id }),
       workspace_digest: manifestDigest([...parent.values()]),
-      diff,
-      diff_truncated: diffTruncated,
+      diff: shown.diff,
+      diff_truncated: shown.diff_truncated,
     },
   };
 }

@@ -55,8 +55,11 @@ export function signInFirstPage(text: string): string {
   return page('Sign in first', `<h1>Sign in first</h1><p>${esc(text)}</p><p><a href="/login">Sign in</a></p>`);
 }
 
-export function messagePage(title: string, text: string): string {
-  return page(title, `<h1>${esc(title)}</h1><p>${esc(text)}</p>`);
+export function messagePage(title: string, text: string, back?: { href: string; text: string }): string {
+  return page(
+    title,
+    `<h1>${esc(title)}</h1><p id="message">${esc(text)}</p>${back ? `<p><a id="back" href="${esc(back.href)}">${esc(back.text)}</a></p>` : ''}`,
+  );
 }
 
 export interface PendingRow {
@@ -152,6 +155,10 @@ export interface CardData {
   user: string;
   /** This rendering's own token, sent with the decision as its message id. */
   form_token: string;
+  /** The address of the pending action's whole diff (plain text), when an action is pending. */
+  diff_link?: string | null;
+  /** True once this session was sent that whole diff (absent: not opened). */
+  diff_opened?: boolean;
 }
 
 function describe(e: TraceEvent): string {
@@ -164,8 +171,28 @@ function describe(e: TraceEvent): string {
   return `${e.seq} ${e.type}${e.call_id ? ` ${e.call_id}` : ''}${e.action_id ? ` ${e.action_id.slice(0, 12)}` : ''}${bits.length ? ` ${bits.join(' ')}` : ''}`;
 }
 
-function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string, formToken: string): string {
+/**
+ * Approve of a write whose diff was cut waits until this session has opened the whole diff (the
+ * server refuses it too; the disabled button only says so early). Reject never waits.
+ */
+function wholeDiffHtml(p: PendingApproval, link: string, opened: boolean): { note: string; locked: boolean } {
+  if (!p.diff_truncated) return { note: '', locked: false };
+  const open = `<a id="whole-diff" href="${esc(link)}">the whole diff</a>`;
+  if (opened)
+    return {
+      note: `<p class="notice ok" id="diff-cut">The diff above is cut for display; you opened ${open}, so Approve is unlocked.</p>`,
+      locked: false,
+    };
+  return {
+    note: `<p class="notice" id="diff-cut">The diff above is cut for display. Open ${open} (plain text) before approving: Approve unlocks once this session has opened it (then reload this card). Reject works at once.</p>`,
+    locked: true,
+  };
+}
+
+function pendingHtml(id: string, p: PendingApproval, c: CardData): string {
+  const { csrf, user, form_token: formToken } = c;
   const action = `/runs/${encodeURIComponent(id)}/approval`;
+  const whole = wholeDiffHtml(p, c.diff_link ?? '', c.diff_opened === true);
   return `<section id="card"><h2>Pending write: <code id="path">${esc(p.path)}</code></h2>
 <dl><dt>action id</dt><dd class="digest" id="action-id">${esc(p.action_id)}</dd>
 <dt>before</dt><dd class="digest" id="before">${esc(p.before)}</dd>
@@ -173,7 +200,7 @@ function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string,
 <dt>arguments digest</dt><dd class="digest" id="args-digest">${esc(p.args_digest)}</dd>
 <dt>workspace digest</dt><dd class="digest" id="workspace-digest">${esc(p.workspace_digest)}</dd>
 <dt>asked because</dt><dd id="rules">${(p.rules ?? []).map((r) => `<code>${esc(r.id)}</code>: ${esc(r.why)}`).join('<br>') || 'the policy put this write at ask'}</dd></dl>
-<pre class="diff" id="diff">${diffHtml(p.diff)}</pre>${p.diff_truncated ? '<p>(the diff is cut short)</p>' : ''}
+<pre class="diff" id="diff">${diffHtml(p.diff)}</pre>${whole.note}
 <form method="post" action="${action}" id="decide">
 <input type="hidden" name="csrf" value="${esc(csrf)}">
 <input type="hidden" name="message_id" value="${esc(formToken)}">
@@ -182,7 +209,7 @@ function pendingHtml(id: string, p: PendingApproval, csrf: string, user: string,
 <input type="hidden" name="workspace_digest" value="${esc(p.workspace_digest)}">
 <p><label>Reason (for a rejection; optional for an approval) <input name="reason" id="reason" maxlength="2000" size="60"></label></p>
 <p>Your decision is recorded as <code id="principal">console:${esc(user)}</code>, with the digests above.</p>
-<p><button type="submit" name="decision" value="approve" id="approve">Approve</button><button type="submit" name="decision" value="reject" id="reject">Reject</button></p>
+<p><button type="submit" name="decision" value="approve" id="approve"${whole.locked ? ' disabled' : ''}>Approve</button><button type="submit" name="decision" value="reject" id="reject">Reject</button></p>
 </form></section>`;
 }
 
@@ -203,7 +230,7 @@ ${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(t
 <dt>approver</dt><dd>${esc(v.approver)}</dd>
 <dt>trace</dt><dd id="trace-id">${v.trace_id ? `<code class="digest">${esc(v.trace_id)}</code> (give this id with a report of a problem: it finds the run's spans in your tracing backend)` : 'not exported (its worker has no OTEL_EXPORTER_OTLP_ENDPOINT)'}</dd>
 <dt>Web UI</dt><dd>${c.web_ui ? `<a id="web-ui" href="${esc(c.web_ui)}" rel="noreferrer">this run in the Temporal Web UI</a>` : 'address not known'}</dd></dl>
-${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c.csrf, c.user, c.form_token) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
+${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
 <h2>Recent trace</h2><ol class="trace" id="trace">${recent.map((e) => `<li>${esc(describe(e))}</li>`).join('')}</ol>`,
   );
 }

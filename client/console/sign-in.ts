@@ -3,9 +3,10 @@
  *
  * Hazards: a code is a bearer secret in a URL, so it works once and only for a short time, and
  * only a POST uses it up (a link prefetcher that GETs it burns nothing). A session ends after
- * an idle spell or when it is signed out; when the table is full, the least recently used one
- * is dropped, so signing in again and again cannot grow memory. Both tables read the clock they
- * are given, never the wall clock, so tests show expiry without waiting.
+ * an idle spell, at its absolute lifetime however busy it is (a stolen cookie kept alive by
+ * refreshing still dies), or when it is signed out; when the table is full, the least recently
+ * used one is dropped, so signing in again and again cannot grow memory. Both tables read the
+ * clock they are given, never the wall clock, so tests show expiry without waiting.
  */
 import { randomBytes } from 'node:crypto';
 
@@ -14,6 +15,26 @@ export interface Session {
   csrf: string;
   /** When it last served a request, by the injected clock. */
   seen: number;
+  /** When it was made: it ends at this plus the absolute lifetime, whatever its use. */
+  started: number;
+  /**
+   * The whole diffs this session has been sent, keyed by `diffKey` of their actions: Approve of an
+   * action whose diff was cut for display is refused until its key is here. Bounded (oldest first).
+   */
+  diffsOpened: Set<string>;
+}
+
+/** Whole diffs remembered per session; an older one must be opened again to approve its action. */
+const MAX_DIFFS_OPENED = 50;
+
+/** Remembers that `session` was sent the whole diff of the action of `key`. */
+export function markDiffOpened(session: Session, key: string): void {
+  session.diffsOpened.delete(key);
+  session.diffsOpened.add(key);
+  for (const old of session.diffsOpened) {
+    if (session.diffsOpened.size <= MAX_DIFFS_OPENED) break;
+    session.diffsOpened.delete(old);
+  }
 }
 
 const secret = () => randomBytes(32).toString('base64url');
@@ -73,6 +94,7 @@ export class Sessions {
   constructor(
     private readonly now: () => number,
     private readonly idleMs: number,
+    private readonly maxMs: number,
     private readonly most: number,
   ) {}
 
@@ -84,18 +106,19 @@ export class Sessions {
   open(name: string): string {
     this.sweep();
     const sid = secret();
-    this.live.set(sid, { name, csrf: secret(), seen: this.now() });
+    const now = this.now();
+    this.live.set(sid, { name, csrf: secret(), seen: now, started: now, diffsOpened: new Set() });
     trim(this.live, this.most);
     return sid;
   }
 
-  /** The live session of `sid`, its idle timer restarted; null for an unknown, idle or ended one. */
+  /** The live session of `sid`, its idle timer restarted; null for an unknown, idle, too old or ended one. */
   touch(sid: string): Session | null {
     const s = this.live.get(sid);
     if (s === undefined) return null;
     this.live.delete(sid);
     const now = this.now();
-    if (now - s.seen >= this.idleMs) return null;
+    if (this.over(s, now)) return null;
     s.seen = now;
     this.live.set(sid, s); // to the end: the most recently used
     return s;
@@ -105,8 +128,12 @@ export class Sessions {
     this.live.delete(sid);
   }
 
+  private over(s: Session, now: number): boolean {
+    return now - s.seen >= this.idleMs || now - s.started >= this.maxMs;
+  }
+
   private sweep(): void {
     const now = this.now();
-    for (const [sid, s] of this.live) if (now - s.seen >= this.idleMs) this.live.delete(sid);
+    for (const [sid, s] of this.live) if (this.over(s, now)) this.live.delete(sid);
   }
 }
