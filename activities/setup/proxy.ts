@@ -100,6 +100,8 @@ export async function createEgressNetwork(docker: Dockerode): Promise<EgressNetw
 }
 
 export interface RunningProxy {
+  /** The proxy's container. */
+  id: string;
   /** The proxy's address on the internal network. */
   address: string;
   port: number;
@@ -242,6 +244,7 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
       : null;
     if (o.intercept && !ca) throw new ProxyStartError('the egress proxy did not print its certificate authority', stderr);
     return {
+      id: container.id,
       address,
       port: PROXY_PORT,
       caCert: ca ? `${ca[1]}\n` : null,
