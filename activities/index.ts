@@ -40,7 +40,7 @@ import type { DockerBackend } from './backends/docker';
 import { egressPage, runSetup as setupPhase, type SetupResult } from './setup';
 import type { EgressEvent } from './setup/squid';
 import { buildId } from '../host/build';
-import { CredentialsFileError, lookupCredentials, readCredentialsFile } from '../host/credentials';
+import { CredentialsFileError, lookupCredentials } from '../host/credentials';
 import { activeTraceId } from '../host/tracing';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
@@ -293,20 +293,14 @@ export function createActivities(deps: ActivityDeps) {
     }
   };
 
-  /** The operator's definitions of the credentials `egress` names; a credentials file that cannot be read stops the run. */
-  const operatorCredentials = (egress: RunSpec['egress']) => {
+  /**
+   * The operator's definitions of the credentials `egress` names, from the file as it is now
+   * (loadRun checks them; the setup looks again, since the operator may have changed it); a
+   * credentials file that cannot be read stops the run.
+   */
+  const credentialsFor = (egress: RunSpec['egress']) => {
     try {
       return lookupCredentials(config.credentialsFile, egress);
-    } catch (err) {
-      if (err instanceof CredentialsFileError) throw nonRetryable('InfrastructureError', err.message);
-      throw err;
-    }
-  };
-
-  /** The operator's credentials file, read again when a setup starts (the operator may have changed it since loadRun). */
-  const readOperatorCredentials = () => {
-    try {
-      return readCredentialsFile(config.credentialsFile);
     } catch (err) {
       if (err instanceof CredentialsFileError) throw nonRetryable('InfrastructureError', err.message);
       throw err;
@@ -495,7 +489,7 @@ export function createActivities(deps: ActivityDeps) {
         };
       }
       // The credentials it names, against the operator's file: refused here, before any workspace or container.
-      const credentials = operatorCredentials(fixture.egress);
+      const credentials = credentialsFor(fixture.egress);
       if (!credentials.ok) return { ok: false, reason: 'invalid_input', detail: credentials.detail };
       const hostQueue = config.hostQueue ?? null;
       const trace_id = config.traces === true ? activeTraceId() : null;
@@ -610,7 +604,7 @@ export function createActivities(deps: ActivityDeps) {
           upstreamCaFile: deps.setup.upstreamCaFile,
           openCidrs: deps.setup.openCidrs,
           connectPorts: deps.setup.connectPorts,
-          operatorCredentials: readOperatorCredentials(),
+          credentialsFor,
           credential: config.credential,
           limits: config.limits,
           signal: ctx.cancellationSignal,

@@ -11,9 +11,8 @@
  * they are not in the committed image's configuration. The credentials are the operator's
  * (core/egress.ts): the run names them, and the operator's file, read again now, says which
  * variable, header and hosts each has; a name it no longer allows fails the setup before any
- * container starts. After the last command the container is
- * stopped and committed (user, command and environment as the sandbox's), and tagged once its
- * products are checked.
+ * container starts. After the last command the container is stopped and committed (user,
+ * command and environment as the sandbox's), and tagged once its products are checked.
  *
  * Before the first command, the isolation probe runs with the setup's settings on the same
  * network: the proxy must be reachable, the host's addresses not (setup-phase evidence).
@@ -26,7 +25,7 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { EgressSpec, IsolationEvidence, SetupSpec } from '../../core/contracts';
-import { resolveCredentials, type CredentialsFile, type OperatorCredential } from '../../core/egress';
+import type { CredentialLookup, OperatorCredential } from '../../core/egress';
 import { brief } from '../../core/transcript';
 import { writeFileAtomic } from '../../host/files';
 import { CappedSink } from '../backends/capped-output';
@@ -105,8 +104,8 @@ export interface SetupEnvironment {
   openCidrs: string[];
   /** Ports CONNECT may go to besides 443 (AGENT_EGRESS_CONNECT_PORTS). */
   connectPorts: number[];
-  /** The operator's credentials file, as read when this setup started. */
-  operatorCredentials: CredentialsFile;
+  /** The operator's definitions of the credentials `egress` names, from its file as it is now. */
+  credentialsFor: (egress: EgressSpec | null) => CredentialLookup;
   /** A worker variable's value (the credentials'), read now. */
   credential: (name: string) => string | undefined;
   limits: Limits;
@@ -157,7 +156,7 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
   const baseImage = await env.backend.imageId();
   keepPreSetup(paths);
   const baseTree = manifestDigest(JSON.parse(readFileSync(join(paths.control, 'pre-setup-manifest.json'), 'utf8')) as ManifestEntry[]);
-  const named = resolveCredentials(env.operatorCredentials, egress);
+  const named = env.credentialsFor(egress);
   const credentials = named.ok ? named.credentials : [];
   const inputs = setupInputs(baseImage, baseTree, setup, egress, credentials);
   const key = setupKey(inputs);
