@@ -19,6 +19,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import Dockerode from 'dockerode';
 import { ownerLabel } from '../activities/backends/docker';
 import { placeholder } from '../activities/setup';
+import { listSetupImages } from '../activities/setup/cache';
 import { createEgressNetwork, PROXY_HOSTS_PATH, startProxy } from '../activities/setup/proxy';
 import { filterRules, FIXED_RANGES, forbiddenRanges } from '../activities/setup/ranges';
 import { DENY_REASONS, squidConfig } from '../activities/setup/squid';
@@ -127,6 +128,13 @@ afterAll(async () => {
   listener?.server.close();
   await privateNet?.network.remove().catch(() => undefined);
   await env?.teardown();
+  // The cache images of this file's runs (their allow lists name the test's hosts only).
+  for (const image of await listSetupImages(docker))
+    if (image.allow.some((h) => h.endsWith('.egress.test')))
+      await docker
+        .getImage(image.image_id)
+        .remove()
+        .catch(() => undefined);
 });
 
 /** The worker's settings: the test names in the hosts file, nothing opened unless `more` says so. */
