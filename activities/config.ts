@@ -43,6 +43,8 @@ export interface HarnessConfig {
   prices?: Record<string, { input: number; output: number; cached_input?: number; cache_write_input?: number }>;
   /** The operator's providers file (`AGENT_PROVIDERS_FILE`, default `<state>/providers.json`). */
   providersFile: string;
+  /** The operator's setup credentials (`AGENT_CREDENTIALS_FILE`, default `<state>/credentials.json`). */
+  credentialsFile: string;
   /** The prompt versions a live source may use (`AGENT_PROMPTS_DIR`, default the build's `prompts/`). */
   promptsDir: string;
   /** Timeout of one provider HTTP request (default 120 s). */
@@ -57,8 +59,8 @@ export interface HarnessConfig {
   /** Where an endpoint of each kind without its own `base_url` sends requests (the worker's settings). */
   baseUrls: Record<'openai' | 'anthropic', string>;
   /**
-   * The value of the worker's key variable `name` (an endpoint's `api_key_env`), read at each call
-   * (host/settings.ts readCredential); undefined when it is not set.
+   * The value of the worker's variable `name` (an endpoint's `api_key_env`, a setup credential's
+   * `env`), read at each call (host/settings.ts readCredential); undefined when it is not set.
    */
   credential: (name: string) => string | undefined;
 }

@@ -20,6 +20,7 @@ import {
   type ToolResult,
   type VerifierFindings,
 } from '../core/contracts';
+import { egressProblems } from '../core/egress';
 import type { PromptRef, PromptTexts } from '../core/prompt';
 import type { TraceEvent } from '../core/trace';
 import {
@@ -39,6 +40,7 @@ import type { DockerBackend } from './backends/docker';
 import { egressPage, runSetup as setupPhase, type SetupResult } from './setup';
 import type { EgressEvent } from './setup/squid';
 import { buildId } from '../host/build';
+import { CredentialsFileError, lookupCredentials } from '../host/credentials';
 import { activeTraceId } from '../host/tracing';
 import type { HarnessConfig } from './config';
 import { digestJson } from './digest';
@@ -89,6 +91,9 @@ export interface SetupDeps {
   upstreamNetwork: string;
   hostsFile: string | null;
   upstreamCaFile: string | null;
+  /** The operator's opened ranges (AGENT_EGRESS_OPEN_CIDRS) and extra CONNECT ports (AGENT_EGRESS_CONNECT_PORTS). */
+  openCidrs: string[];
+  connectPorts: number[];
 }
 
 /** What the workflow passes to every run-scoped activity. */
@@ -152,6 +157,13 @@ function loadFixture(dir: string): { ok: true; fixture: Fixture } | { ok: false;
     return { ok: false, reason: 'invalid_input', detail: 'fixture has no acceptance/expected.json' };
   const problem = setupProblem(parsed.data);
   if (problem !== null) return { ok: false, reason: 'invalid_input', detail: `fixture.json: ${problem}` };
+  const reach = egressProblems(parsed.data.egress);
+  if (reach.length > 0)
+    return {
+      ok: false,
+      reason: 'invalid_input',
+      detail: reach.map((p) => `fixture.json: egress.${p.path.join('.')}: ${p.message}`).join('; '),
+    };
   // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
   try {
     const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
@@ -278,6 +290,20 @@ export function createActivities(deps: ActivityDeps) {
         }
         return { kind: 'tool', ref, raw: brief(decision.call), call: view, invalid: null, reply };
       }
+    }
+  };
+
+  /**
+   * The operator's definitions of the credentials `egress` names, from the file as it is now
+   * (loadRun checks them; the setup looks again, since the operator may have changed it); a
+   * credentials file that cannot be read stops the run.
+   */
+  const credentialsFor = (egress: RunSpec['egress']) => {
+    try {
+      return lookupCredentials(config.credentialsFile, egress);
+    } catch (err) {
+      if (err instanceof CredentialsFileError) throw nonRetryable('InfrastructureError', err.message);
+      throw err;
     }
   };
 
@@ -469,6 +495,9 @@ export function createActivities(deps: ActivityDeps) {
             'this run has a setup phase (setup in its settings), which runs only on the docker backend: its network is an egress proxy that the local backend cannot give (--backend docker)',
         };
       }
+      // The credentials it names, against the operator's file: refused here, before any workspace or container.
+      const credentials = credentialsFor(fixture.egress);
+      if (!credentials.ok) return { ok: false, reason: 'invalid_input', detail: credentials.detail };
       const hostQueue = config.hostQueue ?? null;
       const trace_id = config.traces === true ? activeTraceId() : null;
       if (source.kind !== 'replay') {
@@ -580,6 +609,9 @@ export function createActivities(deps: ActivityDeps) {
           upstreamNetwork: deps.setup.upstreamNetwork,
           hostsFile: deps.setup.hostsFile,
           upstreamCaFile: deps.setup.upstreamCaFile,
+          openCidrs: deps.setup.openCidrs,
+          connectPorts: deps.setup.connectPorts,
+          credentialsFor,
           credential: config.credential,
           limits: config.limits,
           signal: ctx.cancellationSignal,

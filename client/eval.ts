@@ -12,6 +12,7 @@ import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type Workf
 import type { RunOutcome } from '../workflows/agentRun';
 import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
 import { entryName, LIVE_REPLAY, plannedRun, planSize, runWorkflowId, type EvalPlan, type PlannedEntry } from '../core/batch-plan';
+import { localCredentialsFile } from './repository-run';
 import { readTasksFile } from './tasks-file';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
@@ -75,7 +76,7 @@ export function buildPlan(settings: Settings, args: string[], o: PlanOptions): E
       replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: trusted(path) })),
     })),
     ...taskFiles.flatMap((file) =>
-      readTasksFile(resolve(file)).map((t) => ({
+      readTasksFile(resolve(file), localCredentialsFile(settings)).map((t) => ({
         dir: t.repo.path,
         repo: t.repo,
         replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })),

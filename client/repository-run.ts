@@ -7,9 +7,12 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { RepoSource } from '../core/contracts';
 import { APPROVAL_POLICIES } from '../core/policy';
-import type { RepoSettings } from '../core/repo-settings';
+import { SETTINGS_FILE, type RepoSettings } from '../core/repo-settings';
 import { inspectBase, type RepositoryFacts } from '../activities/repository';
+import { resolveTarget } from '../host/connection';
+import { CredentialsFileError, lookupCredentials } from '../host/credentials';
 import { GitError, GitRepository } from '../host/git';
+import type { Settings } from '../host/settings';
 import { RefusedInput } from './command';
 
 export interface CheckedRepositoryRun {
@@ -36,8 +39,22 @@ export function taskText(task: string | undefined, taskFile: string | undefined)
 }
 
 /**
- * Opens the repository, resolves `base` to a commit and reads what the base tree says; any
- * fault is a RefusedInput. Nothing is written anywhere.
+ * The credentials file a repository's named credentials are checked against here: on the
+ * embedded default the worker is started from this command's own settings, so its file is this
+ * one; a cluster's workers have files of their own and check for themselves (loadRun), so null.
+ */
+export function localCredentialsFile(settings: Settings): string | null {
+  try {
+    return resolveTarget(settings).address === null ? settings.credentialsFile : null;
+  } catch {
+    return null; // a connection setting at fault: opening the session says which, next
+  }
+}
+
+/**
+ * Opens the repository, resolves `base` to a commit and reads what the base tree says; with
+ * `credentialsFile`, the credentials its settings name must be ones that file lets it use
+ * (core/egress.ts). Any fault is a RefusedInput. Nothing is written anywhere.
  */
 export function checkRepositoryRun(o: {
   path: string;
@@ -46,6 +63,7 @@ export function checkRepositoryRun(o: {
   id?: string;
   tests?: RepoSource['tests'];
   acceptance?: RepoSource['acceptance'];
+  credentialsFile?: string | null;
 }): CheckedRepositoryRun {
   let repo: GitRepository;
   let commit: string;
@@ -75,6 +93,16 @@ export function checkRepositoryRun(o: {
         .map((p) => `policy:${p}`)
         .join(', ')})`,
     );
+  }
+  if (o.credentialsFile) {
+    let found;
+    try {
+      found = lookupCredentials(o.credentialsFile, inspected.settings?.egress);
+    } catch (err) {
+      if (err instanceof CredentialsFileError) throw new RefusedInput(err.message);
+      throw err;
+    }
+    if (!found.ok) throw new RefusedInput(`${SETTINGS_FILE}: ${found.detail}`);
   }
   return { source, settings: inspected.settings, facts: inspected.facts };
 }

@@ -31,8 +31,8 @@ export interface PlannedTask {
   replays: { name: string; path: string }[];
 }
 
-/** The tasks of a JSONL file, each checked, with paths made absolute. */
-export function readTasksFile(file: string): PlannedTask[] {
+/** The tasks of a JSONL file, each checked (named credentials against `credentialsFile`, when given), with paths made absolute. */
+export function readTasksFile(file: string, credentialsFile: string | null = null): PlannedTask[] {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -66,6 +66,7 @@ export function readTasksFile(file: string): PlannedTask[] {
         id: t.id,
         tests: t.tests,
         acceptance: t.acceptance ? { ...t.acceptance, dir: at(t.acceptance.dir) } : undefined,
+        credentialsFile,
       });
     } catch (err) {
       if (err instanceof RefusedInput) throw new RefusedInput(`${where} (task ${t.id}): ${err.message}`);

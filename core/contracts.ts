@@ -87,25 +87,36 @@ export const FIXTURE_ID = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 
 /** A host of an egress allow list: a name, or `*.` and a name (its subdomains, not the name itself). */
 export const HOST_PATTERN = /^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
-const hostPattern = z.string().max(253).regex(HOST_PATTERN, 'a host name, optionally starting with *.');
+
+/**
+ * Why an allow entry is not a name the proxy may be asked for, or null. An address in any form
+ * (`10.0.0.1`, `2130706433`, `0x7f.1`: a resolver may take each for one) is refused by its last
+ * label, which in a name starts with a letter; IPv6 literals never match HOST_PATTERN. A wildcard
+ * over a single label (`*.com`) is refused here; over a longer public suffix (`*.co.uk`) by
+ * core/egress.ts, which has the public suffix list (kept out of the workflow bundle).
+ */
+export function hostPatternProblem(pattern: string): string | null {
+  if (!HOST_PATTERN.test(pattern)) return 'a host name, optionally starting with *.';
+  const labels = pattern.split('.');
+  if (!/^[A-Za-z]/.test(labels[labels.length - 1])) return 'a host name, not an address (its last label must start with a letter)';
+  if (pattern.startsWith('*.') && labels.length < 3) return 'broader than one registrable domain (a wildcard over a top-level domain)';
+  return null;
+}
+
+export const hostPattern = z
+  .string()
+  .max(253)
+  .superRefine((p, ctx) => {
+    const problem = hostPatternProblem(p);
+    if (problem !== null) ctx.addIssue({ code: 'custom', message: `${JSON.stringify(p)}: ${problem}` });
+  });
 
 /** The request methods an allow list may let through (where the proxy sees the method). */
 export const EGRESS_METHODS = ['GET', 'HEAD', 'OPTIONS', 'POST', 'PUT', 'PATCH', 'DELETE'] as const;
 export const DEFAULT_EGRESS_METHODS: readonly (typeof EGRESS_METHODS)[number][] = ['GET', 'HEAD', 'OPTIONS'];
 
-/** Headers the proxy owns or that frame the message: a credential may not name them. */
-const RESERVED_HEADERS = new Set([
-  'host',
-  'connection',
-  'content-length',
-  'transfer-encoding',
-  'proxy-connection',
-  'proxy-authorization',
-  'te',
-  'upgrade',
-  'via',
-  'x-forwarded-for',
-]);
+/** The name of a credential of the operator's credentials file (core/egress.ts). */
+export const CREDENTIAL_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 
 /** `setup`: commands run in the run's container before the first decision (SPEC section 11). */
 export const setupSchema = z.strictObject({
@@ -125,52 +136,34 @@ export function hostMatches(pattern: string, host: string): boolean {
   return p.startsWith('*.') ? h.endsWith(p.slice(1)) && h.length > p.length - 1 : h === p;
 }
 
-/** True when every host `inner` matches is also matched by `outer`. */
-function covers(outer: string, inner: string): boolean {
-  if (!inner.startsWith('*.')) return hostMatches(outer, inner);
-  return outer.startsWith('*.') && (inner.toLowerCase() === outer.toLowerCase() || hostMatches(outer, inner.slice(2)));
-}
-
 /**
  * `egress`: what the setup phase may reach through the proxy. `allow` names hosts, `methods` the
- * methods of requests the proxy can see (plain HTTP; a CONNECT tunnel to an allowed host passes
- * with its method unseen), `credentials` a header the proxy sets on requests to a host, its value
- * read from the worker's variable `env` (the sandbox's variable of that name holds a placeholder).
+ * methods of requests the proxy can see (plain HTTP, and HTTPS it intercepts; a CONNECT tunnel
+ * passes with its method unseen), `credentials` names credentials of the worker operator's
+ * credentials file, whose headers the proxy sets (a repository names them, never defines them).
  */
-export const egressSchema = z
-  .strictObject({
-    allow: z.array(hostPattern).max(64),
-    methods: z.array(z.enum(EGRESS_METHODS)).min(1).optional(),
-    /**
-     * HTTPS through the proxy: `tunnel` (default), a CONNECT tunnel the proxy sees only the name
-     * of; `intercept`, TLS ended at the proxy with a certificate authority made for the setup
-     * (its key stays in the proxy), so methods, credentials and the audit apply inside HTTPS too.
-     */
-    tls: z.enum(['tunnel', 'intercept']).optional(),
-    credentials: z
-      .array(
-        z.strictObject({
-          host: hostPattern,
-          header: z
-            .string()
-            .regex(/^[A-Za-z0-9-]{1,64}$/, 'an HTTP header name')
-            .refine((h) => !RESERVED_HEADERS.has(h.toLowerCase()), 'a header the proxy owns or that frames the message'),
-          env: z.string().regex(ENV_NAME, 'the name of an environment variable'),
-        }),
-      )
-      .max(16)
-      .optional(),
-  })
-  .superRefine((e, ctx) => {
-    for (const [i, c] of (e.credentials ?? []).entries()) {
-      if (!e.allow.some((a) => covers(a, c.host)))
-        ctx.addIssue({
-          code: 'custom',
-          path: ['credentials', i, 'host'],
-          message: `${c.host} is not allowed by egress.allow, so no request could carry this header`,
-        });
-    }
-  });
+export const egressSchema = z.strictObject({
+  allow: z.array(hostPattern).max(64),
+  methods: z.array(z.enum(EGRESS_METHODS)).min(1).optional(),
+  /**
+   * HTTPS through the proxy: `tunnel` (default), a CONNECT tunnel the proxy sees only the name
+   * of; `intercept`, TLS ended at the proxy with a certificate authority made for the setup
+   * (its key stays in the proxy), so methods, credentials and the audit apply inside HTTPS too.
+   */
+  tls: z.enum(['tunnel', 'intercept']).optional(),
+  credentials: z
+    .array(
+      z
+        .string({
+          error:
+            "the name of a credential of the worker's credentials file (a repository names a credential; its variable, header and hosts are the operator's)",
+        })
+        .regex(CREDENTIAL_NAME, 'a credential name: lowercase letters, digits, . _ - (at most 64)'),
+    )
+    .max(16)
+    .refine((names) => new Set(names).size === names.length, 'each credential once')
+    .optional(),
+});
 export type EgressSpec = z.infer<typeof egressSchema>;
 
 export const fixtureSchema = z.strictObject({

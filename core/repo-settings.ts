@@ -17,6 +17,7 @@ import {
   type RunSpec,
   type TestsSpec,
 } from './contracts';
+import { egressProblems } from './egress';
 import { globProblem, normalizeRepoPath } from './paths';
 
 export const SETTINGS_FILE = '.coding-agent.json';
@@ -70,8 +71,13 @@ export const repoSettingsSchema = z.strictObject({
   subruns: subrunsSchema.optional(),
   /** Commands run in the run's container before the first decision (docker backend only). */
   setup: setupSchema.nullable().optional(),
-  /** What the setup phase may reach through the egress proxy, and the headers the proxy sets. */
-  egress: egressSchema.nullable().optional(),
+  /** What the setup phase may reach through the egress proxy, and the operator's credentials it names. */
+  egress: egressSchema
+    .superRefine((e, ctx) => {
+      for (const p of egressProblems(e)) ctx.addIssue({ code: 'custom', path: p.path, message: p.message });
+    })
+    .nullable()
+    .optional(),
 });
 export type RepoSettings = z.infer<typeof repoSettingsSchema>;
 

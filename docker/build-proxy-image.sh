@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Build the egress proxy image `coding-agent-proxy:1` from a debootstrap root file system.
+# Build the egress proxy image `coding-agent-proxy:2` from a debootstrap root file system.
 #
 #   usage: docker/build-proxy-image.sh      (prints the image content id, sha256:..., on stdout)
 #
 # Debian bookworm (minbase) + Debian's squid built with OpenSSL (`squid-openssl`: the same squid,
-# able to bump TLS for the HTTPS stretch) + openssl + ca-certificates. The harness runs it during
-# a run's setup phase (activities/egress/proxy.ts) with a configuration it writes itself; nothing
-# of Debian's default configuration is used. The Debian mirror is the one this machine's apt uses;
+# able to bump TLS for the HTTPS stretch) + openssl + ca-certificates + iptables. The harness runs
+# it during a run's setup phase (activities/setup/proxy.ts) with a configuration it writes itself;
+# nothing of Debian's default configuration is used. iptables is for the packet filter: a
+# short-lived container of this image with NET_ADMIN, in the proxy's network namespace, installs
+# the proxy's filter before squid starts (the proxy itself never has a capability). The Debian mirror is the one this machine's apt uses;
 # nothing is pulled from an image registry.
 #
 # Idempotent like docker/build-image.sh: an inputs digest (this script, the suite, the package
@@ -15,10 +17,10 @@
 # ${AGENT_STATE_DIR:-<repo>/.agent-state}/docker) is re-imported. Progress goes to stderr.
 set -euo pipefail
 
-IMAGE_TAG="${PROXY_IMAGE_TAG:-coding-agent-proxy:1}"
+IMAGE_TAG="${PROXY_IMAGE_TAG:-coding-agent-proxy:2}"
 SUITE=bookworm
 VARIANT=minbase
-INCLUDE="squid-openssl,openssl,ca-certificates"
+INCLUDE="squid-openssl,openssl,ca-certificates,iptables"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
@@ -81,6 +83,8 @@ else
   chroot "$rootfs" /usr/sbin/squid -v | head -n 1 >&2
   chroot "$rootfs" /usr/sbin/squid -v | grep -q -- '--with-openssl' || die "squid in the rootfs is not built with OpenSSL"
   [ -x "$rootfs/usr/lib/squid/security_file_certgen" ] || die "security_file_certgen missing from the rootfs"
+  chroot "$rootfs" iptables-restore --version >&2 || die "iptables-restore missing from the rootfs"
+  chroot "$rootfs" ip6tables-restore --version >/dev/null || die "ip6tables-restore missing from the rootfs"
   tar -C "$rootfs" --numeric-owner --sort=name -cf "$tarball.tmp" .
   mv "$tarball.tmp" "$tarball"
   printf '%s\ndigest=%s\n' "$inputs" "$digest" >"$inputs_file"

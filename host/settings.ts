@@ -7,10 +7,11 @@
  *
  * Two kinds of variable have no fixed name and so no row: the key variable each endpoint of the
  * operator's providers file names (`api_key_env`), read inside the `decide` activity at each call;
- * and the variable each egress credential of a setup phase names (`egress.credentials[].env`),
- * read by the setup activity when it starts the run's egress proxy. Both go through
- * `readCredential`.
+ * and the variable each credential of the operator's credentials file names (`env`), read by the
+ * setup activity when it starts the run's egress proxy for a run that names that credential.
+ * Both go through `readCredential`; a run only ever names an endpoint or a credential.
  */
+import { isIP } from 'node:net';
 import { isAbsolute, join, relative, resolve } from 'node:path';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
@@ -18,7 +19,7 @@ export const DEFAULT_TASK_QUEUE = 'coding-agent';
 /** The prompt versions the build ships: `prompts/` copied into `dist/prompts` (scripts/copy-assets.js). */
 export const BUILD_PROMPTS_DIR = resolve(__dirname, '..', 'prompts');
 export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
-export const DEFAULT_PROXY_IMAGE = 'coding-agent-proxy:1';
+export const DEFAULT_PROXY_IMAGE = 'coding-agent-proxy:2';
 export const DEFAULT_EGRESS_NETWORK = 'bridge';
 export const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
 /** Where each provider's SDK sends requests when neither the endpoint nor the environment says otherwise. */
@@ -72,6 +73,8 @@ export interface Settings {
   stateDir: string;
   /** The operator's model endpoints (default `<state>/providers.json`). */
   providersFile: string;
+  /** The operator's setup credentials, which runs name (default `<state>/credentials.json`). */
+  credentialsFile: string;
   /** The prompt versions of live sources (`v1/`, `v2/`...; default the build's `prompts/`). */
   promptsDir: string;
   /** Ports of the embedded dev server and its Web UI. */
@@ -103,6 +106,10 @@ export interface Settings {
   egressHostsFile: string | null;
   /** PEM certificates an intercepting egress proxy trusts for upstream HTTPS besides the system's; null: the system's only. */
   egressUpstreamCa: string | null;
+  /** Ranges the egress proxy may reach although they are private or this machine's (CIDRs; a private registry). */
+  egressOpenCidrs: string[];
+  /** Ports a setup may CONNECT to besides 443. */
+  egressConnectPorts: number[];
   /** Where an endpoint of each kind without its own `base_url` sends requests. */
   openaiBaseUrl: string;
   anthropicBaseUrl: string;
@@ -141,6 +148,23 @@ function integer(name: string, min: number, max: number, fallback: number): (val
       throw new Error(`${name} must be an integer from ${min} to ${max}, not ${JSON.stringify(value)}`);
     return n;
   };
+}
+
+/** The entries of a comma-separated value, trimmed. */
+const list = (value: string | undefined): string[] =>
+  (value ?? '')
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+
+/** An IPv4 or IPv6 CIDR (one address is its /32 or /128), as squid and iptables read it: bits past the prefix do not count. */
+function cidr(name: string, text: string): string {
+  const [address, prefix, ...rest] = text.split('/');
+  const family = isIP(address);
+  const max = family === 6 ? 128 : 32;
+  if (family === 0 || rest.length > 0 || (prefix !== undefined && (!/^\d{1,3}$/.test(prefix) || Number(prefix) > max)))
+    throw new Error(`${name} must be CIDRs such as 10.20.0.0/16 or fd12::/64, separated by commas, not ${JSON.stringify(text)}`);
+  return `${address}/${prefix ?? max}`;
 }
 
 /** The variables of a family (`TEMPORAL_TLS_*`...), by name; `keepEmpty` keeps those set to "". */
@@ -224,6 +248,13 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: '`<state>/providers.json`',
     meaning: "the worker operator's model endpoints ([live models](live-models.md))",
     read: (v, env) => resolve(given(v) ?? join(stateDirOf(env), 'providers.json')),
+  },
+  credentialsFile: {
+    name: 'AGENT_CREDENTIALS_FILE',
+    default: '`<state>/credentials.json`',
+    meaning:
+      "the worker operator's setup credentials: each `{name, env, header, hosts, plain_http?}`; a run names one, the proxy sets its header ([container backend](container-backend.md))",
+    read: (v, env) => resolve(given(v) ?? join(stateDirOf(env), 'credentials.json')),
   },
   promptsDir: {
     name: 'AGENT_PROMPTS_DIR',
@@ -328,6 +359,25 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: 'unset',
     meaning: "PEM certificates an intercepting egress proxy (`egress.tls: intercept`) trusts for upstream HTTPS besides the system's",
     read: (v) => (given(v) === null ? null : resolve(v!)),
+  },
+  egressOpenCidrs: {
+    name: 'AGENT_EGRESS_OPEN_CIDRS',
+    default: 'unset',
+    meaning:
+      "comma-separated CIDRs (`10.20.0.0/16`, `fd12::/64`, or one address) the egress proxy may reach although they are private, loopback, link-local or this machine's (a private registry); unset: none",
+    read: (v) => list(v).map((c) => cidr('AGENT_EGRESS_OPEN_CIDRS', c)),
+  },
+  egressConnectPorts: {
+    name: 'AGENT_EGRESS_CONNECT_PORTS',
+    default: 'unset',
+    meaning: 'comma-separated ports a setup may `CONNECT` to through the egress proxy besides 443; unset: 443 only',
+    read: (v) =>
+      list(v).map((p) => {
+        const n = Number(p);
+        if (!/^\d{1,5}$/.test(p) || n < 1 || n > 65535)
+          throw new Error(`AGENT_EGRESS_CONNECT_PORTS must be ports (1 to 65535) separated by commas, not ${JSON.stringify(p)}`);
+        return n;
+      }),
   },
   openaiBaseUrl: {
     name: 'OPENAI_BASE_URL',
@@ -441,8 +491,8 @@ export function readSetting<K extends keyof Settings>(field: K, env: Env = proce
 }
 
 /**
- * The value of a key variable an endpoint names (`api_key_env`), or of an egress credential's
- * variable (`egress.credentials[].env`); undefined when unset or empty. Read at each use, never
+ * The value of a key variable an endpoint names (`api_key_env`), or of the variable a credential
+ * of the credentials file names (`env`); undefined when unset or empty. Read at each use, never
  * kept: the caller must not return, log or store it.
  */
 export function readCredential(name: string, env: Env = process.env): string | undefined {

@@ -455,7 +455,8 @@ async function benchSetupCache(): Promise<void> {
     connection: env.nativeConnection,
     taskQueue,
     stateDir: tempDir('bench-setup-state'),
-    settings: { ...settings, egressHostsFile: egress.hostsFile(await egress.bridgeGateway()) },
+    // The index is on this machine's bridge address: opened as an operator opens a private registry.
+    settings: { ...settings, ...(await egress.localUpstreamSettings()) },
   });
   const replay = egress.finalOnlyReplay();
   let n = 0;

@@ -2,7 +2,10 @@
  * The setup phase and its egress proxy (SPEC section 11), on the real engine, with squid in its
  * own container. Upstream hosts are servers of this test on this machine; the proxy resolves
  * their test names from the hosts file the worker's settings name (AGENT_EGRESS_HOSTS), and
- * nothing else resolves anything.
+ * nothing else resolves anything. This machine's bridge address is one the proxy refuses unless
+ * the operator opens it, so the worker's settings open it (AGENT_EGRESS_OPEN_CIDRS), as an
+ * operator opens the range of a private registry (tests/untrusted-egress.test.ts shows it
+ * refused when not opened).
  */
 import { execFile, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -27,6 +30,7 @@ import {
   BLOCKED_HOST,
   bridgeGateway,
   buildWheel,
+  credentialsFile,
   finalOnlyReplay,
   hostsFile,
   INDEX_HOST,
@@ -73,7 +77,7 @@ afterAll(async () => {
   }
 });
 
-const settings = () => ({ ...readSettings(), egressHostsFile: hosts });
+const settings = () => ({ ...readSettings(), egressHostsFile: hosts, egressOpenCidrs: [`${gateway}/32`] });
 
 /** The archive of an image's newest layer (`docker save`), as bytes: what its commit added. */
 async function topLayer(image: string): Promise<Buffer> {
@@ -196,8 +200,15 @@ describe('a setup phase behind the egress proxy', () => {
       candidate_tests: null,
     });
     expect(ofType(trace, 'egress_denied').map((e) => e.data)).toEqual([
-      { host: INDEX_HOST, port: index.port, method: 'POST', bytes: expect.any(Number), status: 403 },
-      { host: BLOCKED_HOST, port: blocked.port, method: 'GET', bytes: expect.any(Number), status: 403 },
+      { host: INDEX_HOST, port: index.port, method: 'POST', bytes: expect.any(Number), status: 403, reason: 'method not allowed' },
+      {
+        host: BLOCKED_HOST,
+        port: blocked.port,
+        method: 'GET',
+        bytes: expect.any(Number),
+        status: 403,
+        reason: 'host not in the allow list',
+      },
     ]);
     expect(ofType(trace, 'egress_allowed')).toEqual([]);
     expect(blocked.requests).toEqual([]);
@@ -370,11 +381,20 @@ describe('credentials stay outside the sandbox', () => {
         ],
         timeout_s: 120,
       },
-      egress: { allow: [INDEX_HOST], credentials: [{ host: INDEX_HOST, header: 'Authorization', env: TOKEN_ENV }] },
+      egress: { allow: [INDEX_HOST], credentials: ['private-index'] },
     });
+    // The operator's: its variable, header and host, over plain HTTP as this index speaks it.
+    const credentials = credentialsFile([
+      { name: 'private-index', env: TOKEN_ENV, header: 'Authorization', hosts: [INDEX_HOST], plain_http: true },
+    ]);
     const stateDir = tempDir('agent-state');
     const taskQueue = uniqueQueue('egress-credentials');
-    const worker = spawnWorker(env, taskQueue, stateDir, { [TOKEN_ENV]: token, AGENT_EGRESS_HOSTS: hosts });
+    const worker = spawnWorker(env, taskQueue, stateDir, {
+      [TOKEN_ENV]: token,
+      AGENT_EGRESS_HOSTS: hosts,
+      AGENT_EGRESS_OPEN_CIDRS: `${gateway}/32`,
+      AGENT_CREDENTIALS_FILE: credentials,
+    });
     let log = '';
     worker.stderr!.on('data', (b: Buffer) => (log += b.toString('utf8')));
     let outcome: RunOutcome;
@@ -446,19 +466,31 @@ describe("HTTPS upstreams through the setup's own certificate authority (egress.
         ],
         timeout_s: 120,
       },
-      egress: { allow: [INDEX_HOST], tls: 'intercept', credentials: [{ host: INDEX_HOST, header: 'Authorization', env: TOKEN_ENV }] },
+      egress: { allow: [INDEX_HOST], tls: 'intercept', credentials: ['secure-index'] },
     });
     process.env[TOKEN_ENV] = token; // the in-process worker's environment
     let result;
     try {
-      result = await runOnce(env, repoInput(repo), { settings: { ...settings(), egressUpstreamCa: certificates.caFile } });
+      result = await runOnce(env, repoInput(repo), {
+        // HTTPS on the server's own port: CONNECT there is the operator's to allow.
+        settings: { ...settings(), egressUpstreamCa: certificates.caFile, egressConnectPorts: [secure.port] },
+        // The operator's credentials file, in the worker's state folder (its default place).
+        prepareState: (dir) =>
+          writeFileSync(
+            join(dir, 'credentials.json'),
+            JSON.stringify({
+              schema_version: 1,
+              credentials: [{ name: 'secure-index', env: TOKEN_ENV, header: 'Authorization', hosts: [INDEX_HOST] }],
+            }),
+          ),
+      });
     } finally {
       delete process.env[TOKEN_ENV];
     }
     const { outcome, trace, stateDir, runId } = result;
     expect(outcome.record).toMatchObject({ status: 'completed', egress: { denied: 1 } });
     expect(ofType(trace, 'egress_denied').map((e) => e.data)).toEqual([
-      { host: INDEX_HOST, port: secure.port, method: 'POST', bytes: expect.any(Number), status: 403 },
+      { host: INDEX_HOST, port: secure.port, method: 'POST', bytes: expect.any(Number), status: 403, reason: 'method not allowed' },
     ]);
     const allowed = ofType(trace, 'egress_allowed').map((e) => e.data as { method: string; port: number });
     expect(allowed.length).toBeGreaterThanOrEqual(2);

@@ -38,6 +38,7 @@ async function refused(...args: string[]): Promise<{ code: number; lines: string
 }
 
 const REPLAY = join(LINKCHECK, 'replays', 'canonical.json');
+const setup = { commands: [['pip', 'install', '-e', '.']], timeout_s: 60 };
 
 describe('a repository run that cannot start', () => {
   it.each([
@@ -70,6 +71,30 @@ describe('a repository run that cannot start', () => {
       'egress without a setup',
       { schema_version: 1, egress: { allow: ['pypi.example.internal'] } },
       '.coding-agent.json: egress: egress applies to the setup phase only: give setup.commands, or leave egress out',
+    ],
+    [
+      'a credential the repository defines itself (a variable, a header and a host of its choosing)',
+      {
+        schema_version: 1,
+        setup,
+        egress: { allow: ['pypi.example.internal'], credentials: [{ host: 'pypi.example.internal', header: 'X-Probe', env: 'SOME_VAR' }] },
+      },
+      ".coding-agent.json: egress.credentials.0: the name of a credential of the worker's credentials file (a repository names a credential; its variable, header and hosts are the operator's)",
+    ],
+    [
+      'an address in the allow list',
+      { schema_version: 1, setup, egress: { allow: ['127.0.0.1'] } },
+      '.coding-agent.json: egress.allow.0: "127.0.0.1": a host name, not an address (its last label must start with a letter)',
+    ],
+    [
+      'a wildcard over a public suffix',
+      { schema_version: 1, setup, egress: { allow: ['*.co.uk'] } },
+      '.coding-agent.json: egress.allow.0: "*.co.uk": broader than one registrable domain (co.uk is a public suffix: name the domain below it)',
+    ],
+    [
+      "a credential the worker's credentials file does not have",
+      { schema_version: 1, setup, egress: { allow: ['pypi.example.internal'], tls: 'intercept', credentials: ['private-index'] } },
+      `.coding-agent.json: egress.credentials: the worker's credentials file has no credential "private-index" (it has: none)`,
     ],
   ])('is refused for %s in .coding-agent.json, naming the field, with nothing started', async (_what, settings, line) => {
     const result = await refused(withSettings(settings), '--task', 'fix it', '--replay', REPLAY);

@@ -66,26 +66,19 @@ describe('.coding-agent.json', () => {
       image: null,
       budgets: { max_turns: 40 },
       setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 600 },
-      egress: {
-        allow: ['pypi.example.internal', '*.registry.example'],
-        credentials: [{ host: 'pypi.example.internal', header: 'Authorization', env: 'PRIVATE_INDEX_TOKEN' }],
-      },
+      egress: { allow: ['pypi.example.internal', '*.registry.example'], credentials: ['private-index'] },
     };
     const parsed = parseRepoSettings(JSON.stringify(example));
     expect(parsed).toMatchObject({ ok: true, settings: { setup: example.setup, egress: example.egress } });
     expect(parseRepoSettings(null)).toEqual({ ok: true, settings: null });
   });
 
-  it('carries setup and egress into the run spec; a credential under a wildcard the allow list has is taken', () => {
+  it("carries setup and egress into the run spec; credentials by name (what each is, is the worker operator's)", () => {
     const parsed = parseRepoSettings(
       JSON.stringify({
         schema_version: 1,
         setup: SETUP,
-        egress: {
-          allow: ['*.registry.example'],
-          methods: ['GET'],
-          credentials: [{ host: 'npm.registry.example', header: 'X-Token', env: 'NPM_TOKEN' }],
-        },
+        egress: { allow: ['*.registry.example'], methods: ['GET'], tls: 'intercept', credentials: ['npm-token', 'private-index'] },
       }),
     );
     expect(parsed.ok).toBe(true);
@@ -114,36 +107,38 @@ describe('.coding-agent.json', () => {
       /tests\.command: the junit format needs \{junit\}/,
     ],
     [
-      'an egress credential without a variable name',
+      'a credential defined in place (a variable, header and host of its own)',
       {
         schema_version: 1,
         setup: SETUP,
-        egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'lower' }] },
+        egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'TOKEN' }] },
       },
-      /egress\.credentials\.0\.env/,
+      /egress\.credentials\.0: the name of a credential of the worker's credentials file/,
     ],
     [
-      'a credential for a host the allow list leaves out',
-      {
-        schema_version: 1,
-        setup: SETUP,
-        egress: { allow: ['*.a.example'], credentials: [{ host: 'a.example', header: 'Authorization', env: 'TOKEN' }] },
-      },
-      /egress\.credentials\.0\.host: a\.example is not allowed by egress\.allow/,
+      'a credential name that is no name',
+      { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], credentials: ['Private Index'] } },
+      /egress\.credentials\.0: a credential name/,
     ],
     [
-      'a credential in a header the proxy owns',
-      {
-        schema_version: 1,
-        setup: SETUP,
-        egress: { allow: ['a.example'], credentials: [{ host: 'a.example', header: 'Host', env: 'TOKEN' }] },
-      },
-      /egress\.credentials\.0\.header: a header the proxy owns/,
+      'a credential named twice',
+      { schema_version: 1, setup: SETUP, egress: { allow: ['a.example'], credentials: ['token', 'token'] } },
+      /egress\.credentials: each credential once/,
+    ],
+    [
+      'an address in the allow list',
+      { schema_version: 1, setup: SETUP, egress: { allow: ['a.example', '127.0.0.9'] } },
+      /egress\.allow\.1: "127\.0\.0\.9": a host name, not an address/,
+    ],
+    [
+      'a wildcard over a public suffix',
+      { schema_version: 1, setup: SETUP, egress: { allow: ['*.co.uk'] } },
+      /egress\.allow\.0: "\*\.co\.uk": broader than one registrable domain/,
     ],
     [
       'an allow-list entry that is no host',
       { schema_version: 1, setup: SETUP, egress: { allow: ['https://a.example/'] } },
-      /egress\.allow\.0: a host name/,
+      /egress\.allow\.0: "https:\/\/a\.example\/": a host name/,
     ],
     [
       'a method the proxy does not know',

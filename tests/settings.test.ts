@@ -49,6 +49,7 @@ describe('the settings module', () => {
       taskQueue: 'coding-agent',
       stateDir: join(PROJECT_ROOT, '.agent-state'),
       providersFile: join(PROJECT_ROOT, '.agent-state', 'providers.json'),
+      credentialsFile: join(PROJECT_ROOT, '.agent-state', 'credentials.json'),
       promptsDir: join(PROJECT_ROOT, 'dist', 'prompts'),
       devServerPort: 7233,
       devUiPort: 8233,
@@ -61,10 +62,12 @@ describe('the settings module', () => {
       maxCachedWorkflows: 100,
       sandboxImage: 'coding-agent-sandbox:1',
       dockerHost: null,
-      proxyImage: 'coding-agent-proxy:1',
+      proxyImage: 'coding-agent-proxy:2',
       egressNetwork: 'bridge',
       egressHostsFile: null,
       egressUpstreamCa: null,
+      egressOpenCidrs: [],
+      egressConnectPorts: [],
       openaiBaseUrl: PUBLIC_BASE_URLS.openai,
       anthropicBaseUrl: PUBLIC_BASE_URLS.anthropic,
       otlpEndpoint: null,
@@ -88,6 +91,8 @@ describe('the settings module', () => {
       OPENAI_BASE_URL: 'http://127.0.0.1:9/v1',
       AGENT_EGRESS_HOSTS: '/etc/agent/egress-hosts',
       AGENT_EGRESS_NETWORK: '',
+      AGENT_EGRESS_OPEN_CIDRS: '127.20.0.0/16, 127.30.0.7,::1',
+      AGENT_EGRESS_CONNECT_PORTS: '8443,9443',
       OTEL_EXPORTER_OTLP_ENDPOINT: 'https://collector.example:4318/',
       OTEL_EXPORTER_OTLP_HEADERS: 'Authorization=Bearer%20abc, x-team = core ',
       AGENT_METRICS_ADDRESS: '9464',
@@ -95,9 +100,12 @@ describe('the settings module', () => {
     expect(s).toMatchObject({
       egressHostsFile: '/etc/agent/egress-hosts',
       egressNetwork: 'bridge',
+      egressOpenCidrs: ['127.20.0.0/16', '127.30.0.7/32', '::1/128'],
+      egressConnectPorts: [8443, 9443],
       temporalAddress: 'cluster:7233',
       stateDir: '/srv/agent',
       providersFile: '/srv/agent/providers.json',
+      credentialsFile: '/srv/agent/credentials.json',
       devServerPort: 17233,
       maxCachedWorkflows: 0,
       trustedReplayDirs: [],
@@ -128,6 +136,13 @@ describe('the settings module', () => {
     );
     expect(() => readSettings({ AGENT_METRICS_ADDRESS: 'localhost:9464' })).toThrow(/AGENT_METRICS_ADDRESS must be PORT or IP:PORT/);
     expect(() => readSettings({ AGENT_METRICS_ADDRESS: '70000' })).toThrow(/AGENT_METRICS_ADDRESS/);
+    expect(() => readSettings({ AGENT_EGRESS_OPEN_CIDRS: '127.20.0.0/16,registry.example' })).toThrow(
+      /AGENT_EGRESS_OPEN_CIDRS must be CIDRs such as .*, not "registry\.example"/,
+    );
+    expect(() => readSettings({ AGENT_EGRESS_OPEN_CIDRS: '127.0.0.0/33' })).toThrow(/AGENT_EGRESS_OPEN_CIDRS/);
+    expect(() => readSettings({ AGENT_EGRESS_CONNECT_PORTS: '443,0' })).toThrow(
+      /AGENT_EGRESS_CONNECT_PORTS must be ports \(1 to 65535\) separated by commas, not "0"/,
+    );
     // A header value may be a key: the error names the header, never the value.
     const bad = (() => {
       try {

@@ -341,6 +341,7 @@ describe('local activities (read-only steps without a server round trip)', () =>
       config: {
         stateDir,
         providersFile: join(stateDir, 'providers.json'),
+        credentialsFile: join(stateDir, 'credentials.json'),
         limits: DEFAULT_LIMITS,
         hostQueue: own,
         baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' },

@@ -96,6 +96,8 @@ export interface WorkerOptions {
   stateDir: string;
   /** The operator's providers file (default `<stateDir>/providers.json`). */
   providersFile?: string;
+  /** The operator's setup credentials file (default `<stateDir>/credentials.json`). */
+  credentialsFile?: string;
   limits?: Partial<Limits>;
   /**
    * The docker backend (default: the settings' image and engine). `false`: no docker backend, so
@@ -172,6 +174,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
     config: {
       stateDir: options.stateDir,
       providersFile: options.providersFile ?? join(options.stateDir, 'providers.json'),
+      credentialsFile: options.credentialsFile ?? join(options.stateDir, 'credentials.json'),
       promptsDir: settings.promptsDir,
       limits: { ...DEFAULT_LIMITS, ...options.limits },
       prices,
@@ -198,6 +201,8 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
           upstreamNetwork: settings.egressNetwork,
           hostsFile: settings.egressHostsFile,
           upstreamCaFile: settings.egressUpstreamCa,
+          openCidrs: settings.egressOpenCidrs,
+          connectPorts: settings.egressConnectPorts,
         }
       : undefined,
   });

@@ -43,6 +43,7 @@ async function main(): Promise<void> {
     taskQueue: settings.taskQueue,
     stateDir: settings.stateDir,
     providersFile: settings.providersFile,
+    credentialsFile: settings.credentialsFile,
     settings,
     tracing,
   });

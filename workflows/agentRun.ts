@@ -366,7 +366,7 @@ class AgentRun {
       allow: egress?.allow ?? [],
       methods: egress?.methods ?? null,
       tls: egress?.tls ?? 'tunnel',
-      credentials: (egress?.credentials ?? []).map(({ host, header, env }) => ({ host, header, env })),
+      credentials: egress?.credentials ?? [],
     });
     const r = await this.act.runSetup.executeWithOptions(
       {

@@ -4,12 +4,14 @@
  * inputs give the same key starts from that image and runs no setup command.
  *
  * The inputs: the base image (content id), the base tree (digest of the workspace manifest before
- * setup), the commands, and the egress policy as written (allow list, methods, TLS mode, and each
- * credential's host, header and variable name, never its value). A changed credential value does
- * not change the key: the setup is not run again because a token was rotated.
+ * setup), the commands, and the egress policy (allow list, methods, TLS mode, and each named
+ * credential as the operator defines it: name, variable name, header, hosts, plain HTTP; never its
+ * value). A changed credential value does not change the key: the setup is not run again because a
+ * token was rotated.
  */
 import type Dockerode from 'dockerode';
 import type { EgressSpec, SetupSpec } from '../../core/contracts';
+import type { OperatorCredential } from '../../core/egress';
 import { engineError, SANDBOX_LABEL } from '../backends/docker';
 import { digestJson } from '../digest';
 
@@ -24,10 +26,21 @@ export interface SetupInputs {
   base_image: string;
   base_tree: string;
   commands: string[][];
-  egress: { allow: string[]; methods: string[] | null; tls: string; credentials: { host: string; header: string; env: string }[] };
+  egress: {
+    allow: string[];
+    methods: string[] | null;
+    tls: string;
+    credentials: { name: string; env: string; header: string; hosts: string[]; plain_http: boolean }[];
+  };
 }
 
-export function setupInputs(baseImage: string, baseTree: string, setup: SetupSpec, egress: EgressSpec | null): SetupInputs {
+export function setupInputs(
+  baseImage: string,
+  baseTree: string,
+  setup: SetupSpec,
+  egress: EgressSpec | null,
+  credentials: OperatorCredential[],
+): SetupInputs {
   return {
     base_image: baseImage,
     base_tree: baseTree,
@@ -36,7 +49,13 @@ export function setupInputs(baseImage: string, baseTree: string, setup: SetupSpe
       allow: egress?.allow ?? [],
       methods: egress?.methods ?? null,
       tls: egress?.tls ?? 'tunnel',
-      credentials: (egress?.credentials ?? []).map(({ host, header, env }) => ({ host, header, env })),
+      credentials: credentials.map((c) => ({
+        name: c.name,
+        env: c.env,
+        header: c.header,
+        hosts: c.hosts,
+        plain_http: c.plain_http === true,
+      })),
     },
   };
 }

@@ -8,9 +8,11 @@
  * image needs `sh`), on the run's internal network with the proxy as its only peer. Each command
  * runs in it with `docker exec`, in order, as uid 0 with every capability dropped; the proxy
  * variables and the credential placeholders are given to each exec, never to the container, so
- * they are not in the committed image's configuration. After the last command the container is
- * stopped and committed (user, command and environment as the sandbox's), and tagged once its
- * products are checked.
+ * they are not in the committed image's configuration. The credentials are the operator's
+ * (core/egress.ts): the run names them, and the operator's file, read again now, says which
+ * variable, header and hosts each has; a name it no longer allows fails the setup before any
+ * container starts. After the last command the container is stopped and committed (user,
+ * command and environment as the sandbox's), and tagged once its products are checked.
  *
  * Before the first command, the isolation probe runs with the setup's settings on the same
  * network: the proxy must be reachable, the host's addresses not (setup-phase evidence).
@@ -23,6 +25,7 @@ import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import type Dockerode from 'dockerode';
 import type { EgressSpec, IsolationEvidence, SetupSpec } from '../../core/contracts';
+import type { CredentialLookup, OperatorCredential } from '../../core/egress';
 import { brief } from '../../core/transcript';
 import { writeFileAtomic } from '../../host/files';
 import { CappedSink } from '../backends/capped-output';
@@ -43,7 +46,8 @@ import { manifestDigest, type ManifestEntry, type RunPaths } from '../workspace'
 import { findSetupImage, setupInputs, setupKey, setupLabels, SETUP_REPOSITORY } from './cache';
 import { applyProducts, dropPreSetup, keepPreSetup, restorePreSetup, SetupProductError, workspaceArchive } from './products';
 import { createEgressNetwork, PROXY_HOSTS_PATH, PROXY_TLS, ProxyStartError, startProxy, type RunningProxy } from './proxy';
-import { headerValueProblem, parseAccessLine, squidConfig, type EgressEvent } from './squid';
+import { filterRules, forbiddenRanges } from './ranges';
+import { headerValueProblem, parseAccessLine, squidConfig, type EgressEvent, type ProxyCredential } from './squid';
 import { within } from './timing';
 
 /** Egress events a setup result, or a page of `egressPage`, carries (each is under 400 bytes of JSON). */
@@ -96,6 +100,12 @@ export interface SetupEnvironment {
   hostsFile: string | null;
   /** PEM certificates an intercepting proxy trusts upstream besides the system's, or null. */
   upstreamCaFile: string | null;
+  /** Ranges the operator opened (AGENT_EGRESS_OPEN_CIDRS): reachable although forbidden. */
+  openCidrs: string[];
+  /** Ports CONNECT may go to besides 443 (AGENT_EGRESS_CONNECT_PORTS). */
+  connectPorts: number[];
+  /** The operator's definitions of the credentials `egress` names, from its file as it is now. */
+  credentialsFor: (egress: EgressSpec | null) => CredentialLookup;
   /** A worker variable's value (the credentials'), read now. */
   credential: (name: string) => string | undefined;
   limits: Limits;
@@ -146,17 +156,21 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
   const baseImage = await env.backend.imageId();
   keepPreSetup(paths);
   const baseTree = manifestDigest(JSON.parse(readFileSync(join(paths.control, 'pre-setup-manifest.json'), 'utf8')) as ManifestEntry[]);
-  const inputs = setupInputs(baseImage, baseTree, setup, egress);
+  const named = env.credentialsFor(egress);
+  const credentials = named.ok ? named.credentials : [];
+  const inputs = setupInputs(baseImage, baseTree, setup, egress, credentials);
   const key = setupKey(inputs);
   const report: EgressReport = { allowed: 0, denied: 0, events: [], rest: 0, omitted: 0 };
   const common = (): Common => ({ key, commands: [], egress: report, isolation: null });
+  // loadRun checked the names; the operator may have changed the file since.
+  if (!named.ok) return { ...common(), ok: false, reason: 'setup_failed', detail: named.detail };
 
   let result: SetupResult;
   const cached = await findSetupImage(docker, key);
   if (cached !== null) {
     result = await finish(docker, paths, { ...common(), ok: true, cached: true, image_id: cached, added: 0 });
   } else {
-    const ran = await runFresh(env, docker, paths, baseImage, setup, egress, key, setupLabels(key, inputs), report);
+    const ran = await runFresh(env, docker, paths, baseImage, setup, egress, credentials, key, setupLabels(key, inputs), report);
     if (!ran.ok) return ran;
     result = await finish(docker, paths, ran);
     if (result.ok) await docker.getImage(result.image_id).tag({ repo: SETUP_REPOSITORY, tag: key });
@@ -195,6 +209,7 @@ async function runFresh(
   baseImage: string,
   setup: SetupSpec,
   egress: EgressSpec | null,
+  named: OperatorCredential[],
   key: string,
   labels: Record<string, string>,
   report: EgressReport,
@@ -205,18 +220,15 @@ async function runFresh(
     ({ ok: false, reason, detail, key, commands, egress: report, isolation }) as const;
 
   // The real values: read now, from the worker's environment, and only handed to the proxy.
-  const credentials: { host: string; header: string; value: string }[] = [];
-  for (const c of egress?.credentials ?? []) {
+  const credentials: ProxyCredential[] = [];
+  for (const c of named) {
     const value = env.credential(c.env);
     if (value === undefined)
-      return failed(
-        'setup_failed',
-        `egress credential for ${c.host}: the worker has no variable ${c.env} (set it where the worker starts)`,
-      );
+      return failed('setup_failed', `egress credential ${c.name}: the worker has no variable ${c.env} (set it where the worker starts)`);
     const problem = headerValueProblem(value);
     if (problem !== null)
-      return failed('setup_failed', `egress credential for ${c.host}: the value of ${c.env} cannot be a ${c.header} header: ${problem}`);
-    credentials.push({ host: c.host, header: c.header, value });
+      return failed('setup_failed', `egress credential ${c.name}: the value of ${c.env} cannot be a ${c.header} header: ${problem}`);
+    credentials.push({ hosts: c.hosts, header: c.header, value, plainHttp: c.plain_http === true });
   }
   const secrets = credentials.map((c) => c.value);
   const scrub = (text: string) => secrets.reduce((t, s) => scrubSecret(t, s), text);
@@ -228,6 +240,8 @@ async function runFresh(
   let proxy: RunningProxy | null = null;
   let container: Dockerode.Container | null = null;
   try {
+    // This machine's addresses and the engine's networks as they are now (the new internal network among them).
+    const forbidden = await forbiddenRanges(docker);
     try {
       proxy = await startProxy(docker, {
         image: env.proxyImage,
@@ -235,12 +249,16 @@ async function runFresh(
         upstream: env.upstreamNetwork,
         hosts,
         intercept: intercept ? { upstreamCa } : null,
+        filter: filterRules({ clients: network.subnet, open: env.openCidrs, dns: env.hostsFile === null, forbidden }),
         config: (address) =>
           squidConfig({
             listen: address,
             clients: network.subnet,
             egress,
             credentials,
+            forbidden,
+            open: env.openCidrs,
+            connectPorts: [...new Set([443, ...env.connectPorts])],
             hostsFile: env.hostsFile,
             hostsPath: PROXY_HOSTS_PATH,
             intercept: intercept ? { ...PROXY_TLS, upstreamCa: upstreamCa !== null ? PROXY_TLS.upstreamCa : null } : null,
@@ -257,7 +275,7 @@ async function runFresh(
     } catch (err) {
       // It would fail alike on every attempt: an infrastructure failure, its log scrubbed of the values.
       if (err instanceof ProxyStartError)
-        throw new BackendUnavailableError(`${err.message}: ${scrub(tail(err.log, 2000))}`, 'proxy_failed');
+        throw new BackendUnavailableError(err.log === '' ? err.message : `${err.message}: ${scrub(tail(err.log, 2000))}`, 'proxy_failed');
       throw err;
     }
     const proxyUrl = `http://${proxy.address}:${proxy.port}`;
@@ -272,7 +290,7 @@ async function runFresh(
     const execEnv = [
       ...['http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY'].map((n) => `${n}=${proxyUrl}`),
       ...(proxy.caCert !== null ? CA_VARIABLES.map((n) => `${n}=${SETUP_CA_DIR}/ca.pem`) : []),
-      ...(egress?.credentials ?? []).map((c) => `${c.env}=${placeholder(c.env)}`),
+      ...named.map((c) => `${c.env}=${placeholder(c.env)}`),
     ];
     const net = { network: network.name, proxy: proxy.address, env: execEnv };
 

@@ -8,6 +8,15 @@
  * address of the host on it (`inhibit_ipv4`): a container there has nothing of the host to
  * connect to, not even the gateway address a bridge normally gives the host.
  *
+ * The packet filter. Before squid starts, a short-lived container of the proxy's image joins the
+ * proxy's network namespace with NET_ADMIN (and no other capability) and installs the filter of
+ * ranges.ts with iptables-restore, then checks that every rule is in place. Only then does squid
+ * get its configuration (and so start): it never runs unfiltered. Why a container and not
+ * `nsenter` from the host: it needs nothing of the worker's machine (no root there, no iptables
+ * binary, the same engine even when DOCKER_HOST names another host), and the proxy itself never
+ * holds a capability that could change the rules. A filter that cannot be installed stops the
+ * setup as an infrastructure failure (ProxyStartError).
+ *
  * Hazards:
  * - Credentials. squid's configuration holds the real header values. It goes to the proxy through
  *   its standard input into a tmpfs of the proxy container (memory, mode 0700, the proxy's user):
@@ -22,6 +31,7 @@ import { PassThrough } from 'node:stream';
 import type Dockerode from 'dockerode';
 import { engineError, ownerLabel, removeContainer, SANDBOX_LABEL } from '../backends/docker';
 import { BackendUnavailableError } from '../backends/types';
+import type { FilterRules } from './ranges';
 import { PROXY_PORT } from './squid';
 import { within } from './timing';
 
@@ -90,6 +100,8 @@ export async function createEgressNetwork(docker: Dockerode): Promise<EgressNetw
 }
 
 export interface RunningProxy {
+  /** The proxy's container. */
+  id: string;
   /** The proxy's address on the internal network. */
   address: string;
   port: number;
@@ -110,6 +122,8 @@ export interface ProxyOptions {
   hosts: string | null;
   /** Intercept TLS with a certificate authority made in the proxy for this setup; `upstreamCa`: PEM it trusts upstream besides the system's. */
   intercept: { upstreamCa: string | null } | null;
+  /** The packet filter installed in the proxy's network namespace before squid starts (ranges.ts). */
+  filter: FilterRules;
   /** Each line of the access log (one per request), as squid writes it. */
   onRequest: (line: string) => void;
 }
@@ -209,6 +223,8 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
     const info = await container.inspect();
     const address = info.NetworkSettings.Networks[o.network.name]?.IPAddress;
     if (!address) throw new Error(`the proxy has no address on ${o.network.name}`);
+    // The shell waits for its standard input, so nothing of squid runs until the filter holds.
+    await installFilter(docker, image, container.id, o.filter);
     const hosts = o.hosts === null || o.hosts.endsWith('\n') ? (o.hosts ?? '') : `${o.hosts}\n`;
     const upstream = o.intercept?.upstreamCa ?? '';
     stream.end(`${o.config(address)}${HOSTS_MARK}\n${hosts}${UPSTREAM_CA_MARK}\n${upstream}`);
@@ -228,6 +244,7 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
       : null;
     if (o.intercept && !ca) throw new ProxyStartError('the egress proxy did not print its certificate authority', stderr);
     return {
+      id: container.id,
       address,
       port: PROXY_PORT,
       caCert: ca ? `${ca[1]}\n` : null,
@@ -248,6 +265,79 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
   } catch (err) {
     await removeAll();
     throw err instanceof ProxyStartError ? err : engineError(err);
+  }
+}
+
+/**
+ * Installs `rules` in the network namespace of container `target` from a container of `image`
+ * with NET_ADMIN, and checks them; throws ProxyStartError when either fails.
+ */
+async function installFilter(docker: Dockerode, image: string, target: string, rules: FilterRules): Promise<void> {
+  const script = [
+    'printf %s "$AGENT_FILTER_V4" | iptables-restore',
+    'printf %s "$AGENT_FILTER_V6" | ip6tables-restore',
+    // What the kernel holds now, not what was asked: a rule that did not land fails the setup.
+    'v4=$(iptables -S OUTPUT | grep -c "^-A OUTPUT")',
+    'v6=$(ip6tables -S OUTPUT | grep -c "^-A OUTPUT")',
+    '[ "$v4" = "$AGENT_FILTER_V4_RULES" ] && [ "$v6" = "$AGENT_FILTER_V6_RULES" ] || { echo "the filter holds $v4 IPv4 and $v6 IPv6 rules, not $AGENT_FILTER_V4_RULES and $AGENT_FILTER_V6_RULES" >&2; exit 3; }',
+  ].join(' && ');
+  let sidecar: Dockerode.Container;
+  try {
+    sidecar = await docker.createContainer({
+      name: `coding-agent-proxy-filter-${randomUUID()}`,
+      Image: image,
+      Entrypoint: [],
+      Cmd: ['sh', '-c', script],
+      User: '0:0',
+      Env: [
+        'PATH=/usr/sbin:/usr/bin:/sbin:/bin',
+        `AGENT_FILTER_V4=${rules.v4.text}`,
+        `AGENT_FILTER_V6=${rules.v6.text}`,
+        `AGENT_FILTER_V4_RULES=${rules.v4.rules}`,
+        `AGENT_FILTER_V6_RULES=${rules.v6.rules}`,
+      ],
+      Labels: { [SANDBOX_LABEL]: PROXY_LABEL, ...ownerLabel() },
+      AttachStdout: true,
+      AttachStderr: true,
+      HostConfig: {
+        NetworkMode: `container:${target}`,
+        CapDrop: ['ALL'],
+        CapAdd: ['NET_ADMIN'],
+        SecurityOpt: ['no-new-privileges'],
+        ReadonlyRootfs: true,
+        PidsLimit: 16,
+        Memory: 64 * 1024 * 1024,
+        LogConfig: { Type: 'none', Config: {} },
+      },
+    });
+  } catch (err) {
+    throw new ProxyStartError(`the egress proxy's packet filter could not be installed: ${(err as Error).message}`, '');
+  }
+  try {
+    let output = '';
+    const stream = await sidecar.attach({ stream: true, stdout: true, stderr: true, hijack: true });
+    const sink = new PassThrough();
+    sink.on('data', (b: Buffer) => (output = (output + b.toString('utf8')).slice(-4096)));
+    docker.modem.demuxStream(stream, sink, sink);
+    const ended = new Promise<void>((resolve) => {
+      stream.on('end', resolve);
+      stream.on('close', resolve);
+      stream.on('error', () => resolve());
+    });
+    await sidecar.start();
+    const { StatusCode } = (await sidecar.wait()) as { StatusCode: number };
+    await within(ended, 2000, undefined);
+    if (StatusCode !== 0)
+      throw new ProxyStartError(
+        `the egress proxy's packet filter could not be installed (exit ${StatusCode}): ${output.trim().split('\n').slice(-3).join(' / ')}`,
+        '',
+      );
+  } catch (err) {
+    throw err instanceof ProxyStartError
+      ? err
+      : new ProxyStartError(`the egress proxy's packet filter could not be installed: ${(err as Error).message}`, '');
+  } finally {
+    await removeContainer(sidecar);
   }
 }
 

@@ -4,9 +4,9 @@ import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import type { RunInput } from '../../core/contracts';
 import { PROMPT_VERSION } from '../../core/prompt';
-import { replayTrusted } from '../../host/settings';
+import { readSettings, replayTrusted } from '../../host/settings';
 import { command, RefusedInput, UsageError, type Values } from '../command';
-import { checkRepositoryRun, taskText, type CheckedRepositoryRun } from '../repository-run';
+import { checkRepositoryRun, localCredentialsFile, taskText, type CheckedRepositoryRun } from '../repository-run';
 import { openStore, storedTrace } from '../stored-trace';
 import { access, localEndpoint, out, principal } from './shared';
 
@@ -49,7 +49,15 @@ const checked = new WeakMap<object, CheckedRepositoryRun>();
 function repositoryRun(path: string, values: RunValues): CheckedRepositoryRun {
   let found = checked.get(values);
   if (!found)
-    checked.set(values, (found = checkRepositoryRun({ path, task: taskText(values.task, values['task-file']), base: values.base })));
+    checked.set(
+      values,
+      (found = checkRepositoryRun({
+        path,
+        task: taskText(values.task, values['task-file']),
+        base: values.base,
+        credentialsFile: localCredentialsFile(readSettings()),
+      })),
+    );
   return found;
 }
 

@@ -11,6 +11,7 @@ import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Serv
 import { createServer as createTlsServer } from 'node:https';
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
+import type { OperatorCredential } from '../../core/egress';
 import { git } from './git-repo';
 import { tempDir } from './run-dir';
 
@@ -28,10 +29,27 @@ export async function bridgeGateway(): Promise<string> {
   return gateway;
 }
 
-/** A hosts file naming the test hosts at `address`: the proxy's only way to resolve. */
-export function hostsFile(address: string): string {
+/** A hosts file naming the test hosts at `address`, and each `[name, address]` of `more`: the proxy's only way to resolve. */
+export function hostsFile(address: string, more: [string, string][] = []): string {
   const file = join(tempDir('egress-hosts'), 'hosts');
-  writeFileSync(file, `${address} ${INDEX_HOST}\n${address} ${BLOCKED_HOST}\n`);
+  writeFileSync(file, [[INDEX_HOST, address], [BLOCKED_HOST, address], ...more].map(([name, at]) => `${at} ${name}\n`).join(''));
+  return file;
+}
+
+/**
+ * The worker settings of an operator whose upstream hosts are on this machine: the test names in
+ * the hosts file, and the bridge address opened (AGENT_EGRESS_OPEN_CIDRS), as an operator opens
+ * the range of a private registry. Without the opening the proxy refuses that address.
+ */
+export async function localUpstreamSettings(): Promise<{ egressHostsFile: string; egressOpenCidrs: string[] }> {
+  const gateway = await bridgeGateway();
+  return { egressHostsFile: hostsFile(gateway), egressOpenCidrs: [`${gateway}/32`] };
+}
+
+/** The operator's credentials file (AGENT_CREDENTIALS_FILE) with these credentials, in a folder of its own. */
+export function credentialsFile(credentials: OperatorCredential[]): string {
+  const file = join(tempDir('egress-credentials'), 'credentials.json');
+  writeFileSync(file, JSON.stringify({ schema_version: 1, credentials }, null, 2));
   return file;
 }
 
