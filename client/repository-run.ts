@@ -6,7 +6,6 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { RepoSource } from '../core/contracts';
-import { APPROVAL_POLICIES } from '../core/policy';
 import type { RepoSettings } from '../core/repo-settings';
 import { inspectBase, type RepositoryFacts } from '../activities/repository';
 import { GitError, GitRepository } from '../host/git';
@@ -66,15 +65,8 @@ export function checkRepositoryRun(o: {
     ...(o.tests ? { tests: o.tests } : {}),
     ...(o.acceptance ? { acceptance: o.acceptance } : {}),
   };
+  // The settings' approver is checked there too (only one that asks a person): the worker's loadRun reads the same.
   const inspected = inspectBase(repo, source);
   if (!inspected.ok) throw new RefusedInput(inspected.detail);
-  const policy = inspected.settings?.policy;
-  if (policy && policy.startsWith('policy:') && !(policy.slice('policy:'.length) in APPROVAL_POLICIES)) {
-    throw new RefusedInput(
-      `.coding-agent.json: policy: unknown approval policy ${policy} (known: ${Object.keys(APPROVAL_POLICIES)
-        .map((p) => `policy:${p}`)
-        .join(', ')})`,
-    );
-  }
   return { source, settings: inspected.settings, facts: inspected.facts };
 }

@@ -317,6 +317,7 @@ describe('local activities (read-only steps without a server round trip)', () =>
         stateDir,
         providersFile: join(stateDir, 'providers.json'),
         limits: DEFAULT_LIMITS,
+        maxBudgets: {},
         hostQueue: own,
         baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' },
         credential: () => undefined,
