@@ -71,6 +71,8 @@ const SEEN_MESSAGES = 256;
 const MAX_MODEL_RETRIES = 2;
 /** The change that made tasks draw on their orchestrating run's budgets (docs/sub-runs.md). */
 const TREE_BUDGETS_PATCH = 'tree-budgets';
+/** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
+const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
 const MAX_BUILDS = 8;
 /** How long a write waits for a person by default: 7 days. */
@@ -1043,6 +1045,7 @@ class AgentRun {
    * the AgentStatus search attribute as cancelled), so its record stays in its result.
    */
   async finish(stop: RunStop): Promise<RunOutcome> {
+    await this.endTasks(stop.reason);
     if (this.s.in_flight !== null) {
       this.observe(
         errorResult(this.s.in_flight.call_id, 'interrupted', {
@@ -1130,6 +1133,17 @@ class AgentRun {
       this.trace.add('budget_wait', { budget: limit, held: this.tasks.held() });
       await this.tasks.nextEnd();
     }
+  }
+
+  /**
+   * An orchestrating run that ends stops its tasks still running and waits a while for their
+   * outcomes, so what they spent joins its tree (its close policy would cancel them unseen).
+   */
+  private async endTasks(reason: string): Promise<void> {
+    if (!this.s.tree_budgets || this.hostLost || !this.tasks.active()) return;
+    await wf.CancellationScope.nonCancellable(() =>
+      this.tasks.stopAll(`the orchestrating run ended (${reason || 'completed'})`, TASKS_END_WAIT_MS),
+    );
   }
 
   // ---- small helpers ----

@@ -91,6 +91,16 @@ export class Orchestration {
     return held;
   }
 
+  /** Stops every task still running and waits, at most `timeoutMs`, for their outcomes. */
+  async stopAll(reason: string, timeoutMs: number): Promise<void> {
+    for (const task of this.tasks.filter((t) => !taskEnded(t)))
+      await wf
+        .getExternalWorkflowHandle(task.task_id)
+        .signal(stopSignal, { reason, message_id: `${this.s.view.run_id}:end:${task.executions}` })
+        .catch(() => undefined); // it ended meanwhile
+    await wf.condition(() => !this.active(), timeoutMs);
+  }
+
   /** Until a running task has ended and given back what it held. */
   async nextEnd(): Promise<void> {
     const holding = () => Object.values(this.s.task_refs).filter((r) => r.allotment).length;
