@@ -167,7 +167,8 @@ export async function liveDecide(
       // A request already answered (a retried activity) costs nothing more; a new one must fit the budget.
       const bound = requestCostBound(ctx.prices, source.model, body, maxOutput);
       if (bound === null) throw nonRetryable('InfrastructureError', `model ${source.model} has no price in the worker's prices file`);
-      if (bound > input.cost_room_usd) return { kind: 'over_budget', estimate_usd: bound, room_usd: input.cost_room_usd, head, usage: null };
+      if (bound > input.cost_room_usd)
+        return { kind: 'over_budget', estimate_usd: bound, room_usd: input.cost_room_usd, head, usage: null };
     }
     if (stored === null) {
       store.put('model_request', body);

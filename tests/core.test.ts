@@ -123,7 +123,14 @@ describe('canonical JSON and budgets', () => {
   it("caps budgets at the operator's maximums, naming each field, and fills a limit the run left open", () => {
     const asked = { max_turns: 5000, max_tool_calls: 40, deadline_s: 900, call_timeout_s: 120, max_output_tokens: 8000 };
     const { budgets, capped } = capBudgets(asked, { max_turns: 2000, max_tool_calls: 100, max_cost_usd: 3, max_output_tokens: 6000 });
-    expect(budgets).toEqual({ max_turns: 2000, max_tool_calls: 40, deadline_s: 900, call_timeout_s: 120, max_output_tokens: 6000, max_cost_usd: 3 });
+    expect(budgets).toEqual({
+      max_turns: 2000,
+      max_tool_calls: 40,
+      deadline_s: 900,
+      call_timeout_s: 120,
+      max_output_tokens: 6000,
+      max_cost_usd: 3,
+    });
     expect(capped).toEqual([
       { field: 'max_turns', asked: 5000, max: 2000 },
       { field: 'max_cost_usd', asked: null, max: 3 },
@@ -134,7 +141,7 @@ describe('canonical JSON and budgets', () => {
     expect(capBudgets({ ...asked, max_output_tokens: undefined }, { max_output_tokens: 1000 }).budgets.max_output_tokens).toBe(1000);
   });
 
-  it("gives a task an equal share of what the tree has left, among the free slots and the orchestrating run, and refuses one it cannot fund", () => {
+  it('gives a task an equal share of what the tree has left, among the free slots and the orchestrating run, and refuses one it cannot fund', () => {
     const b = { max_turns: 40, max_tool_calls: 100, deadline_s: 900, call_timeout_s: 120, max_cost_usd: 1 };
     expect(taskAllotment(b, { turns: 4, tool_calls: 10, cost_usd: 0.1 }, 2)).toEqual({
       ok: true,
@@ -145,8 +152,14 @@ describe('canonical JSON and budgets', () => {
       ok: true,
       allotment: { max_turns: 20, max_tool_calls: 50 },
     });
-    expect(taskAllotment(b, { turns: 39, tool_calls: 0, cost_usd: 0 }, 1)).toMatchObject({ ok: false, detail: expect.stringMatching(/1 of its 40 turns/) });
-    expect(taskAllotment(b, { turns: 0, tool_calls: 0, cost_usd: 1 }, 1)).toMatchObject({ ok: false, detail: expect.stringMatching(/cost budget/) });
+    expect(taskAllotment(b, { turns: 39, tool_calls: 0, cost_usd: 0 }, 1)).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/1 of its 40 turns/),
+    });
+    expect(taskAllotment(b, { turns: 0, tool_calls: 0, cost_usd: 1 }, 1)).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/cost budget/),
+    });
   });
 
   it('generates a JSON schema per tool from the validating schemas', () => {

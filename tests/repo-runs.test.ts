@@ -156,7 +156,18 @@ describe('repository runs through npm run agent', () => {
     const replay = join(tempDir('replay'), 'sqlparse-files.json');
     writeFileSync(replay, JSON.stringify({ schema_version: 1, decisions: sqlparseDecisions() }));
     const id = 'repo-local-1';
-    const started = await cli('run', sample.dir, '--task', SQLPARSE_TASK, '--replay', replay, '--trust-replay', '--trust-repository', '--id', id);
+    const started = await cli(
+      'run',
+      sample.dir,
+      '--task',
+      SQLPARSE_TASK,
+      '--replay',
+      replay,
+      '--trust-replay',
+      '--trust-repository',
+      '--id',
+      id,
+    );
     expect(started.stdout.trim()).toBe(id);
     let approved = 0;
     for (let view = await status(id); view.status !== 'completed' && view.status !== 'failed'; view = await status(id)) {

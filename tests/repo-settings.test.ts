@@ -277,7 +277,7 @@ describe("a repository run's policy", () => {
     expect(mayCreate(spec, '.github/x')).toBe(false);
   });
 
-  it('adds the settings\' protected patterns to the built-in ones: an empty list, or one that leaves out .github, protects them still', () => {
+  it("adds the settings' protected patterns to the built-in ones: an empty list, or one that leaves out .github, protects them still", () => {
     const settings = (value: unknown) => {
       const parsed = parseRepoSettings(JSON.stringify({ schema_version: 1, protected: value }));
       if (!parsed.ok) throw new Error(parsed.detail);

@@ -76,7 +76,14 @@ describe("a repository's approver", () => {
   const selfApproving = () =>
     sampleRepo(LINKCHECK, { '.coding-agent.json': JSON.stringify({ schema_version: 1, policy: 'policy:approve-writable' }) }).dir;
   const WRITE = writeReplay([
-    { kind: 'tool', call: { call_id: 'new-test', name: 'apply_patch', arguments: { path: 'tests/test_x.py', version: 'absent', old: '', new: 'x = 1\n' } } },
+    {
+      kind: 'tool',
+      call: {
+        call_id: 'new-test',
+        name: 'apply_patch',
+        arguments: { path: 'tests/test_x.py', version: 'absent', old: '', new: 'x = 1\n' },
+      },
+    },
     { kind: 'final', text: 'Done.' },
   ]);
 
@@ -111,7 +118,9 @@ describe("a repository's protected list", () => {
       { kind: 'tool', call: { call_id: 'add-workflow', name: 'apply_patch', arguments: workflow } },
       { kind: 'final', text: 'Added CI.' },
     ]);
-    const { outcome, trace, stateDir, runId, receipts } = await run(repoInput(dir, replay, { trusted: true, approver: 'policy:approve-writable' }));
+    const { outcome, trace, stateDir, runId, receipts } = await run(
+      repoInput(dir, replay, { trusted: true, approver: 'policy:approve-writable' }),
+    );
     const observed = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'add-workflow')!.data as {
       error: string;
       data: { rules: { id: string }[] };
@@ -226,7 +235,8 @@ describe('a run tree over max_cost_usd', () => {
   const PRICE = { input: 2, output: 8 };
   const BUDGET_USD = 0.25;
   const OUTPUT_TOKENS = 20;
-  const costOf = (u: { input_tokens: number; output_tokens: number }) => (u.input_tokens * PRICE.input + u.output_tokens * PRICE.output) / 1e6;
+  const costOf = (u: { input_tokens: number; output_tokens: number }) =>
+    (u.input_tokens * PRICE.input + u.output_tokens * PRICE.output) / 1e6;
 
   it('is refused when the model has no price, before any request', async () => {
     const server = await new ProviderServer(() => ({ body: reply('openai', { text: 'done' }) })).start();
@@ -255,7 +265,8 @@ describe('a run tree over max_cost_usd', () => {
 
   it('dispatches at most what the budget funds out of 50 tasks, and the whole tree spends no more than the budget', async () => {
     const evidence = await createSandbox().isolation();
-    if (!evidence.verified) throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+    if (!evidence.verified)
+      throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
     const firstUser = (body: any): string => body.messages.find((m: { role: string }) => m.role === 'user').content as string;
     const steps = (body: any) => body.messages.filter((m: { role: string }) => m.role === 'assistant').length;
     // Every reply is priced from the request's own size, as a provider counts it (about four characters a token).
@@ -275,7 +286,9 @@ describe('a run tree over max_cost_usd', () => {
               arguments: { title: `task ${step + 1}`, requirements: 'Read src/mathx.py.', known_facts: [], suggestions: [] },
             },
           ];
-      return { body: reply('openai', { calls: step < 50 ? calls : [], text: step < 50 ? null : 'done', usage: [u.input_tokens, u.output_tokens] }) };
+      return {
+        body: reply('openai', { calls: step < 50 ? calls : [], text: step < 50 ? null : 'done', usage: [u.input_tokens, u.output_tokens] }),
+      };
     }).start();
     const providersFile = join(tempDir('providers'), 'providers.json');
     const prices = join(tempDir('prices'), 'prices.json');
@@ -300,7 +313,11 @@ describe('a run tree over max_cost_usd', () => {
       expect(record.subruns!.dispatched).toBeLessThan(50);
       expect(tasks.length).toBe(record.subruns!.dispatched);
       // A task ends when its share is spent, or when the run, out of budget itself, stops it.
-      for (const t of tasks) expect([['budget_exhausted', 'max_cost_usd'], ['cancelled', 'interrupted']]).toContainEqual([t.status, t.reason]);
+      for (const t of tasks)
+        expect([
+          ['budget_exhausted', 'max_cost_usd'],
+          ['cancelled', 'interrupted'],
+        ]).toContainEqual([t.status, t.reason]);
       expect(tasks.filter((t) => t.reason === 'max_cost_usd').length).toBeGreaterThan(0);
 
       // What the server saw, priced as the prices file says: at most the budget, and exactly the tree's total.

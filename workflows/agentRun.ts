@@ -524,7 +524,7 @@ class AgentRun {
   private async decide(toolsEnabled: boolean): Promise<DecisionView[]> {
     const source = this.s.source!;
     const live = source.kind === 'provider';
-    for (let retries = 0; ; ) {
+    for (let retries = 0; ;) {
       const messages = this.s.steering.splice(0);
       for (const message of messages) this.s.transcript.append.push({ message });
       // Messages about tasks are pinned: compaction never drops them.

@@ -116,7 +116,11 @@ export class Orchestration {
     if (!this.s.tree_budgets) return { ok: true, allotment: null };
     const used = this.host.used();
     const free = this.s.subruns!.max_active - this.tasks.filter((t) => !taskEnded(t)).length;
-    return taskAllotment(this.s.view.budgets as Budgets, { turns: used.turns, tool_calls: used.tool_calls, cost_usd: used.cost_usd ?? 0 }, free);
+    return taskAllotment(
+      this.s.view.budgets as Budgets,
+      { turns: used.turns, tool_calls: used.tool_calls, cost_usd: used.cost_usd ?? 0 },
+      free,
+    );
   }
 
   private find(id: unknown): TaskView | null {
@@ -306,8 +310,7 @@ export class Orchestration {
       runs: 1,
       turns: a.max_turns,
       tool_calls: a.max_tool_calls,
-      usage:
-        cost === undefined ? null : { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: cost },
+      usage: cost === undefined ? null : { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: cost },
     };
   }
 

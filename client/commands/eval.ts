@@ -21,7 +21,7 @@ export const evaluate = command({
   summary:
     'batch evaluation as a parent workflow: every replay of every fixture, K epochs, approved by a named policy;\n' +
     'a .jsonl file lists tasks on git repositories, one a line: {"id", "repo", "base", "task", "tests"?, "acceptance"?, "replays"?};\n' +
-    "on the local backend their tests run on this machine with your rights: --trust-repository says you trust every one of them;\n" +
+    'on the local backend their tests run on this machine with your rights: --trust-repository says you trust every one of them;\n' +
     'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
     '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
     '--endpoint and --model make a live batch: each fixture or task once per epoch, decided by that model (--prompt: its prompt version);\n' +

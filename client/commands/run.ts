@@ -106,7 +106,9 @@ export const run = command({
       }
     } else {
       if (values['trust-repository'] && values.backend !== 'local')
-        throw new UsageError('--trust-repository goes with the local backend: in the sandbox (--backend docker) a repository needs no trust');
+        throw new UsageError(
+          '--trust-repository goes with the local backend: in the sandbox (--backend docker) a repository needs no trust',
+        );
       // The repository, its ref, its task and its settings, before any connection or workflow.
       const found = repositoryRun(positionals[0], values);
       if (found.settings?.setup && values.backend !== 'docker') {
