@@ -124,7 +124,7 @@ describe('AGENTS.md as project instructions', () => {
     const repo = sampleRepo(LINKCHECK);
     const replay = writeReplay([{ kind: 'final', text: 'Nothing to change.' }]);
     const { trace } = await runOnce(env, {
-      repo: { path: repo.dir, base_commit: repo.head, task: TASK },
+      repo: { path: repo.dir, base_commit: repo.head, task: TASK, trusted: true },
       source: { kind: 'replay', path: replay, trusted: true },
       backend: 'local',
       approver: 'policy:approve-writable',
