@@ -4,8 +4,9 @@ module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/dist/tests'],
   testMatch: ['**/*.test.js'],
-  // No test reaches a provider's public endpoint: base URLs point at a closed loopback port.
-  globalSetup: '<rootDir>/dist/tests/helpers/network-guard.js',
+  // No test reaches a provider's public endpoint (base URLs point at a closed loopback port), and
+  // the suites' workers run local commands, as their operator allows.
+  globalSetup: '<rootDir>/dist/tests/helpers/global-setup.js',
   // A test that failed midway may leave a worker or a command running: killed and named here.
   globalTeardown: '<rootDir>/dist/tests/helpers/global-teardown.js',
   testTimeout: 180000,

@@ -1,3 +1,5 @@
+import type { Budgets } from '../core/contracts';
+
 /** Host-side settings of the harness. Limits have safe defaults and can be lowered for tests. */
 export interface Limits {
   /** Largest file read_file, search or apply_patch will open. */
@@ -39,6 +41,8 @@ export interface HarnessConfig {
   /** Project state folder: run workspaces, control folders and the ledger live below it. */
   stateDir: string;
   limits: Limits;
+  /** The largest budgets any run on this worker gets (the settings' `AGENT_MAX_BUDGETS`). */
+  maxBudgets: Partial<Budgets>;
   /** Model prices in US dollars per million tokens (the settings' prices file); a model not listed costs null. */
   prices?: Record<string, { input: number; output: number; cached_input?: number; cache_write_input?: number }>;
   /** The operator's providers file (`AGENT_PROVIDERS_FILE`, default `<state>/providers.json`). */

@@ -46,6 +46,11 @@ export interface DecideInput {
   transcript: { head: string | null; append: PendingEntry[] };
   /** The authoritative facts a live context is rebuilt from (null for a replay). */
   facts: RunFacts | null;
+  /**
+   * A live run with `max_cost_usd`: US dollars it may still spend (its budget less what it spent
+   * and what its tasks spent or hold). A request that could cost more is not sent.
+   */
+  cost_room_usd?: number;
 }
 
 /** How a live reply was had (absent for a replay and when no reply came). */
@@ -79,6 +84,8 @@ export type DecideResult = (
       usage: Usage | null;
     } & LiveReply)
   | ({ kind: 'refused'; detail: string; head: string | null; usage: Usage | null } & LiveReply)
+  /** The next request could cost more than `cost_room_usd`: it was not sent. */
+  | { kind: 'over_budget'; estimate_usd: number; room_usd: number; head: string | null; usage: null }
 ) & { build?: string };
 
 export class ReplayFileError extends Error {

@@ -10,6 +10,7 @@ import { z } from 'zod';
 import {
   fixtureSchema,
   setupProblem,
+  type Budgets,
   type Decision,
   type Fixture,
   type Replay,
@@ -20,6 +21,7 @@ import {
   type ToolResult,
   type VerifierFindings,
 } from '../core/contracts';
+import { capBudgets, effectiveBudgets, type CappedBudget } from '../core/budgets';
 import { egressProblems } from '../core/egress';
 import type { PromptRef, PromptTexts } from '../core/prompt';
 import type { TraceEvent } from '../core/trace';
@@ -199,8 +201,15 @@ export type LoadRunResult =
        * so every worker that replays the run reads the same id, whichever bundle it runs.
        */
       trace_id: string | null;
+      /**
+       * The run's budgets: its rules' overridden by its input, within the operator's maximums
+       * (absent from histories recorded before the worker decided them: the workflow computed them).
+       */
+      budgets?: Budgets;
+      /** The budgets the operator's maximums lowered. */
+      capped?: CappedBudget[];
     }
-  | { ok: false; reason: 'invalid_input' | 'replay_untrusted'; detail: string };
+  | { ok: false; reason: 'invalid_input' | 'replay_untrusted' | 'local_not_allowed' | 'repository_untrusted'; detail: string };
 
 /** Parsed replays a worker keeps (most recently used). */
 const REPLAYS_KEPT = 16;
@@ -460,6 +469,26 @@ export function createActivities(deps: ActivityDeps) {
     /** Reads and checks the fixture and the decision source; nothing is created yet. */
     async loadRun(input: ParsedRunInput): Promise<LoadRunResult> {
       const source = input.source;
+      // Whether this host runs commands as its own processes is its operator's decision (the worker
+      // has no local backend otherwise); nothing in a run's input, `trusted` included, changes it.
+      if (input.backend === 'local' && deps.backends.local === undefined) {
+        return {
+          ok: false,
+          reason: 'local_not_allowed',
+          detail:
+            "this worker does not run commands on the local backend (its operator allows that with AGENT_ALLOW_LOCAL=1; a run's input cannot): run it in the sandbox, --backend docker",
+        };
+      }
+      // A repository's tests and their configuration (a conftest.py, a package script) are anyone's
+      // code: on the host, only when the user said they trust it.
+      if (input.repo && input.backend === 'local' && input.repo.trusted !== true) {
+        return {
+          ok: false,
+          reason: 'repository_untrusted',
+          detail:
+            "on the local backend a repository's tests run on the worker's host with its rights: the user must trust the repository (--trust-repository), or run it in the sandbox (--backend docker)",
+        };
+      }
       let work: Work;
       if (input.repo) {
         const loaded = loadRepository(input.repo, (instructions) => store.put('instructions', instructions));
@@ -500,9 +529,17 @@ export function createActivities(deps: ActivityDeps) {
       if (!credentials.ok) return { ok: false, reason: 'invalid_input', detail: credentials.detail };
       const hostQueue = config.hostQueue ?? null;
       const trace_id = config.traces === true ? activeTraceId() : null;
+      const { budgets, capped } = capBudgets(effectiveBudgets(fixture.budgets, input.budgets), config.maxBudgets);
       if (source.kind !== 'replay') {
         const found = lookupEndpoint(source.endpoint, source.model);
         if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
+        // Cost is known only from the operator's prices: an unpriced model could not keep the budget.
+        if (budgets.max_cost_usd !== undefined && config.prices?.[source.model] === undefined)
+          return {
+            ok: false,
+            reason: 'invalid_input',
+            detail: `max_cost_usd needs the price of model ${source.model}, and the worker's prices file (AGENT_PRICES_FILE) has none: its cost could not be counted`,
+          };
         const prompt = readPrompt(input.prompt);
         if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
         const ref: SourceRef = {
@@ -522,6 +559,8 @@ export function createActivities(deps: ActivityDeps) {
           child_replays: {},
           build: buildId(),
           trace_id,
+          budgets,
+          capped,
         };
       }
       if (input.prompt !== undefined)
@@ -566,6 +605,8 @@ export function createActivities(deps: ActivityDeps) {
         child_replays: childReplays,
         build: buildId(),
         trace_id,
+        budgets,
+        capped,
       };
     },
 

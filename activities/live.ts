@@ -6,6 +6,7 @@
  * answer in the store and does not pay for it again.
  */
 import { CancelledFailure } from '@temporalio/common';
+import { BUDGET_DEFAULTS } from '../core/budgets';
 import { systemText } from '../core/prompt';
 import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
 import type { Decision, Endpoint, ToolResult, Usage } from '../core/contracts';
@@ -22,8 +23,8 @@ import type { Prompt } from './providers/tool-schemas';
 import type { ProviderAdapter, ReplyDecision } from './providers/types';
 import type { Store } from './store';
 
-export const DEFAULT_CONTEXT_BUDGET_TOKENS = 60_000;
-export const DEFAULT_MAX_OUTPUT_TOKENS = 4_096;
+export const DEFAULT_CONTEXT_BUDGET_TOKENS = BUDGET_DEFAULTS.context_budget_tokens;
+export const DEFAULT_MAX_OUTPUT_TOKENS = BUDGET_DEFAULTS.max_output_tokens;
 
 /** Prices in US dollars per million tokens, by model name. */
 export type PriceTable = Record<string, { input: number; output: number; cached_input?: number; cache_write_input?: number }>;
@@ -105,6 +106,20 @@ function cost(prices: PriceTable, model: string, usage: Usage, cacheWriteTokens:
   );
 }
 
+/**
+ * The most one request can cost, before it is sent: its body's characters at one token per three
+ * (tokenizers average three to four characters a token for English, code and JSON), each at the
+ * model's highest input price (fresh, cached or written to the cache), and the reply's limit
+ * (`max_output_tokens`) at the output price. Null when the model has no price.
+ */
+export function requestCostBound(prices: PriceTable, model: string, body: unknown, maxOutputTokens: number): number | null {
+  const p = prices[model];
+  if (!p) return null;
+  const inputTokens = Math.ceil(JSON.stringify(body).length / 3);
+  const inputPrice = Math.max(p.input, p.cached_input ?? p.input, p.cache_write_input ?? p.input);
+  return (inputTokens * inputPrice + maxOutputTokens * p.output) / 1_000_000;
+}
+
 export async function liveDecide(
   ctx: LiveContext,
   input: DecideInput & { source: Extract<SourceRef, { kind: 'provider' }> },
@@ -148,6 +163,13 @@ export async function liveDecide(
     });
     let stored = store.modelResponse(request);
     const fromStore = stored !== null;
+    if (stored === null && input.cost_room_usd !== undefined) {
+      // A request already answered (a retried activity) costs nothing more; a new one must fit the budget.
+      const bound = requestCostBound(ctx.prices, source.model, body, maxOutput);
+      if (bound === null) throw nonRetryable('InfrastructureError', `model ${source.model} has no price in the worker's prices file`);
+      if (bound > input.cost_room_usd)
+        return { kind: 'over_budget', estimate_usd: bound, room_usd: input.cost_room_usd, head, usage: null };
+    }
     if (stored === null) {
       store.put('model_request', body);
       const beat = setInterval(ctx.heartbeat, 1000);

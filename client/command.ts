@@ -24,8 +24,8 @@ export type OptionSpec =
   | { kind: 'string'; value: string; default?: string; choices?: readonly string[] }
   /** A whole number of at least `min` (default 1). */
   | { kind: 'int'; value: string; default?: number; min?: number }
-  /** A number above zero. */
-  | { kind: 'seconds'; value: string; default?: number };
+  /** A number above zero (seconds, US dollars). */
+  | { kind: 'positive'; value: string; default?: number };
 
 export type OptionSpecs = Record<string, OptionSpec>;
 
@@ -95,7 +95,7 @@ function typed(name: string, o: OptionSpec, raw: string | boolean | undefined): 
         );
       return n;
     }
-    case 'seconds': {
+    case 'positive': {
       if (raw === undefined) return o.default;
       const n = Number(raw);
       if (!(n > 0) || !Number.isFinite(n)) throw new UsageError(`--${name} must be a positive number, got ${JSON.stringify(raw)}`);

@@ -56,6 +56,8 @@ export interface PlanOptions {
   backend: 'local' | 'docker';
   approver: string;
   trustReplay: boolean;
+  /** The user trusts the repositories of the batch's tasks (`--trust-repository`): their tests may run on the local backend. */
+  trustRepository?: boolean;
   hostLostS?: number;
   /** A live batch: each entry once per epoch, decided by this endpoint and model (and prompt version). */
   live?: EvalPlan['live'];
@@ -78,7 +80,7 @@ export function buildPlan(settings: Settings, args: string[], o: PlanOptions): E
     ...taskFiles.flatMap((file) =>
       readTasksFile(resolve(file), localCredentialsFile(settings)).map((t) => ({
         dir: t.repo.path,
-        repo: t.repo,
+        repo: o.trustRepository ? { ...t.repo, trusted: true } : t.repo,
         replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })),
       })),
     ),

@@ -6,7 +6,6 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { RepoSource } from '../core/contracts';
-import { APPROVAL_POLICIES } from '../core/policy';
 import { SETTINGS_FILE, type RepoSettings } from '../core/repo-settings';
 import { inspectBase, type RepositoryFacts } from '../activities/repository';
 import { resolveTarget } from '../host/connection';
@@ -84,16 +83,9 @@ export function checkRepositoryRun(o: {
     ...(o.tests ? { tests: o.tests } : {}),
     ...(o.acceptance ? { acceptance: o.acceptance } : {}),
   };
+  // The settings' approver is checked there too (only one that asks a person): the worker's loadRun reads the same.
   const inspected = inspectBase(repo, source);
   if (!inspected.ok) throw new RefusedInput(inspected.detail);
-  const policy = inspected.settings?.policy;
-  if (policy && policy.startsWith('policy:') && !(policy.slice('policy:'.length) in APPROVAL_POLICIES)) {
-    throw new RefusedInput(
-      `.coding-agent.json: policy: unknown approval policy ${policy} (known: ${Object.keys(APPROVAL_POLICIES)
-        .map((p) => `policy:${p}`)
-        .join(', ')})`,
-    );
-  }
   if (o.credentialsFile) {
     let found;
     try {

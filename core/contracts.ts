@@ -37,19 +37,37 @@ export function errorResult(call_id: string, error: ErrorCode, data: unknown = n
 
 // ---- budgets and fixtures (section 2) ----
 
+const DAY_S = 24 * 3600;
+
+/**
+ * A run's budgets. Every field has a maximum here, whoever sets it (a fixture, a repository, a
+ * run's input, the operator); the worker's operator caps them further (`AGENT_MAX_BUDGETS`).
+ */
 export const budgetsSchema = z.strictObject({
-  max_turns: z.int().min(1),
-  max_tool_calls: z.int().min(0),
-  deadline_s: z.number().positive(),
-  call_timeout_s: z.number().positive(),
+  max_turns: z.int().min(1).max(100_000),
+  max_tool_calls: z.int().min(0).max(100_000),
+  deadline_s: z
+    .number()
+    .positive()
+    .max(30 * DAY_S),
+  call_timeout_s: z.number().positive().max(DAY_S),
   /** Live sources: tokens in and out over the whole run. */
-  max_model_tokens: z.int().min(1).optional(),
+  max_model_tokens: z.int().min(1).max(1_000_000_000).optional(),
   /** Live sources: the context of one request, tool definitions and reserved output included. */
-  context_budget_tokens: z.int().min(1000).optional(),
+  context_budget_tokens: z.int().min(1000).max(10_000_000).optional(),
   /** Live sources: the output limit of one reply. */
-  max_output_tokens: z.int().min(16).optional(),
+  max_output_tokens: z.int().min(16).max(1_000_000).optional(),
   /** How long one write waits for a person (default 7 days); the deadline does not run meanwhile. */
-  approval_timeout_s: z.number().positive().optional(),
+  approval_timeout_s: z
+    .number()
+    .positive()
+    .max(365 * DAY_S)
+    .optional(),
+  /**
+   * Live sources: US dollars over the whole run (an orchestrating run: over its whole tree), priced
+   * from the worker's prices file; a model without a price cannot take this budget.
+   */
+  max_cost_usd: z.number().positive().max(100_000).optional(),
 });
 export type Budgets = z.infer<typeof budgetsSchema>;
 
@@ -362,6 +380,12 @@ export const repoSourceSchema = z.strictObject({
   id: matching(FIXTURE_ID, 'id: lowercase letters, digits, . _ - (at most 64)').optional(),
   tests: testsSchema.optional(),
   acceptance: acceptanceSchema.extend({ dir: z.string().min(1) }).optional(),
+  /**
+   * The user trusts the repository's content (`--trust-repository`): on the local backend its
+   * tests and their configuration run on the worker's host with the worker's rights, so a
+   * repository run there needs it (and a worker whose operator allows local runs).
+   */
+  trusted: z.boolean().optional(),
 });
 export type RepoSource = z.infer<typeof repoSourceSchema>;
 
@@ -524,12 +548,41 @@ export interface RunRecord {
   tasks?: { task_id: string; title: string; status: RunStatus; reason: string | null }[];
   /** A run with a setup phase: the requests its proxy let through and refused (none for a cached setup). */
   egress?: EgressSummary;
+  /** A repository run: whether the user trusted its content (`--trust-repository`); absent for a fixture. */
+  trust_repository?: boolean;
+  /** An orchestrating run: what its whole tree spent (itself, and every run of its tasks with their own tasks). */
+  tree?: TreeSpend;
+  /** A run that ended `max_cost_usd`: its budget, what it had spent, and what the next call could have cost. */
+  cost_limit?: CostLimit;
   /**
    * The run's OpenTelemetry trace id, or null when its worker exports no traces. Not in
    * report.json (which stays byte-identical for the same inputs): a batch puts it in
    * timings.json and report.html.
    */
   trace_id: string | null;
+}
+
+/** What a run tree spent: its runs (each execution of a reopened task counts), turns, tool calls and model usage. */
+export interface TreeSpend {
+  runs: number;
+  turns: number;
+  tool_calls: number;
+  /** Null when no run of the tree called a model. */
+  usage: Usage | null;
+}
+
+/** Why a run stopped for its cost budget (docs/sub-runs.md says how the next call is estimated). */
+export interface CostLimit {
+  max_cost_usd: number;
+  /** What the run had spent or holds (an orchestrating run: with its tasks' spending and reservations). */
+  spent_usd: number;
+  /** The most the next call could have cost; null when the budget was spent already. */
+  next_call_usd: number | null;
+}
+
+/** `a` and `b` summed; null is nothing spent (a run that made no model call). */
+export function sumUsage(a: Usage | null, b: Usage | null): Usage | null {
+  return a === null ? b : b === null ? a : addUsage(a, b);
 }
 
 /** What the egress proxy of a setup phase let through and refused. */

@@ -115,3 +115,12 @@ export const APPROVAL_POLICIES: Record<string, (evaluation: PolicyEvaluation) =>
   // Approve each action the tool policy put at "ask"; anything else never reaches an approver.
   'approve-writable': (evaluation) => (evaluation.decision === 'ask' ? 'approve' : 'reject'),
 };
+
+/**
+ * True when the approver leaves each write to a person: `interactive`. Every named policy above
+ * decides alone, so a repository's settings (untrusted input) may name none of them; only the
+ * user's `--approver` (or a batch's) chooses one.
+ */
+export function asksAPerson(approver: string): boolean {
+  return approver === 'interactive';
+}

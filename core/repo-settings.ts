@@ -19,15 +19,63 @@ import {
 } from './contracts';
 import { egressProblems } from './egress';
 import { globProblem, normalizeRepoPath } from './paths';
+import { APPROVAL_POLICIES, asksAPerson } from './policy';
 
 export const SETTINGS_FILE = '.coding-agent.json';
 export const INSTRUCTIONS_FILE = 'AGENTS.md';
 /** Project instructions beyond this many bytes are cut, with a note saying so. */
 export const INSTRUCTIONS_CAP_BYTES = 32 * 1024;
 
-export const DEFAULT_PROTECTED = ['.git/**', SETTINGS_FILE, '.github/**', INSTRUCTIONS_FILE] as const;
-/** Protected whatever the settings say: the workspace's `.git` would not be the repository's, and no tree may hold one. */
-export const ALWAYS_PROTECTED = ['.git', '.git/**'] as const;
+/**
+ * Protected in every repository run, whatever the settings say (their `protected` only adds to
+ * this): files that decide what runs, where, and who reviews, outside the run's own tests. A
+ * write there would act after the run, on a person's machine or a CI runner, with their rights;
+ * none is the kind of change a task asks for, so it is denied rather than put to an approver.
+ */
+export const BUILTIN_PROTECTED = [
+  // git: the workspace's .git would not be the repository's, and no tree may hold one; submodule
+  // URLs (what `git submodule update` fetches); attributes (filters and diff drivers by name, and
+  // `linguist-generated`, which folds a file's diff away in a review).
+  '.git',
+  '.git/**',
+  '.gitmodules',
+  '.gitattributes',
+  // The harness's own inputs: the run's rules and the model's instructions.
+  SETTINGS_FILE,
+  INSTRUCTIONS_FILE,
+  // CI and ownership: GitHub (workflows, actions, CODEOWNERS in any of its three places), GitLab,
+  // CircleCI, Travis, Azure Pipelines, Jenkins, Buildkite, Drone, Bitbucket, AppVeyor, Woodpecker,
+  // Gitea and Forgejo Actions.
+  '.github/**',
+  'CODEOWNERS',
+  'docs/CODEOWNERS',
+  '.gitlab-ci.yml',
+  '.gitlab/**',
+  '.circleci/**',
+  '.travis.yml',
+  'azure-pipelines.yml',
+  '.azure-pipelines/**',
+  'Jenkinsfile',
+  '.buildkite/**',
+  '.drone.yml',
+  'bitbucket-pipelines.yml',
+  'appveyor.yml',
+  '.appveyor.yml',
+  '.woodpecker.yml',
+  '.woodpecker/**',
+  '.gitea/**',
+  '.forgejo/**',
+  // Hook managers: commands run by `git commit` / `git push` on a developer's machine.
+  '.pre-commit-config.yaml',
+  '.husky/**',
+  'lefthook.yml',
+  '.lefthook.yml',
+  // Run when the folder is opened: dev containers, editor tasks, direnv.
+  '.devcontainer/**',
+  '.devcontainer.json',
+  '.vscode/**',
+  '.envrc',
+] as const;
 
 /** A repository run's budgets when its settings name none. */
 export const DEFAULT_REPO_BUDGETS: Budgets = { max_turns: 40, max_tool_calls: 100, deadline_s: 3600, call_timeout_s: 600 };
@@ -65,8 +113,17 @@ export const repoSettingsSchema = z.strictObject({
   /** The docker backend's image: any image of the worker's engine. */
   image: z.string().min(1).max(256).nullable().optional(),
   budgets: budgetsSchema.partial().optional(),
-  /** The approver a run of this repository gets when the command line names none. */
-  policy: approverSchema.nullable().optional(),
+  /**
+   * The approver a run of this repository gets when the command line names none: only one that
+   * asks a person. A repository is anyone's text, so it cannot choose a policy that approves alone.
+   */
+  policy: approverSchema
+    .superRefine((approver, ctx) => {
+      const problem = repositoryApproverProblem(approver);
+      if (problem !== null) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .nullable()
+    .optional(),
   /** Sub-runs (SPEC section 12) for runs on this repository. */
   subruns: subrunsSchema.optional(),
   /** Commands run in the run's container before the first decision (docker backend only). */
@@ -80,6 +137,17 @@ export const repoSettingsSchema = z.strictObject({
     .optional(),
 });
 export type RepoSettings = z.infer<typeof repoSettingsSchema>;
+
+/** Why a repository's settings may not name this approver, or null when they may. */
+export function repositoryApproverProblem(approver: string): string | null {
+  if (asksAPerson(approver)) return null;
+  const name = approver.slice('policy:'.length);
+  if (!(name in APPROVAL_POLICIES))
+    return `unknown approval policy ${approver} (known: ${Object.keys(APPROVAL_POLICIES)
+      .map((p) => `policy:${p}`)
+      .join(', ')})`;
+  return `${approver} approves writes by itself, and a repository may name only an approver that asks a person (interactive); choose a policy yourself with --approver`;
+}
 
 export type SettingsOutcome = { ok: true; settings: RepoSettings | null } | { ok: false; detail: string };
 
@@ -193,10 +261,9 @@ export function capInstructions(bytes: Buffer, cap = INSTRUCTIONS_CAP_BYTES): In
   return { text: `${kept}${note}`, bytes: bytes.length, cut: true };
 }
 
-/** The protected patterns of a run: the settings' (or the defaults), `.git` always, and what the run may not touch. */
+/** The protected patterns of a run: the built-in ones, the settings' added to them, and what the run may not touch. */
 export function protectedPatterns(settings: RepoSettings | null, extra: string[]): string[] {
-  const given = settings?.protected ?? [...DEFAULT_PROTECTED];
-  return [...new Set([...given, ...ALWAYS_PROTECTED, ...extra])];
+  return [...new Set([...BUILTIN_PROTECTED, ...(settings?.protected ?? []), ...extra])];
 }
 
 /** The RunSpec of a repository run. */

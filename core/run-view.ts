@@ -1,16 +1,19 @@
 /**
  * What the `state` query returns and how a run's record (SPEC section 7) is derived from it.
  */
-import type {
-  Budgets,
-  EgressSummary,
+import {
+  sumUsage,
+  type Budgets,
+  type CostLimit,
+  type EgressSummary,
   IsolationEvidence,
   PreparedAction,
   RunRecord,
-  RunStatus,
-  SubrunCounts,
-  Usage,
-  VerifierFindings,
+  type RunStatus,
+  type SubrunCounts,
+  type TreeSpend,
+  type Usage,
+  type VerifierFindings,
 } from './contracts';
 import type { ErrorCode } from './errors';
 import type { PromptRef } from './prompt';
@@ -123,6 +126,23 @@ export interface RunView {
    * A task's run is in its parent's trace; each run of a batch has its own.
    */
   trace_id: string | null;
+  /** A repository run: the user trusted its content (`--trust-repository`); null for a fixture (and runs from before it was kept). */
+  trust_repository?: boolean | null;
+  /** An orchestrating run: what its tasks' runs spent, summed as each ended (their own tasks included); null otherwise. */
+  tasks_spent?: TreeSpend | null;
+  /** Set when the run stopped for `max_cost_usd`. */
+  cost_limit?: CostLimit | null;
+}
+
+/** What a run and its tasks spent: the run's own figures plus its tasks' (an orchestrating run). */
+export function treeSpend(view: RunView): TreeSpend {
+  const spent = view.tasks_spent ?? { runs: 0, turns: 0, tool_calls: 0, usage: null };
+  return {
+    runs: 1 + spent.runs,
+    turns: view.counters.turns + spent.turns,
+    tool_calls: view.counters.tool_calls + spent.tool_calls,
+    usage: sumUsage(view.usage, spent.usage),
+  };
 }
 
 export function buildRecord(view: RunView): RunRecord {
@@ -161,6 +181,9 @@ export function buildRecord(view: RunView): RunRecord {
         }
       : {}),
     ...(view.setup ? { egress: { allowed: view.setup.egress.allowed, denied: view.setup.egress.denied } } : {}),
+    ...(typeof view.trust_repository === 'boolean' ? { trust_repository: view.trust_repository } : {}),
+    ...(view.subruns !== null && view.tasks_spent ? { tree: treeSpend(view) } : {}),
+    ...(view.reason === 'max_cost_usd' && view.cost_limit ? { cost_limit: view.cost_limit } : {}),
     trace_id: view.trace_id ?? null,
   };
 }

@@ -5,6 +5,8 @@
 export const TRACE_TYPES = [
   'run_started',
   'repository_loaded',
+  /** The worker's operator maximums lowered some of the run's budgets: each field, what was asked, the maximum. */
+  'budgets_capped',
   'isolation_checked',
   'setup_started',
   'setup_cached',
@@ -32,6 +34,8 @@ export const TRACE_TYPES = [
   'verification_failed',
   'continued_as_new',
   'task_ended',
+  /** An orchestrating run waits for a task to give back budget it holds before its next step. */
+  'budget_wait',
   'stop_received',
   'run_finished',
 ] as const;

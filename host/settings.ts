@@ -13,6 +13,9 @@
  */
 import { isIP } from 'node:net';
 import { isAbsolute, join, relative, resolve } from 'node:path';
+import { DEFAULT_MAX_BUDGETS } from '../core/budgets';
+import { budgetsSchema, type Budgets } from '../core/contracts';
+import { formatIssues } from '../core/validate';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
 export const DEFAULT_TASK_QUEUE = 'coding-agent';
@@ -123,6 +126,13 @@ export interface Settings {
   fault: FaultPoint | null;
   /** Set by the command line on the background worker it starts (worker/background.ts). */
   backgroundWorker: boolean;
+  /**
+   * This worker runs the test and acceptance commands of runs on the `local` backend (as host processes
+   * with its own rights). A run's input cannot grant it: only the worker's operator.
+   */
+  allowLocal: boolean;
+  /** The largest budgets any run on this worker gets, whoever asked (core/budgets.ts capBudgets). */
+  maxBudgets: Partial<Budgets>;
 }
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -175,6 +185,9 @@ function family(env: Env, member: (name: string) => boolean, keepEmpty: boolean)
       .sort(([a], [b]) => (a < b ? -1 : 1)),
   );
 }
+
+/** The command line marks the background worker it starts with this variable set to `1` (`backgroundWorker`). */
+const BACKGROUND_WORKER_VARIABLE = 'AGENT_BACKGROUND_WORKER';
 
 const stateDirOf = (env: Env): string => resolve(given(env.AGENT_STATE_DIR) ?? resolve(PROJECT_ROOT, '.agent-state'));
 
@@ -468,10 +481,41 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     },
   },
   backgroundWorker: {
-    name: 'AGENT_BACKGROUND_WORKER',
+    name: BACKGROUND_WORKER_VARIABLE,
     default: 'unset',
     meaning: 'set to `1` by the command line on the background worker it starts; not for people to set',
     read: (v) => v === '1',
+  },
+  allowLocal: {
+    name: 'AGENT_ALLOW_LOCAL',
+    default: 'unset',
+    meaning:
+      "`1`: this worker runs the test and acceptance commands of runs on the `local` backend, as host processes with its rights; `0`: it refuses every local run (`failed` / `local_not_allowed`); unset: `1` for the embedded default's background worker (its user's own), `0` for any other worker",
+    read: (v, env) => {
+      const value = given(v);
+      if (value === null) return env[BACKGROUND_WORKER_VARIABLE] === '1';
+      if (value !== '1' && value !== '0') throw new Error(`AGENT_ALLOW_LOCAL must be 1 or 0, not ${JSON.stringify(value)}`);
+      return value === '1';
+    },
+  },
+  maxBudgets: {
+    name: 'AGENT_MAX_BUDGETS',
+    default: `\`${JSON.stringify(DEFAULT_MAX_BUDGETS)}\``,
+    meaning:
+      "the largest budgets a run on this worker gets, as JSON (any budget field; those given replace the default's): a fixture's, a repository's or a run input's budget above its maximum, or without a limit where one is set, is capped (`budgets_capped` in the trace)",
+    read: (v) => {
+      const text = given(v);
+      if (text === null) return { ...DEFAULT_MAX_BUDGETS };
+      let raw: unknown;
+      try {
+        raw = JSON.parse(text);
+      } catch (err) {
+        throw new Error(`AGENT_MAX_BUDGETS must be a JSON object of budgets, e.g. {"max_turns": 200}: ${(err as Error).message}`);
+      }
+      const parsed = budgetsSchema.partial().safeParse(raw);
+      if (!parsed.success) throw new Error(`AGENT_MAX_BUDGETS: ${formatIssues(parsed.error)}`);
+      return { ...DEFAULT_MAX_BUDGETS, ...parsed.data };
+    },
   },
 };
 

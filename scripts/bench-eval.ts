@@ -36,7 +36,8 @@ const plan = (): EvalPlan =>
 
 /** A worker process with its own state folder (a host of its own); resolves once it polls. */
 function startWorker(env: TestWorkflowEnvironment, taskQueue: string): Promise<ChildProcess> {
-  const child = spawnWorker(env, taskQueue, tempDir('bench-eval-host'));
+  // The batch runs on the local backend: each host's operator allows it.
+  const child = spawnWorker(env, taskQueue, tempDir('bench-eval-host'), { AGENT_ALLOW_LOCAL: '1' });
   return new Promise((resolve, reject) => {
     let err = '';
     child.stderr!.on('data', (chunk: Buffer) => {

@@ -25,6 +25,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from '../tests/helpers/run-dir';
 import { canonicalInput, startServer, uniqueQueue, writeReplay } from '../tests/helpers/temporal';
+import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import type { RunOutcome } from '../workflows';
 import { queryState, sendApproval, startRun } from '../client/run-access';
@@ -146,6 +147,8 @@ async function main(): Promise<void> {
     taskQueue,
     stateDir,
     docker: false,
+    // The benchmark's runs are the canonical fixture's, on this host: it allows local runs, as their operator.
+    settings: { ...readSettings(), allowLocal: true },
     // Test and acceptance processes are timed here, to split a run into harness and process time.
     wrapBackend: (b) => ({
       name: b.name,
@@ -437,7 +440,6 @@ async function main(): Promise<void> {
 async function benchSetupCache(): Promise<void> {
   if (process.env.BENCH_SETUP === '0') return void process.stderr.write('setup phase: skipped (BENCH_SETUP=0)\n');
   const egress = await import('../tests/helpers/egress');
-  const { readSettings } = await import('../host/settings');
   const Dockerode = (await import('dockerode')).default;
   const settings = readSettings();
   try {

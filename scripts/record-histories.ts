@@ -18,6 +18,7 @@ import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { tempDir } from '../tests/helpers/run-dir';
 import { approveAll, startServer } from '../tests/helpers/temporal';
 import type { RunOutcome } from '../workflows';
+import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import { startRunWithArgs } from '../client/run-access';
 
@@ -120,7 +121,13 @@ async function record(): Promise<void> {
   const stateDir = tempDir('record-histories');
   const forbidden = [...new Set([PROJECT_ROOT, stateDir, tmpdir(), homedir(), '/work/', '/root/', '/tmp/'])];
   const env = await startServer();
-  const { worker, close } = await createWorker({ connection: env.nativeConnection, taskQueue: TASK_QUEUE, stateDir });
+  // The recorded runs are on the local backend: this worker's operator allows it.
+  const { worker, close } = await createWorker({
+    connection: env.nativeConnection,
+    taskQueue: TASK_QUEUE,
+    stateDir,
+    settings: { ...readSettings(), allowLocal: true },
+  });
   try {
     const recorded = await worker.runUntil(async () => {
       const out: Array<{ name: string; json: string; leaks: Leak[] }> = [];

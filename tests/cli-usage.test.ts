@@ -21,7 +21,7 @@ describe('the command line usage', () => {
   it('gives typed values and precise errors', () => {
     const spec = {
       n: { kind: 'int', value: 'N' },
-      s: { kind: 'seconds', value: 'S' },
+      s: { kind: 'positive', value: 'S' },
       f: { kind: 'flag' },
       c: { kind: 'string', value: 'X', choices: ['a', 'b'], default: 'a' },
     } as const;

@@ -12,7 +12,7 @@ import {
   NON_RETRYABLE_FAILURE_TYPES,
   RETRIES_EXHAUSTED_REASON,
 } from '../core/failures';
-import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
+import { budgetStop, callTimeoutMs, capBudgets, effectiveBudgets, taskAllotment } from '../core/budgets';
 import { globMatches, normalizeRepoPath } from '../core/paths';
 import { evaluatePolicy } from '../core/policy';
 import { toolDefinitions, type ToolTexts } from '../core/tools';
@@ -114,6 +114,52 @@ describe('canonical JSON and budgets', () => {
     expect(budgetStop(b, { turns: 1, tool_calls: 1 }, 1000)).toBeNull();
     expect(callTimeoutMs(b, 30_000)).toBe(30_000);
     expect(callTimeoutMs(b, 300_000)).toBe(120_000);
+    const priced = { ...b, max_cost_usd: 0.5 };
+    expect(budgetStop(priced, { turns: 0, tool_calls: 0, cost_usd: 0.5 }, 1000)).toBe('max_cost_usd');
+    expect(budgetStop(priced, { turns: 0, tool_calls: 0, cost_usd: 0.49 }, 1000)).toBeNull();
+    expect(budgetStop(priced, { turns: 0, tool_calls: 0, cost_usd: null }, 1000)).toBeNull();
+  });
+
+  it("caps budgets at the operator's maximums, naming each field, and fills a limit the run left open", () => {
+    const asked = { max_turns: 5000, max_tool_calls: 40, deadline_s: 900, call_timeout_s: 120, max_output_tokens: 8000 };
+    const { budgets, capped } = capBudgets(asked, { max_turns: 2000, max_tool_calls: 100, max_cost_usd: 3, max_output_tokens: 6000 });
+    expect(budgets).toEqual({
+      max_turns: 2000,
+      max_tool_calls: 40,
+      deadline_s: 900,
+      call_timeout_s: 120,
+      max_output_tokens: 6000,
+      max_cost_usd: 3,
+    });
+    expect(capped).toEqual([
+      { field: 'max_turns', asked: 5000, max: 2000 },
+      { field: 'max_cost_usd', asked: null, max: 3 },
+      { field: 'max_output_tokens', asked: 8000, max: 6000 },
+    ]);
+    // A limit the harness gives by default (4096 output tokens) is lowered only when the maximum is below it.
+    expect(capBudgets({ ...asked, max_output_tokens: undefined }, { max_output_tokens: 6000 }).capped).toEqual([]);
+    expect(capBudgets({ ...asked, max_output_tokens: undefined }, { max_output_tokens: 1000 }).budgets.max_output_tokens).toBe(1000);
+  });
+
+  it('gives a task an equal share of what the tree has left, among the free slots and the orchestrating run, and refuses one it cannot fund', () => {
+    const b = { max_turns: 40, max_tool_calls: 100, deadline_s: 900, call_timeout_s: 120, max_cost_usd: 1 };
+    expect(taskAllotment(b, { turns: 4, tool_calls: 10, cost_usd: 0.1 }, 2)).toEqual({
+      ok: true,
+      allotment: { max_turns: 12, max_tool_calls: 30, max_cost_usd: 0.3 },
+    });
+    const { max_cost_usd: _unpriced, ...unpriced } = b;
+    expect(taskAllotment(unpriced, { turns: 0, tool_calls: 0, cost_usd: 0 }, 1)).toEqual({
+      ok: true,
+      allotment: { max_turns: 20, max_tool_calls: 50 },
+    });
+    expect(taskAllotment(b, { turns: 39, tool_calls: 0, cost_usd: 0 }, 1)).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/1 of its 40 turns/),
+    });
+    expect(taskAllotment(b, { turns: 0, tool_calls: 0, cost_usd: 1 }, 1)).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/cost budget/),
+    });
   });
 
   it('generates a JSON schema per tool from the validating schemas', () => {

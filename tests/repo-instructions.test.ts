@@ -8,7 +8,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { sha256 } from '../activities/digest';
-import { INSTRUCTIONS_CAP_BYTES } from '../core/repo-settings';
+import { BUILTIN_PROTECTED, INSTRUCTIONS_CAP_BYTES } from '../core/repo-settings';
 import { createSandbox } from '../worker/sandbox';
 import { git, sampleRepo } from './helpers/git-repo';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
@@ -81,8 +81,9 @@ describe('AGENTS.md as project instructions', () => {
       expect(body.messages[0].content.endsWith(`\n${agents}`)).toBe(true);
     }
     expect(requests[0].messages[1].content).toMatch(
-      /^Task: .*\n\nFiles you may change \(patterns: \* within one path segment, \*\* across segments\): \*\*\nNew files you may create \(patterns\): \*\*\nProtected, whatever the patterns above say: \.git\/\*\*, \.coding-agent\.json, \.github\/\*\*, AGENTS\.md, \.git\n/,
+      /^Task: .*\n\nFiles you may change \(patterns: \* within one path segment, \*\* across segments\): \*\*\nNew files you may create \(patterns\): \*\*\nProtected, whatever the patterns above say: (.*)\n/,
     );
+    expect(requests[0].messages[1].content).toContain(`\nProtected, whatever the patterns above say: ${BUILTIN_PROTECTED.join(', ')}\n`);
     const loaded = trace.find((e) => e.type === 'repository_loaded')!.data as { instructions: unknown };
     expect(loaded.instructions).toEqual({ digest: sha256(Buffer.from(agents)), bytes: Buffer.byteLength(agents), cut: false });
 
@@ -124,7 +125,7 @@ describe('AGENTS.md as project instructions', () => {
     const repo = sampleRepo(LINKCHECK);
     const replay = writeReplay([{ kind: 'final', text: 'Nothing to change.' }]);
     const { trace } = await runOnce(env, {
-      repo: { path: repo.dir, base_commit: repo.head, task: TASK },
+      repo: { path: repo.dir, base_commit: repo.head, task: TASK, trusted: true },
       source: { kind: 'replay', path: replay, trusted: true },
       backend: 'local',
       approver: 'policy:approve-writable',

@@ -156,7 +156,18 @@ describe('repository runs through npm run agent', () => {
     const replay = join(tempDir('replay'), 'sqlparse-files.json');
     writeFileSync(replay, JSON.stringify({ schema_version: 1, decisions: sqlparseDecisions() }));
     const id = 'repo-local-1';
-    const started = await cli('run', sample.dir, '--task', SQLPARSE_TASK, '--replay', replay, '--trust-replay', '--id', id);
+    const started = await cli(
+      'run',
+      sample.dir,
+      '--task',
+      SQLPARSE_TASK,
+      '--replay',
+      replay,
+      '--trust-replay',
+      '--trust-repository',
+      '--id',
+      id,
+    );
     expect(started.stdout.trim()).toBe(id);
     let approved = 0;
     for (let view = await status(id); view.status !== 'completed' && view.status !== 'failed'; view = await status(id)) {
@@ -176,6 +187,8 @@ describe('repository runs through npm run agent', () => {
       acceptance: null,
       tests: 495,
     });
+    // The user's --trust-repository let the repository's tests run on this host; the run says so.
+    expect(trace.find((e) => e.type === 'run_started')!.data).toMatchObject({ backend: 'local', trust_repository: true });
     const loaded = trace.find((e) => e.type === 'repository_loaded')!.data;
     expect(loaded).toMatchObject({
       name: 'project',
@@ -289,6 +302,7 @@ describe('repository runs through npm run agent', () => {
       '--replay',
       wrong,
       '--trust-replay',
+      '--trust-repository',
       '--approver',
       'policy:approve-writable',
       '--wait',
@@ -299,6 +313,7 @@ describe('repository runs through npm run agent', () => {
     ).catch((e) => e);
     expect(run.code).toBe(1);
     expect(JSON.parse(run.stdout)).toMatchObject({
+      trust_repository: true,
       status: 'failed',
       reason: 'verification_failed',
       writes: 1,
@@ -378,7 +393,7 @@ describe('repository runs through npm run agent', () => {
     writeFileSync(join(dir, 'tasks.jsonl'), `${tasks.map((t) => JSON.stringify(t)).join('\n')}\n`);
     const pictures = [repoPicture(linkcheck.dir), repoPicture(dotenv.dir)];
     const out = join(dir, 'out');
-    await cli('eval', join(dir, 'tasks.jsonl'), '--out', out, '--trust-replay', '--json');
+    await cli('eval', join(dir, 'tasks.jsonl'), '--out', out, '--trust-replay', '--trust-repository', '--json');
     const report = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
     expect(
       report.runs.map((r: { fixture: string; replay: string; status: string; reason: string | null }) => [
@@ -394,7 +409,7 @@ describe('repository runs through npm run agent', () => {
     ]);
     const [dotenvRun, fixRun, inverted] = report.runs;
     // report.json leaves the trace id out (it is in timings.json and report.html).
-    expect(fixRun).toEqual({ ...CANONICAL_RECORD, fixture: 'linkcheck-fix', epoch: 1, trace_id: undefined });
+    expect(fixRun).toEqual({ ...CANONICAL_RECORD, fixture: 'linkcheck-fix', epoch: 1, trust_repository: true, trace_id: undefined });
     expect(dotenvRun).toMatchObject({ acceptance: null, red_observed: true, candidate_tests: { failed: 0 } });
     expect(inverted).toMatchObject({
       acceptance: null,
@@ -445,7 +460,7 @@ describe('repository runs through npm run agent', () => {
     ];
     for (const [task, message] of cases) {
       writeFileSync(join(dir, 'tasks.jsonl'), `${JSON.stringify({ ...good, id: 'first' })}\n${JSON.stringify(task)}\n`);
-      const refused = await cli('eval', join(dir, 'tasks.jsonl'), '--out', join(dir, 'out')).catch((e) => e);
+      const refused = await cli('eval', join(dir, 'tasks.jsonl'), '--out', join(dir, 'out'), '--trust-repository').catch((e) => e);
       expect(refused.code).toBe(2);
       expect(refused.stderr).toMatch(message);
     }

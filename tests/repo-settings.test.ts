@@ -6,12 +6,14 @@
 import { globMatches, globProblem } from '../core/paths';
 import { evaluatePolicy, isWritable, mayCreate } from '../core/policy';
 import {
+  BUILTIN_PROTECTED,
   capInstructions,
   detectTests,
   INSTRUCTIONS_CAP_BYTES,
   parseRepoSettings,
   repositoryName,
   repositorySpec,
+  type RepoSettings,
   type TreeView,
 } from '../core/repo-settings';
 import { linkcheckFixture } from './helpers/run-dir';
@@ -148,11 +150,24 @@ describe('.coding-agent.json', () => {
     ['egress without a setup', { schema_version: 1, egress: { allow: ['a.example'] } }, /egress: egress applies to the setup phase only/],
     ['a setup without commands', { schema_version: 1, setup: { commands: [], timeout_s: 60 } }, /setup\.commands/],
     ['a policy that is no approver', { schema_version: 1, policy: 'yes' }, /policy:/],
+    [
+      'an approver that approves by itself',
+      { schema_version: 1, policy: 'policy:approve-writable' },
+      '.coding-agent.json: policy: policy:approve-writable approves writes by itself, and a repository may name only an approver that asks a person (interactive); choose a policy yourself with --approver',
+    ],
+    ['budgets beyond their maximum', { schema_version: 1, budgets: { max_turns: 1_000_000 } }, /budgets\.max_turns: Too big/],
     ['another schema version', { schema_version: 2 }, /schema_version/],
   ])('refuses %s, naming the field', (_what, settings, message) => {
     const parsed = parseRepoSettings(JSON.stringify(settings));
     expect(parsed.ok).toBe(false);
     expect(!parsed.ok && parsed.detail).toMatch(message);
+  });
+
+  it('takes interactive as the approver, the one that asks a person', () => {
+    expect(parseRepoSettings(JSON.stringify({ schema_version: 1, policy: 'interactive' }))).toMatchObject({
+      ok: true,
+      settings: { policy: 'interactive' },
+    });
   });
 
   it('refuses text that is not JSON', () => {
@@ -230,17 +245,46 @@ describe("a repository run's policy", () => {
   });
 
   it('writes anywhere but the protected patterns, the submodules and .git', () => {
-    expect(spec.protected).toEqual(['.git/**', '.coding-agent.json', '.github/**', 'AGENTS.md', '.git', 'vendor/lib', 'vendor/lib/**']);
+    expect(spec.protected).toEqual([...BUILTIN_PROTECTED, 'vendor/lib', 'vendor/lib/**']);
     for (const path of ['src/a.py', 'deep/er/x.bin', 'tests/test_new.py']) {
       expect(evaluatePolicy({ name: 'apply_patch' }, path, spec).decision).toBe('ask');
     }
-    for (const path of ['.coding-agent.json', 'AGENTS.md', '.github/workflows/ci.yml', '.git/config', 'vendor/lib/x.c']) {
+    for (const path of [
+      '.coding-agent.json',
+      'AGENTS.md',
+      '.github/workflows/ci.yml',
+      '.git/config',
+      'vendor/lib/x.c',
+      '.gitlab-ci.yml',
+      '.circleci/config.yml',
+      'CODEOWNERS',
+      'docs/CODEOWNERS',
+      '.gitmodules',
+      '.pre-commit-config.yaml',
+      '.husky/pre-commit',
+      '.vscode/tasks.json',
+    ]) {
       const evaluation = evaluatePolicy({ name: 'apply_patch' }, path, spec);
       expect(evaluation.decision).toBe('deny');
       expect(evaluation.matched.map((r) => r.id)).toContain('protected-pattern');
     }
     expect(isWritable(spec, 'docs/AGENTS.md')).toBe(true);
     expect(mayCreate(spec, '.github/x')).toBe(false);
+  });
+
+  it("adds the settings' protected patterns to the built-in ones: an empty list, or one that leaves out .github, protects them still", () => {
+    const settings = (value: unknown) => {
+      const parsed = parseRepoSettings(JSON.stringify({ schema_version: 1, protected: value }));
+      if (!parsed.ok) throw new Error(parsed.detail);
+      return parsed.settings;
+    };
+    const make = (s: RepoSettings | null) =>
+      repositorySpec({ id: 'demo', task: 't', settings: s, tests: spec.tests, acceptance: null, extraProtected: [] });
+    expect(make(settings([])).protected).toEqual([...BUILTIN_PROTECTED]);
+    const added = make(settings(['docs/legal/**', '.github/**']));
+    expect(added.protected).toEqual([...BUILTIN_PROTECTED, 'docs/legal/**']);
+    for (const path of ['.github/workflows/release.yml', 'docs/legal/terms.md'])
+      expect(evaluatePolicy({ name: 'apply_patch' }, path, added).decision).toBe('deny');
   });
 
   it("leaves a fixture's evaluation as it was: exact writable paths, no protected-pattern rule", () => {

@@ -75,7 +75,29 @@ describe('the settings module', () => {
       metricsAddress: null,
       fault: null,
       backgroundWorker: false,
+      allowLocal: false,
+      maxBudgets: { max_turns: 2000, max_tool_calls: 5000, deadline_s: 86400, call_timeout_s: 3600, approval_timeout_s: 2592000 },
     });
+  });
+
+  it("allows local runs on the background worker and where the operator says so, and merges the operator's maximums into the defaults", () => {
+    expect(readSettings({ AGENT_BACKGROUND_WORKER: '1' }).allowLocal).toBe(true);
+    expect(readSettings({ AGENT_BACKGROUND_WORKER: '1', AGENT_ALLOW_LOCAL: '0' }).allowLocal).toBe(false);
+    expect(readSettings({ AGENT_ALLOW_LOCAL: '1' }).allowLocal).toBe(true);
+    expect(() => readSettings({ AGENT_ALLOW_LOCAL: 'yes' })).toThrow('AGENT_ALLOW_LOCAL must be 1 or 0, not "yes"');
+    expect(readSettings({ AGENT_MAX_BUDGETS: '{"max_turns": 50, "max_cost_usd": 2.5}' }).maxBudgets).toEqual({
+      max_turns: 50,
+      max_tool_calls: 5000,
+      deadline_s: 86400,
+      call_timeout_s: 3600,
+      approval_timeout_s: 2592000,
+      max_cost_usd: 2.5,
+    });
+    expect(() => readSettings({ AGENT_MAX_BUDGETS: '{"max_turns": 500000}' })).toThrow(
+      'AGENT_MAX_BUDGETS: max_turns: Too big: expected number to be <=100000',
+    );
+    expect(() => readSettings({ AGENT_MAX_BUDGETS: '{"turns": 5}' })).toThrow(/AGENT_MAX_BUDGETS: .*Unrecognized key: "turns"/);
+    expect(() => readSettings({ AGENT_MAX_BUDGETS: 'max_turns=5' })).toThrow(/AGENT_MAX_BUDGETS must be a JSON object of budgets/);
   });
 
   it('reads each variable into its typed field; an empty value is unset, except for trusted folders', () => {

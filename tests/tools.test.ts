@@ -343,6 +343,7 @@ describe('local activities (read-only steps without a server round trip)', () =>
         providersFile: join(stateDir, 'providers.json'),
         credentialsFile: join(stateDir, 'credentials.json'),
         limits: DEFAULT_LIMITS,
+        maxBudgets: {},
         hostQueue: own,
         baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' },
         credential: () => undefined,

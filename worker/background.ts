@@ -17,7 +17,7 @@ import { readProvidersFile } from '../activities/providers/endpoints';
 import { buildId } from '../host/build';
 import { writeFileAtomic } from '../host/files';
 import { identityOf, processAlive, processEnded, type ProcessIdentity } from '../host/processes';
-import { readCredential, VARIABLES, type Settings } from '../host/settings';
+import { readCredential, readSetting, VARIABLES, type Settings } from '../host/settings';
 
 export interface WorkerRecord extends ProcessIdentity {
   build: string;
@@ -26,6 +26,8 @@ export interface WorkerRecord extends ProcessIdentity {
   task_queue: string;
   /** A digest of its telemetry settings: where it exports traces (and with which headers) and serves metrics. */
   telemetry: string;
+  /** Whether it runs commands on the local backend, and its budgets' maximums, as a digest (absent from older records). */
+  operator?: string;
 }
 
 export const WORKER_RECORD = 'worker.json';
@@ -69,7 +71,20 @@ function expectedRecord(settings: Settings, env?: NodeJS.ProcessEnv): Omit<Worke
     provider_env: providerEnv(settings, env),
     task_queue: settings.taskQueue,
     telemetry: telemetryDigest(settings),
+    operator:
+      env === undefined
+        ? operatorDigest(settings)
+        : // As the background worker started from `env` reads them: it allows local runs unless AGENT_ALLOW_LOCAL says otherwise.
+          operatorDigest({
+            allowLocal: readSetting('allowLocal', { ...env, [BACKGROUND_MARK]: '1' }),
+            maxBudgets: readSetting('maxBudgets', env),
+          }),
   };
+}
+
+/** The operator's decisions a worker takes: whether it runs local commands, and the budgets' maximums. */
+function operatorDigest(settings: Pick<Settings, 'allowLocal' | 'maxBudgets'>): string {
+  return sha256(`agent-operator\0${JSON.stringify([settings.allowLocal, settings.maxBudgets])}`).slice(0, 16);
 }
 
 /** The telemetry settings a worker was started with, as a digest (the export headers may hold a key). */
@@ -105,7 +120,8 @@ export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.Pro
         current.build === wanted.build &&
         same(current.provider_env, wanted.provider_env) &&
         current.task_queue === wanted.task_queue &&
-        current.telemetry === wanted.telemetry
+        current.telemetry === wanted.telemetry &&
+        current.operator === wanted.operator
       ) {
         return { record: current, action: 'reused', why: null };
       }
@@ -116,7 +132,9 @@ export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.Pro
             ? `it polls ${current.task_queue}`
             : current.telemetry !== wanted.telemetry
               ? 'its trace export or metrics settings differ from this shell'
-              : 'its provider variables differ from this shell';
+              : current.operator !== wanted.operator
+                ? 'its local-run or budget settings (AGENT_ALLOW_LOCAL, AGENT_MAX_BUDGETS) differ from this shell'
+                : 'its provider variables differ from this shell';
       await stopWorker(current);
     }
     const log = openSync(join(settings.stateDir, 'worker.log'), 'a');

@@ -178,6 +178,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       promptsDir: settings.promptsDir,
       limits: { ...DEFAULT_LIMITS, ...options.limits },
       prices,
+      maxBudgets: settings.maxBudgets,
       modelTimeoutMs: options.modelTimeoutMs,
       hostQueue,
       traces: (options.tracing ?? null) !== null,
@@ -186,8 +187,9 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       credential: (name) => readCredential(name),
     },
     ledger,
+    // No local backend unless the operator allows it: loadRun refuses local runs, and no activity can start a host process.
     backends: Object.fromEntries(
-      Object.entries(sandbox ? { local, docker: sandbox.backend } : { local }).map(([name, b]) => [
+      Object.entries({ ...(settings.allowLocal ? { local } : {}), ...(sandbox ? { docker: sandbox.backend } : {}) }).map(([name, b]) => [
         name,
         options.wrapBackend ? options.wrapBackend(b) : b,
       ]),

@@ -12,7 +12,7 @@ import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
 import type { Activities, Elsewhere, RunRef } from '../activities';
 import type { DecideResult } from '../activities/decisions';
 import { runFacts, type RunFacts } from '../core/context';
-import { budgetStop, callTimeoutMs, effectiveBudgets } from '../core/budgets';
+import { BUDGET_DEFAULTS, budgetStop, callTimeoutMs, effectiveBudgets, type BudgetStop, type BudgetUse } from '../core/budgets';
 import {
   addUsage,
   approvalSignalSchema,
@@ -69,10 +69,14 @@ const MAX_STEER_CHARS = 4000;
 const SEEN_MESSAGES = 256;
 
 const MAX_MODEL_RETRIES = 2;
+/** The change that made tasks draw on their orchestrating run's budgets (docs/sub-runs.md). */
+const TREE_BUDGETS_PATCH = 'tree-budgets';
+/** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
+const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
 const MAX_BUILDS = 8;
 /** How long a write waits for a person by default: 7 days. */
-const DEFAULT_APPROVAL_TIMEOUT_S = 7 * 24 * 3600;
+const DEFAULT_APPROVAL_TIMEOUT_S = BUDGET_DEFAULTS.approval_timeout_s;
 /** A live model's malformed calls in a row before the run ends `model_error`. */
 const MAX_FORMAT_ERRORS = 3;
 /** Distinct calls remembered between writes to tell a repeated call (a bound on the carried state). */
@@ -239,11 +243,13 @@ class AgentRun {
     }
     this.view.backend = input.backend;
     this.view.approver = input.approver;
+    if (input.repo) this.view.trust_repository = input.repo.trusted === true;
     if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
     this.trace.add('run_started', {
       source: input.source.kind,
       backend: input.backend,
       approver: input.approver,
+      ...(input.repo ? { trust_repository: input.repo.trusted === true } : {}),
       ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}),
     });
     const policyName = input.approver.startsWith('policy:') ? input.approver.slice('policy:'.length) : null;
@@ -291,8 +297,13 @@ class AgentRun {
     this.s.child_replays = loaded.child_replays;
     // Sub-runs: the input's, else the fixture's; a task's run only what its parent passed on.
     this.s.subruns = child ? (input.subruns ?? null) : (input.subruns ?? loaded.fixture.subruns ?? null);
-    if (this.s.subruns)
+    if (this.s.subruns) {
       this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
+      this.view.tasks_spent = { runs: 0, turns: 0, tool_calls: 0, usage: null };
+      // Tasks draw on this run's budgets (allotments, waits, refused dispatches): commands that
+      // histories recorded before it never issued.
+      this.s.tree_budgets = wf.patched(TREE_BUDGETS_PATCH);
+    }
     // The run's trace, named only when the loading host exports it (histories recorded before
     // loadRun returned the id have none).
     this.view.trace_id = loaded.trace_id ?? null;
@@ -301,7 +312,9 @@ class AgentRun {
     this.view.replay = loaded.replay;
     this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
     this.view.prompt = loaded.source.kind === 'provider' ? (loaded.source.prompt ?? null) : null;
-    this.view.budgets = effectiveBudgets(loaded.fixture.budgets, input.budgets);
+    // The worker decides the budgets (within its operator's maximums); histories from before it did have none.
+    this.view.budgets = loaded.budgets ?? effectiveBudgets(loaded.fixture.budgets, input.budgets);
+    if (loaded.capped?.length) this.trace.add('budgets_capped', { capped: loaded.capped });
     this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
     this.s.ref = {
       run_id: this.view.run_id,
@@ -433,9 +446,11 @@ class AgentRun {
 
   private async loop(): Promise<RunStop> {
     for (;;) {
-      const limit = budgetStop(this.budgets, this.view.counters, this.msLeft(), this.view.usage);
+      const limit = await this.limit();
       if (limit !== null) {
         if (limit === 'max_turns') await this.wrapUp();
+        if (limit === 'max_cost_usd')
+          this.view.cost_limit = { max_cost_usd: this.budgets.max_cost_usd!, spent_usd: this.used().cost_usd ?? 0, next_call_usd: null };
         return new RunStop('budget_exhausted', limit);
       }
       if (this.mayContinueAsNew()) await this.continueAsNew(null);
@@ -509,7 +524,7 @@ class AgentRun {
   private async decide(toolsEnabled: boolean): Promise<DecisionView[]> {
     const source = this.s.source!;
     const live = source.kind === 'provider';
-    for (let retries = 0; ; retries++) {
+    for (let retries = 0; ;) {
       const messages = this.s.steering.splice(0);
       for (const message of messages) this.s.transcript.append.push({ message });
       // Messages about tasks are pinned: compaction never drops them.
@@ -535,6 +550,9 @@ class AgentRun {
         tasks: this.s.subruns !== null ? Object.fromEntries((this.view.subruns?.tasks ?? []).map((t) => [t.title, t.task_id])) : undefined,
         transcript: this.s.transcript,
         facts: live ? this.facts(toolsEnabled) : null,
+        ...(live && this.budgets.max_cost_usd !== undefined
+          ? { cost_room_usd: this.budgets.max_cost_usd - (this.used().cost_usd ?? 0) }
+          : {}),
       };
       const options = {
         startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
@@ -561,6 +579,24 @@ class AgentRun {
           throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
         case 'refused':
           throw new RunStop('failed', 'model_refused', result.detail);
+        case 'over_budget': {
+          // Tasks hold part of the budget: once one gives back what it did not use, ask again.
+          if (this.s.tree_budgets && this.tasks.active() && result.estimate_usd <= result.room_usd + this.tasks.held().cost_usd) {
+            this.trace.add('budget_wait', { budget: 'max_cost_usd', next_call_usd: result.estimate_usd, room_usd: result.room_usd });
+            await this.tasks.nextEnd();
+            continue;
+          }
+          this.view.cost_limit = {
+            max_cost_usd: this.budgets.max_cost_usd!,
+            spent_usd: this.budgets.max_cost_usd! - result.room_usd,
+            next_call_usd: result.estimate_usd,
+          };
+          throw new RunStop(
+            'budget_exhausted',
+            'max_cost_usd',
+            `the next call could cost up to $${result.estimate_usd.toFixed(6)}, and $${result.room_usd.toFixed(6)} of max_cost_usd is left`,
+          );
+        }
         case 'decisions':
           this.s.cursor = result.cursor;
           this.s.notice = null;
@@ -579,6 +615,7 @@ class AgentRun {
             ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter'
             : null;
           if (delay > 0) await wf.sleep(delay);
+          retries++;
         }
       }
     }
@@ -620,7 +657,7 @@ class AgentRun {
   private addUsage(result: DecideResult, retry: number): void {
     const step = result.usage!;
     this.view.usage = addUsage(this.view.usage, step);
-    if (result.kind === 'exhausted' || result.cache === undefined) return;
+    if (result.kind === 'exhausted' || result.kind === 'over_budget' || result.cache === undefined) return;
     const cache = result.cache;
     const counted = (this.view.prompt_cache ??= { hits: 0, write_tokens: 0 });
     if (cache.hit) counted.hits++;
@@ -672,7 +709,7 @@ class AgentRun {
     this.trace.add('tool_proposed', { call: decision.raw, ref: decision.ref }, { call_id: callId });
     this.s.in_flight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
     // A reply with more calls than the budget has left: the rest get a result and do not run.
-    if (this.view.counters.tool_calls >= this.budgets.max_tool_calls)
+    if (this.used().tool_calls >= this.budgets.max_tool_calls)
       return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
     this.view.counters.tool_calls++;
     this.metrics.toolCall(decision.call?.name ?? null);
@@ -1008,6 +1045,7 @@ class AgentRun {
    * the AgentStatus search attribute as cancelled), so its record stays in its result.
    */
   async finish(stop: RunStop): Promise<RunOutcome> {
+    await this.endTasks(stop.reason);
     if (this.s.in_flight !== null) {
       this.observe(
         errorResult(this.s.in_flight.call_id, 'interrupted', {
@@ -1056,6 +1094,56 @@ class AgentRun {
       transcript: this.s.transcript.head,
       cursor: this.s.cursor,
     };
+  }
+
+  // ---- budgets ----
+
+  /**
+   * What counts against the run's budgets: its own turns, tool calls, tokens and cost and, for an
+   * orchestrating run, what its tasks spent and (`held`) what the running ones hold.
+   */
+  used(held = true): BudgetUse {
+    const counters = this.view.counters;
+    const own: BudgetUse = {
+      turns: counters.turns,
+      tool_calls: counters.tool_calls,
+      tokens: this.view.usage,
+      cost_usd: this.view.usage?.cost_usd ?? null,
+    };
+    if (!this.s.tree_budgets) return own;
+    const spent = this.view.tasks_spent!;
+    const holding = held ? this.tasks.held() : { turns: 0, tool_calls: 0, cost_usd: 0 };
+    return {
+      ...own,
+      turns: own.turns + spent.turns + holding.turns,
+      tool_calls: own.tool_calls + spent.tool_calls + holding.tool_calls,
+      cost_usd: (own.cost_usd ?? 0) + (spent.usage?.cost_usd ?? 0) + holding.cost_usd,
+    };
+  }
+
+  /**
+   * The budget that stops the run before its next decision, or null. When only what running tasks
+   * hold stands in the way, the run first waits for them to end and give back what they did not use.
+   */
+  private async limit(): Promise<BudgetStop | null> {
+    for (;;) {
+      const limit = budgetStop(this.budgets, this.used(), this.msLeft());
+      if (limit === null || !this.s.tree_budgets || !this.tasks.active()) return limit;
+      if (budgetStop(this.budgets, this.used(false), this.msLeft()) !== null) return limit;
+      this.trace.add('budget_wait', { budget: limit, held: this.tasks.held() });
+      await this.tasks.nextEnd();
+    }
+  }
+
+  /**
+   * An orchestrating run that ends stops its tasks still running and waits a while for their
+   * outcomes, so what they spent joins its tree (its close policy would cancel them unseen).
+   */
+  private async endTasks(reason: string): Promise<void> {
+    if (!this.s.tree_budgets || this.hostLost || !this.tasks.active()) return;
+    await wf.CancellationScope.nonCancellable(() =>
+      this.tasks.stopAll(`the orchestrating run ended (${reason || 'completed'})`, TASKS_END_WAIT_MS),
+    );
   }
 
   // ---- small helpers ----

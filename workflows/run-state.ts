@@ -5,6 +5,7 @@
 import type { RunRef } from '../activities';
 import type { SourceRef } from '../activities/decisions';
 import type { ApprovalSignal, PreparedAction, Subruns } from '../core/contracts';
+import type { Allotment } from '../core/budgets';
 import type { PolicyEvaluation } from '../core/policy';
 import type { RunView } from '../core/run-view';
 import type { CarriedTrace } from '../core/trace';
@@ -77,6 +78,11 @@ export interface RunState {
   stop: string | null;
   /** Identities of the calls made since the last write (a repeat among them is a repeated call). */
   recent_calls: string[];
+  /**
+   * Tasks draw on this orchestrating run's budgets (a run started before that was decided has it
+   * unset: its tasks each got the run's budgets, as then).
+   */
+  tree_budgets?: boolean;
 }
 
 /** A task's dispatch and what its last run left, to reopen it with its context. */
@@ -92,6 +98,8 @@ export interface TaskRef {
   news: number;
   /** The news the run has seen in a task_status answer. */
   seen: number;
+  /** What the task's running execution holds of this run's budgets (tree budgets); null once it ended. */
+  allotment?: Allotment | null;
 }
 
 export function initialState(runId: string): RunState {
@@ -127,6 +135,9 @@ export function initialState(runId: string): RunState {
       parent: null,
       setup: null,
       trace_id: null,
+      trust_repository: null,
+      tasks_spent: null,
+      cost_limit: null,
     },
     ref: null,
     source: null,

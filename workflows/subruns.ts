@@ -11,10 +11,25 @@
  *   lost with the run that started it), and its close policy cancels the tasks still running.
  * - A merge is one write over several paths, through the usual write path (policy, approval bound
  *   to the action and digests, ledger, receipt).
+ * - Tasks draw on this run's budgets (`tree_budgets`): a dispatch (or a reopening) reserves the
+ *   task's allotment, counted as spent until the task's outcome comes back with what it really
+ *   spent. A task that ends without an outcome is charged its whole allotment: what it spent is
+ *   unknown, and the tree must not spend more than its budgets.
  */
 import * as wf from '@temporalio/workflow';
 import type { Activities, RunRef } from '../activities';
-import { errorResult, okResult, type ChildInput, type ParsedRunInput, type RunInput, type ToolResult } from '../core/contracts';
+import { taskAllotment, type Allotment, type BudgetUse } from '../core/budgets';
+import {
+  errorResult,
+  okResult,
+  sumUsage,
+  type Budgets,
+  type ChildInput,
+  type ParsedRunInput,
+  type RunInput,
+  type ToolResult,
+  type TreeSpend,
+} from '../core/contracts';
 import { evaluatePolicy, type PolicyDecision, type PolicyEvaluation } from '../core/policy';
 import type { TaskView } from '../core/run-view';
 import { taskEnded, taskEndedMessage, taskId } from '../core/tasks';
@@ -32,6 +47,8 @@ export interface TaskHost {
   readonly ref: RunRef;
   readonly act: wf.ActivityInterfaceFor<Activities>;
   approveAndWrite(pending: PendingWrite): Promise<ToolResult>;
+  /** What counts against the run's budgets, its tasks' spending and holdings included. */
+  used(): BudgetUse;
 }
 
 const STRICTNESS: Record<PolicyDecision, number> = { allow: 0, ask: 1, deny: 2 };
@@ -60,6 +77,50 @@ export class Orchestration {
   /** True while a task of this run has not ended. */
   active(): boolean {
     return this.tasks.some((t) => !taskEnded(t));
+  }
+
+  /** What the running tasks hold of this run's budgets. */
+  held(): { turns: number; tool_calls: number; cost_usd: number } {
+    const held = { turns: 0, tool_calls: 0, cost_usd: 0 };
+    for (const ref of Object.values(this.s.task_refs)) {
+      if (!ref.allotment) continue;
+      held.turns += ref.allotment.max_turns;
+      held.tool_calls += ref.allotment.max_tool_calls;
+      held.cost_usd += ref.allotment.max_cost_usd ?? 0;
+    }
+    return held;
+  }
+
+  /** Stops every task still running and waits, at most `timeoutMs`, for their outcomes. */
+  async stopAll(reason: string, timeoutMs: number): Promise<void> {
+    for (const task of this.tasks.filter((t) => !taskEnded(t)))
+      await wf
+        .getExternalWorkflowHandle(task.task_id)
+        .signal(stopSignal, { reason, message_id: `${this.s.view.run_id}:end:${task.executions}` })
+        .catch(() => undefined); // it ended meanwhile
+    await wf.condition(() => !this.active(), timeoutMs);
+  }
+
+  /** Until a running task has ended and given back what it held. */
+  async nextEnd(): Promise<void> {
+    const holding = () => Object.values(this.s.task_refs).filter((r) => r.allotment).length;
+    const before = holding();
+    if (before > 0) await wf.condition(() => holding() < before);
+  }
+
+  /**
+   * The allotment a task's next execution gets (null without tree budgets), or why the run's
+   * budgets cannot fund one.
+   */
+  private allot(): { ok: true; allotment: Allotment | null } | { ok: false; detail: string } {
+    if (!this.s.tree_budgets) return { ok: true, allotment: null };
+    const used = this.host.used();
+    const free = this.s.subruns!.max_active - this.tasks.filter((t) => !taskEnded(t)).length;
+    return taskAllotment(
+      this.s.view.budgets as Budgets,
+      { turns: used.turns, tool_calls: used.tool_calls, cost_usd: used.cost_usd ?? 0 },
+      free,
+    );
   }
 
   private find(id: unknown): TaskView | null {
@@ -124,6 +185,8 @@ export class Orchestration {
         reason: `at most ${limits.max_active} tasks run at once; merge or wait for one to end`,
         running,
       });
+    const allotted = this.allot();
+    if (!allotted.ok) return errorResult(call.call_id, 'task_not_accepting', { reason: allotted.detail, known });
     const title = args.title!;
     this.s.task_refs[id] = {
       dispatch_ref: call.ref,
@@ -134,6 +197,7 @@ export class Orchestration {
       next_seq: 1,
       news: 0,
       seen: 0,
+      allotment: allotted.allotment,
     };
     const task: TaskView = {
       task_id: id,
@@ -159,6 +223,8 @@ export class Orchestration {
     const input = this.host.input;
     const ref = this.s.task_refs[task.task_id];
     const depth = (input.child?.depth ?? 0) + 1;
+    // The task's share of the tree (tree budgets), over what its run would otherwise take alone.
+    const budgets = ref.allotment ? { ...input.budgets, ...ref.allotment } : input.budgets;
     const child: RunInput = {
       ...(input.fixture !== undefined ? { fixture: input.fixture } : {}),
       ...(input.repo !== undefined ? { repo: input.repo } : {}),
@@ -167,7 +233,7 @@ export class Orchestration {
       source: input.source,
       backend: input.backend,
       approver: input.approver,
-      ...(input.budgets ? { budgets: input.budgets } : {}),
+      ...(budgets ? { budgets } : {}),
       ...(input.host_lost_s ? { host_lost_s: input.host_lost_s } : {}),
       // A task may dispatch tasks of its own only while max_depth allows.
       ...(this.s.subruns && depth < this.s.subruns.max_depth ? { subruns: this.s.subruns } : {}),
@@ -201,6 +267,7 @@ export class Orchestration {
         reason: 'task_not_started',
         summary: String((err as Error)?.message ?? err).slice(0, 240),
         diff_paths: [],
+        spent: { runs: 0, turns: 0, tool_calls: 0, usage: null },
       });
       return;
     }
@@ -213,6 +280,7 @@ export class Orchestration {
           reason: 'workflow_failed',
           summary: String((err as Error)?.message ?? err).slice(0, 240),
           diff_paths: [],
+          spent: this.whole(task.task_id),
         }),
     );
   }
@@ -222,21 +290,53 @@ export class Orchestration {
     ref.transcript_head = outcome.transcript;
     ref.cursor = outcome.cursor;
     ref.next_seq = outcome.trace.events + 1;
+    const r = outcome.record;
     this.ended(id, {
-      status: outcome.record.status,
-      reason: outcome.record.reason,
+      status: r.status,
+      reason: r.reason,
       summary: outcome.state.final_summary ?? outcome.state.wrap_up,
-      diff_paths: outcome.record.diff_paths,
+      diff_paths: r.diff_paths,
       run_id: outcome.state.run_id,
+      spent: r.tree ?? { runs: 1, turns: r.turns, tool_calls: r.tool_calls, usage: r.usage ?? null },
     });
+  }
+
+  /** What a task that ended without an outcome is charged: its whole allotment (nothing without tree budgets). */
+  private whole(id: string): TreeSpend {
+    const a = this.s.task_refs[id].allotment;
+    if (!a) return { runs: 1, turns: 0, tool_calls: 0, usage: null };
+    const cost = a.max_cost_usd;
+    return {
+      runs: 1,
+      turns: a.max_turns,
+      tool_calls: a.max_tool_calls,
+      usage: cost === undefined ? null : { model_calls: 0, input_tokens: 0, output_tokens: 0, cached_tokens: 0, cost_usd: cost },
+    };
   }
 
   /** A task ended: its roster entry, a trace event, and a message for the next decision. */
   private ended(
     id: string,
-    end: { status: TaskView['status']; reason: string | null; summary: string | null; diff_paths: string[]; run_id?: string },
+    end: {
+      status: TaskView['status'];
+      reason: string | null;
+      summary: string | null;
+      diff_paths: string[];
+      run_id?: string;
+      /** What the task's execution spent (with its own tasks): added to the tree, its allotment given back. */
+      spent: TreeSpend;
+    },
   ): void {
     const task = this.find(id)!;
+    const spent = this.s.view.tasks_spent;
+    if (spent)
+      this.s.view.tasks_spent = {
+        runs: spent.runs + end.spent.runs,
+        turns: spent.turns + end.spent.turns,
+        tool_calls: spent.tool_calls + end.spent.tool_calls,
+        usage: sumUsage(spent.usage, end.spent.usage),
+      };
+    this.s.task_refs[id].allotment = null;
     task.status = end.status;
     task.reason = end.reason;
     task.summary = end.summary;
@@ -273,9 +373,13 @@ export class Orchestration {
       return okResult(call.call_id, { task_id: task.task_id, delivered: 'to the running task, at its next step' });
     }
     if (task.run_id === null) return this.notAccepting(call.call_id, task, 'the task never started');
+    // A reopened task gets a new share of what the tree has left, not its first allotment again.
+    const allotted = this.allot();
+    if (!allotted.ok) return this.notAccepting(call.call_id, task, allotted.detail);
     counts.messages++;
     counts.messages_to_ended++;
     const ref = this.s.task_refs[task.task_id];
+    ref.allotment = allotted.allotment;
     task.executions++;
     task.status = 'starting';
     task.reason = null;

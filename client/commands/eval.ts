@@ -6,13 +6,13 @@ import { comparisonHtml } from '../../core/compare-html';
 import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
 import { writeFileAtomic } from '../../host/files';
 import type { EvalInput, EvalPlan } from '../../workflows/agentEval';
-import { command, UsageError } from '../command';
+import { command, RefusedInput, UsageError } from '../command';
 import { access, localEndpoint, out, webUi } from './shared';
 
 export const evaluate = command({
   name: 'eval',
   usage: [
-    'eval <fixtures-dir>|<tasks.jsonl>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
+    'eval <fixtures-dir>|<tasks.jsonl>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--trust-repository] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
     'eval <fixtures-dir>|<tasks.jsonl>... (--endpoint NAME | --provider openai|anthropic [--base-url URL] [--api-key-env VAR]) --model NAME [--prompt VERSION] --backend docker [the options above]',
     'eval --resume BATCH-ID [--out DIR] [--concurrency N]',
     'eval watch BATCH-ID',
@@ -21,6 +21,7 @@ export const evaluate = command({
   summary:
     'batch evaluation as a parent workflow: every replay of every fixture, K epochs, approved by a named policy;\n' +
     'a .jsonl file lists tasks on git repositories, one a line: {"id", "repo", "base", "task", "tests"?, "acceptance"?, "replays"?};\n' +
+    'on the local backend their tests run on this machine with your rights: --trust-repository says you trust every one of them;\n' +
     'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
     '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
     '--endpoint and --model make a live batch: each fixture or task once per epoch, decided by that model (--prompt: its prompt version);\n' +
@@ -34,6 +35,7 @@ export const evaluate = command({
     epochs: { kind: 'int', value: 'K', default: 1 },
     backend: { kind: 'string', value: 'NAME', default: 'local', choices: ['local', 'docker'] },
     'trust-replay': { kind: 'flag' },
+    'trust-repository': { kind: 'flag' },
     approver: { kind: 'string', value: 'policy:NAME', default: 'policy:approve-writable' },
     batch: { kind: 'string', value: 'ID' },
     resume: { kind: 'string', value: 'BATCH-ID' },
@@ -64,6 +66,13 @@ export const evaluate = command({
       throw new UsageError('a live batch runs on the docker backend (--backend docker): a live model runs only with verified isolation');
     if (!values.approver.startsWith('policy:'))
       throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
+    const tasks = positionals.some((p) => p.endsWith('.jsonl'));
+    if (values['trust-repository'] && (!tasks || values.backend !== 'local'))
+      throw new UsageError('--trust-repository goes with a tasks.jsonl batch on the local backend');
+    if (tasks && values.backend === 'local' && !values['trust-repository'])
+      throw new RefusedInput(
+        "on the local backend the repositories' tests run on this machine with your rights: add --trust-repository if you trust the content of every repository the tasks name, or run them in the sandbox with --backend docker",
+      );
   },
   async run(session, positionals, values) {
     if (positionals[0] === 'compare') return compareCommand(positionals.slice(1), values.json, values.html);
@@ -92,6 +101,7 @@ export const evaluate = command({
           backend: values.backend as EvalPlan['backend'],
           approver: values.approver,
           trustReplay: values['trust-replay'],
+          trustRepository: values['trust-repository'],
           hostLostS: values['host-lost-s'],
           ...(values.model !== undefined
             ? {

@@ -24,16 +24,18 @@ const options = {
   'api-key-env': { kind: 'string', value: 'VAR' },
   backend: { kind: 'string', value: 'NAME', default: 'local', choices: ['local', 'docker'] },
   'trust-replay': { kind: 'flag' },
-  /** Default: the repository settings' `policy`, else interactive. */
+  'trust-repository': { kind: 'flag' },
+  /** Default: the repository settings' `policy` (only one that asks a person), else interactive. */
   approver: { kind: 'string', value: 'interactive|policy:NAME' },
   wait: { kind: 'flag' },
   json: { kind: 'flag' },
   id: { kind: 'string', value: 'ID' },
   'max-turns': { kind: 'int', value: 'N' },
   'max-tool-calls': { kind: 'int', value: 'N' },
-  'deadline-s': { kind: 'seconds', value: 'S' },
-  'approval-timeout-s': { kind: 'seconds', value: 'S' },
+  'deadline-s': { kind: 'positive', value: 'S' },
+  'approval-timeout-s': { kind: 'positive', value: 'S' },
   'max-model-tokens': { kind: 'int', value: 'N' },
+  'max-cost-usd': { kind: 'positive', value: 'USD' },
   prompt: { kind: 'string', value: 'VERSION' },
 } as const;
 
@@ -65,9 +67,9 @@ export const run = command({
   name: 'run',
   usage: [
     'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S]',
-    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [--prompt VERSION] [...the options above]',
+    'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [--max-cost-usd USD] [--prompt VERSION] [...the options above]',
     'run <fixture-dir> --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR] --backend docker [...the options above]',
-    'run <repo> --task TEXT|--task-file FILE [--base REF] [--image NAME] [--branch] (--replay FILE | --endpoint NAME ... | --provider ...) [...the options above]',
+    'run <repo> --task TEXT|--task-file FILE [--base REF] [--image NAME] [--branch] [--trust-repository] (--replay FILE | --endpoint NAME ... | --provider ...) [...the options above]',
   ],
   summary:
     'start an agentRun; print its workflow id; with --wait follow it to the end.\n' +
@@ -76,6 +78,9 @@ export const run = command({
     '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.\n' +
     '<repo> is any git repository (a folder with .git, or a bare one): the workspace is the tree of --base (default HEAD),\n' +
     'its .coding-agent.json and AGENTS.md are read from there; --branch (with --wait) makes the verified change a branch.\n' +
+    "On the local backend a repository's tests run on this machine with your rights: --trust-repository says you trust its content\n" +
+    '(else run it in the sandbox, --backend docker); the worker runs local commands only when its operator allows it (AGENT_ALLOW_LOCAL).\n' +
+    '--max-cost-usd stops a live run (an orchestrating one: with all its tasks) before a call that could pass that many US dollars.\n' +
     "--prompt names the prompt version a live source uses (default: the worker's newest, under AGENT_PROMPTS_DIR).",
   options,
   check(positionals, values) {
@@ -96,10 +101,22 @@ export const run = command({
     if (values.image && values.backend !== 'docker')
       throw new UsageError('--image goes with --backend docker: the local backend runs on this machine, in no image');
     if (isFixture(positionals[0])) {
-      if (values.task !== undefined || values['task-file'] !== undefined || values.base !== undefined || values.branch) {
-        throw new UsageError('a fixture brings its own task and tree: --task, --task-file, --base and --branch are for a repository');
+      if (
+        values.task !== undefined ||
+        values['task-file'] !== undefined ||
+        values.base !== undefined ||
+        values.branch ||
+        values['trust-repository']
+      ) {
+        throw new UsageError(
+          'a fixture brings its own task and tree: --task, --task-file, --base, --branch and --trust-repository are for a repository',
+        );
       }
     } else {
+      if (values['trust-repository'] && values.backend !== 'local')
+        throw new UsageError(
+          '--trust-repository goes with the local backend: in the sandbox (--backend docker) a repository needs no trust',
+        );
       // The repository, its ref, its task and its settings, before any connection or workflow.
       const found = repositoryRun(positionals[0], values);
       if (found.settings?.setup && values.backend !== 'docker') {
@@ -107,6 +124,10 @@ export const run = command({
           '.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker',
         );
       }
+      if (values.backend === 'local' && !values['trust-repository'])
+        throw new RefusedInput(
+          `on the local backend the repository's tests run on this machine with your rights: add --trust-repository if you trust the content of ${positionals[0]}, or run it in the sandbox with --backend docker`,
+        );
     }
   },
   async run(session, positionals, values) {
@@ -120,11 +141,14 @@ export const run = command({
         deadline_s: values['deadline-s'],
         max_model_tokens: values['max-model-tokens'],
         approval_timeout_s: values['approval-timeout-s'],
+        max_cost_usd: values['max-cost-usd'],
       }).filter(([, v]) => v !== undefined),
     );
     const endpoint = values.provider ? localEndpoint(session, values) : values.endpoint;
     const input: RunInput = {
-      ...(repository ? { repo: repository.source } : { fixture: resolve(fixture) }),
+      ...(repository
+        ? { repo: { ...repository.source, ...(values['trust-repository'] ? { trusted: true } : {}) } }
+        : { fixture: resolve(fixture) }),
       ...(values.image ? { image: values.image } : {}),
       source:
         endpoint !== undefined
