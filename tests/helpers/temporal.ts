@@ -88,6 +88,7 @@ export const CANONICAL_RECORD = {
   tool_calls: 6,
   repeated_calls: 0,
   empty_replies: 0,
+  unreceipted_changes: 0,
   trace_id: null,
 };
 

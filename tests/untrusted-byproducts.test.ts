@@ -1,0 +1,242 @@
+/**
+ * What a test process leaves behind is untrusted: its changes to the workspace are undone before
+ * the next step (a source file rewritten, a file added, an executable bit, a link, a FIFO, a
+ * folder turned into a link to a host folder), a worker killed while the tests ran has them undone
+ * by the next attempt, and a report in `/out` that is a FIFO or a link to `/dev/zero` is a clear
+ * error on both backends while the same worker goes on serving another run. Real processes, a
+ * real dev server and the real engine.
+ */
+import { spawn } from 'node:child_process';
+import { cpSync, existsSync, lstatSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { preparePatch, writePatch } from '../activities/tools/apply_patch';
+import { runTests } from '../activities/tools/run_tests';
+import { sha256 } from '../activities/digest';
+import type { Fixture, RunInput } from '../core/contracts';
+import { createWorker } from '../worker';
+import type { RunOutcome } from '../workflows';
+import { startRunWithArgs } from '../client/run-access';
+import { storedTrace } from '../client/stored-trace';
+import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, type TestRun } from './helpers/run-dir';
+import { CANONICAL_RECORD, canonicalInput, startServer, uniqueQueue, waitFor, writeReplay } from './helpers/temporal';
+
+const junit = (command: string[]): Partial<Fixture> => ({
+  tests: { command, format: 'junit', timeout_s: 60 },
+  writable: ['src/app.py'],
+  new_files: [],
+});
+
+/** A repository with something of every kind a test may change. */
+const REPO = {
+  'src/app.py': 'print("app")\n',
+  'src/util.py': 'X = 1\n',
+  'tools/run.sh': '#!/bin/sh\necho run\n',
+  'data/table.csv': 'a,b\n1,2\n',
+  'docs/readme.md': '# readme\n',
+};
+
+/** A test command (Python) that changes the workspace every way it can, then writes a passing report. */
+const VANDAL = [
+  'import os, shutil, sys',
+  "open('src/app.py', 'w').write('print(\"rewritten by a test\")\\n')",
+  "open('new_file.txt', 'w').write('made by a test\\n')",
+  "os.chmod('tools/run.sh', 0o755)",
+  "os.symlink('/etc/passwd', 'passwd.link')",
+  "os.mkfifo('left.fifo')",
+  "os.remove('docs/readme.md')",
+  "os.makedirs('build/out')",
+  "open('build/out/x.o', 'wb').write(bytes(range(256)))",
+  // A folder turned into a link to a host folder: undoing it must never write through the link.
+  "shutil.rmtree('data')",
+  "os.symlink(sys.argv[2], 'data')",
+  'open(sys.argv[1], \'w\').write(\'<testsuite><testcase classname="t" name="ok"/></testsuite>\')',
+].join('\n');
+
+const VANDALISED = [
+  'build',
+  'build/out',
+  'build/out/x.o',
+  'data',
+  'data/table.csv',
+  'docs/readme.md',
+  'left.fifo',
+  'new_file.txt',
+  'passwd.link',
+  'src/app.py',
+  'tools/run.sh',
+];
+
+/** A host folder a test links the workspace to, and what it holds. */
+function hostFolder(): { dir: string; picture: () => string[] } {
+  const dir = tempDir('host-folder');
+  writeFileSync(join(dir, 'table.csv'), 'host data\n');
+  return { dir, picture: () => readdirSync(dir).map((n) => `${n}:${readFileSync(join(dir, n), 'utf8')}`) };
+}
+
+/** Writes `src/app.py` through apply_patch, receipted in the ledger, as an approved write would. */
+function receiptedWrite(t: TestRun): string {
+  const version = sha256(readFileSync(join(t.workspace, 'src/app.py')));
+  const args = { path: 'src/app.py', version, old: 'print("app")', new: 'print("approved")' };
+  const prepared = preparePatch(t.ctx, 'fix', args);
+  if (prepared.kind !== 'prepared') throw new Error(`not prepared: ${JSON.stringify(prepared)}`);
+  expect(writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'written', recovered: false });
+  return readFileSync(join(t.workspace, 'src/app.py'), 'utf8');
+}
+
+describe('a test process changing the workspace', () => {
+  it('has every change undone (a rewrite, a new file, a chmod, a link, a FIFO, a folder made a link), receipted writes kept and nothing written through the link', async () => {
+    const host = hostFolder();
+    const hostBefore = host.picture();
+    const t = prepareRun({
+      repo: { ...REPO, 'tests/vandal.py': VANDAL },
+      fixture: junit(['python3', 'tests/vandal.py', '{junit}', host.dir]),
+    });
+    const approved = receiptedWrite(t);
+    const before = t.digest();
+
+    const result = await runTests(t.ctx, 'vandal');
+    expect(result).toMatchObject({ ok: true, data: { status: 'passed', discovered: 1 } });
+    expect((result.data as { unreceipted: unknown }).unreceipted).toEqual({ paths: VANDALISED, count: VANDALISED.length });
+    expect(t.digest()).toBe(before);
+    expect(readFileSync(join(t.workspace, 'src/app.py'), 'utf8')).toBe(approved);
+    expect(lstatSync(join(t.workspace, 'data')).isDirectory()).toBe(true);
+    expect(readFileSync(join(t.workspace, 'data/table.csv'), 'utf8')).toBe('a,b\n1,2\n');
+    expect((lstatSync(join(t.workspace, 'tools/run.sh')).mode & 0o111) === 0).toBe(true);
+    for (const gone of ['new_file.txt', 'passwd.link', 'left.fifo', 'build']) expect(existsSync(join(t.workspace, gone))).toBe(false);
+    expect(host.picture()).toEqual(hostBefore);
+    // Nothing is left for a later step to undo again.
+    expect(existsSync(join(t.ctx.paths.control, 'undo.json'))).toBe(false);
+  });
+
+  it('reports no change when the tests change nothing', async () => {
+    const t = prepareRun({
+      repo: {
+        ...REPO,
+        'tests/quiet.py': 'import sys\nopen(sys.argv[1], \'w\').write(\'<testsuite><testcase classname="t" name="ok"/></testsuite>\')\n',
+      },
+      fixture: junit(['python3', 'tests/quiet.py', '{junit}']),
+    });
+    receiptedWrite(t);
+    const result = await runTests(t.ctx, 'quiet');
+    expect(result).toMatchObject({ ok: true, data: { status: 'passed' } });
+    expect(result.data).not.toHaveProperty('unreceipted');
+  });
+
+  it('undoes what a test changed before its worker was killed, at the next test run, and reports it there', async () => {
+    const marker = join(tempDir('killed'), 'changed');
+    const t = prepareRun({
+      repo: {
+        ...REPO,
+        // Changes the workspace, says so, then waits to be killed with its worker.
+        'tests/slow.py': `import os, sys, time\nopen('src/app.py', 'w').write('half done\\n')\nos.makedirs('junk')\nopen(${JSON.stringify(marker)}, 'w').write('x')\ntime.sleep(300)\n`,
+        'tests/quiet.py': 'import sys\nopen(sys.argv[1], \'w\').write(\'<testsuite><testcase classname="t" name="ok"/></testsuite>\')\n',
+      },
+      fixture: junit(['python3', 'tests/slow.py', '{junit}']),
+    });
+    const approved = receiptedWrite(t);
+    const before = t.digest();
+    // A worker process of its own, running the same run's tests, SIGKILLed while they run.
+    const worker = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const { runCandidateTests } = require(${JSON.stringify(join(PROJECT_ROOT, 'dist/activities/test-runner.js'))});
+         const { LocalBackend } = require(${JSON.stringify(join(PROJECT_ROOT, 'dist/activities/backends/local.js'))});
+         const { DEFAULT_LIMITS } = require(${JSON.stringify(join(PROJECT_ROOT, 'dist/activities/config.js'))});
+         runCandidateTests({ backend: new LocalBackend(), fixture: ${JSON.stringify({ tests: t.ctx.fixture.tests })},
+           paths: ${JSON.stringify(t.ctx.paths)}, limits: DEFAULT_LIMITS, timeoutMs: 600000, signal: new AbortController().signal });`,
+      ],
+      { stdio: 'ignore' },
+    );
+    await waitFor('the test to change the workspace', async () => existsSync(marker));
+    worker.kill('SIGKILL');
+    await new Promise((r) => worker.once('exit', r));
+    expect(t.digest()).not.toBe(before);
+    expect(existsSync(join(t.ctx.paths.control, 'undo.json'))).toBe(true);
+
+    // The next attempt: its own tests change nothing; the killed attempt's changes are undone and reported.
+    t.ctx.fixture = { ...t.ctx.fixture, tests: { command: ['python3', 'tests/quiet.py', '{junit}'], format: 'junit', timeout_s: 60 } };
+    const result = await runTests(t.ctx, 'after-kill');
+    expect(result).toMatchObject({ ok: true, data: { status: 'passed', unreceipted: { paths: ['junk', 'src/app.py'], count: 2 } } });
+    expect(t.digest()).toBe(before);
+    expect(readFileSync(join(t.workspace, 'src/app.py'), 'utf8')).toBe(approved);
+  });
+});
+
+/** The linkcheck fixture with its test command replaced by `command` (junit format). */
+function fixtureWithTests(command: string[]): string {
+  const dir = join(tempDir('hostile-report'), 'fixture');
+  cpSync(LINKCHECK, dir, { recursive: true });
+  const spec = JSON.parse(readFileSync(join(dir, 'fixture.json'), 'utf8')) as Record<string, unknown>;
+  writeFileSync(join(dir, 'fixture.json'), JSON.stringify({ ...spec, tests: { command, format: 'junit', timeout_s: 60 } }));
+  return dir;
+}
+
+describe('a report in /out that is a FIFO or a link to /dev/zero', () => {
+  let env: TestWorkflowEnvironment;
+  beforeAll(async () => {
+    env = await startServer();
+  });
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  const hostile = {
+    fifo: {
+      command: ['sh', '-c', 'mkfifo "$0"', '{junit}'],
+      detail: 'the test report <out>/junit.xml is a FIFO, not a regular file; it was not read',
+    },
+    zero: {
+      command: ['ln', '-s', '/dev/zero', '{junit}'],
+      detail: 'the test report <out>/junit.xml is a symbolic link, not followed; it was not read',
+    },
+  };
+
+  for (const backend of ['local', 'docker'] as const) {
+    it(`is a clear error on the ${backend} backend, while the same worker completes another run`, async () => {
+      const stateDir = tempDir('agent-state');
+      const taskQueue = uniqueQueue('hostile-report');
+      const { worker, store, close } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir });
+      const replay = writeReplay([
+        { kind: 'tool', call: { call_id: 'tests', name: 'run_tests', arguments: { preset: 'candidate_tests' } } },
+        { kind: 'final', text: 'done' },
+      ]);
+      const inputs: Record<string, RunInput> = {
+        fifo: {
+          ...canonicalInput('canonical', { backend }),
+          fixture: fixtureWithTests(hostile.fifo.command),
+          source: { kind: 'replay', path: replay, trusted: true },
+        },
+        zero: {
+          ...canonicalInput('canonical', { backend }),
+          fixture: fixtureWithTests(hostile.zero.command),
+          source: { kind: 'replay', path: replay, trusted: true },
+        },
+        canonical: canonicalInput('canonical', { backend }),
+      };
+      try {
+        const outcomes = await worker.runUntil(() =>
+          Promise.all(
+            Object.entries(inputs).map(async ([name, input]) => {
+              const handle = await startRunWithArgs(env.client, [input], { taskQueue, workflowId: `${taskQueue}-${name}` });
+              const outcome = (await handle.result()) as RunOutcome;
+              return [name, { outcome, trace: storedTrace(store, handle.firstExecutionRunId, true) }] as const;
+            }),
+          ),
+        );
+        const by = Object.fromEntries(outcomes);
+        expect(by.canonical.outcome.record).toEqual({ ...CANONICAL_RECORD });
+        for (const name of ['fifo', 'zero'] as const) {
+          const { outcome, trace } = by[name];
+          const observed = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'tests')!.data;
+          expect(observed).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'error', detail: hostile[name].detail } });
+          expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', writes: 0, unreceipted_changes: 0 });
+          expect(outcome.state.verification!.candidate_tests).toMatchObject({ status: 'error', error: hostile[name].detail });
+        }
+      } finally {
+        close();
+      }
+    });
+  }
+});
