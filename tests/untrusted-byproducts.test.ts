@@ -7,7 +7,7 @@
  * real dev server and the real engine.
  */
 import { spawn } from 'node:child_process';
-import { cpSync, existsSync, lstatSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { preparePatch, writePatch } from '../activities/tools/apply_patch';
@@ -16,10 +16,14 @@ import { sha256 } from '../activities/digest';
 import type { Fixture, RunInput } from '../core/contracts';
 import { createWorker } from '../worker';
 import type { RunOutcome } from '../workflows';
+import { branchFromRun, patchFromRun } from '../client/branch';
 import { startRunWithArgs } from '../client/run-access';
+import type { Session } from '../client/session';
+import { readSettings } from '../host/settings';
 import { storedTrace } from '../client/stored-trace';
+import { git, sampleRepo } from './helpers/git-repo';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, type TestRun } from './helpers/run-dir';
-import { CANONICAL_RECORD, canonicalInput, startServer, uniqueQueue, waitFor, writeReplay } from './helpers/temporal';
+import { CANONICAL_RECORD, canonicalInput, runOnce, startServer, uniqueQueue, waitFor, writeReplay } from './helpers/temporal';
 
 const junit = (command: string[]): Partial<Fixture> => ({
   tests: { command, format: 'junit', timeout_s: 60 },
@@ -239,4 +243,116 @@ describe('a report in /out that is a FIFO or a link to /dev/zero', () => {
       }
     });
   }
+});
+
+/** A script that records each time git runs it: `mark.sh <what>` appends `<what>` to the marker file. */
+function markerScript(): { script: string; marker: string; marks: () => string[] } {
+  const dir = tempDir('git-marker');
+  const marker = join(dir, 'marker');
+  const script = join(dir, 'mark.sh');
+  writeFileSync(script, `#!/bin/sh\necho "$1" >> ${JSON.stringify(marker)}\nexit 1\n`);
+  chmodSync(script, 0o755);
+  return { script, marker, marks: () => (existsSync(marker) ? readFileSync(marker, 'utf8').trim().split('\n') : []) };
+}
+
+/** A committed test that rewrites a source file and adds one each time it runs. */
+const REWRITING_TEST = [
+  'def test_rewrites_the_source():',
+  "    with open('src/linkcheck.py', 'a') as f:",
+  "        f.write('\\n# appended by a test\\n')",
+  "    open('stray.txt', 'w').write('left by a test')",
+  '',
+].join('\n');
+
+describe('a repository run whose repository and user configure commands, and whose test rewrites a source file', () => {
+  let env: TestWorkflowEnvironment;
+  beforeAll(async () => {
+    env = await startServer();
+  });
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  it('imports, branches and patches with no configured command run, an unsigned commit, and only the receipted paths', async () => {
+    const mark = markerScript();
+    const sample = sampleRepo(LINKCHECK, { '.gitattributes': '* filter=mark diff=mark\n', 'tests/test_rewrites.py': REWRITING_TEST });
+    const hooks = join(tempDir('hooks'), 'hooks');
+    mkdirSync(hooks);
+    for (const hook of ['reference-transaction', 'post-commit', 'pre-commit', 'post-index-change']) {
+      writeFileSync(join(hooks, hook), `#!/bin/sh\n${mark.script} hook-${hook}\n`);
+      chmodSync(join(hooks, hook), 0o755);
+    }
+    const configure = (file: string, entries: [string, string][]) => {
+      for (const [key, value] of entries) git(sample.dir, 'config', '--file', file, key, value);
+    };
+    // The repository's own configuration: ssh signing through a key command, hooks, fsmonitor, filters, text conversion...
+    configure(join(sample.dir, '.git', 'config'), [
+      ['commit.gpgSign', 'true'],
+      ['tag.gpgSign', 'true'],
+      ['gpg.format', 'ssh'],
+      ['gpg.ssh.defaultKeyCommand', `${mark.script} ssh-key-command`],
+      ['gpg.ssh.program', `${mark.script} ssh-program`],
+      ['user.signingKey', 'key::ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB7n6KZwW2bSWZ9SpV1Qz4oQf5gXo1lG6bKJx8sQ8u3y test'],
+      ['core.hooksPath', hooks],
+      ['core.fsmonitor', `${mark.script} fsmonitor`],
+      ['core.sshCommand', `${mark.script} ssh-command`],
+      ['core.pager', `${mark.script} pager`],
+      ['core.editor', `${mark.script} editor`],
+      ['credential.helper', `!${mark.script} credential`],
+      ['filter.mark.clean', `${mark.script} filter-clean`],
+      ['filter.mark.smudge', `${mark.script} filter-smudge`],
+      ['filter.mark.process', `${mark.script} filter-process`],
+      ['diff.mark.textconv', `${mark.script} textconv`],
+      ['diff.external', `${mark.script} external-diff`],
+    ]);
+    // ...and the user's own: openpgp signing through a program of theirs.
+    const home = tempDir('git-home');
+    configure(join(home, '.gitconfig'), [
+      ['commit.gpgSign', 'true'],
+      ['gpg.program', `${mark.script} gpg-program`],
+      ['user.signingKey', 'ABCDEF0123456789'],
+    ]);
+    const savedHome = process.env.HOME;
+    process.env.HOME = home;
+    try {
+      const { outcome, trace, handle, stateDir } = await runOnce(
+        env,
+        {
+          repo: { path: sample.dir, base_commit: sample.head, task: 'Fix it.' },
+          source: { kind: 'replay', path: join(LINKCHECK, 'replays', 'canonical.json'), trusted: true },
+          backend: 'docker',
+          approver: 'policy:approve-writable',
+        },
+        { workflowId: `${uniqueQueue('repo')}-run` },
+      );
+      expect(outcome.record).toMatchObject({
+        status: 'completed',
+        writes: 2,
+        receipts: 2,
+        diff_paths: ['src/linkcheck.py', 'tests/test_agent_nested.py'],
+      });
+      // Every test run (the model's two and the verifier's) rewrote the source and added a file; each was undone.
+      const undone = trace.filter((e) => e.type === 'unreceipted_change').map((e) => e.data);
+      expect(undone).toEqual([
+        { step: 'run_tests', paths: ['src/linkcheck.py', 'stray.txt'], count: 2 },
+        { step: 'run_tests', paths: ['src/linkcheck.py', 'stray.txt'], count: 2 },
+        { step: 'verifier_tests', paths: ['src/linkcheck.py', 'stray.txt'], count: 2 },
+      ]);
+      expect(outcome.record.unreceipted_changes).toBe(3);
+      expect(mark.marks()).toEqual([]); // the workspace's import ran nothing
+
+      const session = { settings: { ...readSettings(), stateDir }, client: env.client } as unknown as Session;
+      const made = await branchFromRun(session, handle.workflowId);
+      const patch = await patchFromRun(session, handle.workflowId);
+      expect(mark.marks()).toEqual([]);
+      expect(made.paths).toEqual(['src/linkcheck.py', 'tests/test_agent_nested.py']);
+      expect(git(sample.dir, 'diff', '--name-only', sample.head, made.branch).trim().split('\n')).toEqual(made.paths);
+      expect(git(sample.dir, 'show', `${made.branch}:src/linkcheck.py`)).not.toContain('appended by a test');
+      expect(git(sample.dir, 'cat-file', 'commit', made.commit)).not.toMatch(/^gpgsig/m);
+      expect(patch).not.toContain('appended by a test');
+      expect(patch).not.toContain('stray.txt');
+    } finally {
+      process.env.HOME = savedHome;
+    }
+  });
 });
