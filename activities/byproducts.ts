@@ -24,7 +24,6 @@
  * - Modes other than the executable bit are not compared: a tree records only that bit.
  */
 import {
-  copyFileSync,
   existsSync,
   mkdirSync,
   readdirSync,
@@ -39,7 +38,7 @@ import {
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../host/files';
-import { digestRegular } from './backends/hostile-read';
+import { copyRegular } from './backends/hostile-read';
 import { nonRetryable } from './failures';
 import { manifest, type ManifestEntry } from './manifest';
 import { baselineManifest, type RunPaths } from './workspace';
@@ -154,8 +153,7 @@ function copyChecked(from: string, digest: string, path: string, paths: RunPaths
   mkdirSync(paths.tmp, { recursive: true });
   const tmp = join(paths.tmp, `undo-${randomUUID()}`);
   try {
-    copyFileSync(from, tmp);
-    if (digestRegular(tmp, path) !== digest)
+    if (copyRegular(from, tmp, path) !== digest)
       throw nonRetryable('InfrastructureError', `the copy of ${path} kept to undo a test's changes differs from what was there`);
     if (executable !== undefined) chmodSync(tmp, executable ? 0o755 : 0o644);
     renameSync(tmp, to);

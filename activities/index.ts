@@ -682,7 +682,7 @@ export function createActivities(deps: ActivityDeps) {
     async diffPaths(ref: { run_id: string }): Promise<string[]> {
       const paths = runPaths(config.stateDir, ref.run_id);
       if (!existsSync(join(paths.control, 'prepared.json'))) return [];
-      return workspaceDiff(paths, 0).paths;
+      return workspaceDiff(paths, 0, 0).paths;
     },
   });
 }

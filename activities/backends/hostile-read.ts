@@ -14,7 +14,7 @@
  *   (a report folder it made, or a workspace path checked from the root, as resolveInWorkspace does).
  */
 import { createHash } from 'node:crypto';
-import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, type Stats } from 'node:fs';
+import { closeSync, constants, fstatSync, lstatSync, openSync, readSync, writeSync, type Stats } from 'node:fs';
 
 /** Why a file was not read. */
 export type RefusedKind = 'missing' | 'link' | 'fifo' | 'socket' | 'device' | 'folder' | 'too_large';
@@ -126,6 +126,32 @@ export function digestHostile(abs: string, name: string): { ok: true; digest: st
   }
 }
 
+/**
+ * Copies a regular file to `to` (created, never an existing file) through one descriptor a chunk
+ * at a time, and returns the digest of what was copied; or why it was not read.
+ */
+export function copyHostile(abs: string, to: string, name: string): { ok: true; digest: string } | Extract<HostileRead, { ok: false }> {
+  const opened = openRegular(abs, Number.MAX_SAFE_INTEGER, name);
+  if ('ok' in opened) return opened;
+  try {
+    const out = openSync(to, 'wx', 0o600);
+    try {
+      const hash = createHash('sha256');
+      for (;;) {
+        const n = readSync(opened.fd, chunk, 0, chunk.length, null);
+        if (n === 0) break;
+        hash.update(chunk.subarray(0, n));
+        for (let off = 0; off < n;) off += writeSync(out, chunk, off, n - off);
+      }
+      return { ok: true, digest: hash.digest('hex') };
+    } finally {
+      closeSync(out);
+    }
+  } finally {
+    closeSync(opened.fd);
+  }
+}
+
 /** A read the caller cannot go on without (a file it saw as regular a moment ago): the refusal as an error. */
 export class HostileFileError extends Error {
   override name = 'HostileFileError';
@@ -142,6 +168,13 @@ export function readRegular(abs: string, capBytes: number, name: string): Buffer
   const read = readHostile(abs, capBytes, name);
   if (!read.ok) throw new HostileFileError(read.kind, read.detail);
   return read.bytes;
+}
+
+/** `copyHostile`, throwing a HostileFileError instead of returning a refusal; returns the digest of the copy. */
+export function copyRegular(abs: string, to: string, name: string): string {
+  const copied = copyHostile(abs, to, name);
+  if (!copied.ok) throw new HostileFileError(copied.kind, copied.detail);
+  return copied.digest;
 }
 
 /** `digestHostile`, throwing a HostileFileError instead of returning a refusal. */
