@@ -8,7 +8,9 @@
  */
 import { spawn } from 'node:child_process';
 import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer, connect, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
+import { Client, Connection } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { preparePatch, writePatch } from '../activities/tools/apply_patch';
 import { runTests } from '../activities/tools/run_tests';
@@ -17,12 +19,14 @@ import type { Fixture, RunInput } from '../core/contracts';
 import { createWorker } from '../worker';
 import type { RunOutcome } from '../workflows';
 import { branchFromRun, patchFromRun } from '../client/branch';
-import { startRunWithArgs } from '../client/run-access';
+import { queryState, runHandle, startRunWithArgs } from '../client/run-access';
 import type { Session } from '../client/session';
 import { readSettings } from '../host/settings';
+import { startDevServer } from '../host/temporal-server';
+import { readWorkerRecord, stopWorker } from '../worker/background';
 import { storedTrace } from '../client/stored-trace';
 import { git, sampleRepo } from './helpers/git-repo';
-import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, type TestRun } from './helpers/run-dir';
+import { freePort, LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, type TestRun } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, runOnce, startServer, uniqueQueue, waitFor, writeReplay } from './helpers/temporal';
 
 const junit = (command: string[]): Partial<Fixture> => ({
@@ -353,6 +357,128 @@ describe('a repository run whose repository and user configure commands, and who
       expect(patch).not.toContain('stray.txt');
     } finally {
       process.env.HOME = savedHome;
+    }
+  });
+});
+
+/**
+ * A TCP relay on a port of its own to a dev server: the command line reaches the server only
+ * through it, and `cut()` refuses every connection for a while, as an overloaded server would.
+ */
+class Relay {
+  private server: Server | null = null;
+  private readonly sockets = new Set<Socket>();
+  constructor(
+    readonly port: number,
+    private readonly target: number,
+  ) {}
+
+  async open(): Promise<void> {
+    this.server = createServer((client) => {
+      const upstream = connect(this.target, '127.0.0.1');
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        s.on('error', () => undefined);
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve) => this.server!.listen(this.port, '127.0.0.1', resolve));
+  }
+
+  /** Resets every connection and refuses new ones for `ms`. */
+  async cut(ms: number): Promise<void> {
+    await new Promise<void>((resolve) => {
+      this.server!.close(() => resolve());
+      for (const s of this.sockets) s.resetAndDestroy();
+    });
+    await new Promise((r) => setTimeout(r, ms));
+    await this.open();
+  }
+
+  close(): void {
+    this.server?.close();
+    for (const s of this.sockets) s.destroy();
+  }
+}
+
+describe('run --wait --json while the SDK core warns', () => {
+  it('prints exactly one JSON document on stdout, the warning on stderr without colour codes', async () => {
+    const stateDir = tempDir('agent-core-warns');
+    const server = await startDevServer({
+      stateDir: tempDir('temporal'),
+      port: await freePort(),
+      uiPort: null,
+      dbFile: null,
+      attached: true,
+    });
+    const relay = new Relay(await freePort(), Number(server.address.split(':')[1]));
+    await relay.open();
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      AGENT_STATE_DIR: stateDir,
+      AGENT_DEV_SERVER_PORT: String(relay.port),
+      AGENT_DEV_UI_PORT: String(await freePort()),
+    };
+    delete env.TEMPORAL_ADDRESS;
+    // A test that takes long enough for the connection to be cut while the command follows the run.
+    const fixture = fixtureWithTests([
+      'python3',
+      '-c',
+      'import sys, time; time.sleep(12); open(sys.argv[1], "w").write("<testsuite><testcase classname=\\"t\\" name=\\"ok\\"/></testsuite>")',
+      '{junit}',
+    ]);
+    const replay = writeReplay([
+      { kind: 'tool', call: { call_id: 'slow-tests', name: 'run_tests', arguments: { preset: 'candidate_tests' } } },
+      { kind: 'final', text: 'done' },
+    ]);
+    const id = `core-warns-${process.pid}`;
+    try {
+      const command = spawn(
+        process.execPath,
+        [
+          join(PROJECT_ROOT, 'dist', 'client', 'cli.js'),
+          'run',
+          fixture,
+          '--replay',
+          replay,
+          '--trust-replay',
+          '--approver',
+          'policy:approve-writable',
+          '--wait',
+          '--json',
+          '--id',
+          id,
+        ],
+        { env, cwd: PROJECT_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      let stdout = '';
+      let stderr = '';
+      command.stdout.on('data', (c: Buffer) => (stdout += c.toString('utf8')));
+      command.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
+      const exited = new Promise<number | null>((resolve) => command.once('exit', (code) => resolve(code)));
+      // Once the tests run, the relay goes away long enough for the core to retry its calls many times.
+      const client = new Client({ connection: await Connection.connect({ address: server.address }) });
+      await waitFor('the run to start its tests', async () => {
+        const view = await queryState(runHandle(client, id));
+        return view.counters.tool_calls > 0;
+      });
+      await relay.cut(5000);
+      const code = await exited;
+      await client.connection.close();
+
+      expect(stderr).toMatch(/gRPC call \w+ retried \d+ times/);
+      expect(stderr).not.toMatch(/\u001b\[/); // no colour codes
+      expect(stdout).not.toMatch(/retried|WARN/);
+      const record = JSON.parse(stdout) as { status: string; unreceipted_changes: number };
+      expect(record).toMatchObject({ status: 'failed', reason: 'verification_failed', unreceipted_changes: 0 });
+      expect(code).toBe(1);
+    } finally {
+      const worker = readWorkerRecord(stateDir);
+      if (worker) await stopWorker(worker);
+      relay.close();
+      server.stop();
+      await server.exited;
     }
   });
 });
