@@ -24,6 +24,7 @@
  * - Modes other than the executable bit are not compared: a tree records only that bit.
  */
 import {
+  statSync,
   existsSync,
   mkdirSync,
   readdirSync,
@@ -89,7 +90,7 @@ const byDepth = (paths: string[]) => [...paths].sort((a, b) => depth(a) - depth(
  */
 export async function withUndo<T>(paths: RunPaths, run: () => Promise<T>): Promise<{ result: T; undone: Undone | null }> {
   const earlier = settle(paths);
-  const base = new Map(baselineManifest(paths).map((e) => [e.path, e]));
+  const base = baselineByPath(paths);
   const before = manifest(paths.workspace);
   keep(paths, before, base);
   let result: T;
@@ -111,15 +112,41 @@ export async function withUndo<T>(paths: RunPaths, run: () => Promise<T>): Promi
 function settle(paths: RunPaths): string[] {
   if (!existsSync(undoFile(paths))) return [];
   const record = JSON.parse(readFileSync(undoFile(paths), 'utf8')) as UndoRecord;
-  const base = new Map(baselineManifest(paths).map((e) => [e.path, e]));
+  const base = baselineByPath(paths);
   const want = new Map(base);
   for (const path of record.absent) want.delete(path);
   for (const e of record.changed) want.set(e.path, e);
   return undo(paths, base, null, want);
 }
 
+/**
+ * Per workspace, the baseline manifest by path and the last state written down, so that an
+ * unchanged workspace (the manifest cache returns the very same array) costs no parse and no
+ * comparison. Bounded like the manifest cache; a restarted worker reads everything once.
+ */
+const seen = new Map<string, { stamp: string; base: Map<string, ManifestEntry>; state: ManifestEntry[] | null; record: string }>();
+const SEEN_WORKSPACES = 32;
+
+function baselineByPath(paths: RunPaths): Map<string, ManifestEntry> {
+  const st = statSync(join(paths.control, 'baseline-manifest.json'));
+  const stamp = `${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}`;
+  const known = seen.get(paths.workspace);
+  if (known?.stamp === stamp) return known.base;
+  const base = new Map(baselineManifest(paths).map((e) => [e.path, e]));
+  seen.delete(paths.workspace);
+  seen.set(paths.workspace, { stamp, base, state: null, record: '' });
+  if (seen.size > SEEN_WORKSPACES) seen.delete(seen.keys().next().value!);
+  return base;
+}
+
 /** Writes down the state `before` (its files the baseline lacks, then its difference to the baseline). */
 function keep(paths: RunPaths, before: ManifestEntry[], base: Map<string, ManifestEntry>): void {
+  const known = seen.get(paths.workspace);
+  if (known !== undefined && known.base === base && known.state === before) {
+    // The same state as last time: its objects are kept, only the record is written again.
+    writeFileAtomic(undoFile(paths), known.record, { tmpDir: paths.tmp });
+    return;
+  }
   const changed: ManifestEntry[] = [];
   let kept = 0;
   for (const e of before) {
@@ -145,7 +172,9 @@ function keep(paths: RunPaths, before: ManifestEntry[], base: Map<string, Manife
   // Objects of earlier states that this one no longer has.
   if (existsSync(objects)) for (const name of readdirSync(objects)) if (!needed.has(name)) rmSync(join(objects, name), { force: true });
   const record: UndoRecord = { schema_version: 1, changed, absent };
-  writeFileAtomic(undoFile(paths), JSON.stringify(record), { tmpDir: paths.tmp });
+  const text = JSON.stringify(record);
+  writeFileAtomic(undoFile(paths), text, { tmpDir: paths.tmp });
+  if (known !== undefined && known.base === base) Object.assign(known, { state: before, record: text });
 }
 
 /** Copies `from` to `to` through a temporary file of the control folder, checked against `digest`. */
