@@ -10,7 +10,7 @@ import { spawn } from 'node:child_process';
 import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { preparePatch, writePatch } from '../activities/tools/apply_patch';
 import { runTests } from '../activities/tools/run_tests';
@@ -19,7 +19,7 @@ import type { Fixture, RunInput } from '../core/contracts';
 import { createWorker } from '../worker';
 import type { RunOutcome } from '../workflows';
 import { branchFromRun, patchFromRun } from '../client/branch';
-import { queryState, runHandle, startRunWithArgs } from '../client/run-access';
+import { queryState, runHandle, sendApproval, startRunWithArgs } from '../client/run-access';
 import type { Session } from '../client/session';
 import { readSettings } from '../host/settings';
 import { startDevServer } from '../host/temporal-server';
@@ -479,6 +479,91 @@ describe('run --wait --json while the SDK core warns', () => {
       relay.close();
       server.stop();
       await server.exited;
+    }
+  });
+});
+
+/** Rewrites a source file and leaves a file behind at every test session, before any test runs. */
+const REWRITING_CONFTEST = [
+  'import pathlib',
+  '',
+  '',
+  'def pytest_sessionstart(session):',
+  "    source = pathlib.Path('src/mathx.py')",
+  "    source.write_text(source.read_text() + '\\n# appended by a test\\n')",
+  "    pathlib.Path('stray.txt').write_text('left by a test')",
+  '',
+].join('\n');
+
+describe('a sub-run whose tests rewrite a source file and leave a file', () => {
+  let env: TestWorkflowEnvironment;
+  beforeAll(async () => {
+    env = await startServer();
+  });
+  afterAll(async () => {
+    await env?.teardown();
+  });
+
+  it('merges only the receipted writes of its tasks into the orchestrating run, which completes', async () => {
+    const fixture = join(tempDir('two-modules'), 'fixture');
+    cpSync(join(PROJECT_ROOT, 'fixtures', 'py-two-modules'), fixture, { recursive: true });
+    writeFileSync(join(fixture, 'repo', 'tests', 'conftest.py'), REWRITING_CONFTEST);
+    /** Approves every pending write of the run and of its tasks until it ends. */
+    const approveTree = async (parent: WorkflowHandle, running: () => boolean) => {
+      const done = new Set<string>();
+      while (running()) {
+        const view = await queryState(parent).catch(() => null);
+        for (const h of [parent, ...(view?.subruns?.tasks ?? []).map((t) => parent.client.getHandle(t.task_id))]) {
+          const p = await queryState(h)
+            .then((v) => (v.status === 'awaiting_approval' ? v.pending_approval : null))
+            .catch(() => null);
+          if (!p || done.has(p.action_id)) continue;
+          done.add(p.action_id);
+          await sendApproval(h, {
+            action_id: p.action_id,
+            decision: 'approve',
+            args_digest: p.args_digest,
+            workspace_digest: p.workspace_digest,
+          });
+        }
+        await new Promise((r) => setTimeout(r, 150));
+      }
+    };
+    const { outcome, trace, stateDir } = await runOnce(
+      env,
+      {
+        fixture,
+        source: { kind: 'replay', path: join(fixture, 'replays', 'canonical.json'), trusted: true },
+        backend: 'local',
+        approver: 'interactive',
+      },
+      { drive: approveTree },
+    );
+    expect(outcome.record).toMatchObject({
+      status: 'completed',
+      diff_paths: ['src/mathx.py', 'src/strx.py', 'tests/test_agent_clamp.py', 'tests/test_agent_title.py'],
+      subruns: { merges: 2 },
+    });
+    const merged = trace
+      .filter((e) => e.type === 'approval_requested')
+      .map((e) => (e.data as { diff: string }).diff)
+      .join('\n');
+    expect(merged).not.toContain('stray.txt');
+    expect(merged).not.toContain('appended by a test');
+    expect(readFileSync(join(stateDir, 'runs', outcome.state.run_id, 'workspace', 'src', 'mathx.py'), 'utf8')).not.toContain(
+      'appended by a test',
+    );
+    // The verifier's own test run rewrote the source and left the file again: undone, and counted.
+    expect(trace.filter((e) => e.type === 'unreceipted_change').map((e) => e.data)).toContainEqual({
+      step: 'verifier_tests',
+      paths: ['src/mathx.py', 'stray.txt'],
+      count: 2,
+    });
+    // Each task's own test runs were undone in its run alike.
+    for (const task of outcome.state.subruns!.tasks) {
+      const child = (await runHandle(env.client, task.task_id).result()) as RunOutcome;
+      expect(child.record.unreceipted_changes).toBeGreaterThan(0);
+      expect(child.record.diff_paths).not.toContain('stray.txt');
     }
   });
 });
