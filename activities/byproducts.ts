@@ -34,12 +34,13 @@ import {
   symlinkSync,
   unlinkSync,
   lstatSync,
+  readlinkSync,
   chmodSync,
 } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { writeFileAtomic } from '../host/files';
-import { copyRegular } from './backends/hostile-read';
+import { copyRegular, digestRegular } from './backends/hostile-read';
 import { nonRetryable } from './failures';
 import { manifest, type ManifestEntry } from './manifest';
 import { baselineManifest, type RunPaths } from './workspace';
@@ -210,8 +211,8 @@ function undo(
     changed = [...new Set([...want.keys(), ...current.keys()])].filter((p) => !sameEntry(want!.get(p), current.get(p))).sort();
     if (changed.length > 0) {
       putBack(paths, base, want, current, changed);
-      const after = new Map(manifest(paths.workspace).map((e) => [e.path, e]));
-      const left = [...new Set([...want.keys(), ...after.keys()])].filter((p) => !sameEntry(want!.get(p), after.get(p)));
+      // Only the changed paths were touched: each is checked again, not the whole tree.
+      const left = changed.filter((p) => !isAsWanted(paths.workspace, p, want!.get(p)));
       if (left.length > 0)
         throw nonRetryable(
           'InfrastructureError',
@@ -221,6 +222,17 @@ function undo(
   }
   rmSync(undoFile(paths), { force: true });
   return changed;
+}
+
+/** Whether `path` below `root` is now what `e` says (absent when `e` is undefined), looked at without following. */
+function isAsWanted(root: string, path: string, e: ManifestEntry | undefined): boolean {
+  const abs = join(root, path);
+  const st = lstatSync(abs, { throwIfNoEntry: false });
+  if (e === undefined || st === undefined) return e === undefined && st === undefined;
+  if (e.kind === 'dir') return st.isDirectory();
+  if (e.kind === 'symlink') return st.isSymbolicLink() && readlinkSync(abs) === e.target;
+  if (e.kind === 'file') return st.isFile() && ((st.mode & 0o111) !== 0) === e.executable && digestRegular(abs, path) === e.digest;
+  return false;
 }
 
 /** Throws unless every folder above `path` is a folder (never a link) below the root. */
