@@ -56,6 +56,7 @@ import { StoreError, type Store } from './store';
 import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
 import type { ToolContext } from './tools/context';
 import { readFile } from './tools/read_file';
+import type { TestRunData } from './test-runner';
 import { runTests } from './tools/run_tests';
 import { search } from './tools/search';
 import { showDiff, workspaceDiff } from './tools/show_diff';
@@ -377,11 +378,18 @@ export function createActivities(deps: ActivityDeps) {
   const keepWholeDiff = (prepared: { action: PreparedAction; whole_diff: string | null }): PreparedAction =>
     prepared.whole_diff === null ? prepared.action : { ...prepared.action, diff_ref: store.put('diff', prepared.whole_diff) };
 
-  /** Runs a stored call; its whole result is stored (one sync) and history gets its view. */
+  /**
+   * Runs a stored call; its whole result is stored (one sync) and history gets its view, with
+   * what a test run changed and was undone, whole (the workflow traces and counts it).
+   */
   const toolResult = async (ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> => {
     const ctx = toolContext(ref, timeoutMs);
     const result = await runTool(ctx, storedCall(view, view.name));
-    return resultView(result, store.put('result', result));
+    const unreceipted = view.name === 'run_tests' ? (result.data as TestRunData | null)?.unreceipted : undefined;
+    const resultRef = store.put('result', result);
+    return unreceipted
+      ? { ...resultView(result, resultRef), unreceipted: { step: 'run_tests', ...unreceipted } }
+      : resultView(result, resultRef);
   };
 
   /** Whether this worker is on the host of the run whose host queue is `hostQueue`. */
@@ -758,7 +766,7 @@ export function createActivities(deps: ActivityDeps) {
     async diffPaths(ref: { run_id: string }): Promise<string[]> {
       const paths = runPaths(config.stateDir, ref.run_id);
       if (!existsSync(join(paths.control, 'prepared.json'))) return [];
-      return workspaceDiff(paths, 0).paths;
+      return workspaceDiff(paths, 0, 0).paths;
     },
   });
 }

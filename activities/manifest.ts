@@ -24,9 +24,10 @@
  *   workspaces (the most recently checked), whatever the number of runs.
  * - The returned manifest may be the cached array itself: callers must not change it.
  */
-import { lstatSync, readdirSync, readFileSync, readlinkSync, type Stats } from 'node:fs';
+import { lstatSync, readdirSync, readlinkSync, type Stats } from 'node:fs';
 import { resolve } from 'node:path';
-import { digestJson, sha256 } from './digest';
+import { digestRegular } from './backends/hostile-read';
+import { digestJson } from './digest';
 
 export type ManifestEntry =
   | { path: string; kind: 'file'; digest: string; executable: boolean }
@@ -180,7 +181,8 @@ function check(dir: string, options: ManifestOptions): Cached {
           continue;
         }
         const executable = (child.mode & 0o111) !== 0;
-        const digest = sha256(readFileSync(full));
+        // Opened without following or waiting, and read a chunk at a time: a test's file may be huge, or swapped for a FIFO.
+        const digest = digestRegular(full, rel === '' ? name : `${rel}/${name}`);
         counters.digested++;
         // An unchanged digest keeps the entry object itself, so an unchanged manifest is recognised.
         const entry: FileEntry =

@@ -8,19 +8,7 @@
  * `.git` segment refuses the run; files are created with O_EXCL below folders this code made,
  * and symlinks are made last, so no write can follow a link, in the tree or planted by it.
  */
-import {
-  chmodSync,
-  closeSync,
-  copyFileSync,
-  existsSync,
-  lstatSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeSync,
-} from 'node:fs';
+import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, symlinkSync, writeSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { expectedFileSchema as expectedFile, type AcceptanceSpec, type RepoSource, type RunSpec, type TestsSpec } from '../core/contracts';
 import { formatIssues } from '../core/validate';
@@ -38,6 +26,7 @@ import {
 } from '../core/repo-settings';
 import { GitError, GitRepository, type TreeChange, type TreeEntry } from '../host/git';
 import { writeFileAtomic } from '../host/files';
+import { copyRegular } from './backends/hostile-read';
 import { sha256 } from './digest';
 import { copyTree, manifest, manifestDigest, type ManifestEntry, type PreparedWorkspace, type RunPaths } from './workspace';
 
@@ -392,7 +381,9 @@ export function keepVerifiedChange(paths: RunPaths, baseCommit: string, changes:
     if (c.kind !== 'file') continue;
     const to = join(dir, 'files', c.path);
     mkdirSync(dirname(to), { recursive: true });
-    copyFileSync(join(paths.workspace, c.path), to);
+    // The bytes whose digest the manifest took, read without following a link or opening a FIFO.
+    if (copyRegular(join(paths.workspace, c.path), to, c.path) !== c.digest)
+      throw new VerifiedChangeError(`${c.path} changed while the verified change was kept`);
   }
   const change: VerifiedChange = { schema_version: 1, base_commit: baseCommit, changes };
   writeFileAtomic(join(dir, 'change.json'), JSON.stringify(change), { tmpDir: paths.tmp });

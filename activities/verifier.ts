@@ -8,11 +8,12 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { jsonEqual } from '../core/canonical';
-import { expectedFileSchema, type RunSpec, type VerifierFindings } from '../core/contracts';
+import { expectedFileSchema, type RunSpec, type UnreceiptedChange, type VerifierFindings } from '../core/contracts';
 import { isWritable, mayCreate } from '../core/policy';
 import { formatIssues } from '../core/validate';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from './config';
+import { withUndo } from './byproducts';
 import { faultPoint } from './faults';
 import { keepVerifiedChange, treeChanges } from './repository';
 import { runCandidateTests } from './test-runner';
@@ -96,14 +97,20 @@ export async function verify(opts: {
     keepVerifiedChange(paths, opts.baseCommit, changes);
   }
 
-  const tests = await runCandidateTests({ ...opts, workspaceDir: paths.workspace, outRoot: join(paths.control, 'out') });
+  // Each process's changes are undone before the next step: the acceptance cases judge the verified state.
+  const tests = await runCandidateTests({ ...opts, paths });
+  const unreceipted: UnreceiptedChange[] = [];
+  if (tests.unreceipted) unreceipted.push({ step: 'verifier_tests', ...tests.unreceipted });
 
-  const acceptance =
-    opts.hiddenAcceptance === false
-      ? { total: 0, passed: 0, failed: [], error: null }
-      : fixture.acceptance !== null && opts.acceptanceDir !== null
-        ? await runAcceptance({ ...opts, acceptance: fixture.acceptance, acceptanceDir: opts.acceptanceDir })
-        : null; // a repository run without acceptance
+  let acceptance: AcceptanceResult | null = null; // a repository run without acceptance
+  if (opts.hiddenAcceptance === false) acceptance = { total: 0, passed: 0, failed: [], error: null };
+  else if (fixture.acceptance !== null && opts.acceptanceDir !== null) {
+    const { result, undone } = await withUndo(paths, () =>
+      runAcceptance({ ...opts, acceptance: fixture.acceptance!, acceptanceDir: opts.acceptanceDir! }),
+    );
+    acceptance = result;
+    if (undone) unreceipted.push({ step: 'acceptance', ...undone });
+  }
   const testsOk = tests.status === 'passed' && tests.discovered > 0;
   const acceptanceOk = acceptance === null || (acceptance.error === null && acceptance.failed.length === 0);
   return {
@@ -118,6 +125,7 @@ export async function verify(opts: {
     },
     acceptance,
     diff_paths: changedFiles(base, current),
+    ...(unreceipted.length > 0 ? { unreceipted } : {}),
   };
 }
 

@@ -39,6 +39,8 @@ export function describeEvent(e: TraceEvent): string {
       const why = data?.reason ?? (data?.status ? `${data.failed} of ${data.discovered} failed (${data.status})` : '');
       return `${head} ${d.error}${why ? `: ${why}` : ''}`;
     }
+    case 'unreceipted_change':
+      return `${head} ${d.step} changed ${d.count} path${d.count === 1 ? '' : 's'}, undone: ${(d.paths ?? []).join(', ')}${d.count > (d.paths?.length ?? 0) ? ', ...' : ''}`;
     case 'approval_requested':
       return `${head} approval needed for ${d.path} (action ${short(e.action_id)})`;
     case 'approval_recorded':

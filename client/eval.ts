@@ -221,6 +221,7 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
     tool_calls: 0,
     repeated_calls: 0,
     empty_replies: 0,
+    unreceipted_changes: 0,
     trace_id: null,
   };
 }

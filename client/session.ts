@@ -5,13 +5,12 @@
  * server, started or reused, with the state folder's one background worker (worker/background.ts).
  */
 import { Client } from '@temporalio/client';
-import { Runtime } from '@temporalio/worker';
 import { connectTemporal, resolveTarget } from '../host/connection';
 import { ensureDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
 import { TracingClientInterceptor } from './tracing';
 import { ensureBackgroundWorker, type EnsuredWorker } from '../worker/background';
-import { runtimeLogger } from '../worker/logger';
+import { installRuntime } from '../worker/logger';
 import { readSettings, type Settings } from '../host/settings';
 
 export interface Session {
@@ -33,7 +32,7 @@ export interface Session {
 
 /** Opens the connection; a configuration or connection fault throws a ConnectionError (one line, exit 2). */
 export async function openSession(settings: Settings = readSettings()): Promise<Session> {
-  Runtime.install({ logger: runtimeLogger('WARN') });
+  installRuntime('WARN');
   const target = resolveTarget(settings);
   const embedded = target.address === null;
   const address = embedded

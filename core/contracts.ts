@@ -494,6 +494,18 @@ export interface VerifierFindings {
   /** Null when the run has no acceptance (a repository run without one). */
   acceptance: { total: number; passed: number; failed: string[]; error: string | null } | null;
   diff_paths: string[];
+  /** What the verifier's own test and acceptance processes changed in the workspace, undone (absent: nothing). */
+  unreceipted?: UnreceiptedChange[];
+}
+
+/**
+ * What one test or acceptance process changed in the workspace, undone before the next step
+ * (never verified, branched, patched or merged): the first paths, sorted, and how many there were.
+ */
+export interface UnreceiptedChange {
+  step: 'run_tests' | 'verifier_tests' | 'acceptance';
+  paths: string[];
+  count: number;
 }
 
 /**
@@ -539,6 +551,8 @@ export interface RunRecord {
   /** Calls identical to one made earlier with no write in between; replies with neither a call nor text. */
   repeated_calls: number;
   empty_replies: number;
+  /** Test and acceptance processes that changed the workspace (each change undone, traced as `unreceipted_change`). */
+  unreceipted_changes: number;
   usage?: Usage;
   /** A live source's prompt version and the digest of its content (the same for the same prompt files). */
   prompt?: PromptRef;

@@ -115,6 +115,7 @@ export function reportJson(report: EvalReport): string {
       tool_calls: r.tool_calls,
       repeated_calls: r.repeated_calls,
       empty_replies: r.empty_replies,
+      unreceipted_changes: r.unreceipted_changes ?? 0,
       ...(r.usage ? { usage: r.usage } : {}),
       ...(r.prompt ? { prompt: r.prompt } : {}),
       ...(r.subruns ? { subruns: r.subruns, tasks: r.tasks } : {}),

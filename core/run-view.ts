@@ -87,6 +87,8 @@ export interface RunView {
     repeated_calls: number;
     /** Replies that carried neither a tool call nor any text (a plan or final that says nothing). */
     empty_replies: number;
+    /** Test and acceptance processes whose changes to the workspace were undone (absent in runs from before it was kept). */
+    unreceipted_changes?: number;
   };
   tool_errors: Partial<Record<ErrorCode, number>>;
   red_observed: boolean;
@@ -166,6 +168,7 @@ export function buildRecord(view: RunView): RunRecord {
     // Absent from the counters of a run that began before they were kept.
     repeated_calls: view.counters.repeated_calls ?? 0,
     empty_replies: view.counters.empty_replies ?? 0,
+    unreceipted_changes: view.counters.unreceipted_changes ?? 0,
     ...(view.usage !== null ? { usage: view.usage } : {}),
     // Absent from the state of a run that started before prompts were versioned.
     ...(view.prompt ? { prompt: view.prompt } : {}),

@@ -21,6 +21,8 @@ export const TRACE_TYPES = [
   'plan_recorded',
   'tool_proposed',
   'tool_observed',
+  /** A test or acceptance process changed the workspace; the change was undone (paths, count). */
+  'unreceipted_change',
   'approval_requested',
   'approval_recorded',
   'approval_ignored',

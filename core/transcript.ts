@@ -3,7 +3,7 @@
  * decisions, calls and results live in the host store (activities/store.ts) under these digests.
  * Pure, workflow-safe.
  */
-import type { ToolResult } from './contracts';
+import type { ToolResult, UnreceiptedChange } from './contracts';
 import type { ToolName } from './tools';
 
 /** A validated call as the workflow sees it; the full arguments are in the store under `ref`. */
@@ -34,6 +34,8 @@ export interface CallView {
 export interface ResultView extends ToolResult {
   /** Digest of the full result, or null when `data` already is the whole of it. */
   ref: string | null;
+  /** run_tests: what the test process changed in the workspace, undone (whole, as `data` holds it briefed). */
+  unreceipted?: UnreceiptedChange;
 }
 
 /** A decision as the workflow sees it; the raw decision is in the store under `ref`. */

@@ -5,11 +5,16 @@
  * `update-ref` with the expected old value. Nothing here touches a working tree, the repository's
  * index, HEAD or a ref other than the one `createBranch` creates.
  *
- * Hazards: every command runs with GIT_DIR set and none of the caller's GIT_* variables (a
- * GIT_INDEX_FILE or GIT_WORK_TREE inherited from a hook would redirect it); hooks are off
- * (`core.hooksPath=/dev/null`), so an update-ref runs no reference-transaction hook; replace refs
- * are ignored, so a commit's tree is the one its id names. Objects for a patch go to a temporary
- * object folder with the repository's objects as an alternate, so the repository gets nothing.
+ * Hazards: a user's repository is configured by whoever wrote its `.git/config` (and a user's
+ * own files add signing, pagers, helpers), and git runs commands from configuration: signing
+ * programs (`gpg.program`, `gpg.ssh.defaultKeyCommand`), hooks, `core.fsmonitor`, filters,
+ * external diff and text conversion, credential helpers, `core.sshCommand`, a pager or an editor.
+ * Every invocation goes through `gitEnv`: the user's and the system's files are not read, none of
+ * the caller's GIT_* variables is kept (a GIT_INDEX_FILE or GIT_WORK_TREE inherited from a hook
+ * would redirect it), and command-line configuration (which beats the repository's) turns each of
+ * those off; commit-tree also gets `--no-gpg-sign`. Replace refs are ignored, so a commit's tree
+ * is the one its id names. Objects for a patch go to a temporary object folder with the
+ * repository's objects as an alternate, so the repository gets nothing.
  */
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
@@ -45,20 +50,49 @@ export type TreeChange =
 
 const MAX_OUTPUT = 512 * 1024 * 1024;
 
-/** The caller's environment for git, whole but for every GIT_* variable (which would redirect it). */
-function baseEnv(): NodeJS.ProcessEnv {
+/**
+ * Configuration that beats the repository's (command-line scope): nothing configured runs.
+ * Signing off (so no `gpg.*` program or key command); hooks from an empty folder; no fsmonitor;
+ * the credential helper list emptied (an empty value resets it) and no askpass; no transport at
+ * all, so no ssh command; `cat` and `:` are git's own words for no pager and no editor. External diff, text conversion and filters run only where a command asks
+ * for them: `diff-tree` gets `--no-ext-diff --no-textconv`, `hash-object` gets `--no-filters`,
+ * and `cat-file`, `read-tree` and `update-index --index-info` never filter.
+ */
+export const GIT_CONFIG_OVERRIDES: readonly (readonly [string, string])[] = [
+  ['commit.gpgSign', 'false'],
+  ['tag.gpgSign', 'false'],
+  ['core.hooksPath', '/dev/null'],
+  ['core.fsmonitor', 'false'],
+  ['core.sshCommand', 'false'],
+  ['core.pager', 'cat'],
+  ['core.editor', ':'],
+  ['core.askPass', ''],
+  ['credential.helper', ''],
+  ['protocol.allow', 'never'],
+];
+
+/**
+ * The environment of every git command on a user's repository: the caller's, minus every GIT_*
+ * variable, with the user's and the system's configuration files dropped and GIT_CONFIG_OVERRIDES on top.
+ */
+export function gitEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('GIT_')));
-  const config = { 'core.hooksPath': '/dev/null', 'core.fsmonitor': 'false' };
-  Object.entries(config).forEach(([key, value], i) => {
+  GIT_CONFIG_OVERRIDES.forEach(([key, value], i) => {
     env[`GIT_CONFIG_KEY_${i}`] = key;
     env[`GIT_CONFIG_VALUE_${i}`] = value;
   });
   return {
     ...env,
-    GIT_CONFIG_COUNT: String(Object.keys(config).length),
+    GIT_CONFIG_COUNT: String(GIT_CONFIG_OVERRIDES.length),
+    GIT_CONFIG_GLOBAL: '/dev/null',
+    GIT_CONFIG_NOSYSTEM: '1',
+    GIT_ATTR_NOSYSTEM: '1',
     GIT_TERMINAL_PROMPT: '0',
     GIT_OPTIONAL_LOCKS: '0',
     GIT_NO_REPLACE_OBJECTS: '1',
+    GIT_PAGER: 'cat',
+    GIT_EDITOR: ':',
+    ...extra,
   };
 }
 
@@ -95,7 +129,7 @@ export class GitRepository {
     if (existsSync(join(abs, '.git'))) {
       // Discovery starts in the folder itself, which holds .git: it cannot find an enclosing repository.
       try {
-        const gitDir = git(['rev-parse', '--absolute-git-dir'], { env: baseEnv(), cwd: abs }).toString('utf8').trim();
+        const gitDir = git(['rev-parse', '--absolute-git-dir'], { env: gitEnv(), cwd: abs }).toString('utf8').trim();
         return new GitRepository(gitDir, false);
       } catch (err) {
         if (err instanceof GitError && err.kind === 'git_missing') throw err;
@@ -103,7 +137,7 @@ export class GitRepository {
       }
     }
     try {
-      const bare = git(['rev-parse', '--is-bare-repository'], { env: { ...baseEnv(), GIT_DIR: abs } })
+      const bare = git(['rev-parse', '--is-bare-repository'], { env: gitEnv({ GIT_DIR: abs }) })
         .toString('utf8')
         .trim();
       if (bare === 'true') return new GitRepository(abs, true);
@@ -114,7 +148,7 @@ export class GitRepository {
   }
 
   private env(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-    return { ...baseEnv(), GIT_DIR: this.gitDir, ...extra };
+    return gitEnv({ GIT_DIR: this.gitDir, ...extra });
   }
 
   private run(args: string[], o: { env?: NodeJS.ProcessEnv; input?: Buffer | string } = {}): Buffer {
@@ -281,7 +315,10 @@ export class GitRepository {
       if (deletions.length) this.run(['update-index', '-z', '--index-info'], { env, input: deletions.join('') });
       if (additions.length) this.run(['update-index', '--add', '--replace', '-z', '--index-info'], { env, input: additions.join('') });
       const tree = this.run(['write-tree'], { env }).toString('utf8').trim();
-      const commit = this.run(['commit-tree', tree, '-p', base, '-F', '-'], { env: { ...env, ...this.identity() }, input: message })
+      const commit = this.run(['commit-tree', '--no-gpg-sign', tree, '-p', base, '-F', '-'], {
+        env: { ...env, ...this.identity() },
+        input: message,
+      })
         .toString('utf8')
         .trim();
       return { commit, tree };

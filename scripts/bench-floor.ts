@@ -7,14 +7,14 @@
  *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS
  */
 import { Client, Connection } from '@temporalio/client';
-import { bundleWorkflowCode, NativeConnection, Runtime, Worker } from '@temporalio/worker';
-import { runtimeLogger } from '../worker/logger';
+import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
+import { installRuntime } from '../worker/logger';
 
 async function main(): Promise<void> {
   const [address, stepsArg, repeatsArg] = process.argv.slice(2);
   const steps = Number(stepsArg);
   const repeats = Number(repeatsArg);
-  Runtime.install({ logger: runtimeLogger('WARN') });
+  installRuntime('WARN');
   const connection = await NativeConnection.connect({ address });
   const clientConnection = await Connection.connect({ address });
   const client = new Client({ connection: clientConnection });

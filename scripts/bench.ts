@@ -8,7 +8,10 @@
  *   BENCH_REPEATS (5)   repeats of each timed figure
  *   BENCH_PARKED (1000) runs parked on an approval at once
  *   BENCH_FILES (100000) files of the workspace whose unchanged manifest is checked
+ *   BENCH_UNDO_FILES (30000) files of the workspace a test process's changes are undone in
  *   BENCH_SETUP (1)     0 skips the setup-phase section (it needs the engine and its images)
+ *   BENCH_ONLY          comma-separated sections to run (steps, manifest, cli, undo, setup), written
+ *                       to bench/results.<sections>.json; default all, to bench/results.json
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -19,6 +22,9 @@ import { performance } from 'node:perf_hooks';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
 import { RACY_MARGIN_MS } from '../activities/manifest';
+import { withUndo } from '../activities/byproducts';
+import { sha256 } from '../activities/digest';
+import { preparePatch, writePatch } from '../activities/tools/apply_patch';
 import { readFile } from '../activities/tools/read_file';
 import { workspaceDigest } from '../activities/workspace';
 import { temporalBinary } from '../host/temporal-bin';
@@ -33,7 +39,11 @@ import { queryState, sendApproval, startRun } from '../client/run-access';
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const PARKED = Number(process.env.BENCH_PARKED ?? 1000);
 const FILES = Number(process.env.BENCH_FILES ?? 100_000);
+const UNDO_FILES = Number(process.env.BENCH_UNDO_FILES ?? 30_000);
 const READS = 40;
+const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').map((s) => s.trim())) : null;
+/** Whether a section of the bench runs (BENCH_ONLY). */
+const section = (name: 'steps' | 'manifest' | 'cli' | 'undo' | 'setup') => ONLY === null || ONLY.has(name);
 
 /** A target on a figure's median: at most (`<=`) or under (`<`) the limit, in the figure's unit. */
 interface Target {
@@ -138,6 +148,16 @@ async function historyParts(handle: WorkflowHandle) {
 
 async function main(): Promise<void> {
   const loadAtStart = +loadavg()[0].toFixed(2);
+  if (section('steps')) await benchSteps();
+  if (section('manifest')) await benchManifest();
+  if (section('cli')) benchCli();
+  if (section('undo')) await benchUndo();
+  if (section('setup')) await benchSetupCache();
+  report(loadAtStart);
+}
+
+/** Orchestration of a read-only step, canonical runs, history sizes, parked runs and the worker's memory. */
+async function benchSteps(): Promise<void> {
   const env = await startServer();
   const stateDir = tempDir('bench-state');
   const taskQueue = uniqueQueue('bench');
@@ -323,7 +343,10 @@ async function main(): Promise<void> {
     close();
     await env.teardown();
   }
+}
 
+/** The manifest of an unchanged workspace against `git status` on the same tree. */
+async function benchManifest(): Promise<void> {
   process.stderr.write(`manifest of an unchanged ${FILES}-file workspace against git status\n`);
   const tree = join(tempDir('bench-tree'), 'repo');
   const files: Record<string, string> = {};
@@ -389,7 +412,9 @@ async function main(): Promise<void> {
         `one lstatSync per file, which no check of an unchanged tree can skip, already takes ${fmt(lstatFigure.median / gitFigure.median)}x git status here (git stats from C, on every core)`,
     },
   );
+}
 
+function benchCli(): void {
   process.stderr.write('command-line start\n');
   const cli = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
   const starts: number[] = [];
@@ -399,9 +424,69 @@ async function main(): Promise<void> {
     starts.push(performance.now() - t);
   }
   figure('command-line start on a built tree (--help)', 'ms', starts, { op: '<', limit: 1000 });
+}
 
-  await benchSetupCache();
+/**
+ * What undoing a test process's changes costs (activities/byproducts.ts) on a workspace of
+ * UNDO_FILES files, as run_tests and the verifier pay it around each process: the manifest before,
+ * the state written down, the manifest after, and the restore; the process's own time left out.
+ * Once around a process that changes nothing, once around one that rewrites 3 files (one of them
+ * a receipted write, restored from its kept copy) and adds 2.
+ */
+async function benchUndo(): Promise<void> {
+  process.stderr.write(`undo of a test process's changes, ${UNDO_FILES}-file workspace\n`);
+  const files: Record<string, string> = {};
+  for (let i = 0; i < UNDO_FILES; i++) files[`d${Math.floor(i / 100)}/f${i % 100}.txt`] = `file ${i}\n`;
+  const t = prepareRun({ repo: files, fixture: { writable: ['d0/f0.txt'] } });
+  const written = Date.now();
+  // A receipted write, as a run has before its tests: its bytes are kept by digest, not in the baseline.
+  const args = { path: 'd0/f0.txt', version: sha256('file 0\n'), old: 'file 0', new: 'file 0, fixed' };
+  const prepared = preparePatch(t.ctx, 'fix', args);
+  if (prepared.kind !== 'prepared') throw new Error('bench undo: the write was not prepared');
+  writePatch(t.ctx, prepared.action, args);
+  // Files written in the last RACY_MARGIN_MS are digested again by design, so the tree is older than that here.
+  await new Promise((r) => setTimeout(r, Math.max(0, written + RACY_MARGIN_MS + 100 - Date.now())));
+  workspaceDigest(t.workspace);
+  const check: number[] = [];
+  const none: number[] = [];
+  const some: number[] = [];
+  for (let r = 0; r < REPEATS; r++) {
+    let s = performance.now();
+    workspaceDigest(t.workspace);
+    check.push(performance.now() - s);
+    s = performance.now();
+    const quiet = await withUndo(t.ctx.paths, async () => null);
+    none.push(performance.now() - s);
+    if (quiet.undone !== null) throw new Error('bench undo: a process that changed nothing was reported');
+    let own = 0;
+    s = performance.now();
+    const noisy = await withUndo(t.ctx.paths, async () => {
+      const p = performance.now();
+      for (const path of ['d0/f0.txt', 'd1/f1.txt', 'd2/f2.txt']) writeFileSync(join(t.workspace, path), `rewritten ${r}\n`);
+      for (const path of ['d3/new.txt', 'd4/new.txt']) writeFileSync(join(t.workspace, path), 'added\n');
+      own = performance.now() - p;
+    });
+    some.push(performance.now() - s - own);
+    if (noisy.undone?.count !== 5) throw new Error(`bench undo: ${noisy.undone?.count ?? 0} paths undone, not 5`);
+    // The restored files are new: the next check digests them again once they are older than the margin.
+    await new Promise((r) => setTimeout(r, RACY_MARGIN_MS + 100));
+    workspaceDigest(t.workspace);
+  }
+  const checkFigure = figure(`workspace manifest check alone, ${UNDO_FILES} files`, 'ms', check);
+  // Targets in units of that check, measured in the same run: the undo is two checks (before and after) plus a small record.
+  figure(`a test run on a ${UNDO_FILES}-file workspace: the undo's cost, nothing changed`, 'ms', none, {
+    op: '<=',
+    limit: Math.round(2.5 * checkFigure.median),
+    why: () => `two manifest checks (before and after, ${fmt(checkFigure.median)} ms each here) and the state written down with two fsyncs`,
+  });
+  figure(`a test run on a ${UNDO_FILES}-file workspace: the undo's cost, 5 files changed`, 'ms', some, {
+    op: '<=',
+    limit: Math.round(3 * checkFigure.median),
+    why: () => 'each restored file copied, digested before it is renamed into place and again after, and the changed paths compared',
+  });
+}
 
+function report(loadAtStart: number): void {
   const machine = {
     cores: cpus().length,
     cpu: cpus()[0]?.model ?? 'unknown',
@@ -412,6 +497,7 @@ async function main(): Promise<void> {
     repeats: REPEATS,
     parked: PARKED,
     files: FILES,
+    undo_files: UNDO_FILES,
     // The machine may be shared: its load when the run started and ended.
     load_average: { start: loadAtStart, end: +loadavg()[0].toFixed(2) },
   };
@@ -426,8 +512,10 @@ async function main(): Promise<void> {
   console.log(
     `\nmachine: ${machine.cores} cores (${machine.cpu}), ${machine.memory_gib} GiB, Node ${machine.node}, ${machine.temporal}, load average ${machine.load_average.start} at the start, ${machine.load_average.end} at the end`,
   );
+  // A partial run (BENCH_ONLY) writes a file of its own: the committed results stay one whole run.
+  const name = ONLY === null ? 'results.json' : `results.${[...ONLY].sort().join('+')}.json`;
   mkdirSync(join(PROJECT_ROOT, 'bench'), { recursive: true });
-  writeFileSync(join(PROJECT_ROOT, 'bench', 'results.json'), `${JSON.stringify({ machine, figures }, null, 2)}\n`);
+  writeFileSync(join(PROJECT_ROOT, 'bench', name), `${JSON.stringify({ machine, figures }, null, 2)}\n`);
 }
 
 /**

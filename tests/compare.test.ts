@@ -202,6 +202,7 @@ describe('compareReports on synthetic reports', () => {
     tool_calls: 6,
     repeated_calls: 0,
     empty_replies: 0,
+    unreceipted_changes: 0,
     trace_id: null,
     ...o,
   });

@@ -125,7 +125,7 @@ describe('the verified change back in the repository', () => {
       'symlink tools/source.link',
     ]);
     // The run's own diff (show_diff) shows what git will record: modes, links, binary files.
-    const { diff, paths: diffPaths } = workspaceDiff(paths, 1 << 20);
+    const { diff, paths: diffPaths } = workspaceDiff(paths, 1 << 20, 1 << 20);
     expect(diffPaths).toEqual(changes.map((c) => c.path));
     expect(diff).toContain(
       'old mode 100644\nnew mode 100755\n===================================================================\n--- a/tools/gen.sh\n+++ b/tools/gen.sh\n',

@@ -2,8 +2,9 @@
  * The junit test format: any runner whose command writes a JUnit XML report to `{junit}`. The
  * py-duration-junit fixture runs its unittest suite under a vendored third-party runner
  * (unittest-xml-reporting, inside the fixture's repository) on both backends with exact counts;
- * the zero-test guard, timeouts and a missing report behave as for the built-in formats, and an
- * unreadable report is an infrastructure error.
+ * the zero-test guard, timeouts and a missing report behave as for the built-in formats, and a
+ * folder in the report's place is an unusable report (tests/untrusted-byproducts.test.ts has the
+ * FIFO and the link).
  */
 import { cpSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -102,12 +103,13 @@ describe('run_tests with the junit format', () => {
     expect(await runTests(slow.ctx, 'slow')).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'timeout' } });
   });
 
-  it('reports a report it cannot read (a folder in its place: EISDIR) as an infrastructure error with the errno, not as a missing report', async () => {
-    // Running as root, a mode-000 file would still be readable; a folder where the report goes fails every read, as root too.
+  it('reports a folder where the report goes as an unusable report naming what it is, never as a missing report', async () => {
     const folder = prepareRun({ repo: { 'tests/x.txt': '' }, fixture: junitTests(['mkdir', '{junit}']) });
-    const failure = runTests(folder.ctx, 'folder');
-    await expect(failure).rejects.toMatchObject({ type: 'InfrastructureError', nonRetryable: true, details: ['EISDIR'] });
-    await expect(failure).rejects.toThrow('cannot read the test report <out>/junit.xml: EISDIR');
+    expect(await runTests(folder.ctx, 'folder')).toMatchObject({
+      ok: false,
+      error: 'tests_incomplete',
+      data: { status: 'error', detail: 'the test report <out>/junit.xml is a folder, not a regular file; it was not read' },
+    });
   });
 });
 

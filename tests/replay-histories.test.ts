@@ -7,9 +7,10 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { DefaultLogger, Runtime, Worker, type ReplayWorkerOptions } from '@temporalio/worker';
+import { Worker, type ReplayWorkerOptions } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { workflowBundle, type BundleKind } from '../worker';
+import { installRuntime } from '../worker/logger';
 import { workerTelemetry } from '../worker/telemetry';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { PROJECT_ROOT } from './helpers/run-dir';
@@ -28,7 +29,7 @@ let options: ReplayWorkerOptions;
 const bundles = {} as Record<BundleKind, ReplayWorkerOptions>;
 beforeAll(async () => {
   // The negative tests make Core warn about the nondeterminism they provoke; keep the output to errors.
-  Runtime.install({ logger: new DefaultLogger('ERROR'), telemetryOptions: { logging: { filter: { core: 'ERROR', other: 'ERROR' } } } });
+  installRuntime('ERROR');
   // The workflow spans' sink as a worker registers it (it drops them while replaying).
   for (const kind of ['traced', 'plain'] as const)
     bundles[kind] = { workflowBundle: await workflowBundle(kind), sinks: workerTelemetry(null).sinks };

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { ManifestEntry } from '../activities/workspace';
 import { readWorkerRecord, stopWorker } from '../worker/background';
-import { git, gitBuffer, repoPicture, sampleRepo, SQLPARSE, type SampleRepo } from './helpers/git-repo';
+import { git, repoPicture, sampleRepo, SQLPARSE, type SampleRepo } from './helpers/git-repo';
 import { ProviderServer, reply } from './helpers/provider-server';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { CANONICAL_RECORD } from './helpers/temporal';
@@ -29,9 +29,10 @@ type Decision = { kind: string; text?: string; call?: { call_id: string; name: s
 const canonical = (fixture: string): Decision[] => JSON.parse(readFileSync(join(fixture, 'replays', 'canonical.json'), 'utf8')).decisions;
 
 /**
- * The sqlparse fix of the fixture, plus what a run can do to a repository beyond text: a read
- * through a symlink that points out of the workspace (denied), and a test that makes a script
- * executable, writes a binary file and creates a symlink when it runs.
+ * The sqlparse fix of the fixture, plus what a run cannot do to a repository: a read through a
+ * symlink that points out of the workspace (denied), and a test that makes a script executable,
+ * writes a binary file and creates a symlink when it runs (each time undone: no receipt, so in
+ * no branch).
  */
 const FILES_TEST = [
   'import os',
@@ -65,14 +66,9 @@ function sqlparseDecisions(): Decision[] {
   return decisions;
 }
 
-const EXPECTED_DIFF = [
-  'assets/generated.bin',
-  'sqlparse/sql.py',
-  'tests/test_agent_dotted.py',
-  'tests/test_agent_files.py',
-  'tools/gen.sh',
-  'tools/sql.link',
-];
+const EXPECTED_DIFF = ['sqlparse/sql.py', 'tests/test_agent_dotted.py', 'tests/test_agent_files.py'];
+/** What the files test changes each time it runs, undone. */
+const BY_PRODUCTS = ['assets/generated.bin', 'tools/gen.sh', 'tools/sql.link'];
 const EXPECTED_RECORD = {
   fixture: 'project',
   status: 'completed',
@@ -138,16 +134,10 @@ describe('repository runs through npm run agent', () => {
         .filter(Boolean)
         .map((l) => [l.split('\t')[1], l.split(' ')[0]]),
     );
-    expect(modes).toMatchObject({
-      'tools/gen.sh': '100755',
-      'tools/check.sh': '100755',
-      'tools/sql.link': '120000',
-      'tools/outside.link': '120000',
-    });
-    expect(git(sample.dir, 'cat-file', '-p', `${branch}:tools/sql.link`)).toBe('../sqlparse/sql.py');
-    expect(gitBuffer(sample.dir, 'cat-file', 'blob', `${branch}:assets/generated.bin`)).toEqual(
-      Buffer.from(Array.from({ length: 256 }, (_, i) => i)),
-    );
+    // The test's chmod, binary file and link were undone: the branch has the base tree's modes and no new link or file.
+    expect(modes).toMatchObject({ 'tools/gen.sh': '100644', 'tools/check.sh': '100755', 'tools/outside.link': '120000' });
+    expect(Object.keys(modes)).not.toEqual(expect.arrayContaining(['tools/sql.link']));
+    expect(Object.keys(modes)).not.toEqual(expect.arrayContaining(['assets/generated.bin']));
     branches[`ref:refs/heads/${branch}`] = commit;
     return commit;
   }
@@ -189,6 +179,11 @@ describe('repository runs through npm run agent', () => {
     });
     // The user's --trust-repository let the repository's tests run on this host; the run says so.
     expect(trace.find((e) => e.type === 'run_started')!.data).toMatchObject({ backend: 'local', trust_repository: true });
+    // Every test run after the files test was written changed the same paths, each time undone.
+    const undone = trace.filter((e) => e.type === 'unreceipted_change').map((e) => e.data);
+    expect(undone.length).toBeGreaterThan(1);
+    for (const change of undone) expect(change).toMatchObject({ paths: BY_PRODUCTS, count: 3 });
+    expect(undone.at(-1)).toMatchObject({ step: 'verifier_tests' });
     const loaded = trace.find((e) => e.type === 'repository_loaded')!.data;
     expect(loaded).toMatchObject({
       name: 'project',
@@ -214,7 +209,7 @@ describe('repository runs through npm run agent', () => {
     expect(repoPicture(sample.dir)).toEqual(before); // the run touched nothing of the repository
 
     const made = await cli('branch', id);
-    expect(made.stdout).toMatch(new RegExp(`^branch agent/${id} at [0-9a-f]{40} \\(parent ${sample.head}\\): 6 path\\(s\\) changed`));
+    expect(made.stdout).toMatch(new RegExp(`^branch agent/${id} at [0-9a-f]{40} \\(parent ${sample.head}\\): 3 path\\(s\\) changed`));
     const commit = await expectBranchIsTheRun(id, `agent/${id}`, EXPECTED_DIFF);
     expect(git(sample.dir, 'log', '-1', '--format=%B', commit)).toMatch(
       /^Fixed: get_real_name now anchors on the last dot[^\n]*\n\nAgent-Run: repo-local-1\nAgent-Model: replay:sqlparse-files\n/,

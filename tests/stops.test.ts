@@ -196,7 +196,7 @@ describe('stops', () => {
 });
 
 describe('special files left in the workspace', () => {
-  it('reports a FIFO and a socket a test leaves behind as data, never opening them, and ends promptly', async () => {
+  it('undoes a FIFO and a socket a test leaves behind, never opening them, reports each test run that left them, and ends promptly', async () => {
     const fixture = join(tempDir('special'), 'fixture');
     require('node:fs').cpSync(LINKCHECK, fixture, { recursive: true });
     writeFiles(join(fixture, 'repo'), {
@@ -209,12 +209,21 @@ describe('special files left in the workspace', () => {
       { kind: 'final', text: 'x' },
     ]);
     const { outcome, trace } = await run({ fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' });
-    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', writes: 0 });
-    expect(outcome.state.verification!.protected_changed).toEqual(expect.arrayContaining(['left.fifo', 'left.sock']));
-    expect(outcome.record.diff_paths).toEqual(['left.fifo', 'left.sock']);
+    // The candidate tests pass; the hidden cases fail (nothing was fixed). No by-product is verified.
+    expect(outcome.record).toMatchObject({
+      status: 'failed',
+      reason: 'verification_failed',
+      writes: 0,
+      diff_paths: [],
+      unreceipted_changes: 2,
+    });
+    expect(outcome.state.verification!.protected_changed).toEqual([]);
+    expect(trace.filter((e) => e.type === 'unreceipted_change').map((e) => [e.call_id, e.data])).toEqual([
+      ['make-specials', { step: 'run_tests', paths: ['left.fifo', 'left.sock'], count: 2 }],
+      [undefined, { step: 'verifier_tests', paths: ['left.fifo', 'left.sock'], count: 2 }],
+    ]);
     const diff = trace.find((e) => e.type === 'tool_observed' && e.call_id === 'diff')!.data as { data: { diff: string; paths: string[] } };
-    expect(diff.data.paths).toEqual(['left.fifo', 'left.sock']);
-    expect(diff.data.diff).toContain('special file (fifo), not opened');
+    expect(diff.data).toEqual({ diff: '', paths: [] });
   });
 });
 

@@ -294,17 +294,18 @@ describe('run_tests', () => {
   });
 
   it('stops a test that runs past its timeout and kills its process tree', async () => {
+    // Out of the workspace, whose changes are undone after the run.
+    const pidFile = join(tempDir('sleep-pid'), 'sleep.pid');
     const t = prepareRun({
       repo: {
-        'tests/test_slow.py':
-          'import subprocess, time\n\ndef test_slow():\n    child = subprocess.Popen(["sleep", "300"])\n    open("sleep.pid", "w").write(str(child.pid))\n    time.sleep(300)\n',
+        'tests/test_slow.py': `import subprocess, time\n\ndef test_slow():\n    child = subprocess.Popen(["sleep", "300"])\n    open(${JSON.stringify(pidFile)}, "w").write(str(child.pid))\n    time.sleep(300)\n`,
       },
       fixture: { tests: { command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests'], format: 'pytest', timeout_s: 4 } },
     });
     const r = await runTests(t.ctx, 't');
     expect(r).toMatchObject({ ok: false, error: 'tests_incomplete', data: { status: 'timeout' } });
     // The grandchild was started (so the check below is not vacuous) and is gone, or a zombie, soon after.
-    const pid = Number(readFileSync(join(t.workspace, 'sleep.pid'), 'utf8'));
+    const pid = Number(readFileSync(pidFile, 'utf8'));
     const alive = () => {
       try {
         return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));

@@ -8,14 +8,14 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Runtime } from '@temporalio/worker';
+import type { Runtime } from '@temporalio/worker';
 import { readWorkerRecord, recordSelf } from './background';
 import { buildId } from '../host/build';
 import { ConnectionError, connectTemporal, resolveTarget } from '../host/connection';
 import { processAlive } from '../host/processes';
 import { ensureDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
-import { runtimeLogger } from './logger';
+import { installRuntime as install } from './logger';
 import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
 import { prometheusOptions, snakeCaseMetricTags } from './telemetry';
@@ -68,9 +68,9 @@ async function main(): Promise<void> {
 
 /** The runtime, serving the Prometheus endpoint when asked: once per process, for every worker in it. */
 function installRuntime(settings: Settings): Runtime {
-  if (settings.metricsAddress === null) return Runtime.install({ logger: runtimeLogger('WARN') });
+  if (settings.metricsAddress === null) return install('WARN');
   try {
-    return Runtime.install({ logger: runtimeLogger('WARN'), telemetryOptions: { metrics: prometheusOptions(settings.metricsAddress) } });
+    return install('WARN', { metrics: prometheusOptions(settings.metricsAddress) });
   } catch (err) {
     throw new Error(`AGENT_METRICS_ADDRESS ${settings.metricsAddress}: ${(err as Error).message}`);
   }

@@ -26,6 +26,7 @@ import {
   type RunRecord,
   type RunStatus,
   type ToolResult,
+  type UnreceiptedChange,
 } from '../core/contracts';
 import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
 import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
@@ -733,7 +734,14 @@ class AgentRun {
       ? await this.readOnly(() => local.localTool.executeWithOptions(options, [this.s.host_queue, this.ref, call, timeout]), remote)
       : await remote();
     if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.s.wrote_writable) this.view.red_observed = true;
+    if (result.unreceipted) this.unreceipted(result.unreceipted, callId);
     return result;
+  }
+
+  /** A test or acceptance process changed the workspace: the change was undone; traced and counted. */
+  private unreceipted(change: UnreceiptedChange, callId?: string): void {
+    this.trace.add('unreceipted_change', change, callId ? { call_id: callId } : {});
+    this.view.counters.unreceipted_changes = (this.view.counters.unreceipted_changes ?? 0) + 1;
   }
 
   private interruptedResult(callId: string, reason: string): ToolResult {
@@ -939,6 +947,7 @@ class AgentRun {
       [this.ref, timeout],
     );
     this.view.verification = findings;
+    for (const change of findings.unreceipted ?? []) this.unreceipted(change);
     if (findings.passed) {
       this.trace.add('verification_passed', findings);
       return new RunStop('completed', '');

@@ -11,20 +11,36 @@
  * the workspace cannot hold (`..`, `.git`) refuses the setup, naming the path.
  *
  * Hazards: the archive comes from a container the setup controlled. Names are checked like a
- * tree's; files are created with O_EXCL below folders made here and checked with lstat, links
- * are made last and never followed, modes are reduced to 0644/0755, owners are the worker's.
+ * tree's; a file's bytes are streamed into a temporary file of the control folder (any size, one
+ * chunk in memory) and hard-linked into place, which fails on a name that exists, below folders
+ * made here and checked with lstat; links are made last and never followed, modes are reduced to
+ * 0644/0755, owners are the worker's.
  * Idempotent: the pre-setup workspace is kept in the control folder until the caller marks the
  * setup done, and every attempt starts again from it.
  */
-import { existsSync, lstatSync, mkdirSync, readFileSync, renameSync, rmSync, symlinkSync } from 'node:fs';
+import { randomUUID, createHash } from 'node:crypto';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  linkSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeSync,
+} from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import type Dockerode from 'dockerode';
 import tar from 'tar-stream';
 import { writeFileAtomic } from '../../host/files';
 import { engineError, MOUNT_WORKSPACE, removeContainer } from '../backends/docker';
-import { sha256 } from '../digest';
-import { createFile, unsafeTreePath } from '../repository';
+import { copyRegular } from '../backends/hostile-read';
+import { unsafeTreePath } from '../repository';
 import { baselineManifest, copyTree, manifest, type ManifestEntry, type RunPaths } from '../workspace';
 
 /** A setup that left something other than additions in the workspace. */
@@ -125,19 +141,32 @@ export async function applyProducts(docker: Dockerode, imageId: string, paths: R
     await new Promise<void>((resolve, reject) => {
       const extract = tar.extract();
       extract.on('entry', (header, stream, next) => {
-        const chunks: Buffer[] = [];
-        stream.on('data', (c: Buffer) => chunks.push(c));
-        stream.on('error', reject);
+        // A file's bytes go to a temporary file as they come, hashed on the way: a setup may
+        // leave a file of any size, and the worker holds one chunk of it at a time.
+        const body = header.type === 'file' || header.type === 'contiguous-file' ? new TempBody(paths) : null;
+        stream.on('data', (c: Buffer) => {
+          try {
+            body?.write(c);
+          } catch (err) {
+            stream.destroy(err as Error);
+          }
+        });
+        stream.on('error', (err) => {
+          body?.discard();
+          reject(err);
+        });
         stream.on('end', () => {
           try {
             const rel = header.name.replace(/^workspace(\/|$)/, '').replace(/\/+$/, '');
             if (rel !== '') {
-              const entry = takeEntry(rel, header, Buffer.concat(chunks), base, seen, paths.workspace);
+              const entry = takeEntry(rel, header, body, base, seen, paths);
               if (entry === 'added') added++;
               if (entry === 'link') links.push([rel, header.linkname ?? '']);
             }
+            body?.discard();
             next();
           } catch (err) {
+            body?.discard();
             reject(err);
           }
         });
@@ -171,15 +200,67 @@ export async function applyProducts(docker: Dockerode, imageId: string, paths: R
   return { added };
 }
 
+/** A file entry's bytes on their way: a temporary file of the control folder and their digest. */
+class TempBody {
+  readonly path: string;
+  private readonly fd: number;
+  private readonly hash = createHash('sha256');
+  private closed = false;
+  digest = '';
+
+  constructor(paths: RunPaths) {
+    mkdirSync(paths.tmp, { recursive: true });
+    this.path = join(paths.tmp, `product-${randomUUID()}`);
+    this.fd = openSync(this.path, 'wx', 0o600);
+  }
+
+  write(chunk: Buffer): void {
+    this.hash.update(chunk);
+    for (let off = 0; off < chunk.length;) off += writeSync(this.fd, chunk, off, chunk.length - off);
+  }
+
+  /** Ends the writing; the digest of everything written. */
+  finish(): string {
+    if (!this.closed) {
+      closeSync(this.fd);
+      this.closed = true;
+      this.digest = this.hash.digest('hex');
+    }
+    return this.digest;
+  }
+
+  discard(): void {
+    if (!this.closed) {
+      closeSync(this.fd);
+      this.closed = true;
+    }
+    rmSync(this.path, { force: true });
+  }
+}
+
+/** Puts a finished temporary file at `rel` below `root`, a path that must not exist (link, then unlink). */
+function placeFile(root: string, rel: string, tmp: string, executable: boolean): void {
+  const parent = dirname(rel);
+  if (parent !== '.') ensureFolder(root, parent);
+  chmodSync(tmp, executable ? 0o755 : 0o644);
+  try {
+    linkSync(tmp, join(root, rel));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'EEXIST') throw new SetupProductError(`the setup left ${rel} twice in its archive`);
+    throw err;
+  }
+}
+
 /** One archive entry: checked against the base tree, written when it is new. */
 function takeEntry(
   rel: string,
   header: tar.Headers,
-  body: Buffer,
+  body: TempBody | null,
   base: Map<string, ManifestEntry>,
   seen: Map<string, Seen>,
-  root: string,
+  paths: RunPaths,
 ): 'base' | 'added' | 'link' | 'folder' {
+  const root = paths.workspace;
   const unsafe = unsafeTreePath(rel);
   if (unsafe !== null)
     throw new SetupProductError(
@@ -195,8 +276,10 @@ function takeEntry(
     case 'file':
     case 'contiguous-file':
     case 'link': {
-      // A hard link's bytes are those of the file it names, which the archive held before it.
-      let bytes = body;
+      // A hard link's bytes are those of the file it names, which the archive held before it: a copy of its own.
+      let tmp: string;
+      let digest: string;
+      let copy: string | null = null;
       if (header.type === 'link') {
         const target = (header.linkname ?? '').replace(/^workspace\//, '');
         const st = lstatSync(join(root, target), { throwIfNoEntry: false });
@@ -204,20 +287,26 @@ function takeEntry(
           throw new SetupProductError(
             `the setup left ${rel}, a hard link to ${JSON.stringify(header.linkname)}, which is not a file of the workspace`,
           );
-        bytes = readFileSync(join(root, target));
+        mkdirSync(paths.tmp, { recursive: true });
+        copy = tmp = join(paths.tmp, `product-${randomUUID()}`);
+        digest = copyRegular(join(root, target), tmp, target);
+      } else {
+        tmp = body!.path;
+        digest = body!.finish();
       }
-      const executable = ((header.mode ?? 0o644) & 0o111) !== 0;
-      const digest = sha256(bytes);
-      seen.set(rel, { kind: 'file', digest, executable });
-      if (before) {
-        if (before.kind !== 'file' || before.digest !== digest || before.executable !== executable)
-          throw new SetupProductError(`the setup changed ${rel}, a file of the base tree`);
-        return 'base';
+      try {
+        const executable = ((header.mode ?? 0o644) & 0o111) !== 0;
+        seen.set(rel, { kind: 'file', digest, executable });
+        if (before) {
+          if (before.kind !== 'file' || before.digest !== digest || before.executable !== executable)
+            throw new SetupProductError(`the setup changed ${rel}, a file of the base tree`);
+          return 'base';
+        }
+        placeFile(root, rel, tmp, executable);
+        return 'added';
+      } finally {
+        if (copy !== null) rmSync(copy, { force: true });
       }
-      const parent = dirname(rel);
-      if (parent !== '.') ensureFolder(root, parent);
-      createFile(root, rel, bytes, executable ? 0o755 : 0o644);
-      return 'added';
     }
     case 'symlink':
       seen.set(rel, { kind: 'symlink', target: header.linkname ?? '' });

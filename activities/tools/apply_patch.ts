@@ -3,12 +3,13 @@
  * workspace and returns the action with its digests, to be approved. `writePatch` performs the
  * approved action exactly once, keyed by action_id, with the three-state recovery of SPEC 4.
  */
-import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import { errorResult, type PreparedAction, type ToolResult } from '../../core/contracts';
 import { isWritable, mayCreate } from '../../core/policy';
 import type { ApplyPatchArgs } from '../../core/tools';
+import { digestHostile, readHostile, readRegular } from '../backends/hostile-read';
 import { digestJson, sha256 } from '../digest';
 import { faultPoint } from '../faults';
 import { resolveInWorkspace } from '../fs-safety';
@@ -68,7 +69,9 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
     }
     if (resolved.stat.size > ctx.limits.maxFileBytes)
       return reject('too_large', { size: resolved.stat.size, limit: ctx.limits.maxFileBytes });
-    const bytes = readFileSync(resolved.abs);
+    const read = readHostile(resolved.abs, ctx.limits.maxFileBytes, args.path);
+    if (!read.ok) return reject(read.kind === 'too_large' ? 'too_large' : 'path_denied', { reason: read.detail });
+    const bytes = read.bytes;
     before = sha256(bytes);
     if (before !== args.version) return reject('stale_version', { current_version: before });
     const text = decodeText(bytes);
@@ -114,13 +117,11 @@ export type WriteOutcome =
   | { kind: 'approval_stale'; workspace_digest: string }
   | { kind: 'recovery_uncertain'; current: string };
 
-function currentDigest(abs: string): string {
-  try {
-    return sha256(readFileSync(abs));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'absent';
-    throw err;
-  }
+/** The target's digest, `absent`, or what it is instead of a regular file (never equal to a digest). */
+export function currentDigest(abs: string, path: string): string {
+  const read = digestHostile(abs, path);
+  if (read.ok) return read.digest;
+  return read.kind === 'missing' ? 'absent' : read.detail;
 }
 
 /**
@@ -139,7 +140,7 @@ export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
       ? { kind: 'recovery_uncertain', current: resolved.reason }
       : { kind: 'approval_stale', workspace_digest: workspaceDigest(ctx.paths.workspace) };
   }
-  const current = currentDigest(resolved.abs);
+  const current = currentDigest(resolved.abs, action.path);
 
   if (ctx.ledger.hasIntent(action.action_id)) {
     // Recovery: a previous attempt may have written. Only the two known states are safe.
@@ -152,7 +153,7 @@ export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
   const now = workspaceDigest(ctx.paths.workspace);
   if (now !== action.workspace_digest) return { kind: 'approval_stale', workspace_digest: now };
 
-  const text = action.before === 'absent' ? '' : readFileSync(resolved.abs, 'utf8');
+  const text = action.before === 'absent' ? '' : readRegular(resolved.abs, Number.MAX_SAFE_INTEGER, action.path).toString('utf8');
   const next = action.before === 'absent' ? args.new : text.replace(args.old, () => args.new);
   if (sha256(next) !== action.after) return { kind: 'recovery_uncertain', current };
 

@@ -6,14 +6,16 @@
  * performs it exactly once, keyed by action_id, with the three-state recovery of SPEC 4 applied to
  * every path: each one is at its `before` or its `after`, or the run stops `recovery_uncertain`.
  */
-import { closeSync, copyFileSync, existsSync, fsyncSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync } from 'node:fs';
+import { chmodSync, closeSync, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import type { PreparedAction } from '../../core/contracts';
 import { fsyncDir } from '../../host/files';
+import { copyRegular, readHostile } from '../backends/hostile-read';
 import { digestJson, sha256 } from '../digest';
 import { faultPoint } from '../faults';
 import { resolveInWorkspace } from '../fs-safety';
+import { currentDigest as patchDigest } from './apply_patch';
 import { baselineManifest, manifest, manifestDigest, runPaths, type ManifestEntry, type RunPaths } from '../workspace';
 import { cutDiff, decodeText, type ToolContext } from './context';
 
@@ -73,10 +75,16 @@ export function prepareMerge(
   for (const entry of entries) {
     const dst = join(snapshot, entry.path);
     mkdirSync(dirname(dst), { recursive: true });
-    copyFileSync(join(child.workspace, entry.path), dst);
+    rmSync(dst, { force: true });
+    // Read as the task's processes may have left it: never through a link or from a FIFO.
+    if (copyRegular(join(child.workspace, entry.path), dst, entry.path) !== entry.after)
+      throw new Error(`${entry.path} of the task changed while its merge was prepared`);
   }
   const parts = entries.map((entry) => {
-    const read = (dir: string) => (existsSync(join(dir, entry.path)) ? readFileSync(join(dir, entry.path)) : Buffer.alloc(0));
+    const read = (dir: string) => {
+      const r = readHostile(join(dir, entry.path), ctx.limits.maxFileBytes, entry.path);
+      return r.ok ? r.bytes : Buffer.from(r.kind === 'missing' ? '' : `${r.detail}, not shown\n`);
+    };
     const before = entry.before === 'absent' ? '' : (decodeText(read(ctx.paths.workspace)) ?? '(binary)\n');
     const after = decodeText(read(snapshot)) ?? '(binary)\n';
     return createTwoFilesPatch(
@@ -115,13 +123,7 @@ export type MergeOutcome =
   | { kind: 'recovery_uncertain'; path: string; current: string };
 
 function currentDigest(paths: RunPaths, path: string): string {
-  const abs = join(paths.workspace, path);
-  try {
-    return sha256(readFileSync(abs));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'absent';
-    throw err;
-  }
+  return patchDigest(join(paths.workspace, path), path);
 }
 
 /** Performs an approved merge. Safe to call any number of times for the same action. */
@@ -146,15 +148,17 @@ export function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
   for (const { e, current } of states) {
     if (current === e.after) continue;
     const src = join(snapshot, e.path);
-    if (sha256(readFileSync(src)) !== e.after) return { kind: 'recovery_uncertain', path: e.path, current: 'snapshot changed' };
+    if (patchDigest(src, e.path) !== e.after) return { kind: 'recovery_uncertain', path: e.path, current: 'snapshot changed' };
     const resolved = resolveInWorkspace(ctx.paths.workspace, e.path);
     if (!resolved.ok) return { kind: 'recovery_uncertain', path: e.path, current: resolved.reason };
     mkdirSync(dirname(resolved.abs), { recursive: true });
     if (lstatSync(dirname(resolved.abs)).isSymbolicLink()) throw new Error('parent folder became a symlink during the merge');
     mkdirSync(ctx.paths.tmp, { recursive: true });
     const tmp = join(ctx.paths.tmp, `${action.action_id}.${sha256(e.path).slice(0, 12)}.tmp`);
-    copyFileSync(src, tmp);
-    const fd = openSync(tmp, 'r+', e.executable ? 0o755 : 0o644);
+    rmSync(tmp, { force: true });
+    copyRegular(src, tmp, e.path);
+    chmodSync(tmp, e.executable ? 0o755 : 0o644);
+    const fd = openSync(tmp, 'r+');
     try {
       fsyncSync(fd);
     } finally {

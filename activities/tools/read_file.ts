@@ -1,6 +1,6 @@
-import { readFileSync } from 'node:fs';
 import { errorResult, okResult, type ToolResult } from '../../core/contracts';
 import type { ReadFileArgs } from '../../core/tools';
+import { readHostile } from '../backends/hostile-read';
 import { sha256 } from '../digest';
 import { resolveInWorkspace } from '../fs-safety';
 import { decodeText, splitLines, type ToolContext } from './context';
@@ -14,7 +14,13 @@ export function readFile(ctx: ToolContext, callId: string, args: ReadFileArgs): 
   if (resolved.stat.size > ctx.limits.maxFileBytes) {
     return errorResult(callId, 'too_large', { path: args.path, size: resolved.stat.size, limit: ctx.limits.maxFileBytes });
   }
-  const bytes = readFileSync(resolved.abs);
+  // Read as a test may have left it: never through a link, never waiting on a FIFO, never past the cap.
+  const read = readHostile(resolved.abs, ctx.limits.maxFileBytes, args.path);
+  if (!read.ok)
+    return read.kind === 'too_large'
+      ? errorResult(callId, 'too_large', { path: args.path, reason: read.detail, limit: ctx.limits.maxFileBytes })
+      : errorResult(callId, read.kind === 'missing' ? 'not_found' : 'path_denied', { path: args.path, reason: read.detail });
+  const bytes = read.bytes;
   const text = decodeText(bytes);
   if (text === null) return errorResult(callId, 'binary_file', { path: args.path });
   const lines = splitLines(text);

@@ -1,15 +1,16 @@
-import { join } from 'node:path';
 import { errorResult, okResult, type ToolResult } from '../../core/contracts';
 import { runCandidateTests } from '../test-runner';
 import type { ToolContext } from './context';
 
-/** run_tests: passed is ok; failing tests are `tests_failed`; anything unusable is `tests_incomplete`. */
+/**
+ * run_tests: passed is ok; failing tests are `tests_failed`; anything unusable is `tests_incomplete`.
+ * What the run changed in the workspace was undone; `data.unreceipted` tells the model which paths.
+ */
 export async function runTests(ctx: ToolContext, callId: string): Promise<ToolResult> {
   const data = await runCandidateTests({
     backend: ctx.backend,
     fixture: ctx.fixture,
-    workspaceDir: ctx.paths.workspace,
-    outRoot: join(ctx.paths.control, 'out'),
+    paths: ctx.paths,
     limits: ctx.limits,
     timeoutMs: ctx.timeoutMs,
     signal: ctx.signal,

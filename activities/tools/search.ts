@@ -1,7 +1,8 @@
-import { lstatSync, readdirSync, readFileSync } from 'node:fs';
+import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { errorResult, okResult, type ToolResult } from '../../core/contracts';
 import type { SearchArgs } from '../../core/tools';
+import { readHostile } from '../backends/hostile-read';
 import { resolveInWorkspace } from '../fs-safety';
 import { decodeText, splitLines, type ToolContext } from './context';
 
@@ -44,12 +45,12 @@ export function search(ctx: ToolContext, callId: string, args: SearchArgs): Tool
   let truncated = false;
 
   outer: for (const path of files) {
-    const abs = join(ctx.paths.workspace, path);
-    if (lstatSync(abs).size > ctx.limits.maxFileBytes) {
-      skipped.push({ path, reason: 'too large' });
+    const read = readHostile(join(ctx.paths.workspace, path), ctx.limits.maxFileBytes, path);
+    if (!read.ok) {
+      skipped.push({ path, reason: read.kind === 'too_large' ? 'too large' : read.detail });
       continue;
     }
-    const text = decodeText(readFileSync(abs));
+    const text = decodeText(read.bytes);
     if (text === null) {
       skipped.push({ path, reason: 'binary or not UTF-8' });
       continue;

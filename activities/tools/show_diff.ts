@@ -1,7 +1,7 @@
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import { okResult, type ToolResult } from '../../core/contracts';
+import { readHostile } from '../backends/hostile-read';
 import { baselineManifest, manifest, type ManifestEntry, type RunPaths } from '../workspace';
 import { decodeText, type ToolContext } from './context';
 
@@ -22,13 +22,15 @@ export function changedFiles(before: ManifestEntry[], after: ManifestEntry[]): s
   return changedPaths(before, after).filter((p) => !dirs.has(p));
 }
 
-function fileText(root: string, entries: Map<string, ManifestEntry>, path: string): string | null {
+function fileText(root: string, entries: Map<string, ManifestEntry>, path: string, capBytes: number): string | null {
   const entry = entries.get(path);
   if (!entry) return '';
   if (entry.kind === 'symlink') return `symlink -> ${entry.target}\n`;
   if (entry.kind === 'dir') return '';
   if (entry.kind === 'special') return `special file (${entry.type}), not opened\n`;
-  return decodeText(readFileSync(join(root, path)));
+  const read = readHostile(join(root, path), capBytes, path);
+  if (!read.ok) return `${read.detail}, not shown\n`;
+  return decodeText(read.bytes);
 }
 
 const mode = (e: ManifestEntry | undefined) =>
@@ -47,18 +49,27 @@ function modeLines(before: ManifestEntry | undefined, after: ManifestEntry | und
   return '';
 }
 
-/** Unified diff of one path between the baseline and the workspace, with git's mode lines when the mode is not the default. */
-export function diffOf(paths: RunPaths, base: Map<string, ManifestEntry>, current: Map<string, ManifestEntry>, path: string): string {
+/**
+ * Unified diff of one path between the baseline and the workspace, with git's mode lines when the
+ * mode is not the default. A file over `fileCap` bytes is not read (its diff says so).
+ */
+export function diffOf(
+  paths: RunPaths,
+  base: Map<string, ManifestEntry>,
+  current: Map<string, ManifestEntry>,
+  path: string,
+  fileCap: number,
+): string {
   const modes = modeLines(base.get(path), current.get(path));
-  const oldText = fileText(paths.baseline, base, path);
-  const newText = fileText(paths.workspace, current, path);
+  const oldText = fileText(paths.baseline, base, path, fileCap);
+  const newText = fileText(paths.workspace, current, path, fileCap);
   if (oldText === null || newText === null) return `${modes}Binary files a/${path} and b/${path} differ\n`;
   const oldName = base.has(path) ? `a/${path}` : '/dev/null';
   const newName = current.has(path) ? `b/${path}` : '/dev/null';
   return modes + createTwoFilesPatch(oldName, newName, oldText, newText, undefined, undefined, { context: 3 });
 }
 
-export function workspaceDiff(paths: RunPaths, capBytes: number): { diff: string; paths: string[]; truncated: boolean } {
+export function workspaceDiff(paths: RunPaths, capBytes: number, fileCap: number): { diff: string; paths: string[]; truncated: boolean } {
   const baseEntries = baselineManifest(paths);
   const currentEntries = manifest(paths.workspace);
   const changed = changedFiles(baseEntries, currentEntries);
@@ -67,7 +78,7 @@ export function workspaceDiff(paths: RunPaths, capBytes: number): { diff: string
   let diff = '';
   let truncated = false;
   for (const path of changed) {
-    const part = diffOf(paths, base, current, path);
+    const part = diffOf(paths, base, current, path, fileCap);
     if (Buffer.byteLength(diff) + Buffer.byteLength(part) > capBytes) {
       truncated = true; // whole file diffs only
       break;
@@ -78,6 +89,6 @@ export function workspaceDiff(paths: RunPaths, capBytes: number): { diff: string
 }
 
 export function showDiff(ctx: ToolContext, callId: string): ToolResult {
-  const { diff, paths, truncated } = workspaceDiff(ctx.paths, ctx.limits.diffBytes);
+  const { diff, paths, truncated } = workspaceDiff(ctx.paths, ctx.limits.diffBytes, ctx.limits.maxFileBytes);
   return okResult(callId, { diff, paths }, truncated);
 }

@@ -4,7 +4,6 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Runtime } from '@temporalio/worker';
 import { openStore, storedTrace } from '../../client/stored-trace';
 import { BUILD_PROMPTS_DIR, readSettings } from '../../host/settings';
 import { startDevServer } from '../../host/temporal-server';
@@ -14,7 +13,7 @@ import type { TraceEvent } from '../../core/trace';
 import type { Limits } from '../../activities/config';
 import type { Settings } from '../../host/settings';
 import { createWorker } from '../../worker';
-import { runtimeLogger } from '../../worker/logger';
+import { installRuntime } from '../../worker/logger';
 import type { SandboxOptions } from '../../worker/sandbox';
 import type { RunOutcome } from '../../workflows';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
@@ -29,7 +28,7 @@ let runtimeInstalled = false;
  */
 export async function startServer(extraArgs: string[] = []): Promise<TestWorkflowEnvironment> {
   if (!runtimeInstalled) {
-    Runtime.install({ logger: runtimeLogger('WARN') });
+    installRuntime('WARN');
     runtimeInstalled = true;
   }
   const server = await startDevServer({
@@ -88,6 +87,7 @@ export const CANONICAL_RECORD = {
   tool_calls: 6,
   repeated_calls: 0,
   empty_replies: 0,
+  unreceipted_changes: 0,
   trace_id: null,
 };
 
