@@ -37,41 +37,41 @@ import {
 import { isOrchestrationTool, READ_ONLY_TOOLS, type ValidCall } from '../core/tools';
 import { taskFixture, withTaskIds, type DispatchCall } from '../core/tasks';
 import { formatIssues, validateCall } from '../core/validate';
-import { BackendUnavailableError, type ExecBackend } from './backends/types';
-import type { DockerBackend } from './backends/docker';
-import { egressPage, runSetup as setupPhase, type SetupResult } from './setup';
-import type { EgressEvent } from './setup/squid';
+import { BackendUnavailableError, type ExecBackend } from '../sandbox/backends/types';
+import type { DockerBackend } from '../sandbox/backends/docker';
+import { egressPage, runSetup as setupPhase, type SetupResult } from '../sandbox/setup';
+import type { EgressEvent } from '../sandbox/setup/squid';
 import { buildId } from '../host/build';
 import { CredentialsFileError, lookupCredentials } from '../host/credentials';
 import { activeTraceId } from '../host/tracing';
 import type { HarnessConfig } from './config';
-import { digestJson } from './digest';
-import { nonRetryable } from './failures';
-import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from './decisions';
-import type { Ledger } from './ledger';
-import { liveDecide } from './live';
-import { ProvidersFileError, resolveEndpoint } from './providers/endpoints';
-import { loadPrompt, PromptError } from './providers/prompt';
-import { StoreError, type Store } from './store';
-import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from './tools/apply_patch';
-import type { ToolContext } from './tools/context';
-import { readFile } from './tools/read_file';
-import type { TestRunData } from './test-runner';
-import { runTests } from './tools/run_tests';
-import { search } from './tools/search';
-import { showDiff, workspaceDiff } from './tools/show_diff';
+import { digestJson } from '../host/digest';
+import { nonRetryable } from '../core/failures';
+import { loadReplay, replayNext, ReplayFileError, type DecideInput, type DecideResult, type SourceRef } from '../models/replay';
+import type { Ledger } from '../host/ledger';
+import { liveDecide } from '../models/live';
+import { ProvidersFileError, resolveEndpoint } from '../host/endpoints';
+import { loadPrompt, PromptError } from '../models/prompt';
+import { StoreError, type Store } from '../host/store';
+import { preparePatch as prepare, writePatch as write, type PrepareOutcome, type WriteOutcome } from '../tools/apply_patch';
+import type { ToolContext } from '../tools/context';
+import { readFile } from '../tools/read_file';
+import type { TestRunData } from '../sandbox/test-runner';
+import { runTests } from '../tools/run_tests';
+import { search } from '../tools/search';
+import { showDiff, workspaceDiff } from '../tools/show_diff';
 import {
   prepareMerge as mergePrepare,
   writeMerge as mergeWrite,
   type MergeEntry,
   type MergeOutcome,
   type MergePrepared,
-} from './tools/merge_task';
-import { faultPoint } from './faults';
-import { expectedFile, verify as runVerifier } from './verifier';
-import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from './workspace';
+} from '../tools/merge_task';
+import { faultPoint } from '../host/faults';
+import { expectedFile, verify as runVerifier } from '../sandbox/verifier';
+import { prepareWorkspace as prepareRunWorkspace, runPaths, type PreparedWorkspace, type RunPaths } from '../host/workspace/workspace';
 // ---- repository runs (SPEC section 10) ----
-import { loadRepository, prepareRepositoryWorkspace, type RepositoryFacts, type RepositoryRef } from './repository';
+import { loadRepository, prepareRepositoryWorkspace, type RepositoryFacts, type RepositoryRef } from '../host/repository';
 // ----
 
 export interface ActivityDeps {

@@ -7,8 +7,8 @@
  */
 import { runInputSchema, type ParsedRunInput } from '../core/contracts';
 import type { Decision } from '../core/contracts';
-import { readVerifiedChange, VerifiedChangeError } from '../activities/repository';
-import { runPaths } from '../activities/workspace';
+import { readVerifiedChange, VerifiedChangeError } from '../host/repository';
+import { runPaths } from '../host/workspace/workspace';
 import { GitError, GitRepository, type TreeChange } from '../host/git';
 import type { RunOutcome } from '../workflows/agentRun';
 import type { Session } from './session';

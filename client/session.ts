@@ -2,15 +2,15 @@
  * A command's connection to Temporal, resolved like the `temporal` CLI's (host/connection.ts):
  * an address from TEMPORAL_ADDRESS or the selected profile of the config file means a cluster,
  * whose workers serve the runs. No address anywhere (the embedded default) means the local dev
- * server, started or reused, with the state folder's one background worker (worker/background.ts).
+ * server, started or reused, with the state folder's one background worker (host/background-worker.ts).
  */
 import { Client } from '@temporalio/client';
 import { connectTemporal, resolveTarget } from '../host/connection';
 import { ensureDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
 import { TracingClientInterceptor } from './tracing';
-import { ensureBackgroundWorker, type EnsuredWorker } from '../worker/background';
-import { installRuntime } from '../worker/logger';
+import { ensureBackgroundWorker, type EnsuredWorker } from '../host/background-worker';
+import { installRuntime } from '../host/runtime';
 import { readSettings, type Settings } from '../host/settings';
 
 export interface Session {

@@ -5,7 +5,7 @@
 #
 # Debian bookworm (minbase) + Debian's squid built with OpenSSL (`squid-openssl`: the same squid,
 # able to bump TLS for the HTTPS stretch) + openssl + ca-certificates + iptables. The harness runs
-# it during a run's setup phase (activities/setup/proxy.ts) with a configuration it writes itself;
+# it during a run's setup phase (sandbox/setup/proxy.ts) with a configuration it writes itself;
 # nothing of Debian's default configuration is used. iptables is for the packet filter: a
 # short-lived container of this image with NET_ADMIN, in the proxy's network namespace, installs
 # the proxy's filter before squid starts (the proxy itself never has a capability). The Debian mirror is the one this machine's apt uses;

@@ -21,12 +21,12 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
-import { RACY_MARGIN_MS } from '../activities/manifest';
-import { withUndo } from '../activities/byproducts';
-import { sha256 } from '../activities/digest';
-import { preparePatch, writePatch } from '../activities/tools/apply_patch';
-import { readFile } from '../activities/tools/read_file';
-import { workspaceDigest } from '../activities/workspace';
+import { RACY_MARGIN_MS } from '../host/workspace/manifest';
+import { withUndo } from '../host/workspace/byproducts';
+import { sha256 } from '../host/digest';
+import { preparePatch, writePatch } from '../tools/apply_patch';
+import { readFile } from '../tools/read_file';
+import { workspaceDigest } from '../host/workspace/workspace';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from '../tests/helpers/run-dir';
@@ -427,7 +427,7 @@ function benchCli(): void {
 }
 
 /**
- * What undoing a test process's changes costs (activities/byproducts.ts) on a workspace of
+ * What undoing a test process's changes costs (host/workspace/byproducts.ts) on a workspace of
  * UNDO_FILES files, as run_tests and the verifier pay it around each process: the manifest before,
  * the state written down, the manifest after, and the restore; the process's own time left out.
  * Once around a process that changes nothing, once around one that rewrites 3 files (one of them

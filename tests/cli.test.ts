@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../host/temporal-bin';
-import { readWorkerRecord, stopWorker } from '../worker/background';
+import { readWorkerRecord, stopWorker } from '../host/background-worker';
 import { launchChromium, testOutput } from './helpers/browser';
 import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';

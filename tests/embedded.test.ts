@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../host/temporal-bin';
 import { processAlive } from '../host/processes';
-import { readWorkerRecord, stopWorker } from '../worker/background';
+import { readWorkerRecord, stopWorker } from '../host/background-worker';
 import { queryState, queryTrace, runHandle } from '../client/run-access';
 import { ProviderServer, reply } from './helpers/provider-server';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';

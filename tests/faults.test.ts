@@ -9,9 +9,9 @@ import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { defaultProcessDir, ProcessGroups } from '../activities/backends/local';
-import type { FaultPoint } from '../activities/faults';
-import { runPaths } from '../activities/workspace';
+import { defaultProcessDir, ProcessGroups } from '../sandbox/backends/local';
+import type { FaultPoint } from '../host/faults';
+import { runPaths } from '../host/workspace/workspace';
 import type { RunInput } from '../core/contracts';
 import type { RunOutcome } from '../workflows';
 import {
@@ -271,7 +271,7 @@ describe('orphaned test process groups', () => {
    */
   function backendOwner(dir: string, marker: string, fault: boolean) {
     const script = `
-      const { LocalBackend } = require(${JSON.stringify(join(__dirname, '..', 'activities', 'backends', 'local.js'))});
+      const { LocalBackend } = require(${JSON.stringify(join(__dirname, '..', 'sandbox', 'backends', 'local.js'))});
       const out = require('node:fs').mkdtempSync(require('node:path').join(require('node:os').tmpdir(), 'owner-'));
       new LocalBackend({ processDir: ${JSON.stringify(dir)} }).exec({
         argv: ['sleep', ${JSON.stringify(marker)}], workspaceDir: out, workspaceReadOnly: false, outDir: out,

@@ -7,7 +7,7 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { sha256 } from '../activities/digest';
+import { sha256 } from '../host/digest';
 import { BUILTIN_PROTECTED, INSTRUCTIONS_CAP_BYTES } from '../core/repo-settings';
 import { createSandbox } from '../worker/sandbox';
 import { git, sampleRepo } from './helpers/git-repo';

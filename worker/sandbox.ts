@@ -14,8 +14,8 @@
 import { realpathSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import Dockerode from 'dockerode';
-import { DockerBackend, type ContainerSettings, type DockerLimits, type SettingsOverride } from '../activities/backends/docker';
-import { probeIsolation } from '../activities/backends/isolation';
+import { DockerBackend, type ContainerSettings, type DockerLimits, type SettingsOverride } from '../sandbox/backends/docker';
+import { probeIsolation } from '../sandbox/probe/isolation';
 import type { IsolationEvidence } from '../core/contracts';
 import { DEFAULT_SANDBOX_IMAGE, readSettings, type Settings } from '../host/settings';
 

@@ -10,7 +10,7 @@
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
 import type { Activities, Elsewhere, RunRef } from '../activities';
-import type { DecideResult } from '../activities/decisions';
+import type { DecideResult } from '../models/replay';
 import { runFacts, type RunFacts } from '../core/context';
 import { BUDGET_DEFAULTS, budgetStop, callTimeoutMs, effectiveBudgets, type BudgetStop, type BudgetUse } from '../core/budgets';
 import {

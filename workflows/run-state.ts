@@ -3,7 +3,7 @@
  * it whole to the next segment. Pure types and the initial value; workflow-safe.
  */
 import type { RunRef } from '../activities';
-import type { SourceRef } from '../activities/decisions';
+import type { SourceRef } from '../models/replay';
 import type { ApprovalSignal, PreparedAction, Subruns } from '../core/contracts';
 import type { Allotment } from '../core/budgets';
 import type { PolicyEvaluation } from '../core/policy';

@@ -19,7 +19,7 @@ export const cache = command({
     if (positionals.length !== 1 || !['list', 'prune'].includes(positionals[0])) throw new UsageError('cache takes one of: list, prune');
   },
   async run(_session, positionals, values) {
-    const [{ default: Dockerode }, cached] = await Promise.all([import('dockerode'), import('../../activities/setup/cache')]);
+    const [{ default: Dockerode }, cached] = await Promise.all([import('dockerode'), import('../../sandbox/setup/cache')]);
     const docker = new Dockerode();
     if (positionals[0] === 'list') {
       const images = await cached.listSetupImages(docker);

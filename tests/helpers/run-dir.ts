@@ -3,11 +3,11 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { LocalBackend } from '../../activities/backends/local';
-import { DEFAULT_LIMITS, type Limits } from '../../activities/config';
-import { Ledger } from '../../activities/ledger';
-import type { ToolContext } from '../../activities/tools/context';
-import { manifest, manifestDigest, prepareWorkspace, runPaths } from '../../activities/workspace';
+import { LocalBackend } from '../../sandbox/backends/local';
+import { DEFAULT_LIMITS, type Limits } from '../../core/limits';
+import { Ledger } from '../../host/ledger';
+import type { ToolContext } from '../../tools/context';
+import { manifest, manifestDigest, prepareWorkspace, runPaths } from '../../host/workspace/workspace';
 import { fixtureSchema, type Fixture } from '../../core/contracts';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..', '..');
