@@ -7,12 +7,13 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { RepoSource } from '../core/contracts';
 import { SETTINGS_FILE, type RepoSettings } from '../core/repo-settings';
-import { inspectBase, type RepositoryFacts } from '../host/repository';
+import { inspectBase } from '../host/repository';
 import { resolveTarget } from '../host/connection';
 import { CredentialsFileError, lookupCredentials } from '../host/credentials';
 import { GitError, GitRepository } from '../host/git';
 import type { Settings } from '../host/settings';
 import { RefusedInput } from './command';
+import type { RepositoryFacts } from '../core/activities';
 
 export interface CheckedRepositoryRun {
   source: RepoSource;

@@ -28,39 +28,8 @@ import { GitError, GitRepository, type TreeChange, type TreeEntry } from './git'
 import { writeFileAtomic } from './files';
 import { copyRegular } from './workspace/hostile-read';
 import { sha256 } from './digest';
-import { copyTree, manifest, manifestDigest, type ManifestEntry, type PreparedWorkspace, type RunPaths } from './workspace/workspace';
-
-/** Where a repository run's workspace comes from, as its RunRef carries it. */
-export interface RepositoryRef {
-  /** As the run's input gave it: absolute, or relative to the worker's working directory. */
-  path: string;
-  base_commit: string;
-  /** A folder of the base tree left out of the workspace: the settings' acceptance files. */
-  acceptance_tree_dir: string | null;
-  /** A host folder of acceptance files (a batch task's). */
-  acceptance_host_dir: string | null;
-}
-
-/** What a repository run recorded about its base, for the trace (no host paths). */
-export interface RepositoryFacts {
-  name: string;
-  base_commit: string;
-  /** Digest of `.coding-agent.json` as committed; null when the base tree has none. */
-  settings_digest: string | null;
-  /** Where the test command came from: `settings`, `task`, or what detected it. */
-  tests_source: string;
-  tests: TestsSpec;
-  acceptance: 'settings' | 'task' | null;
-  /** Digest of AGENTS.md as committed, its size, and whether the model gets it cut. */
-  instructions: { digest: string; bytes: number; cut: boolean } | null;
-  /** Submodules of the base tree: recorded, not in the workspace, protected. */
-  submodules: string[];
-  /** Tree entries written to the workspace. */
-  files: number;
-  /** `setup` and `egress` of the settings, carried as given (not acted on yet). */
-  setup: RepoSettings['setup'] | null;
-  egress: RepoSettings['egress'] | null;
-}
+import { copyTree, manifest, manifestDigest, type ManifestEntry, type RunPaths } from './workspace/workspace';
+import type { PreparedWorkspace, RepositoryFacts, RepositoryRef } from '../core/activities';
 
 export type InspectedBase =
   | {

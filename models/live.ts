@@ -11,7 +11,6 @@ import { systemText } from '../core/prompt';
 import { buildContext, estimateTokens, type ContextCall, type ContextGroup, type RunFacts } from '../core/context';
 import type { Decision, Endpoint, ToolResult, Usage } from '../core/contracts';
 import type { TranscriptEntry } from '../core/transcript';
-import type { DecideInput, DecideResult, SourceRef } from './replay';
 import { digestJson } from '../host/digest';
 import { nonRetryable } from '../core/failures';
 import { faultPoint } from '../host/faults';
@@ -22,6 +21,7 @@ import { scrubbedError, scrubSecret } from './secrets';
 import type { Prompt } from './tool-schemas';
 import type { ProviderAdapter, ReplyDecision } from './types';
 import type { Store } from '../host/store';
+import type { DecideInput, DecideResult, SourceRef } from '../core/activities';
 
 export const DEFAULT_CONTEXT_BUDGET_TOKENS = BUDGET_DEFAULTS.context_budget_tokens;
 export const DEFAULT_MAX_OUTPUT_TOKENS = BUDGET_DEFAULTS.max_output_tokens;

@@ -2,7 +2,7 @@ import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'n
 import { dirname, join } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createTwoFilesPatch } from 'diff';
-import { createActivities, type RunRef } from '../activities';
+import { createActivities } from '../activities';
 import { CappedOutput } from '../sandbox/backends/capped-output';
 import { LocalBackend } from '../sandbox/backends/local';
 import { DEFAULT_LIMITS } from '../core/limits';
@@ -16,6 +16,7 @@ import { runTests } from '../tools/run_tests';
 import { canonicalJson } from '../core/canonical';
 import type { CallView, ResultView } from '../core/transcript';
 import { LINKCHECK, prepareRun, tempDir, type TestRun } from './helpers/run-dir';
+import type { RunRef } from '../core/activities';
 
 const SRC = 'def check(root):\n    return root / target\n\n\ndef other():\n    return 1\n';
 

@@ -6,7 +6,7 @@
 import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
-import { errorResult, type PreparedAction, type ToolResult } from '../core/contracts';
+import { errorResult, type PreparedAction } from '../core/contracts';
 import { isWritable, mayCreate } from '../core/policy';
 import type { ApplyPatchArgs } from '../core/tools';
 import { digestHostile, readHostile, readRegular } from '../host/workspace/hostile-read';
@@ -16,12 +16,7 @@ import { resolveInWorkspace } from '../host/workspace/fs-safety';
 import { fsyncDir } from '../host/files';
 import { baselineManifest, workspaceDigest } from '../host/workspace/workspace';
 import { cutDiff, decodeText, type ToolContext } from './context';
-
-export type PrepareOutcome =
-  /** `whole_diff`: the uncut diff when `action.diff` was cut (for the host store, never for history). */
-  | { kind: 'prepared'; action: PreparedAction; whole_diff: string | null }
-  | { kind: 'already_written'; action_id: string; before: string; after: string }
-  | { kind: 'rejected'; result: ToolResult };
+import type { PrepareOutcome, WriteOutcome } from '../core/activities';
 
 export function actionId(runId: string, args: ApplyPatchArgs): string {
   return digestJson({ run_id: runId, name: 'apply_patch', arguments: args });
@@ -109,13 +104,6 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
     },
   };
 }
-
-export type WriteOutcome =
-  | { kind: 'written'; recovered: false }
-  | { kind: 'receipt_recovered'; recovered: true }
-  | { kind: 'already_recorded'; recovered: boolean }
-  | { kind: 'approval_stale'; workspace_digest: string }
-  | { kind: 'recovery_uncertain'; current: string };
 
 /** The target's digest, `absent`, or what it is instead of a regular file (never equal to a digest). */
 export function currentDigest(abs: string, path: string): string {

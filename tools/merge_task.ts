@@ -18,21 +18,7 @@ import { resolveInWorkspace } from '../host/workspace/fs-safety';
 import { currentDigest as patchDigest } from './apply_patch';
 import { baselineManifest, manifest, manifestDigest, runPaths, type ManifestEntry, type RunPaths } from '../host/workspace/workspace';
 import { cutDiff, decodeText, type ToolContext } from './context';
-
-/** One path of a merge: the parent's digest before, the task's after, and the task file's mode. */
-export interface MergeEntry {
-  path: string;
-  before: string;
-  after: string;
-  executable: boolean;
-}
-
-export type MergePrepared =
-  /** `whole_diff`: the uncut diff when `action.diff` was cut (for the host store, never for history). */
-  | { kind: 'prepared'; action: PreparedAction; entries: MergeEntry[]; whole_diff: string | null }
-  | { kind: 'conflict'; paths: string[] }
-  | { kind: 'unsupported'; paths: string[]; reason: string }
-  | { kind: 'empty' };
+import type { MergeEntry, MergeOutcome, MergePrepared } from '../core/activities';
 
 const fileDigests = (entries: ManifestEntry[]) => new Map(entries.filter((e) => e.kind === 'file').map((e) => [e.path, e]));
 const digestOf = (e: ManifestEntry | undefined) => (e === undefined ? 'absent' : e.kind === 'file' ? e.digest : `${e.kind}`);
@@ -115,12 +101,6 @@ export function prepareMerge(
     },
   };
 }
-
-export type MergeOutcome =
-  | { kind: 'written'; recovered: boolean }
-  | { kind: 'already_recorded'; recovered: boolean }
-  | { kind: 'approval_stale'; workspace_digest: string }
-  | { kind: 'recovery_uncertain'; path: string; current: string };
 
 function currentDigest(paths: RunPaths, path: string): string {
   return patchDigest(join(paths.workspace, path), path);

@@ -9,8 +9,6 @@
  */
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
-import type { Activities, Elsewhere, RunRef } from '../activities';
-import type { DecideResult } from '../models/replay';
 import { runFacts, type RunFacts } from '../core/context';
 import { BUDGET_DEFAULTS, budgetStop, callTimeoutMs, effectiveBudgets, type BudgetStop, type BudgetUse } from '../core/budgets';
 import {
@@ -43,6 +41,7 @@ import { RunMetrics } from './metrics';
 
 export type { RunState };
 import { workflowTime } from './time';
+import type { Activities, DecideResult, Elsewhere, RunRef } from '../core/activities';
 
 /**
  * The workflow's result: the record and the final state, readable without a worker. The trace

@@ -17,7 +17,6 @@
  *   unknown, and the tree must not spend more than its budgets.
  */
 import * as wf from '@temporalio/workflow';
-import type { Activities, RunRef } from '../activities';
 import { taskAllotment, type Allotment, type BudgetUse } from '../core/budgets';
 import {
   errorResult,
@@ -38,6 +37,7 @@ import type { CallView } from '../core/transcript';
 import type { RunOutcome } from './agentRun';
 import { AGENT_RUN, steerSignal, stopSignal, taskUpdateSignal } from './messages';
 import type { PendingWrite, RunState } from './run-state';
+import type { Activities, RunRef } from '../core/activities';
 
 /** What the orchestration needs of the run that owns it. */
 export interface TaskHost {

@@ -20,6 +20,7 @@ import {
 import { join } from 'node:path';
 import { writeFileAtomic } from '../files';
 import { manifest, manifestDigest, type ManifestEntry } from './manifest';
+import type { PreparedWorkspace } from '../../core/activities';
 
 export interface RunPaths {
   root: string;
@@ -54,11 +55,6 @@ export function copyTree(from: string, to: string): void {
     // A FIFO, socket or device node is never opened or recreated: a copy has no such entry, and
     // the manifest of the original still reports it.
   }
-}
-
-export interface PreparedWorkspace {
-  workspace_digest: string;
-  files: number;
 }
 
 /**

@@ -47,8 +47,9 @@ import { findSetupImage, setupInputs, setupKey, setupLabels, SETUP_REPOSITORY } 
 import { applyProducts, dropPreSetup, keepPreSetup, restorePreSetup, SetupProductError, workspaceArchive } from './products';
 import { createEgressNetwork, PROXY_HOSTS_PATH, PROXY_TLS, ProxyStartError, startProxy, type RunningProxy } from './proxy';
 import { filterRules, forbiddenRanges } from './ranges';
-import { headerValueProblem, parseAccessLine, squidConfig, type EgressEvent, type ProxyCredential } from './squid';
+import { headerValueProblem, parseAccessLine, squidConfig, type ProxyCredential } from './squid';
 import { within } from './timing';
+import type { CommandRecord, EgressEvent, EgressReport, SetupCommon, SetupResult } from '../../core/activities';
 
 /** Egress events a setup result, or a page of `egressPage`, carries (each is under 400 bytes of JSON). */
 export const EGRESS_PAGE = 100;
@@ -56,39 +57,6 @@ export const EGRESS_PAGE = 100;
 export const MAX_EGRESS_EVENTS = 100_000;
 /** Bytes of a failed command's output kept for the run's detail and trace. */
 const TAIL_BYTES = 4 * 1024;
-
-export interface EgressReport {
-  allowed: number;
-  denied: number;
-  /** The first EGRESS_PAGE requests, in order. */
-  events: EgressEvent[];
-  /** Requests after those, kept in the control folder: `egressPage` gives them, a page at a time. */
-  rest: number;
-  /** Requests beyond MAX_EGRESS_EVENTS: counted above, not listed. */
-  omitted: number;
-}
-
-export interface CommandRecord {
-  /** The command as given, each argument shortened for history. */
-  argv: string[];
-  exit_code: number | null;
-  timed_out: boolean;
-  /** The end of its output (stdout, then stderr), for a command that failed. */
-  output_tail?: string;
-}
-
-interface Common {
-  /** Digest of the setup's inputs (the cache image's tag). */
-  key: string;
-  commands: CommandRecord[];
-  egress: EgressReport;
-  /** The setup phase's isolation evidence (null for a cached setup, and when it failed before the probe). */
-  isolation: IsolationEvidence | null;
-}
-
-export type SetupResult =
-  | (Common & { ok: true; cached: boolean; image_id: string; added: number })
-  | (Common & { ok: false; reason: 'setup_failed' | 'isolation_unverified'; detail: string });
 
 export interface SetupEnvironment {
   /** The docker backend of the run's image (the worker's, or the run's own). */
@@ -161,7 +129,7 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
   const inputs = setupInputs(baseImage, baseTree, setup, egress, credentials);
   const key = setupKey(inputs);
   const report: EgressReport = { allowed: 0, denied: 0, events: [], rest: 0, omitted: 0 };
-  const common = (): Common => ({ key, commands: [], egress: report, isolation: null });
+  const common = (): SetupCommon => ({ key, commands: [], egress: report, isolation: null });
   // loadRun checked the names; the operator may have changed the file since.
   if (!named.ok) return { ...common(), ok: false, reason: 'setup_failed', detail: named.detail };
 

@@ -25,6 +25,7 @@
  * `plain_http`. Inside a CONNECT tunnel the proxy sees no header at all.
  */
 import { DEFAULT_EGRESS_METHODS, type EgressSpec } from '../../core/contracts';
+import type { EgressEvent } from '../../core/activities';
 
 export const PROXY_PORT = 3128;
 /** The fields of each access-log line (squid logformat codes), space-separated: the last is the refusal's reason code. */
@@ -176,20 +177,6 @@ export function squidConfig(c: ProxyConfig): string {
     lines.push(`request_header_add ${cred.header} ${quoted(cred.value)} agent_credential_${i}${cred.plainHttp ? '' : ' agent_tls'}`);
   }
   return `${lines.join('\n')}\n`;
-}
-
-/** One request the proxy saw (SPEC section 11's `{host, port, method?, bytes}`, the status it answered, and why it refused). */
-export interface EgressEvent {
-  allowed: boolean;
-  host: string;
-  port: number | null;
-  method: string | null;
-  /** Bytes through the proxy for this request: the reply to the sandbox plus the request from it. */
-  bytes: number;
-  /** The HTTP status the proxy answered the sandbox with (403 for a refusal; 200 for a refused CONNECT it opened to hand the 403 inside TLS). */
-  status: number | null;
-  /** A refusal's reason (DENY_REASONS' words); absent for an allowed request. */
-  reason?: string;
 }
 
 const field = (s: string | undefined) => (s === undefined || s === '-' || s === '' ? null : s);
