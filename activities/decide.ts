@@ -26,12 +26,24 @@ const REPLAYS_KEPT = 16;
 
 type ReplayInput = DecideInput & { source: Extract<SourceRef, { kind: 'replay' }> };
 
-export function decideActivities(kit: Kit) {
-  const { config, store } = kit;
+/** Decisions of one worker: its replay cache, and the store every decision and transcript entry goes to. */
+class Decider {
+  /**
+   * Replays by digest, parsed once: a stored replay never changes (its digest is its content), so
+   * each decision does not parse the whole file again. A few are kept, whatever the number of runs.
+   */
+  private readonly replays = new Map<string, Replay>();
+
+  constructor(private readonly kit: Kit) {}
+
+  private get store() {
+    return this.kit.store;
+  }
 
   /** Stores the entries the workflow has not stored yet; results it made itself go in whole. */
-  const appendTranscript = (transcript: { head: string | null; append: PendingEntry[] }): string | null =>
-    store.appendTranscript(
+  appendTranscript(transcript: { head: string | null; append: PendingEntry[] }): string | null {
+    const store = this.store;
+    return store.appendTranscript(
       transcript.head,
       transcript.append.map((e): TranscriptEntry => {
         if ('message' in e) return e;
@@ -40,28 +52,26 @@ export function decideActivities(kit: Kit) {
         return { decision: e.decision, reply, result: 'ref' in e.result ? e.result.ref : store.put('result', e.result.inline) };
       }),
     );
+  }
 
-  /**
-   * Replays by digest, parsed once: a stored replay never changes (its digest is its content), so
-   * each decision does not parse the whole file again. A few are kept, whatever the number of runs.
-   */
-  const replays = new Map<string, Replay>();
-  const storedReplay = (digest: string): Replay => {
+  private storedReplay(digest: string): Replay {
+    const replays = this.replays;
     let replay = replays.get(digest);
     if (replay === undefined) {
-      replay = store.get<Replay>(digest);
+      replay = this.store.get<Replay>(digest);
       if (replays.size >= REPLAYS_KEPT) replays.delete(replays.keys().next().value!);
     } else replays.delete(digest);
     replays.set(digest, replay);
     return replay;
-  };
+  }
 
   /** A decision as the workflow sees it: validated here, stored whole, carried by digest. */
-  const decisionView = (
+  private decisionView(
     decision: Exclude<Decision, { kind: 'model_error' }>,
     input: { run_id: string; turn: number; orchestrating?: boolean },
     reply: string | null,
-  ): DecisionView => {
+  ): DecisionView {
+    const store = this.store;
     const ref = store.put('decision', decision);
     if (decision.kind !== 'tool') return { kind: decision.kind, text: brief(decision.text) as string, ref, reply };
     const validation = validateCall(decision.call, `call-${input.turn}`, input.orchestrating ?? false);
@@ -81,15 +91,16 @@ export function decideActivities(kit: Kit) {
       view.task = { action_id: digestJson({ run_id: input.run_id, name: call.name, arguments: call.arguments }), args };
     }
     return { kind: 'tool', ref, raw: brief(decision.call), call: view, invalid: null, reply };
-  };
+  }
 
   /** The next decision of a stored replay. One transaction: the transcript entries, the request and the decision cost one sync. */
-  const replayDecide = (input: ReplayInput): DecideResult =>
-    store.batch((): DecideResult => {
-      const head = appendTranscript(input.transcript);
+  replayDecide(input: ReplayInput): DecideResult {
+    const store = this.store;
+    return store.batch((): DecideResult => {
+      const head = this.appendTranscript(input.transcript);
       const { run_id, source, cursor, turn, tools_enabled } = input;
       store.put('model_request', { run_id, source, cursor, turn, tools_enabled, transcript: head });
-      const next = replayNext(storedReplay(input.source.digest), input.cursor);
+      const next = replayNext(this.storedReplay(input.source.digest), input.cursor);
       if (next === undefined) return { kind: 'exhausted', head, usage: null };
       if (next.kind === 'model_error') {
         const ref = store.put('decision', next);
@@ -106,13 +117,16 @@ export function decideActivities(kit: Kit) {
           usage: null,
         };
       }
-      const decision = decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null);
+      const decision = this.decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null);
       return { kind: 'decisions', decisions: [decision], cursor: cursor + 1, head, usage: null };
     });
+  }
 
   /** A live model's next reply, through the operator's endpoint looked up again by name at each call. */
-  const liveNext = async (input: DecideInput & { source: Extract<SourceRef, { kind: 'provider' }> }): Promise<DecideResult> => {
-    const head = appendTranscript(input.transcript);
+  async liveNext(input: DecideInput & { source: Extract<SourceRef, { kind: 'provider' }> }): Promise<DecideResult> {
+    const { kit, store } = this;
+    const { config } = kit;
+    const head = this.appendTranscript(input.transcript);
     const ctx = Context.current();
     const { source } = input;
     // Looked up again at each call, by name: the URL and the key variable are the operator's alone.
@@ -138,20 +152,23 @@ export function decideActivities(kit: Kit) {
     };
     return liveDecide(live, input, head, (decisions, reply) => ({
       kind: 'decisions',
-      decisions: decisions.map((d) => decisionView(d, input, reply)),
+      decisions: decisions.map((d) => this.decisionView(d, input, reply)),
       cursor: input.cursor,
       head,
       usage: null,
     }));
-  };
+  }
+}
 
+export function decideActivities(kit: Kit) {
+  const decider = new Decider(kit);
   return {
     /** The next decision, and the build of the worker that took it (the run records which builds served it). */
     async decide(input: DecideInput): Promise<DecideResult> {
       const result =
         input.source.kind === 'provider'
-          ? await liveNext({ ...input, source: input.source })
-          : replayDecide({ ...input, source: input.source });
+          ? await decider.liveNext({ ...input, source: input.source })
+          : decider.replayDecide({ ...input, source: input.source });
       return { ...result, build: buildId() };
     },
 
@@ -162,7 +179,7 @@ export function decideActivities(kit: Kit) {
     async localDecide(hostQueue: string | null, input: DecideInput): Promise<DecideResult | Elsewhere> {
       if (input.source.kind !== 'replay') throw nonRetryable('ProtocolError', 'a live decision is never a local activity');
       if (!kit.onThisHost(hostQueue)) return kit.elsewhere();
-      return { ...replayDecide({ ...input, source: input.source }), build: buildId() };
+      return { ...decider.replayDecide({ ...input, source: input.source }), build: buildId() };
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
@@ -173,9 +190,9 @@ export function decideActivities(kit: Kit) {
       task_finishing?: boolean;
     }): Promise<string | null> {
       if (input.task_finishing) faultPoint('child_finishing');
-      return store.batch(() => {
-        store.appendTrace(input.run_id, input.trace);
-        return appendTranscript(input.transcript);
+      return kit.store.batch(() => {
+        kit.store.appendTrace(input.run_id, input.trace);
+        return decider.appendTranscript(input.transcript);
       });
     },
   };
