@@ -10,9 +10,9 @@ import type { Decision } from '../core/contracts';
 import { readVerifiedChange, VerifiedChangeError } from '../host/repository';
 import { runPaths } from '../host/workspace/workspace';
 import { GitError, GitRepository, type TreeChange } from '../host/git';
-import type { RunOutcome } from '../workflows/agentRun';
 import type { Session } from './session';
 import { openStore } from './stored-trace';
+import type { RunOutcome } from '../core/run-view';
 
 /** Why no branch or patch comes of a run: exit status 1, with this line. */
 export class NoBranch extends Error {

@@ -9,9 +9,18 @@ import { writeFileAtomic } from '../host/files';
 import { cpus } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
-import type { RunOutcome } from '../workflows/agentRun';
-import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
-import { entryName, LIVE_REPLAY, plannedRun, planSize, runWorkflowId, type EvalPlan, type PlannedEntry } from '../core/batch-plan';
+import {
+  entryName,
+  LIVE_REPLAY,
+  plannedRun,
+  planSize,
+  runWorkflowId,
+  type EvalInput,
+  type EvalPlan,
+  type EvalProgress,
+  type EvalResult,
+  type PlannedEntry,
+} from '../core/batch-plan';
 import { localCredentialsFile } from './repository-run';
 import { readTasksFile } from './tasks-file';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
@@ -20,6 +29,7 @@ import type { RunRecord } from '../core/contracts';
 import { replayTrusted, type Settings } from '../host/settings';
 import { evalProgress, evalResult, runOutcome } from './run-access';
 import { openStore } from './stored-trace';
+import type { RunOutcome } from '../core/run-view';
 
 /** Outcomes of the harness's environment, not of the agent: a resume starts these runs again. */
 export function isInfrastructureOutcome(outcome: RunOutcome): boolean {

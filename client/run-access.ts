@@ -11,10 +11,8 @@
 import { randomBytes } from 'node:crypto';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import type { ApprovalSignal, RunInput } from '../core/contracts';
-import type { PendingApproval, RunView } from '../core/run-view';
+import type { PendingApproval, RunOutcome, RunView } from '../core/run-view';
 import type { TraceEvent, TracePage, TraceRequest } from '../core/trace';
-import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
-import type { RunOutcome } from '../workflows/agentRun';
 import {
   AGENT_EVAL,
   AGENT_RUN,
@@ -25,6 +23,7 @@ import {
   steerSignal,
   traceQuery,
 } from '../workflows/messages';
+import type { EvalInput, EvalProgress, EvalResult } from '../core/batch-plan';
 
 /** How long a Query may take before the command says no worker answered. */
 export const QUERY_DEADLINE_MS = 5_000;

@@ -190,3 +190,17 @@ export function buildRecord(view: RunView): RunRecord {
     trace_id: view.trace_id ?? null,
   };
 }
+
+/**
+ * The workflow's result: the record and the final state, readable without a worker. The trace
+ * is in the host store under `trace.run_id` (`npm run agent -- trace`).
+ */
+export interface RunOutcome {
+  record: RunRecord;
+  state: RunView;
+  trace: { run_id: string; events: number };
+  /** Head of the run's transcript in the host store: every decision with its one result. */
+  transcript: string | null;
+  /** Decisions taken from a replay (a reopened task goes on from here). */
+  cursor: number;
+}

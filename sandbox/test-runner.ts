@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { JUNIT_PLACEHOLDER, type TestsSpec } from '../core/contracts';
 import { readHostile } from '../host/workspace/hostile-read';
 import type { ExecBackend } from './backends/types';
+import { tailBytes } from './backends/capped-output';
 import { withUndo, type Undone } from '../host/workspace/byproducts';
 import type { Limits } from '../core/limits';
 import { nonRetryable } from '../core/failures';
@@ -51,16 +52,6 @@ export function testArgv(tests: TestsSpec): string[] {
   ];
 }
 
-function tail(text: string, bytes: number): string {
-  const buf = Buffer.from(text);
-  return buf.length <= bytes
-    ? text
-    : buf
-        .subarray(buf.length - bytes)
-        .toString('utf8')
-        .replace(/^\uFFFD+/, '');
-}
-
 export async function runCandidateTests(opts: {
   backend: ExecBackend;
   fixture: { tests: TestsSpec };
@@ -97,7 +88,7 @@ async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: st
   const scrub = (text: string) => text.split(outDir).join('<out>').split(workspaceDir).join('<workspace>');
   const base = {
     exit_code: result.exitCode,
-    output_tail: scrub(tail(result.stdout + (result.stderr ? `\n${result.stderr}` : ''), opts.limits.outputTailBytes)),
+    output_tail: scrub(tailBytes(result.stdout + (result.stderr ? `\n${result.stderr}` : ''), opts.limits.outputTailBytes)),
   };
   const zero = { discovered: 0, passed: 0, failed: 0, failures: [] };
   if (result.cancelled) return { status: 'cancelled', ...base, ...zero };

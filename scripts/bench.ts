@@ -33,8 +33,8 @@ import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from '../tes
 import { canonicalInput, startServer, uniqueQueue, writeReplay } from '../tests/helpers/temporal';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
-import type { RunOutcome } from '../workflows';
 import { queryState, sendApproval, startRun } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
 const PARKED = Number(process.env.BENCH_PARKED ?? 1000);

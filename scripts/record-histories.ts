@@ -17,10 +17,10 @@ import type { RunInput, RunRecord } from '../core/contracts';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { tempDir } from '../tests/helpers/run-dir';
 import { approveAll, startServer } from '../tests/helpers/temporal';
-import type { RunOutcome } from '../workflows';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import { startRunWithArgs } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 const PROJECT_ROOT = resolve(__dirname, '..', '..');
 const HISTORIES = join(PROJECT_ROOT, 'fixtures', 'histories');

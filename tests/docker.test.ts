@@ -17,9 +17,9 @@ import { LocalBackend } from '../sandbox/backends/local';
 import type { ExecBackend, ExecSpec } from '../sandbox/backends/types';
 import type { TraceEvent } from '../core/trace';
 import { createSandbox, DEFAULT_SANDBOX_IMAGE } from '../worker/sandbox';
-import type { RunOutcome } from '../workflows';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, runOnce, startServer, type RunOnceOptions } from './helpers/temporal';
+import type { RunOutcome } from '../core/run-view';
 
 const LABEL = 'label=coding-agent=sandbox';
 /** Containers created by this process carry this owner label (other processes may share the engine). */

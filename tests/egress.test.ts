@@ -24,7 +24,6 @@ import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { readSettings } from '../host/settings';
 import { startRunWithArgs } from '../client/run-access';
-import type { RunOutcome } from '../workflows';
 import { listSetupImages, type CachedSetup } from '../sandbox/setup/cache';
 import {
   BLOCKED_HOST,
@@ -43,6 +42,7 @@ import {
 import { fragments, historyJson, leaks } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, killed, runOnce, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
+import type { RunOutcome } from '../core/run-view';
 
 jest.setTimeout(240_000);
 

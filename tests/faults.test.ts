@@ -13,7 +13,6 @@ import { defaultProcessDir, ProcessGroups } from '../sandbox/backends/local';
 import type { FaultPoint } from '../host/faults';
 import { runPaths } from '../host/workspace/workspace';
 import type { RunInput } from '../core/contracts';
-import type { RunOutcome } from '../workflows';
 import {
   activityAttempts,
   CLEAN_FINISH,
@@ -30,6 +29,7 @@ import {
 import { LINKCHECK, tempDir } from './helpers/run-dir';
 import { canonicalInput, pendingApproval, startServer, traceIn, uniqueQueue, waitFor } from './helpers/temporal';
 import { sendApproval, startRun } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 const ADDED_TEST = 'tests/test_agent_nested.py'; // the canonical run's first write (a new file)
 const SOURCE = 'src/linkcheck.py'; // its second write

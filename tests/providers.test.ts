@@ -14,7 +14,6 @@ import { exportReplay } from '../client/export-replay';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { createSandbox } from '../worker/sandbox';
-import type { RunOutcome } from '../workflows';
 import { historyJson } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import {
@@ -41,6 +40,7 @@ import {
   type RunOnceOptions,
 } from './helpers/temporal';
 import { startRun } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 const exec = promisify(execFile);
 /** A distinctive fake key: it must reach the provider and nothing else. */

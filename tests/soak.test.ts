@@ -12,7 +12,6 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensureDevServer } from '../host/temporal-server';
-import type { RunOutcome } from '../workflows';
 import {
   CLEAN_FINISH,
   deathOf,
@@ -26,6 +25,7 @@ import {
 import { tempDir, freePort } from './helpers/run-dir';
 import { approveAll, canonicalInput, pendingApproval, startServer, uniqueQueue } from './helpers/temporal';
 import { startRun } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 const SEED = Number(process.env.SOAK_SEED ?? 20251202);
 const RUNS = Number(process.env.SOAK_RUNS ?? 20);

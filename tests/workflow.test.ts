@@ -17,8 +17,8 @@ import {
   type RunOnceOptions,
 } from './helpers/temporal';
 import { createWorker } from '../worker';
-import type { RunOutcome } from '../workflows';
 import { sendApproval } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {

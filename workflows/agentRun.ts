@@ -21,14 +21,14 @@ import {
   type ApprovalSignal,
   type Budgets,
   type ParsedRunInput,
-  type RunRecord,
   type RunStatus,
   type ToolResult,
   type UnreceiptedChange,
 } from '../core/contracts';
 import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
+import { isolationRefusal } from '../core/isolation';
 import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
-import { buildRecord, type RunView } from '../core/run-view';
+import { buildRecord, type RunOutcome, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type TraceRequest } from '../core/trace';
 import { isOrchestrationTool, READ_ONLY_TOOLS } from '../core/tools';
@@ -42,20 +42,6 @@ import { RunMetrics } from './metrics';
 export type { RunState };
 import { workflowTime } from './time';
 import type { Activities, DecideResult, Elsewhere, RunRef } from '../core/activities';
-
-/**
- * The workflow's result: the record and the final state, readable without a worker. The trace
- * is in the host store under `trace.run_id` (`npm run agent -- trace`).
- */
-export interface RunOutcome {
-  record: RunRecord;
-  state: RunView;
-  trace: { run_id: string; events: number };
-  /** Head of the run's transcript in the host store: every decision with its one result. */
-  transcript: string | null;
-  /** Decisions taken from a replay (a reopened task goes on from here). */
-  cursor: number;
-}
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
 const TRACE_BATCH_BYTES = 48 * 1024;
@@ -278,15 +264,7 @@ class AgentRun {
       if (evidence === null) return this.finish(new RunStop('failed', 'host_lost', this.hostLostDetail()));
       this.view.isolation = evidence;
       this.trace.add('isolation_checked', evidence);
-      if (!evidence.verified) {
-        // Each failed check with what it found, so a refusal names what is missing or wrong.
-        const failed = Object.entries(evidence.checks)
-          .filter(([, c]) => !c.ok)
-          .map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
-        return this.finish(
-          new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`),
-        );
-      }
+      if (!evidence.verified) return this.finish(new RunStop('failed', 'isolation_unverified', isolationRefusal(evidence)));
     }
     if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
       return this.finish(
@@ -429,16 +407,7 @@ class AgentRun {
     );
     this.view.isolation = evidence;
     this.trace.add('isolation_checked', { phase: 'after_setup', ...evidence });
-    if (!evidence.verified) {
-      const failed = Object.entries(evidence.checks)
-        .filter(([, c]) => !c.ok)
-        .map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
-      return new RunStop(
-        'failed',
-        'isolation_unverified',
-        `after setup: ${evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`}`,
-      );
-    }
+    if (!evidence.verified) return new RunStop('failed', 'isolation_unverified', `after setup: ${isolationRefusal(evidence)}`);
     return null;
   }
 

@@ -30,11 +30,10 @@ import {
   type TreeSpend,
 } from '../core/contracts';
 import { evaluatePolicy, type PolicyDecision, type PolicyEvaluation } from '../core/policy';
-import type { TaskView } from '../core/run-view';
+import type { RunOutcome, TaskView } from '../core/run-view';
 import { taskEnded, taskEndedMessage, taskId } from '../core/tasks';
 import type { Trace } from '../core/trace';
 import type { CallView } from '../core/transcript';
-import type { RunOutcome } from './agentRun';
 import { AGENT_RUN, steerSignal, stopSignal, taskUpdateSignal } from './messages';
 import type { PendingWrite, RunState } from './run-state';
 import type { Activities, RunRef } from '../core/activities';

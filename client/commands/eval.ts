@@ -5,9 +5,9 @@ import { resolve } from 'node:path';
 import { comparisonHtml } from '../../core/compare-html';
 import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
 import { writeFileAtomic } from '../../host/files';
-import type { EvalInput, EvalPlan } from '../../workflows/agentEval';
 import { command, RefusedInput, UsageError } from '../command';
 import { access, localEndpoint, out, webUi } from './shared';
+import type { EvalInput, EvalPlan } from '../../core/batch-plan';
 
 export const evaluate = command({
   name: 'eval',

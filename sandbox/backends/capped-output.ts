@@ -61,3 +61,14 @@ export function utf8Prefix(buf: Buffer): Buffer {
   const need = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
   return need > back + 1 ? buf.subarray(0, i) : buf;
 }
+
+/** The last `bytes` bytes of `text`, never starting inside a UTF-8 character (a cut one is dropped). */
+export function tailBytes(text: string, bytes: number): string {
+  const buf = Buffer.from(text);
+  return buf.length <= bytes
+    ? text
+    : buf
+        .subarray(buf.length - bytes)
+        .toString('utf8')
+        .replace(/^\uFFFD+/, '');
+}

@@ -22,6 +22,7 @@ import {
 } from '../backends/docker';
 import { parseShellProbe, shellProbeArgv } from './probe-shell';
 import { BackendUnavailableError } from '../backends/types';
+import type { ProbeFacts } from './facts';
 
 export interface IsolationCheck {
   ok: boolean;
@@ -74,27 +75,6 @@ let probeText: string | null = null;
 export function probeSource(): string {
   probeText ??= readFileSync(PROBE_FILE, 'utf8');
   return probeText;
-}
-
-/** What a probe reports (probe.py directly; probe.sh through probe-shell.ts). */
-export interface ProbeFacts {
-  net: { target: string; result: string }[];
-  interfaces: string[];
-  routes: { family: 'ipv4' | 'ipv6'; iface: string; dest: string; mask: string }[];
-  /** Listening TCP and bound UDP sockets of the sandbox's network namespace, `addr:port/proto`. */
-  sockets: string[];
-  nameservers: string[];
-  writes: Record<string, string>;
-  environ: Record<string, string>;
-  proc1_environ: string[] | string;
-  docker_sock: Record<string, boolean>;
-  mounts: string[];
-  ids: { uid: number; euid: number; gid: number; egid: number; groups: number[] };
-  status: Record<string, string | null>;
-  pids: { forked: number; stopped_by: string };
-  memory: { allocated: number; outcome: string; returncode: number | null };
-  /** The shell probe only: tools of the image it needed and did not find (what it could not measure). */
-  missing?: string[];
 }
 
 /**
@@ -181,6 +161,22 @@ function judge(
   accepted: number,
   setup?: SetupProbe,
 ): Record<string, IsolationCheck> {
+  return {
+    ...networkChecks(facts, expected, accepted, setup),
+    ...fileChecks(facts, expected, setup),
+    ...environmentChecks(facts, expected, secret, rawOutput, setup),
+    ...limitChecks(facts, expected),
+    ...identityChecks(facts, expected, setup),
+  };
+}
+
+/** Where the sandbox can reach: nothing of the host (the setup phase: the proxy, and only it), no route out, no resolver beyond. */
+function networkChecks(
+  facts: ProbeFacts,
+  expected: ContainerSettings,
+  accepted: number,
+  setup?: SetupProbe,
+): Record<string, IsolationCheck> {
   const checks: Record<string, IsolationCheck> = {};
   const set = (name: string, ok: boolean, detail: string) => (checks[name] = { ok, detail });
   const proxyTarget = setup ? `${setup.proxy[0]}:${setup.proxy[1]}` : null;
@@ -241,6 +237,13 @@ function judge(
     );
   }
   set('host_listener', accepted === 0, `${accepted} connection(s) accepted by the host listener`);
+  return checks;
+}
+
+/** What the sandbox can write: /out only (and, during a setup, its own root file system). */
+function fileChecks(facts: ProbeFacts, expected: ContainerSettings, setup?: SetupProbe): Record<string, IsolationCheck> {
+  const checks: Record<string, IsolationCheck> = {};
+  const set = (name: string, ok: boolean, detail: string) => (checks[name] = { ok, detail });
   const refused = (p: string) => facts.writes[p] !== 'written';
   if (setup && !expected.hostConfig.ReadonlyRootfs) {
     // The setup's changes to the image are its product; they stay in the run's image, not the host's.
@@ -253,6 +256,19 @@ function judge(
   set('write_workspace_ro', refused('/workspace/probe'), `/workspace/probe: ${facts.writes['/workspace/probe']}`);
   set('out_writable', facts.writes['/out/probe'] === 'written', `/out/probe: ${facts.writes['/out/probe']}`);
 
+  return checks;
+}
+
+/** What the sandbox sees of the host: no secret, no extra variable, no engine socket, no strange mount. */
+function environmentChecks(
+  facts: ProbeFacts,
+  expected: ContainerSettings,
+  secret: string,
+  rawOutput: string,
+  setup?: SetupProbe,
+): Record<string, IsolationCheck> {
+  const checks: Record<string, IsolationCheck> = {};
+  const set = (name: string, ok: boolean, detail: string) => (checks[name] = { ok, detail });
   const proc1 = Array.isArray(facts.proc1_environ) ? facts.proc1_environ : [];
   const secrets = [secret, ...(setup?.secrets ?? [])];
   const leaked =
@@ -283,6 +299,14 @@ function judge(
   const strange = facts.mounts.filter((m) => !mountAllowed(m));
   set('mounts', strange.length === 0, strange.length ? `unexpected: ${strange.join(',')}` : facts.mounts.join(','));
 
+  return checks;
+}
+
+/** Processes and memory bounded by the settings. */
+function limitChecks(facts: ProbeFacts, expected: ContainerSettings): Record<string, IsolationCheck> {
+  const checks: Record<string, IsolationCheck> = {};
+  const set = (name: string, ok: boolean, detail: string) => (checks[name] = { ok, detail });
+  const missing = facts.missing ?? [];
   const pidsLimit = expected.hostConfig.PidsLimit;
   set(
     'pids_limit',
@@ -303,6 +327,13 @@ function judge(
     `allocator stopped by ${facts.memory.outcome} (rc ${facts.memory.returncode}) after ${mib(facts.memory.allocated)} (limit ${mib(memLimit)})`,
   );
 
+  return checks;
+}
+
+/** Who the sandbox runs as: not root (a setup: the declared user), no new privileges, no capabilities, seccomp on. */
+function identityChecks(facts: ProbeFacts, expected: ContainerSettings, setup?: SetupProbe): Record<string, IsolationCheck> {
+  const checks: Record<string, IsolationCheck> = {};
+  const set = (name: string, ok: boolean, detail: string) => (checks[name] = { ok, detail });
   const { uid, euid, gid, egid } = facts.ids;
   if (setup) {
     // The setup runs as the user its settings declare (root, with no capabilities: checked below).

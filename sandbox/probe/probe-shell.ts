@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { ProbeFacts } from './isolation';
+import type { ProbeFacts } from './facts';
 
 export const SHELL_PROBE_FILE = join(__dirname, 'probe.sh');
 

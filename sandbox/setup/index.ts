@@ -28,7 +28,7 @@ import type { EgressSpec, IsolationEvidence, SetupSpec } from '../../core/contra
 import type { CredentialLookup, OperatorCredential } from '../../core/egress';
 import { brief } from '../../core/transcript';
 import { writeFileAtomic } from '../../host/files';
-import { CappedSink } from '../backends/capped-output';
+import { CappedSink, tailBytes } from '../backends/capped-output';
 import {
   removeContainer,
   SANDBOX_ENV,
@@ -37,15 +37,25 @@ import {
   setupOverride,
   type AttachedRun,
   type DockerBackend,
+  type SetupNetwork,
 } from '../backends/docker';
 import { probeIsolation } from '../probe/isolation';
+import { isolationRefusal } from '../../core/isolation';
 import { BackendUnavailableError, type ExecResult } from '../backends/types';
 import type { Limits } from '../../core/limits';
 import { scrubSecret } from '../../models/secrets';
 import { manifestDigest, type ManifestEntry, type RunPaths } from '../../host/workspace/workspace';
 import { findSetupImage, setupInputs, setupKey, setupLabels, SETUP_REPOSITORY } from './cache';
 import { applyProducts, dropPreSetup, keepPreSetup, restorePreSetup, SetupProductError, workspaceArchive } from './products';
-import { createEgressNetwork, PROXY_HOSTS_PATH, PROXY_TLS, ProxyStartError, startProxy, type RunningProxy } from './proxy';
+import {
+  createEgressNetwork,
+  type EgressNetwork,
+  PROXY_HOSTS_PATH,
+  PROXY_TLS,
+  ProxyStartError,
+  startProxy,
+  type RunningProxy,
+} from './proxy';
 import { filterRules, forbiddenRanges } from './ranges';
 import { headerValueProblem, parseAccessLine, squidConfig, type ProxyCredential } from './squid';
 import { within } from './timing';
@@ -99,16 +109,6 @@ export const SETUP_CA_DIR = '/coding-agent-setup-ca';
 /** The variables that point clients at the setup's authority: OpenSSL's (Python, curl), requests' and pip's, Node's, git's. */
 const CA_VARIABLES = ['SSL_CERT_FILE', 'REQUESTS_CA_BUNDLE', 'PIP_CERT', 'CURL_CA_BUNDLE', 'NODE_EXTRA_CA_CERTS', 'GIT_SSL_CAINFO'];
 
-function tail(text: string, bytes: number): string {
-  const buf = Buffer.from(text);
-  return buf.length <= bytes
-    ? text
-    : buf
-        .subarray(buf.length - bytes)
-        .toString('utf8')
-        .replace(/^\uFFFD+/, '');
-}
-
 export async function runSetup(env: SetupEnvironment, paths: RunPaths, setup: SetupSpec, egress: EgressSpec | null): Promise<SetupResult> {
   if (existsSync(marker(paths))) return JSON.parse(readFileSync(marker(paths), 'utf8')) as SetupResult;
   const heartbeat = setInterval(() => env.heartbeat(), 2000);
@@ -138,7 +138,15 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
   if (cached !== null) {
     result = await finish(docker, paths, { ...common(), ok: true, cached: true, image_id: cached, added: 0 });
   } else {
-    const ran = await runFresh(env, docker, paths, baseImage, setup, egress, credentials, key, setupLabels(key, inputs), report);
+    const ran = await new FreshSetup(
+      env,
+      docker,
+      paths,
+      { setup, egress, named: credentials, baseImage },
+      key,
+      setupLabels(key, inputs),
+      report,
+    ).run();
     if (!ran.ok) return ran;
     result = await finish(docker, paths, ran);
     if (result.ok) await docker.getImage(result.image_id).tag({ repo: SETUP_REPOSITORY, tag: key });
@@ -170,48 +178,93 @@ async function finish(docker: Dockerode, paths: RunPaths, done: Extract<SetupRes
   }
 }
 
-async function runFresh(
-  env: SetupEnvironment,
-  docker: Dockerode,
-  paths: RunPaths,
-  baseImage: string,
-  setup: SetupSpec,
-  egress: EgressSpec | null,
-  named: OperatorCredential[],
-  key: string,
-  labels: Record<string, string>,
-  report: EgressReport,
-): Promise<Extract<SetupResult, { ok: true }> | Extract<SetupResult, { ok: false }>> {
-  const commands: CommandRecord[] = [];
-  const all: EgressEvent[] = [];
-  const failed = (reason: 'setup_failed' | 'isolation_unverified', detail: string, isolation: IsolationEvidence | null = null) =>
-    ({ ok: false, reason, detail, key, commands, egress: report, isolation }) as const;
+type Ran = Extract<SetupResult, { ok: true }> | Extract<SetupResult, { ok: false }>;
 
-  // The real values: read now, from the worker's environment, and only handed to the proxy.
-  const credentials: ProxyCredential[] = [];
-  for (const c of named) {
-    const value = env.credential(c.env);
-    if (value === undefined)
-      return failed('setup_failed', `egress credential ${c.name}: the worker has no variable ${c.env} (set it where the worker starts)`);
-    const problem = headerValueProblem(value);
-    if (problem !== null)
-      return failed('setup_failed', `egress credential ${c.name}: the value of ${c.env} cannot be a ${c.header} header: ${problem}`);
-    credentials.push({ hosts: c.hosts, header: c.header, value, plainHttp: c.plain_http === true });
+/** A setup refused or failed on the way: its result, carried out of the steps below. */
+class SetupStop {
+  constructor(readonly result: Extract<SetupResult, { ok: false }>) {}
+}
+
+/**
+ * One fresh setup: the operator's credentials read, the proxy started behind its filter, the
+ * probe run with the setup's settings, the commands run in the run's container, the container
+ * committed; everything it started removed at the end, whatever happened.
+ */
+class FreshSetup {
+  private readonly commands: CommandRecord[] = [];
+  private readonly events: EgressEvent[] = [];
+  private secrets: string[] = [];
+  private isolation: IsolationEvidence | null = null;
+  /** What this setup started, removed at the end. */
+  private proxy: RunningProxy | null = null;
+  private container: Dockerode.Container | null = null;
+
+  constructor(
+    private readonly env: SetupEnvironment,
+    private readonly docker: Dockerode,
+    private readonly paths: RunPaths,
+    private readonly spec: { setup: SetupSpec; egress: EgressSpec | null; named: OperatorCredential[]; baseImage: string },
+    private readonly key: string,
+    private readonly labels: Record<string, string>,
+    private readonly report: EgressReport,
+  ) {}
+
+  private scrub = (text: string) => this.secrets.reduce((t, s) => scrubSecret(t, s), text);
+
+  private stop(reason: 'setup_failed' | 'isolation_unverified', detail: string): SetupStop {
+    const { key, commands, report: egress, isolation } = this;
+    return new SetupStop({ ok: false, reason, detail, key, commands, egress, isolation });
   }
-  const secrets = credentials.map((c) => c.value);
-  const scrub = (text: string) => secrets.reduce((t, s) => scrubSecret(t, s), text);
-  const hosts = env.hostsFile === null ? null : readFileSync(env.hostsFile, 'utf8');
-  const intercept = egress?.tls === 'intercept';
-  const upstreamCa = intercept && env.upstreamCaFile !== null ? readFileSync(env.upstreamCaFile, 'utf8') : null;
 
-  const network = await createEgressNetwork(docker);
-  let proxy: RunningProxy | null = null;
-  let container: Dockerode.Container | null = null;
-  try {
+  async run(): Promise<Ran> {
+    try {
+      const credentials = this.credentials();
+      const network = await createEgressNetwork(this.docker);
+      try {
+        const proxy = (this.proxy = await this.startProxy(network, credentials));
+        const { mounts, execEnv } = this.clientEnvironment(proxy);
+        const net = { network: network.name, proxy: proxy.address, env: execEnv };
+        await this.probe(net, proxy, network);
+        const container = await this.startContainer(net, mounts);
+        await this.runCommands(container, execEnv);
+        return await this.commit(container);
+      } finally {
+        await this.cleanUp(network);
+      }
+    } catch (err) {
+      if (err instanceof SetupStop) return err.result;
+      throw err;
+    }
+  }
+
+  /** The real values: read now, from the worker's environment, and only handed to the proxy. */
+  private credentials(): ProxyCredential[] {
+    const credentials: ProxyCredential[] = [];
+    for (const c of this.spec.named) {
+      const value = this.env.credential(c.env);
+      if (value === undefined)
+        throw this.stop(
+          'setup_failed',
+          `egress credential ${c.name}: the worker has no variable ${c.env} (set it where the worker starts)`,
+        );
+      const problem = headerValueProblem(value);
+      if (problem !== null)
+        throw this.stop('setup_failed', `egress credential ${c.name}: the value of ${c.env} cannot be a ${c.header} header: ${problem}`);
+      credentials.push({ hosts: c.hosts, header: c.header, value, plainHttp: c.plain_http === true });
+    }
+    this.secrets = credentials.map((c) => c.value);
+    return credentials;
+  }
+
+  private async startProxy(network: EgressNetwork, credentials: ProxyCredential[]): Promise<RunningProxy> {
+    const { env, docker, spec, report, events } = this;
+    const hosts = env.hostsFile === null ? null : readFileSync(env.hostsFile, 'utf8');
+    const intercept = spec.egress?.tls === 'intercept';
+    const upstreamCa = intercept && env.upstreamCaFile !== null ? readFileSync(env.upstreamCaFile, 'utf8') : null;
     // This machine's addresses and the engine's networks as they are now (the new internal network among them).
     const forbidden = await forbiddenRanges(docker);
     try {
-      proxy = await startProxy(docker, {
+      return await startProxy(docker, {
         image: env.proxyImage,
         network,
         upstream: env.upstreamNetwork,
@@ -222,7 +275,7 @@ async function runFresh(
           squidConfig({
             listen: address,
             clients: network.subnet,
-            egress,
+            egress: spec.egress,
             credentials,
             forbidden,
             open: env.openCidrs,
@@ -232,113 +285,125 @@ async function runFresh(
             intercept: intercept ? { ...PROXY_TLS, upstreamCa: upstreamCa !== null ? PROXY_TLS.upstreamCa : null } : null,
           }),
         onRequest: (line) => {
-          const event = parseAccessLine(scrub(line), intercept);
+          const event = parseAccessLine(this.scrub(line), intercept);
           if (event === null) return; // a connection that made no request (the probe's)
           if (event.allowed) report.allowed++;
           else report.denied++;
-          if (all.length < MAX_EGRESS_EVENTS) all.push(event);
+          if (events.length < MAX_EGRESS_EVENTS) events.push(event);
           else report.omitted++;
         },
       });
     } catch (err) {
       // It would fail alike on every attempt: an infrastructure failure, its log scrubbed of the values.
       if (err instanceof ProxyStartError)
-        throw new BackendUnavailableError(err.log === '' ? err.message : `${err.message}: ${scrub(tail(err.log, 2000))}`, 'proxy_failed');
+        throw new BackendUnavailableError(
+          err.log === '' ? err.message : `${err.message}: ${this.scrub(tailBytes(err.log, 2000))}`,
+          'proxy_failed',
+        );
       throw err;
     }
+  }
+
+  /** What every command gets: the proxy, the setup's authority when intercepting (mounted read-only, not in the image), the placeholders. */
+  private clientEnvironment(proxy: RunningProxy): { mounts: Dockerode.MountSettings[]; execEnv: string[] } {
     const proxyUrl = `http://${proxy.address}:${proxy.port}`;
-    // Intercepting, the clients trust the setup's authority (its certificate only, mounted read-only; not in the image).
     const mounts: Dockerode.MountSettings[] = [];
     if (proxy.caCert !== null) {
-      mkdirSync(caFolder(paths), { recursive: true });
-      writeFileSync(join(caFolder(paths), 'ca.pem'), proxy.caCert, { mode: 0o644 });
-      chmodSync(caFolder(paths), 0o755);
-      mounts.push({ Type: 'bind', Source: caFolder(paths), Target: SETUP_CA_DIR, ReadOnly: true });
+      const folder = caFolder(this.paths);
+      mkdirSync(folder, { recursive: true });
+      writeFileSync(join(folder, 'ca.pem'), proxy.caCert, { mode: 0o644 });
+      chmodSync(folder, 0o755);
+      mounts.push({ Type: 'bind', Source: folder, Target: SETUP_CA_DIR, ReadOnly: true });
     }
     const execEnv = [
       ...['http_proxy', 'https_proxy', 'HTTP_PROXY', 'HTTPS_PROXY'].map((n) => `${n}=${proxyUrl}`),
       ...(proxy.caCert !== null ? CA_VARIABLES.map((n) => `${n}=${SETUP_CA_DIR}/ca.pem`) : []),
-      ...named.map((c) => `${c.env}=${placeholder(c.env)}`),
+      ...this.spec.named.map((c) => `${c.env}=${placeholder(c.env)}`),
     ];
-    const net = { network: network.name, proxy: proxy.address, env: execEnv };
+    return { mounts, execEnv };
+  }
 
-    // The probe sees what a setup command sees: the same settings, network and variables.
-    const probe = await probeIsolation(env.backend.withOverride(setupOverride(net)), {
-      signal: env.signal,
-      setup: { proxy: [proxy.address, proxy.port], hosts: network.gateway ? [network.gateway] : [], secrets },
+  /** The probe sees what a setup command sees: the same settings, network and variables. */
+  private async probe(net: SetupNetwork, proxy: RunningProxy, network: EgressNetwork): Promise<void> {
+    const probe = await probeIsolation(this.env.backend.withOverride(setupOverride(net)), {
+      signal: this.env.signal,
+      setup: { proxy: [proxy.address, proxy.port], hosts: network.gateway ? [network.gateway] : [], secrets: this.secrets },
     });
-    const isolation: IsolationEvidence = {
+    this.isolation = {
       ...probe,
-      checks: Object.fromEntries(Object.entries(probe.checks).map(([k, c]) => [k, { ok: c.ok, detail: scrub(c.detail) }])),
+      checks: Object.fromEntries(Object.entries(probe.checks).map(([k, c]) => [k, { ok: c.ok, detail: this.scrub(c.detail) }])),
     };
-    if (!isolation.verified) {
-      const bad = Object.entries(isolation.checks)
-        .filter(([, c]) => !c.ok)
-        .map(([n, c]) => `${n} (${c.detail.slice(0, 200)})`);
-      return failed(
-        'isolation_unverified',
-        `setup phase: ${isolation.reason_detail ?? `probe checks failed: ${bad.join('; ')}`}`,
-        isolation,
-      );
-    }
+    if (!this.isolation.verified) throw this.stop('isolation_unverified', `setup phase: ${isolationRefusal(this.isolation)}`);
+  }
 
-    // The run's container: the sandbox's variables only; the setup's are given to each exec.
-    const keeper = env.backend.withOverride({ ...setupOverride(net), env: [...SANDBOX_ENV] });
-    container = await keeper.create(['sh', '-c', 'read -r _'], mounts, baseImage, { keepStdinOpen: true });
-    await container.putArchive(workspaceArchive(paths), { path: '/' });
+  /** The run's container: the sandbox's variables only; the setup's are given to each exec. */
+  private async startContainer(net: SetupNetwork, mounts: Dockerode.MountSettings[]): Promise<Dockerode.Container> {
+    const keeper = this.env.backend.withOverride({ ...setupOverride(net), env: [...SANDBOX_ENV] });
+    const container = (this.container = await keeper.create(['sh', '-c', 'read -r _'], mounts, this.spec.baseImage, {
+      keepStdinOpen: true,
+    }));
+    await container.putArchive(workspaceArchive(this.paths), { path: '/' });
     try {
       await container.start();
     } catch (err) {
-      if (/executable file not found|no such file or directory/.test((err as Error).message ?? '')) {
-        return failed('setup_failed', `the image has no sh, which keeps the setup's container up between its commands`, isolation);
-      }
+      if (/executable file not found|no such file or directory/.test((err as Error).message ?? ''))
+        throw this.stop('setup_failed', `the image has no sh, which keeps the setup's container up between its commands`);
       throw err;
     }
+    return container;
+  }
+
+  private async runCommands(container: Dockerode.Container, execEnv: string[]): Promise<void> {
+    const { setup } = this.spec;
     const until = Date.now() + setup.timeout_s * 1000;
     for (const argv of setup.commands) {
-      const run = await runExec(docker, container, argv, execEnv, {
+      const run = await runExec(this.docker, container, argv, execEnv, {
         argv,
         timeoutMs: Math.max(1, until - Date.now()),
-        outputCapBytes: env.limits.execOutputBytes,
-        signal: env.signal,
-        onProgress: env.heartbeat,
+        outputCapBytes: this.env.limits.execOutputBytes,
+        signal: this.env.signal,
+        onProgress: this.env.heartbeat,
       });
       const record: CommandRecord = { argv: argv.map((a) => brief(a) as string), exit_code: run.exitCode, timed_out: run.timedOut };
-      commands.push(record);
+      this.commands.push(record);
       if (run.cancelled) throw new Error('the setup was cancelled');
-      if (run.exitCode !== 0) {
-        record.output_tail = scrub(tail(run.stdout + (run.stderr ? `\n${run.stderr}` : ''), TAIL_BYTES));
-        const why = run.timedOut ? `timed out (setup.timeout_s ${setup.timeout_s} s for all commands)` : `exited ${run.exitCode}`;
-        const shown = argv.join(' ');
-        return failed(
-          'setup_failed',
-          `setup command ${JSON.stringify(shown.length > 200 ? `${shown.slice(0, 200)}...` : shown)} ${why}: ${tail(record.output_tail, 1500)}`,
-          isolation,
-        );
-      }
+      if (run.exitCode === 0) continue;
+      record.output_tail = this.scrub(tailBytes(run.stdout + (run.stderr ? `\n${run.stderr}` : ''), TAIL_BYTES));
+      const why = run.timedOut ? `timed out (setup.timeout_s ${setup.timeout_s} s for all commands)` : `exited ${run.exitCode}`;
+      const shown = argv.join(' ');
+      throw this.stop(
+        'setup_failed',
+        `setup command ${JSON.stringify(shown.length > 200 ? `${shown.slice(0, 200)}...` : shown)} ${why}: ${tailBytes(record.output_tail, 1500)}`,
+      );
     }
+  }
+
+  /** The sandbox's user and command; the environment is the container's, which holds only the sandbox's variables. */
+  private async commit(container: Dockerode.Container): Promise<Ran> {
     await container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
     await container.wait({ condition: 'not-running' });
-    // The sandbox's user and command; the environment is the container's, which holds only the sandbox's variables.
     const committed = (await container.commit({
-      comment: `coding-agent setup ${key}`,
+      comment: `coding-agent setup ${this.key}`,
       changes: [
         `USER ${SANDBOX_UID}:${SANDBOX_GID}`,
         'CMD ["/bin/sh"]',
-        ...Object.entries(labels).map(([k, v]) => `LABEL ${JSON.stringify(k)}=${JSON.stringify(v)}`),
+        ...Object.entries(this.labels).map(([k, v]) => `LABEL ${JSON.stringify(k)}=${JSON.stringify(v)}`),
       ],
     })) as { Id: string };
-    return { ok: true, cached: false, image_id: committed.Id, added: 0, key, commands, egress: report, isolation };
-  } finally {
-    // The proxy's last lines count: `report` is the object every result above holds.
+    const { key, commands, report: egress, isolation } = this;
+    return { ok: true, cached: false, image_id: committed.Id, added: 0, key, commands, egress, isolation };
+  }
+
+  /** The proxy's last lines count: `report` is the object every result holds. */
+  private async cleanUp(network: EgressNetwork): Promise<void> {
     try {
-      if (container) await removeContainer(container);
-      if (proxy) await proxy.stop();
-      writeFileAtomic(egressFile(paths), JSON.stringify(all), { tmpDir: paths.tmp });
-      report.events = all.slice(0, EGRESS_PAGE);
-      report.rest = all.length - report.events.length;
+      if (this.container) await removeContainer(this.container);
+      if (this.proxy) await this.proxy.stop();
+      writeFileAtomic(egressFile(this.paths), JSON.stringify(this.events), { tmpDir: this.paths.tmp });
+      this.report.events = this.events.slice(0, EGRESS_PAGE);
+      this.report.rest = this.events.length - this.report.events.length;
     } finally {
-      rmSync(caFolder(paths), { recursive: true, force: true });
+      rmSync(caFolder(this.paths), { recursive: true, force: true });
       await network.remove();
     }
   }

@@ -12,9 +12,9 @@ import { sha256 } from '../../host/digest';
 import type { FaultPoint } from '../../host/faults';
 import { Ledger, type Receipt } from '../../host/ledger';
 import { runPaths } from '../../host/workspace/workspace';
-import type { RunOutcome } from '../../workflows';
 import { LINKCHECK, tempDir } from './run-dir';
 import { spawnWorker } from './temporal';
+import type { RunOutcome } from '../../core/run-view';
 
 export interface ExitStatus {
   code: number | null;

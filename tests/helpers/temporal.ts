@@ -15,9 +15,9 @@ import type { Settings } from '../../host/settings';
 import { createWorker } from '../../worker';
 import { installRuntime } from '../../host/runtime';
 import type { SandboxOptions } from '../../worker/sandbox';
-import type { RunOutcome } from '../../workflows';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
 import { queryState, sendApproval, startRunWithArgs, traceSince } from '../../client/run-access';
+import type { RunOutcome } from '../../core/run-view';
 
 let runtimeInstalled = false;
 

@@ -17,7 +17,6 @@ import { runTests } from '../../tools/run_tests';
 import { sha256 } from '../../host/digest';
 import type { Fixture, RunInput } from '../../core/contracts';
 import { createWorker } from '../../worker';
-import type { RunOutcome } from '../../workflows';
 import { branchFromRun, patchFromRun } from '../../client/branch';
 import { queryState, runHandle, sendApproval, startRunWithArgs } from '../../client/run-access';
 import type { Session } from '../../client/session';
@@ -28,6 +27,7 @@ import { storedTrace } from '../../client/stored-trace';
 import { git, sampleRepo } from '../helpers/git-repo';
 import { freePort, LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, type TestRun } from '../helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, runOnce, startServer, uniqueQueue, waitFor, writeReplay } from '../helpers/temporal';
+import type { RunOutcome } from '../../core/run-view';
 
 const junit = (command: string[]): Partial<Fixture> => ({
   tests: { command, format: 'junit', timeout_s: 60 },

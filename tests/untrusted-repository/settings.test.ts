@@ -15,11 +15,11 @@ import type { RunInput, Usage } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
 import { readSettings } from '../../host/settings';
 import { createSandbox } from '../../worker/sandbox';
-import type { RunOutcome } from '../../workflows';
 import { git, sampleRepo } from '../helpers/git-repo';
 import { addEndpoint, endpointOf, ProviderServer, reply } from '../helpers/provider-server';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from '../helpers/run-dir';
 import { runOnce, startServer, type RunOnceOptions } from '../helpers/temporal';
+import type { RunOutcome } from '../../core/run-view';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
