@@ -126,7 +126,7 @@ export async function liveDecide(
   head: string | null,
   toView: (decisions: ReplyDecision[], reply: string) => DecideResult & { kind: 'decisions' },
 ): Promise<DecideResult> {
-  const { store, signal } = ctx;
+  const { store } = ctx;
   const source = input.source;
   const facts: RunFacts = input.facts!;
   const { endpoint } = ctx;
@@ -172,65 +172,89 @@ export async function liveDecide(
     }
     if (stored === null) {
       store.put('model_request', body);
-      const beat = setInterval(ctx.heartbeat, 1000);
-      let raw: unknown;
-      try {
-        ctx.heartbeat();
-        raw = await adapter.send(body, {
-          apiKey,
-          baseURL: endpoint.base_url ?? ctx.baseUrls[endpoint.kind],
-          timeoutMs: ctx.timeoutMs,
-          signal,
-        });
-      } catch (err) {
-        if (signal.aborted) throw new CancelledFailure('the model request was cancelled');
-        const failure = classify(err);
-        // Error text leaves the activity only scrubbed of the key: it goes to history, the trace and reports.
-        if (failure === null) throw scrubbedError(err, apiKey);
-        failure.detail = scrubSecret(failure.detail, apiKey);
-        if (failure.context_overflow && !compacted) {
+      const sent = await send(ctx, adapter, body, apiKey);
+      if ('failure' in sent) {
+        if (sent.failure.context_overflow && !compacted) {
           compacted = true;
           continue; // compact to half the room and try once more
         }
+        const { transient, retry_after_ms, detail } = sent.failure;
         return {
           kind: 'model_error',
-          transient: failure.transient,
+          transient,
           cut_off: false,
-          retry_after_ms: failure.retry_after_ms,
-          detail: failure.detail,
+          retry_after_ms,
+          detail,
           ref: null,
           cursor: input.cursor,
           head,
           usage: null,
         };
-      } finally {
-        clearInterval(beat);
       }
       // Stored before anything else happens: from here on, a retry of this activity is free.
-      stored = { digest: store.recordModelResponse(request, raw), raw };
+      stored = { digest: store.recordModelResponse(request, sent.raw), raw: sent.raw };
       faultPoint('after_model_response');
     }
-    const reply = adapter.parse(stored.raw);
-    const usage: Usage = { ...reply.usage, cost_usd: cost(ctx.prices, source.model, reply.usage, reply.cache_write_tokens) };
-    const how = { compacted, from_store: fromStore, cache: { hit: reply.usage.cached_tokens > 0, write_tokens: reply.cache_write_tokens } };
-    switch (reply.kind) {
-      case 'refused':
-        return { kind: 'refused', detail: scrubSecret(reply.detail, apiKey), head, usage, ...how };
-      case 'truncated':
-        return {
-          kind: 'model_error',
-          transient: true,
-          cut_off: true,
-          retry_after_ms: null,
-          detail: 'the reply was cut off by the output limit; none of its calls ran',
-          ref: null,
-          cursor: input.cursor,
-          head,
-          usage,
-          ...how,
-        };
-      case 'decisions':
-        return { ...toView(reply.decisions, stored.digest), usage, ...how };
+    const how = { model: source.model, compacted, from_store: fromStore };
+    return answer(ctx, adapter.parse(stored.raw), { ...how, head, cursor: input.cursor, digest: stored.digest, apiKey }, toView);
+  }
+}
+
+/**
+ * One request to the provider, heartbeating while it is out; a provider's failure classified and
+ * scrubbed of the key (its text goes to history, the trace and reports), anything else thrown.
+ */
+async function send(
+  ctx: LiveContext,
+  adapter: ProviderAdapter,
+  body: Record<string, unknown>,
+  apiKey: string,
+): Promise<{ raw: unknown } | { failure: NonNullable<ReturnType<typeof classify>> }> {
+  const { endpoint, signal } = ctx;
+  const beat = setInterval(ctx.heartbeat, 1000);
+  try {
+    ctx.heartbeat();
+    return {
+      raw: await adapter.send(body, {
+        apiKey,
+        baseURL: endpoint.base_url ?? ctx.baseUrls[endpoint.kind],
+        timeoutMs: ctx.timeoutMs,
+        signal,
+      }),
+    };
+  } catch (err) {
+    if (signal.aborted) throw new CancelledFailure('the model request was cancelled');
+    const failure = classify(err);
+    if (failure === null) throw scrubbedError(err, apiKey);
+    failure.detail = scrubSecret(failure.detail, apiKey);
+    return { failure };
+  } finally {
+    clearInterval(beat);
+  }
+}
+
+/** What a stored reply means for the run: decisions, a refusal, or a reply cut off by the output limit. */
+function answer(
+  ctx: LiveContext,
+  reply: ReturnType<ProviderAdapter['parse']>,
+  o: { model: string; compacted: boolean; from_store: boolean; head: string | null; cursor: number; digest: string; apiKey: string },
+  toView: (decisions: ReplyDecision[], reply: string) => DecideResult & { kind: 'decisions' },
+): DecideResult {
+  const { head, cursor } = o;
+  const usage: Usage = { ...reply.usage, cost_usd: cost(ctx.prices, o.model, reply.usage, reply.cache_write_tokens) };
+  const how = {
+    compacted: o.compacted,
+    from_store: o.from_store,
+    cache: { hit: reply.usage.cached_tokens > 0, write_tokens: reply.cache_write_tokens },
+  };
+  switch (reply.kind) {
+    case 'refused':
+      return { kind: 'refused', detail: scrubSecret(reply.detail, o.apiKey), head, usage, ...how };
+    case 'truncated': {
+      const detail = 'the reply was cut off by the output limit; none of its calls ran';
+      return { kind: 'model_error', transient: true, cut_off: true, retry_after_ms: null, detail, ref: null, cursor, head, usage, ...how };
     }
+    case 'decisions':
+      return { ...toView(reply.decisions, o.digest), usage, ...how };
   }
 }

@@ -128,34 +128,35 @@ export interface ProxyOptions {
   onRequest: (line: string) => void;
 }
 
-/**
- * Starts the proxy and returns once squid accepts connections. Squid runs as the image's `proxy`
- * user with every capability dropped, no-new-privileges, a read-only root and tmpfs folders.
- */
-export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<RunningProxy> {
-  let image: string;
+/** The proxy image's content id, or what to run when it is not there. */
+async function proxyImageId(docker: Dockerode, name: string): Promise<string> {
   try {
-    image = (await docker.getImage(o.image).inspect()).Id;
+    return (await docker.getImage(name).inspect()).Id;
   } catch (err) {
     if ((err as { statusCode?: number }).statusCode === 404) {
       throw new BackendUnavailableError(
-        `egress proxy image ${o.image} not found; build it with docker/build-proxy-image.sh (scripts/ensure-docker.sh)`,
+        `egress proxy image ${name} not found; build it with docker/build-proxy-image.sh (scripts/ensure-docker.sh)`,
         'image_missing',
       );
     }
     throw engineError(err);
   }
-  // The configuration arrives on standard input; squid reads it from the tmpfs. An intercepting
-  // proxy makes its certificate authority there too: the key is written by openssl into the
-  // tmpfs and read by squid, and only the certificate is printed for the harness.
-  const script = [
+}
+
+/**
+ * The proxy's shell. The configuration arrives on standard input; squid reads it from the tmpfs.
+ * An intercepting proxy makes its certificate authority there too: the key is written by openssl
+ * into the tmpfs and read by squid, and only the certificate is printed for the harness.
+ */
+function proxyScript(intercept: boolean): string {
+  return [
     'umask 077',
     `cat > ${RUN_DIR}/input`,
     `sed -n '/^${HOSTS_MARK}$/,/^${UPSTREAM_CA_MARK}$/p' ${RUN_DIR}/input | sed '1d;$d' > ${PROXY_HOSTS_PATH}`,
     `sed -n '/^${UPSTREAM_CA_MARK}$/,$p' ${RUN_DIR}/input | tail -n +2 > ${PROXY_TLS.upstreamCa}`,
     `sed '/^${HOSTS_MARK}$/,$d' ${RUN_DIR}/input > ${RUN_DIR}/squid.conf`,
     `rm ${RUN_DIR}/input`,
-    ...(o.intercept
+    ...(intercept
       ? [
           `openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=coding-agent setup CA' -keyout ${PROXY_TLS.caKey} -out ${PROXY_TLS.caCert} 2>/dev/null`,
           `/usr/lib/squid/security_file_certgen -c -s ${PROXY_TLS.certDb} -M 4MB >/dev/null`,
@@ -164,9 +165,17 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
       : []),
     `exec /usr/sbin/squid -N -f ${RUN_DIR}/squid.conf`,
   ].join(' && ');
-  let container: Dockerode.Container;
+}
+
+/** Squid's container: the image's `proxy` user, every capability dropped, no-new-privileges, a read-only root and tmpfs folders. */
+async function createProxyContainer(
+  docker: Dockerode,
+  image: string,
+  script: string,
+  network: EgressNetwork,
+): Promise<Dockerode.Container> {
   try {
-    container = await docker.createContainer({
+    return await docker.createContainer({
       name: `coding-agent-proxy-${randomUUID()}`,
       Image: image,
       Cmd: ['sh', '-c', script],
@@ -180,7 +189,7 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
       AttachStdout: true,
       AttachStderr: true,
       HostConfig: {
-        NetworkMode: o.network.name,
+        NetworkMode: network.name,
         ReadonlyRootfs: true,
         Tmpfs: {
           [RUN_DIR]: 'rw,nosuid,nodev,size=8m,mode=0700,uid=13,gid=13',
@@ -198,51 +207,82 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
   } catch (err) {
     throw engineError(err);
   }
-  let partial = '';
-  let stderr = '';
-  let ended: Promise<void> = Promise.resolve();
-  const removeAll = () => removeContainer(container);
-  try {
-    await docker.getNetwork(o.upstream).connect({ Container: container.id });
+}
+
+/** Squid's output as it comes: stdout is the access log (one request a line), stderr its own log (the end kept). */
+class ProxyOutput {
+  private partial = '';
+  stderr = '';
+  ended: Promise<void> = Promise.resolve();
+
+  constructor(private readonly onRequest: (line: string) => void) {}
+
+  async attach(docker: Dockerode, container: Dockerode.Container): Promise<NodeJS.ReadWriteStream> {
     const stream = await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true });
     const out = new PassThrough();
     const err = new PassThrough();
     out.on('data', (b: Buffer) => {
-      const lines = (partial + b.toString('utf8')).split('\n');
-      partial = lines.pop() ?? '';
-      for (const line of lines) if (line.trim() !== '') o.onRequest(line);
+      const lines = (this.partial + b.toString('utf8')).split('\n');
+      this.partial = lines.pop() ?? '';
+      for (const line of lines) if (line.trim() !== '') this.onRequest(line);
     });
-    err.on('data', (b: Buffer) => (stderr = (stderr + b.toString('utf8')).slice(-PROXY_LOG_BYTES)));
+    err.on('data', (b: Buffer) => (this.stderr = (this.stderr + b.toString('utf8')).slice(-PROXY_LOG_BYTES)));
     docker.modem.demuxStream(stream, out, err);
-    ended = new Promise<void>((resolve) => {
+    this.ended = new Promise<void>((resolve) => {
       stream.on('end', resolve);
       stream.on('close', resolve);
       stream.on('error', () => resolve());
     });
-    await container.start();
-    const info = await container.inspect();
-    const address = info.NetworkSettings.Networks[o.network.name]?.IPAddress;
-    if (!address) throw new Error(`the proxy has no address on ${o.network.name}`);
-    // The shell waits for its standard input, so nothing of squid runs until the filter holds.
-    await installFilter(docker, image, container.id, o.filter);
-    const hosts = o.hosts === null || o.hosts.endsWith('\n') ? (o.hosts ?? '') : `${o.hosts}\n`;
-    const upstream = o.intercept?.upstreamCa ?? '';
-    stream.end(`${o.config(address)}${HOSTS_MARK}\n${hosts}${UPSTREAM_CA_MARK}\n${upstream}`);
+    return stream;
+  }
+
+  /** The last line, when squid ended without a newline. */
+  flush(): void {
+    if (this.partial.trim() !== '') this.onRequest(this.partial);
+    this.partial = '';
+  }
+
+  /** Until squid says it accepts connections; its exit or 30 s of silence is a ProxyStartError. */
+  async accepting(container: Dockerode.Container): Promise<void> {
     const until = Date.now() + START_TIMEOUT_MS;
-    while (!/Accepting (SSL bumped )?HTTP Socket connections/.test(stderr)) {
+    while (!/Accepting (SSL bumped )?HTTP Socket connections/.test(this.stderr)) {
       const state = (await container.inspect()).State;
       if (!state.Running || Date.now() > until) {
         throw new ProxyStartError(
           `the egress proxy did not start (${state.Running ? 'no answer in 30 s' : `it exited with ${state.ExitCode}`})`,
-          stderr,
+          this.stderr,
         );
       }
       await new Promise((r) => setTimeout(r, 50));
     }
+  }
+}
+
+/**
+ * Starts the proxy and returns once squid accepts connections. The shell waits for its standard
+ * input, so nothing of squid runs until the packet filter holds.
+ */
+export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<RunningProxy> {
+  const image = await proxyImageId(docker, o.image);
+  const container = await createProxyContainer(docker, image, proxyScript(o.intercept !== null), o.network);
+  const output = new ProxyOutput(o.onRequest);
+  const removeAll = () => removeContainer(container);
+  try {
+    await docker.getNetwork(o.upstream).connect({ Container: container.id });
+    const stream = await output.attach(docker, container);
+    await container.start();
+    const info = await container.inspect();
+    const address = info.NetworkSettings.Networks[o.network.name]?.IPAddress;
+    if (!address) throw new Error(`the proxy has no address on ${o.network.name}`);
+    await installFilter(docker, image, container.id, o.filter);
+    const hosts = o.hosts === null || o.hosts.endsWith('\n') ? (o.hosts ?? '') : `${o.hosts}\n`;
+    const upstream = o.intercept?.upstreamCa ?? '';
+    stream.end(`${o.config(address)}${HOSTS_MARK}\n${hosts}${UPSTREAM_CA_MARK}\n${upstream}`);
+    await output.accepting(container);
     const ca = o.intercept
-      ? new RegExp(`${CA_BEGIN}\\n(-----BEGIN CERTIFICATE-----\\n[\\s\\S]+?-----END CERTIFICATE-----)\\n${CA_END}`).exec(stderr)
+      ? new RegExp(`${CA_BEGIN}\\n(-----BEGIN CERTIFICATE-----\\n[\\s\\S]+?-----END CERTIFICATE-----)\\n${CA_END}`).exec(output.stderr)
       : null;
-    if (o.intercept && !ca) throw new ProxyStartError('the egress proxy did not print its certificate authority', stderr);
+    if (o.intercept && !ca) throw new ProxyStartError('the egress proxy did not print its certificate authority', output.stderr);
     return {
       id: container.id,
       address,
@@ -253,13 +293,12 @@ export async function startProxy(docker: Dockerode, o: ProxyOptions): Promise<Ru
           await container.stop({ t: 2 }).catch((e: unknown) => {
             if (![304, 404].includes((e as { statusCode?: number }).statusCode ?? 0)) throw e;
           });
-          await within(ended, 5000, undefined);
+          await within(output.ended, 5000, undefined);
         } finally {
           await removeAll();
         }
-        if (partial.trim() !== '') o.onRequest(partial);
-        partial = '';
-        return stderr;
+        output.flush();
+        return output.stderr;
       },
     };
   } catch (err) {
