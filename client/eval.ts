@@ -3,6 +3,7 @@
  * progress line, and the report files, assembled from the runs' own results (each run's full
  * record is its child workflow's result, found by its key).
  */
+import { abnormalEnd } from '../core/reasons';
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { buildId } from '../host/build';
 import { writeFileAtomic } from '../host/files';
@@ -219,7 +220,7 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
     fixture: entryName(fixture),
     replay: plan.live ? null : fixture.replays[run.replay].name,
     status: 'failed',
-    reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running',
+    reason: a.kind === 'abnormal' ? abnormalEnd(a.status) : 'running',
     writes: 0,
     receipts: 0,
     red_observed: false,

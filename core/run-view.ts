@@ -17,6 +17,7 @@ import {
 } from './contracts';
 import type { ErrorCode } from './errors';
 import type { PromptRef } from './prompt';
+import type { RunReason } from './reasons';
 
 export interface PendingApproval extends PreparedAction {
   call_id: string;
@@ -31,7 +32,7 @@ export interface TaskView {
   /** The dispatch's action id (the task id derives from it). */
   action_id: string;
   status: RunStatus | 'starting';
-  reason: string | null;
+  reason: RunReason | null;
   /** The write the task waits to have approved: its open question to a person. */
   pending_path: string | null;
   /** The task's final summary, when it ended (shortened). */
@@ -74,7 +75,7 @@ export interface RunView {
   backend: 'local' | 'docker';
   approver: string;
   status: RunStatus;
-  reason: string | null;
+  reason: RunReason | null;
   detail: string | null;
   budgets: Budgets | null;
   counters: {

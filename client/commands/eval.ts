@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { comparisonHtml } from '../../core/compare-html';
 import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
+import { parseApprover } from '../../core/policy';
 import { writeFileAtomic } from '../../host/files';
 import { command, RefusedInput, UsageError } from '../command';
 import { access, localEndpoint, out, webUi } from './shared';
@@ -64,7 +65,7 @@ export const evaluate = command({
       throw new UsageError('--prompt goes with a live batch (--endpoint or --provider, and --model)');
     if (live && values.backend !== 'docker')
       throw new UsageError('a live batch runs on the docker backend (--backend docker): a live model runs only with verified isolation');
-    if (!values.approver.startsWith('policy:'))
+    if (parseApprover(values.approver).kind !== 'policy')
       throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
     const tasks = positionals.some((p) => p.endsWith('.jsonl'));
     if (values['trust-repository'] && (!tasks || values.backend !== 'local'))

@@ -118,37 +118,69 @@ function check(dir: string, options: ManifestOptions): Cached {
   const root = resolve(dir);
   const previous = cache.get(root);
   // Taken before any file is read: a write after a read is at or after this time.
-  const racyFrom = (options.now ?? Date.now()) - RACY_MARGIN_MS;
-  const racy = (stat: Stats) => stat.mtimeMs >= racyFrom || stat.ctimeMs >= racyFrom;
-  const dirs = new Map<string, SeenDir>();
-  const counters = { digested: 0, reused: 0, listed: 0 };
-  // Entries are compared with the previous manifest as they come, in the same walk order: while
-  // they are the same objects nothing is copied, so an unchanged tree allocates no manifest.
-  const old = previous?.entries ?? [];
-  let entries: ManifestEntry[] | null = null;
-  let at = 0;
-  const push = (entry: ManifestEntry): void => {
-    if (entries === null) {
-      if (old[at] === entry) {
-        at++;
+  const walk = new Walk(previous, (options.now ?? Date.now()) - RACY_MARGIN_MS);
+  walk.folder(root, '', lstatSync(root));
+  Object.assign(manifestCounters, walk.counters);
+  const next = walk.result();
+  remember(root, next, previous);
+  return next;
+}
+
+/**
+ * One check of a folder against the previous one. Entries are compared with the previous manifest
+ * as they come, in the same walk order: while they are the same objects nothing is copied, so an
+ * unchanged tree allocates no manifest.
+ */
+class Walk {
+  readonly dirs = new Map<string, SeenDir>();
+  readonly counters = { digested: 0, reused: 0, listed: 0 };
+  private readonly old: ManifestEntry[];
+  private entries: ManifestEntry[] | null = null;
+  private at = 0;
+
+  constructor(
+    private readonly previous: Cached | undefined,
+    private readonly racyFrom: number,
+  ) {
+    this.old = previous?.entries ?? [];
+  }
+
+  private racy(stat: Stats): boolean {
+    return stat.mtimeMs >= this.racyFrom || stat.ctimeMs >= this.racyFrom;
+  }
+
+  private push(entry: ManifestEntry): void {
+    if (this.entries === null) {
+      if (this.old[this.at] === entry) {
+        this.at++;
         return;
       }
-      entries = old.slice(0, at);
+      this.entries = this.old.slice(0, this.at);
     }
-    entries.push(entry);
-  };
-  const dirEntry = (path: string): ManifestEntry => {
-    const same = entries === null ? old[at] : undefined;
-    return same !== undefined && same.kind === 'dir' && same.path === path ? same : { path, kind: 'dir' };
-  };
+    this.entries.push(entry);
+  }
 
-  const walk = (abs: string, rel: string, stat: Stats): void => {
-    const before = previous?.dirs.get(rel);
+  private dirEntry(path: string): ManifestEntry {
+    const same = this.entries === null ? this.old[this.at] : undefined;
+    return same !== undefined && same.kind === 'dir' && same.path === path ? same : { path, kind: 'dir' };
+  }
+
+  /** The manifest (the previous one's own array when nothing changed) and what the cache keeps of this check. */
+  result(): Cached {
+    const { previous, old, entries, at, counters } = this;
+    // Unchanged: every entry was the previous one, and there were as many.
+    const unchanged = previous !== undefined && entries === null && at === old.length;
+    const final = entries ?? (at === old.length ? old : old.slice(0, at));
+    return { entries: final, dirs: this.dirs, files: counters.digested + counters.reused, digest: unchanged ? previous.digest : null };
+  }
+
+  folder(abs: string, rel: string, stat: Stats): void {
+    const before = this.previous?.dirs.get(rel);
     // A listing changes only with its folder's mtime and ctime (created, removed, renamed entries).
     const sameListing =
       before !== undefined && !before.racy && before.mtimeMs === stat.mtimeMs && before.ctimeMs === stat.ctimeMs && before.ino === stat.ino;
     const names = sameListing ? before.names : readdirSync(abs).sort();
-    if (!sameListing) counters.listed++;
+    if (!sameListing) this.counters.listed++;
     const aligned = before !== undefined && (sameListing || sameNames(before.names, names));
     const byName = before !== undefined && !aligned ? new Map(before.names.map((n, i) => [n, before.files[i]])) : null;
     // The folder's files, copied from the previous check's only once one of them differs.
@@ -164,67 +196,62 @@ function check(dir: string, options: ManifestOptions): Cached {
       const name = names[i];
       const full = `${abs}/${name}`;
       const child = lstatSync(full);
+      const path = rel === '' ? name : `${rel}/${name}`;
       if (child.isFile()) {
-        const seen = aligned ? before.files[i] : (byName?.get(name) ?? null);
-        if (
-          seen !== null &&
-          !seen.racy &&
-          seen.size === child.size &&
-          seen.mtimeMs === child.mtimeMs &&
-          seen.ctimeMs === child.ctimeMs &&
-          seen.ino === child.ino &&
-          seen.mode === child.mode
-        ) {
-          counters.reused++;
-          set(i, seen);
-          push(seen.entry);
-          continue;
-        }
-        const executable = (child.mode & 0o111) !== 0;
-        // Opened without following or waiting, and read a chunk at a time: a test's file may be huge, or swapped for a FIFO.
-        const digest = digestRegular(full, rel === '' ? name : `${rel}/${name}`);
-        counters.digested++;
-        // An unchanged digest keeps the entry object itself, so an unchanged manifest is recognised.
-        const entry: FileEntry =
-          seen !== null && seen.entry.digest === digest && seen.entry.executable === executable
-            ? seen.entry
-            : { path: rel === '' ? name : `${rel}/${name}`, kind: 'file', digest, executable };
-        set(i, {
-          size: child.size,
-          mtimeMs: child.mtimeMs,
-          ctimeMs: child.ctimeMs,
-          ino: child.ino,
-          mode: child.mode,
-          racy: racy(child),
-          entry,
-        });
-        push(entry);
+        const seen = this.file(full, path, child, aligned ? before.files[i] : (byName?.get(name) ?? null));
+        set(i, seen);
+        this.push(seen.entry);
         continue;
       }
       set(i, null);
-      const path = rel === '' ? name : `${rel}/${name}`;
-      if (child.isSymbolicLink()) push({ path, kind: 'symlink', target: readlinkSync(full) });
+      if (child.isSymbolicLink()) this.push({ path, kind: 'symlink', target: readlinkSync(full) });
       else if (child.isDirectory()) {
-        push(dirEntry(path));
-        walk(full, path, child);
-      } else push({ path, kind: 'special', type: specialType(child) });
+        this.push(this.dirEntry(path));
+        this.folder(full, path, child);
+      } else this.push({ path, kind: 'special', type: specialType(child) });
     }
-    const dirRacy = racy(stat);
-    dirs.set(
+    const dirRacy = this.racy(stat);
+    this.dirs.set(
       rel,
       sameListing && files === null && !dirRacy
         ? before
         : { mtimeMs: stat.mtimeMs, ctimeMs: stat.ctimeMs, ino: stat.ino, racy: dirRacy, names, files: files ?? before!.files },
     );
-  };
-  walk(root, '', lstatSync(root));
-  Object.assign(manifestCounters, counters);
-  // Unchanged: every entry was the previous one, and there were as many.
-  const unchanged = previous !== undefined && entries === null && at === old.length;
-  const final = entries ?? (at === old.length ? old : old.slice(0, at));
-  const next: Cached = { entries: final, dirs, files: counters.digested + counters.reused, digest: unchanged ? previous.digest : null };
-  remember(root, next, previous);
-  return next;
+  }
+
+  /** A file: what the previous check saw when its stat is the same, else digested again. */
+  private file(full: string, path: string, child: Stats, seen: SeenFile | null): SeenFile {
+    if (
+      seen !== null &&
+      !seen.racy &&
+      seen.size === child.size &&
+      seen.mtimeMs === child.mtimeMs &&
+      seen.ctimeMs === child.ctimeMs &&
+      seen.ino === child.ino &&
+      seen.mode === child.mode
+    ) {
+      this.counters.reused++;
+      return seen;
+    }
+    const executable = (child.mode & 0o111) !== 0;
+    // Opened without following or waiting, and read a chunk at a time: a test's file may be huge, or swapped for a FIFO.
+    const digest = digestRegular(full, path);
+    this.counters.digested++;
+    // An unchanged digest keeps the entry object itself, so an unchanged manifest is recognised.
+    const entry: FileEntry =
+      seen !== null && seen.entry.digest === digest && seen.entry.executable === executable
+        ? seen.entry
+        : { path, kind: 'file', digest, executable };
+    return {
+      size: child.size,
+      mtimeMs: child.mtimeMs,
+      ctimeMs: child.ctimeMs,
+      ino: child.ino,
+      mode: child.mode,
+      racy: this.racy(child),
+      entry,
+    };
+  }
 }
 
 function sameNames(a: string[], b: string[]): boolean {
