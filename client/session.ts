@@ -11,7 +11,8 @@ import { startTracing } from '../host/tracing';
 import { TracingClientInterceptor } from './tracing';
 import { ensureBackgroundWorker, type EnsuredWorker } from '../host/background-worker';
 import { installRuntime } from '../host/runtime';
-import { readSettings, type Settings } from '../host/settings';
+import type { Settings } from '../host/settings';
+import { temporalBinary } from '../host/temporal-bin';
 
 export interface Session {
   settings: Settings;
@@ -31,13 +32,14 @@ export interface Session {
 }
 
 /** Opens the connection; a configuration or connection fault throws a ConnectionError (one line, exit 2). */
-export async function openSession(settings: Settings = readSettings()): Promise<Session> {
+export async function openSession(settings: Settings): Promise<Session> {
   installRuntime('WARN');
   const target = resolveTarget(settings);
   const embedded = target.address === null;
   const address = embedded
     ? (
         await ensureDevServer({
+          temporal: temporalBinary(settings),
           stateDir: settings.stateDir,
           namespace: target.namespace,
           port: settings.devServerPort,

@@ -3,12 +3,12 @@
  * process kills itself with SIGKILL on reaching it, exactly as a power cut would: no finally
  * blocks, no flush. The points are listed (and the variable typed) in host/settings.ts.
  */
-import { readSetting, type FaultPoint } from './settings';
+import type { FaultPoint } from './settings';
 
 export { FAULT_POINTS, type FaultPoint } from './settings';
 
-/** The armed point: set by the worker from its settings, else read from the settings module once. */
-let armed: FaultPoint | null | undefined;
+/** The armed point: set by the worker from its settings (`AGENT_FAULT`); none until then. */
+let armed: FaultPoint | null = null;
 
 /** Arms `point` (null: none) for this process; the worker does this with its settings. */
 export function armFault(point: FaultPoint | null): void {
@@ -16,6 +16,5 @@ export function armFault(point: FaultPoint | null): void {
 }
 
 export function faultPoint(point: FaultPoint): void {
-  if (armed === undefined) armed = readSetting('fault');
   if (armed === point) process.kill(process.pid, 'SIGKILL');
 }

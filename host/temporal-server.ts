@@ -12,9 +12,10 @@ import { join } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { SEARCH_ATTRIBUTES } from '../core/search-attributes';
 import { writeFileAtomic } from './files';
-import { temporalBinary } from './temporal-bin';
 
 export interface DevServerOptions {
+  /** The `temporal` CLI that serves it (host/temporal-bin.ts finds it from the settings). */
+  temporal: string;
   /** Folder of the server's log (and database, unless `dbFile` says otherwise) and pid file. */
   stateDir: string;
   port: number;
@@ -100,7 +101,7 @@ export async function startDevServer(o: DevServerOptions): Promise<DevServer> {
   const log = openSync(logFile, 'a');
   let child: ChildProcess;
   try {
-    child = spawn(temporalBinary(), devServerArgs(o), {
+    child = spawn(o.temporal, devServerArgs(o), {
       detached: !o.attached,
       stdio: ['ignore', log, log],
       // The same switch as the dynamic configuration value, for server versions that read only this.

@@ -93,7 +93,7 @@ async function main(): Promise<void> {
     cpu: cpus()[0]?.model ?? 'unknown',
     memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
     node: process.version,
-    temporal: execFileSync(temporalBinary(), ['--version'], { encoding: 'utf8' }).trim(),
+    temporal: execFileSync(temporalBinary(readSettings()), ['--version'], { encoding: 'utf8' }).trim(),
   };
   console.log(`| worker processes | runs | batch seconds (median of ${REPEATS}) | runs/min | completed |`);
   console.log('|---|---|---|---|---|');

@@ -493,7 +493,7 @@ function report(loadAtStart: number): void {
     memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
     free_gib: +(freemem() / 2 ** 30).toFixed(1),
     node: process.version,
-    temporal: execFileSync(temporalBinary(), ['--version'], { encoding: 'utf8' }).trim(),
+    temporal: execFileSync(temporalBinary(readSettings()), ['--version'], { encoding: 'utf8' }).trim(),
     repeats: REPEATS,
     parked: PARKED,
     files: FILES,

@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { PROBE_FILE, probeSource } from '../sandbox/probe/isolation';
 import { PROJECT_ROOT } from '../host/settings';
 import { toolsBinDir } from '../host/tools-env';
+import { SETTINGS } from './helpers/run-dir';
 
 const SOURCE = join(PROJECT_ROOT, 'sandbox', 'probe', 'probe.py');
 const ENV = { ...process.env, PYTHONDONTWRITEBYTECODE: '1' };
@@ -31,7 +32,7 @@ describe('the probe file', () => {
     ).not.toThrow();
     const lint = (() => {
       try {
-        return execFileSync(join(toolsBinDir(), 'python3'), ['-m', 'pyflakes', SOURCE], {
+        return execFileSync(join(toolsBinDir(SETTINGS), 'python3'), ['-m', 'pyflakes', SOURCE], {
           encoding: 'utf8',
           env: ENV,
           stdio: ['ignore', 'pipe', 'pipe'],

@@ -15,7 +15,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { createSandbox } from '../worker/sandbox';
 import { historyJson } from './helpers/leaks';
-import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
 import {
   addEndpoint,
   endpointOf,
@@ -50,7 +50,7 @@ process.env[KEY_ENV] = KEY;
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
-  const evidence = await createSandbox().isolation();
+  const evidence = await createSandbox({}, SETTINGS).isolation();
   if (!evidence.verified)
     throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
   env = await startServer();
@@ -452,9 +452,13 @@ describe('long live sessions', () => {
     expect(Math.ceil(biggest / 4)).toBeLessThanOrEqual(BUDGET);
     expect(JSON.stringify(server.requests.at(-1)!.body)).toContain('history_compaction');
     const history = (
-      await exec(temporalBinary(), ['workflow', 'show', '--address', env.address, '--workflow-id', handle.workflowId, '-o', 'json'], {
-        maxBuffer: 256 * 1024 * 1024,
-      })
+      await exec(
+        temporalBinary(SETTINGS),
+        ['workflow', 'show', '--address', env.address, '--workflow-id', handle.workflowId, '-o', 'json'],
+        {
+          maxBuffer: 256 * 1024 * 1024,
+        },
+      )
     ).stdout;
     const sizes: number[] = [];
     JSON.parse(history, (key, value) => {

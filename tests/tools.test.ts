@@ -4,7 +4,6 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { createTwoFilesPatch } from 'diff';
 import { createActivities } from '../activities';
 import { CappedOutput } from '../sandbox/backends/capped-output';
-import { LocalBackend } from '../sandbox/backends/local';
 import { DEFAULT_LIMITS } from '../core/limits';
 import { sha256 } from '../host/digest';
 import { Store } from '../host/store';
@@ -15,7 +14,7 @@ import { showDiff } from '../tools/show_diff';
 import { runTests } from '../tools/run_tests';
 import { canonicalJson } from '../core/canonical';
 import type { CallView, ResultView } from '../core/transcript';
-import { LINKCHECK, prepareRun, tempDir, type TestRun } from './helpers/run-dir';
+import { LINKCHECK, prepareRun, tempDir, type TestRun, localBackend } from './helpers/run-dir';
 import type { RunRef } from '../core/activities';
 
 const SRC = 'def check(root):\n    return root / target\n\n\ndef other():\n    return 1\n';
@@ -339,7 +338,7 @@ describe('local activities (read-only steps without a server round trip)', () =>
     const activities = createActivities({
       store,
       ledger: t.ledger,
-      backends: { local: new LocalBackend() },
+      backends: { local: localBackend() },
       config: {
         stateDir,
         providersFile: join(stateDir, 'providers.json'),
@@ -451,7 +450,7 @@ describe('capped process output', () => {
 
   it('keeps whole characters of a real process whose output the cap cuts inside one', async () => {
     const dir = tempDir('capped');
-    const result = await new LocalBackend().exec({
+    const result = await localBackend().exec({
       argv: ['python3', '-c', 'import sys; sys.stdout.write("x" + "\u20ac" * 1000); sys.stderr.write("\u00e9" * 1000)'],
       workspaceDir: dir,
       workspaceReadOnly: false,

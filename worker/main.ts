@@ -19,6 +19,7 @@ import { installRuntime as install } from '../host/runtime';
 import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
 import { prometheusOptions, snakeCaseMetricTags } from './telemetry';
+import { temporalBinary } from '../host/temporal-bin';
 
 async function main(): Promise<void> {
   const settings = readSettings();
@@ -29,6 +30,7 @@ async function main(): Promise<void> {
     target.address ??
     (
       await ensureDevServer({
+        temporal: temporalBinary(settings),
         stateDir: settings.stateDir,
         namespace: target.namespace,
         port: settings.devServerPort,

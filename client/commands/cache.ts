@@ -18,7 +18,7 @@ export const cache = command({
   check(positionals) {
     if (positionals.length !== 1 || !['list', 'prune'].includes(positionals[0])) throw new UsageError('cache takes one of: list, prune');
   },
-  async run(_session, positionals, values) {
+  async runOffline(_settings, positionals, values) {
     const [{ default: Dockerode }, cached] = await Promise.all([import('dockerode'), import('../../sandbox/setup/cache')]);
     const docker = new Dockerode();
     if (positionals[0] === 'list') {

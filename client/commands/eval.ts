@@ -51,6 +51,7 @@ export const evaluate = command({
     prompt: { kind: 'string', value: 'VERSION' },
   },
   offline: (positionals) => positionals[0] === 'compare',
+  runOffline: async (_settings, positionals, values) => compareCommand(positionals.slice(1), values.json, values.html),
   check(positionals, values) {
     if (positionals[0] === 'compare' && positionals.length !== 3) throw new UsageError('compare needs two report.json files');
     if (positionals[0] === 'watch' && !positionals[1]) throw new UsageError('missing BATCH-ID');
@@ -76,7 +77,6 @@ export const evaluate = command({
       );
   },
   async run(session, positionals, values) {
-    if (positionals[0] === 'compare') return compareCommand(positionals.slice(1), values.json, values.html);
     const { batchInput, buildPlan, collectReport, followBatch, planSize, resumeAttempts, writeOutputs } = await import('../eval');
     if (positionals[0] === 'watch') {
       const end = await followBatch(session.client.workflow.getHandle(positionals[1]), process.stderr);

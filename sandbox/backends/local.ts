@@ -10,7 +10,6 @@
  */
 import { groupAlive, HAS_PROC, identityOf, processAlive, procStat, type ProcessIdentity } from '../../host/processes';
 import { writeFileAtomic } from '../../host/files';
-import { hostPath } from '../../host/tools-env';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -136,8 +135,8 @@ export interface LocalBackendOptions {
    * Default: `agent-process-groups-<uid>` under the OS temp folder.
    */
   processDir?: string;
-  /** PATH of the processes it runs (default: the settings' PATH behind the tools environment, host/tools-env.ts). */
-  path?: string;
+  /** PATH of the processes it runs: the settings' PATH behind the tools environment (host/tools-env.ts hostPath). */
+  path: string;
 }
 
 export function defaultProcessDir(): string {
@@ -149,9 +148,9 @@ export class LocalBackend implements ExecBackend {
   readonly groups: ProcessGroups;
   private readonly path: string;
 
-  constructor(options: LocalBackendOptions = {}) {
+  constructor(options: LocalBackendOptions) {
     this.groups = new ProcessGroups(options.processDir ?? defaultProcessDir());
-    this.path = options.path ?? hostPath();
+    this.path = options.path;
   }
 
   async exec(spec: ExecSpec): Promise<ExecResult> {

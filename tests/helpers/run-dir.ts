@@ -3,7 +3,9 @@ import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { LocalBackend } from '../../sandbox/backends/local';
+import { LocalBackend, type LocalBackendOptions } from '../../sandbox/backends/local';
+import { readSettings } from '../../host/settings';
+import { hostPath } from '../../host/tools-env';
 import { DEFAULT_LIMITS, type Limits } from '../../core/limits';
 import { Ledger } from '../../host/ledger';
 import type { ToolContext } from '../../tools/context';
@@ -11,6 +13,10 @@ import { manifest, manifestDigest, prepareWorkspace, runPaths } from '../../host
 import { fixtureSchema, type Fixture } from '../../core/contracts';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..', '..');
+/** The settings of this test process, read once (jest's global set-up gives it the operator's choices a test suite makes). */
+export const SETTINGS = readSettings();
+/** A local backend with the settings' PATH, as a worker makes it. */
+export const localBackend = (options: Omit<LocalBackendOptions, 'path'> = {}) => new LocalBackend({ ...options, path: hostPath(SETTINGS) });
 export const LINKCHECK = join(PROJECT_ROOT, 'fixtures', 'linkcheck-nested');
 
 export function linkcheckFixture(): Fixture {
@@ -64,7 +70,7 @@ export function prepareRun(opts: {
     baseCommit: null,
     limits: { ...DEFAULT_LIMITS, ...opts.limits },
     ledger,
-    backend: new LocalBackend(),
+    backend: localBackend(),
     timeoutMs: 60_000,
     signal: controller.signal,
     heartbeat: () => undefined,

@@ -15,9 +15,10 @@ import type { Settings } from '../../host/settings';
 import { createWorker } from '../../worker';
 import { installRuntime } from '../../host/runtime';
 import type { SandboxOptions } from '../../worker/sandbox';
-import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
+import { freePort, LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from './run-dir';
 import { queryState, sendApproval, startRunWithArgs, traceSince } from '../../client/run-access';
 import type { RunOutcome } from '../../core/run-view';
+import { temporalBinary } from '../../host/temporal-bin';
 
 let runtimeInstalled = false;
 
@@ -32,6 +33,7 @@ export async function startServer(extraArgs: string[] = []): Promise<TestWorkflo
     runtimeInstalled = true;
   }
   const server = await startDevServer({
+    temporal: temporalBinary(SETTINGS),
     stateDir: tempDir('temporal'),
     port: await freePort(),
     uiPort: null,

@@ -25,9 +25,11 @@ import { startDevServer } from '../../host/temporal-server';
 import { readWorkerRecord, stopWorker } from '../../host/background-worker';
 import { storedTrace } from '../../client/stored-trace';
 import { git, sampleRepo } from '../helpers/git-repo';
-import { freePort, LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, type TestRun } from '../helpers/run-dir';
+import { freePort, LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, type TestRun, SETTINGS } from '../helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, runOnce, startServer, uniqueQueue, waitFor, writeReplay } from '../helpers/temporal';
 import type { RunOutcome } from '../../core/run-view';
+import { temporalBinary } from '../../host/temporal-bin';
+import { hostPath } from '../../host/tools-env';
 
 const junit = (command: string[]): Partial<Fixture> => ({
   tests: { command, format: 'junit', timeout_s: 60 },
@@ -152,7 +154,7 @@ describe('a test process changing the workspace', () => {
         `const { runCandidateTests } = require(${JSON.stringify(join(PROJECT_ROOT, 'dist/sandbox/test-runner.js'))});
          const { LocalBackend } = require(${JSON.stringify(join(PROJECT_ROOT, 'dist/sandbox/backends/local.js'))});
          const { DEFAULT_LIMITS } = require(${JSON.stringify(join(PROJECT_ROOT, 'dist/core/limits.js'))});
-         runCandidateTests({ backend: new LocalBackend(), fixture: ${JSON.stringify({ tests: t.ctx.fixture.tests })},
+         runCandidateTests({ backend: new LocalBackend({ path: ${JSON.stringify(hostPath(SETTINGS))} }), fixture: ${JSON.stringify({ tests: t.ctx.fixture.tests })},
            paths: ${JSON.stringify(t.ctx.paths)}, limits: DEFAULT_LIMITS, timeoutMs: 600000, signal: new AbortController().signal });`,
       ],
       { stdio: 'ignore' },
@@ -406,6 +408,7 @@ describe('run --wait --json while the SDK core warns', () => {
   it('prints exactly one JSON document on stdout, the warning on stderr without colour codes', async () => {
     const stateDir = tempDir('agent-core-warns');
     const server = await startDevServer({
+      temporal: temporalBinary(SETTINGS),
       stateDir: tempDir('temporal'),
       port: await freePort(),
       uiPort: null,
