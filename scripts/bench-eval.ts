@@ -17,8 +17,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { buildPlan } from '../client/eval';
 import { temporalBinary } from '../host/temporal-bin';
 import type { EvalPlan } from '../core/batch-plan';
-import { PROJECT_ROOT, tempDir } from '../tests/helpers/run-dir';
-import { killed, spawnWorker, startServer, uniqueQueue } from '../tests/helpers/temporal';
+import { PROJECT_ROOT, tempDir } from './support/run-dir';
+import { killed, spawnWorker, startServer, uniqueQueue } from './support/temporal';
 import { readSettings } from '../host/settings';
 import { evalResult, startEval } from '../client/run-access';
 

@@ -29,8 +29,8 @@ import { readFile } from '../tools/read_file';
 import { workspaceDigest } from '../host/workspace/workspace';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
-import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from '../tests/helpers/run-dir';
-import { canonicalInput, startServer, uniqueQueue, writeReplay } from '../tests/helpers/temporal';
+import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from './support/run-dir';
+import { canonicalInput, startServer, uniqueQueue, writeReplay } from './support/temporal';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import type { RunOutcome } from '../workflows';
@@ -527,7 +527,7 @@ function report(loadAtStart: number): void {
  */
 async function benchSetupCache(): Promise<void> {
   if (process.env.BENCH_SETUP === '0') return void process.stderr.write('setup phase: skipped (BENCH_SETUP=0)\n');
-  const egress = await import('../tests/helpers/egress');
+  const egress = await import('./support/egress');
   const Dockerode = (await import('dockerode')).default;
   const settings = readSettings();
   try {

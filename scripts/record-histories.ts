@@ -11,18 +11,17 @@
  */
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { RunInput, RunRecord } from '../core/contracts';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
-import { tempDir } from '../tests/helpers/run-dir';
-import { approveAll, startServer } from '../tests/helpers/temporal';
+import { PROJECT_ROOT, tempDir } from './support/run-dir';
+import { approveAll, startServer } from './support/temporal';
 import type { RunOutcome } from '../workflows';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import { startRunWithArgs } from '../client/run-access';
 
-const PROJECT_ROOT = resolve(__dirname, '..', '..');
 const HISTORIES = join(PROJECT_ROOT, 'fixtures', 'histories');
 const TASK_QUEUE = 'record-histories';
 const FIXTURE = 'fixtures/linkcheck-nested';
