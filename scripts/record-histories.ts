@@ -11,18 +11,16 @@
  */
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { RunInput, RunRecord } from '../core/contracts';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
-import { tempDir } from '../tests/helpers/run-dir';
-import { approveAll, startServer } from '../tests/helpers/temporal';
-import { readSettings } from '../host/settings';
+import { PROJECT_ROOT, tempDir, SETTINGS } from './support/run-dir';
+import { approveAll, startServer } from './support/temporal';
+import type { RunOutcome } from '../core/run-view';
 import { createWorker } from '../worker';
 import { startRunWithArgs } from '../client/run-access';
-import type { RunOutcome } from '../core/run-view';
 
-const PROJECT_ROOT = resolve(__dirname, '..', '..');
 const HISTORIES = join(PROJECT_ROOT, 'fixtures', 'histories');
 const TASK_QUEUE = 'record-histories';
 const FIXTURE = 'fixtures/linkcheck-nested';
@@ -126,7 +124,7 @@ async function record(): Promise<void> {
     connection: env.nativeConnection,
     taskQueue: TASK_QUEUE,
     stateDir,
-    settings: { ...readSettings(), allowLocal: true },
+    settings: { ...SETTINGS, allowLocal: true },
   });
   try {
     const recorded = await worker.runUntil(async () => {
