@@ -18,6 +18,7 @@ import type { Ledger } from '../host/ledger';
 import type { Store } from '../host/store';
 import { runPaths, type RunPaths } from '../host/workspace/workspace';
 import type { DockerBackend } from '../sandbox/backends/docker';
+import type { ProxySettings } from '../sandbox/setup';
 import { BackendUnavailableError, type ExecBackend } from '../sandbox/backends/types';
 import type { ToolContext } from '../tools/context';
 
@@ -66,16 +67,9 @@ export interface ActivityDeps {
   setup?: SetupDeps;
 }
 
-export interface SetupDeps {
+export interface SetupDeps extends ProxySettings {
   /** The docker backend of `image` (the worker's own when undefined), unwrapped. */
   docker: (image?: string) => DockerBackend;
-  proxyImage: string;
-  upstreamNetwork: string;
-  hostsFile: string | null;
-  upstreamCaFile: string | null;
-  /** The operator's opened ranges (AGENT_EGRESS_OPEN_CIDRS) and extra CONNECT ports (AGENT_EGRESS_CONNECT_PORTS). */
-  openCidrs: string[];
-  connectPorts: number[];
 }
 
 /** A backend the engine or runtime lacks is the host's failure, the same on every attempt. */

@@ -9,7 +9,7 @@ import { buildId } from '../host/build';
 import { writeFileAtomic } from '../host/files';
 import { cpus } from 'node:os';
 import { basename, join, resolve } from 'node:path';
-import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import {
   entryName,
   LIVE_REPLAY,
@@ -28,7 +28,7 @@ import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun 
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
 import { replayTrusted, type Settings } from '../host/settings';
-import { evalProgress, evalResult, runOutcome } from './run-access';
+import { evalProgress, evalResult, runOutcome, startInput } from './run-access';
 import { openStore } from './stored-trace';
 import type { RunOutcome } from '../core/run-view';
 
@@ -110,16 +110,7 @@ export function buildPlan(settings: Settings, args: string[], o: PlanOptions): E
 
 /** The input a batch was started with, read from its history (its latest run carries the same input). */
 export async function batchInput(client: Client, batch: string): Promise<EvalInput | null> {
-  const handle = client.workflow.getHandle(batch);
-  try {
-    await handle.describe();
-  } catch (err) {
-    if (err instanceof WorkflowNotFoundError) return null;
-    throw err;
-  }
-  const history = await handle.fetchHistory();
-  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
-  return payload ? defaultPayloadConverter.fromPayload<EvalInput>(payload) : null;
+  return startInput<EvalInput>(client.workflow.getHandle(batch));
 }
 
 type Attempt =

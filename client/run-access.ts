@@ -86,8 +86,11 @@ export async function traceSince(
   }
 }
 
-/** The input a run was started with (its latest segment carries the same), or null when there is no such run. */
-export async function runInput(handle: RunHandle): Promise<unknown> {
+/**
+ * The input a workflow (a run, a batch) was started with, read from its history (its latest
+ * segment carries the same), or null when there is no such workflow.
+ */
+export async function startInput<T = unknown>(handle: WorkflowHandle): Promise<T | null> {
   try {
     await handle.describe();
   } catch (err) {
@@ -96,7 +99,7 @@ export async function runInput(handle: RunHandle): Promise<unknown> {
   }
   const history = await handle.fetchHistory();
   const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
-  return payload ? defaultPayloadConverter.fromPayload<unknown>(payload) : null;
+  return payload ? defaultPayloadConverter.fromPayload<T>(payload) : null;
 }
 
 export async function isRunning(handle: RunHandle): Promise<boolean> {

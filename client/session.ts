@@ -6,13 +6,12 @@
  */
 import { Client } from '@temporalio/client';
 import { connectTemporal, resolveTarget } from '../host/connection';
-import { ensureDevServer } from '../host/temporal-server';
+import { embeddedDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
 import { TracingClientInterceptor } from './tracing';
 import { ensureBackgroundWorker, type EnsuredWorker } from '../host/background-worker';
 import { installRuntime } from '../host/runtime';
 import type { Settings } from '../host/settings';
-import { temporalBinary } from '../host/temporal-bin';
 
 export interface Session {
   settings: Settings;
@@ -36,17 +35,7 @@ export async function openSession(settings: Settings): Promise<Session> {
   installRuntime('WARN');
   const target = resolveTarget(settings);
   const embedded = target.address === null;
-  const address = embedded
-    ? (
-        await ensureDevServer({
-          temporal: temporalBinary(settings),
-          stateDir: settings.stateDir,
-          namespace: target.namespace,
-          port: settings.devServerPort,
-          uiPort: settings.devUiPort,
-        })
-      ).address
-    : target.address!;
+  const address = target.address ?? (await embeddedDevServer(settings, target.namespace)).address;
   const connection = await connectTemporal(address, target);
   const tracing = startTracing(settings, 'coding-agent-cli');
   const client = new Client({

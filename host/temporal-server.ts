@@ -12,6 +12,8 @@ import { join } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { SEARCH_ATTRIBUTES } from '../core/search-attributes';
 import { writeFileAtomic } from './files';
+import type { Settings } from './settings';
+import { temporalBinary } from './temporal-bin';
 
 export interface DevServerOptions {
   /** The `temporal` CLI that serves it (host/temporal-bin.ts finds it from the settings). */
@@ -147,4 +149,15 @@ export async function ensureDevServer(o: DevServerOptions): Promise<DevServer> {
     return { address, started: false, pid: null, stop: () => undefined, exited: Promise.resolve() };
   }
   return startDevServer(o);
+}
+
+/** The embedded default's dev server (persistent, with its Web UI, on the settings' ports), started or reused. */
+export function embeddedDevServer(settings: Settings, namespace: string): Promise<DevServer> {
+  return ensureDevServer({
+    temporal: temporalBinary(settings),
+    stateDir: settings.stateDir,
+    namespace,
+    port: settings.devServerPort,
+    uiPort: settings.devUiPort,
+  });
 }

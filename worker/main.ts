@@ -13,30 +13,19 @@ import { readWorkerRecord, recordSelf } from '../host/background-worker';
 import { buildId } from '../host/build';
 import { ConnectionError, connectTemporal, resolveTarget } from '../host/connection';
 import { processAlive } from '../host/processes';
-import { ensureDevServer } from '../host/temporal-server';
+import { embeddedDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
 import { installRuntime as install } from '../host/runtime';
 import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
 import { prometheusOptions, snakeCaseMetricTags } from './telemetry';
-import { temporalBinary } from '../host/temporal-bin';
 
 async function main(): Promise<void> {
   const settings = readSettings();
   const runtime = installRuntime(settings);
   snakeCaseMetricTags(runtime);
   const target = resolveTarget(settings);
-  const address =
-    target.address ??
-    (
-      await ensureDevServer({
-        temporal: temporalBinary(settings),
-        stateDir: settings.stateDir,
-        namespace: target.namespace,
-        port: settings.devServerPort,
-        uiPort: settings.devUiPort,
-      })
-    ).address;
+  const address = target.address ?? (await embeddedDevServer(settings, target.namespace)).address;
   const connection = await connectTemporal(address, target);
   const tracing = startTracing(settings, 'coding-agent-worker');
   const { worker, close } = await createWorker({

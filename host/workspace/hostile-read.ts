@@ -111,19 +111,7 @@ const chunk = Buffer.allocUnsafe(1024 * 1024);
  * size costs one chunk of memory), or why it was not read.
  */
 export function digestHostile(abs: string, name: string): { ok: true; digest: string } | Extract<HostileRead, { ok: false }> {
-  const opened = openRegular(abs, Number.MAX_SAFE_INTEGER, name);
-  if ('ok' in opened) return opened;
-  try {
-    const hash = createHash('sha256');
-    for (;;) {
-      const n = readSync(opened.fd, chunk, 0, chunk.length, null);
-      if (n === 0) break;
-      hash.update(chunk.subarray(0, n));
-    }
-    return { ok: true, digest: hash.digest('hex') };
-  } finally {
-    closeSync(opened.fd);
-  }
+  return streamHostile(abs, name, () => undefined);
 }
 
 /**
@@ -131,24 +119,49 @@ export function digestHostile(abs: string, name: string): { ok: true; digest: st
  * at a time, and returns the digest of what was copied; or why it was not read.
  */
 export function copyHostile(abs: string, to: string, name: string): { ok: true; digest: string } | Extract<HostileRead, { ok: false }> {
-  const opened = openRegular(abs, Number.MAX_SAFE_INTEGER, name);
-  if ('ok' in opened) return opened;
+  let out: number | null = null;
   try {
-    const out = openSync(to, 'wx', 0o600);
-    try {
-      const hash = createHash('sha256');
-      for (;;) {
-        const n = readSync(opened.fd, chunk, 0, chunk.length, null);
-        if (n === 0) break;
-        hash.update(chunk.subarray(0, n));
-        for (let off = 0; off < n;) off += writeSync(out, chunk, off, n - off);
-      }
-      return { ok: true, digest: hash.digest('hex') };
-    } finally {
-      closeSync(out);
-    }
+    return streamHostile(
+      abs,
+      name,
+      (bytes) => {
+        out ??= openSync(to, 'wx', 0o600);
+        for (let off = 0; off < bytes.length;) off += writeSync(out, bytes, off, bytes.length - off);
+      },
+      () => {
+        out ??= openSync(to, 'wx', 0o600);
+      },
+    );
   } finally {
-    closeSync(opened.fd);
+    if (out !== null) closeSync(out);
+  }
+}
+
+/**
+ * A regular file read through one descriptor a chunk at a time (a file of any size costs one chunk
+ * of memory), each chunk handed to `each`, and the SHA-256 of all of them; or why it was not read.
+ * `opened` runs once the file is known to be regular, before the first chunk.
+ */
+function streamHostile(
+  abs: string,
+  name: string,
+  each: (bytes: Buffer) => void,
+  opened: () => void = () => undefined,
+): { ok: true; digest: string } | Extract<HostileRead, { ok: false }> {
+  const file = openRegular(abs, Number.MAX_SAFE_INTEGER, name);
+  if ('ok' in file) return file;
+  try {
+    opened();
+    const hash = createHash('sha256');
+    for (;;) {
+      const n = readSync(file.fd, chunk, 0, chunk.length, null);
+      if (n === 0) break;
+      hash.update(chunk.subarray(0, n));
+      each(chunk.subarray(0, n));
+    }
+    return { ok: true, digest: hash.digest('hex') };
+  } finally {
+    closeSync(file.fd);
   }
 }
 

@@ -8,6 +8,7 @@
  * process did not write; a stream that was not cut is decoded as it is.
  */
 import { Writable } from 'node:stream';
+import type { ExecResult } from './types';
 
 export class CappedOutput {
   private chunks: Buffer[] = [];
@@ -71,4 +72,22 @@ export function tailBytes(text: string, bytes: number): string {
         .subarray(buf.length - bytes)
         .toString('utf8')
         .replace(/^\uFFFD+/, '');
+}
+
+/** A process's result from its captured output: the exit code only when it was neither stopped nor cut off. */
+export function capturedResult(
+  exitCode: number | null,
+  stop: { timedOut: boolean; cancelled: boolean },
+  stdout: CappedOutput,
+  stderr: CappedOutput,
+): ExecResult {
+  return {
+    exitCode: stop.timedOut || stop.cancelled ? null : exitCode,
+    timedOut: stop.timedOut,
+    cancelled: stop.cancelled,
+    stdout: stdout.text(),
+    stderr: stderr.text(),
+    stdoutTruncated: stdout.truncated,
+    stderrTruncated: stderr.truncated,
+  };
 }

@@ -13,7 +13,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { processAlive } from '../../host/processes';
-import { CappedSink } from './capped-output';
+import { CappedSink, capturedResult } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 
 export const SANDBOX_LABEL = 'coding-agent';
@@ -474,15 +474,7 @@ export async function runAttached(
     // case told apart is the OOM kill of the main process (OOMKilled is also set when only a
     // child was OOM-killed, so it alone does not mean the main process died).
     const oomKilled = !timedOut && !cancelled && StatusCode === 137 && (await container.inspect()).State.OOMKilled === true;
-    return {
-      exitCode: timedOut || cancelled || oomKilled ? null : StatusCode,
-      timedOut,
-      cancelled,
-      stdout: stdout.text(),
-      stderr: stderr.text(),
-      stdoutTruncated: stdout.truncated,
-      stderrTruncated: stderr.truncated,
-    };
+    return capturedResult(oomKilled ? null : StatusCode, { timedOut, cancelled }, stdout, stderr);
   } finally {
     clearTimeout(timer);
     clearInterval(progress);

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { faultPoint } from '../../host/faults';
 import { copyTree } from '../../host/workspace/workspace';
-import { CappedOutput } from './capped-output';
+import { CappedOutput, capturedResult } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 
 function killGroup(pid: number | undefined): void {
@@ -236,15 +236,7 @@ export class LocalBackend implements ExecBackend {
       });
       child.on('close', (code) => {
         cleanup();
-        resolve({
-          exitCode: timedOut || cancelled ? null : code,
-          timedOut,
-          cancelled,
-          stdout: stdout.text(),
-          stderr: stderr.text(),
-          stdoutTruncated: stdout.truncated,
-          stderrTruncated: stderr.truncated,
-        });
+        resolve(capturedResult(code, { timedOut, cancelled }, stdout, stderr));
       });
     });
   }

@@ -28,7 +28,7 @@ import type { EgressSpec, IsolationEvidence, SetupSpec } from '../../core/contra
 import type { CredentialLookup, OperatorCredential } from '../../core/egress';
 import { brief } from '../../core/transcript';
 import { writeFileAtomic } from '../../host/files';
-import { CappedSink, tailBytes } from '../backends/capped-output';
+import { CappedSink, capturedResult, tailBytes } from '../backends/capped-output';
 import {
   removeContainer,
   SANDBOX_ENV,
@@ -68,9 +68,8 @@ export const MAX_EGRESS_EVENTS = 100_000;
 /** Bytes of a failed command's output kept for the run's detail and trace. */
 const TAIL_BYTES = 4 * 1024;
 
-export interface SetupEnvironment {
-  /** The docker backend of the run's image (the worker's, or the run's own). */
-  backend: DockerBackend;
+/** The operator's settings of the egress proxy (host/settings.ts). */
+export interface ProxySettings {
   proxyImage: string;
   /** The engine network through which the proxy reaches upstream hosts. */
   upstreamNetwork: string;
@@ -82,6 +81,11 @@ export interface SetupEnvironment {
   openCidrs: string[];
   /** Ports CONNECT may go to besides 443 (AGENT_EGRESS_CONNECT_PORTS). */
   connectPorts: number[];
+}
+
+export interface SetupEnvironment extends ProxySettings {
+  /** The docker backend of the run's image (the worker's, or the run's own). */
+  backend: DockerBackend;
   /** The operator's definitions of the credentials `egress` names, from its file as it is now. */
   credentialsFor: (egress: EgressSpec | null) => CredentialLookup;
   /** A worker variable's value (the credentials'), read now. */
@@ -474,15 +478,7 @@ async function runExec(
       }
     }
     const info = await exec.inspect();
-    return {
-      exitCode: timedOut || cancelled ? null : (info.ExitCode ?? null),
-      timedOut,
-      cancelled,
-      stdout: stdoutSink.output.text(),
-      stderr: stderrSink.output.text(),
-      stdoutTruncated: stdoutSink.output.truncated,
-      stderrTruncated: stderrSink.output.truncated,
-    };
+    return capturedResult(info.ExitCode ?? null, { timedOut, cancelled }, stdoutSink.output, stderrSink.output);
   } finally {
     clearTimeout(timer);
     spec.signal.removeEventListener('abort', onAbort);
