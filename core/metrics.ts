@@ -3,7 +3,7 @@
  * workflow records them through the SDK's workflow metric meter (workflows/metrics.ts: nothing is
  * emitted while a history replays, so a replayed run does not count twice), the worker's activity
  * interceptor the queue wait; the worker's Prometheus endpoint takes the buckets from here; the
- * README's table of metrics is `metricsTable()` (tests/metrics.test.ts compares them).
+ * table of metrics in docs/observability.md is `metricsTable()` (tests/metrics.test.ts compares them).
  *
  * Names follow Prometheus conventions: base units (`_seconds`, `_usd`, token counts), `_total`
  * on counters (added by the exporter, `countersTotalSuffix`), and labels whose values come from
@@ -136,7 +136,7 @@ export function histogramBuckets(): Record<string, number[]> {
   );
 }
 
-/** The README's table of governance metrics. */
+/** The table of governance metrics of docs/observability.md. */
 export function metricsTable(): string {
   const rows = Object.values(METRICS as Record<string, MetricDef>).map(
     (m) => `| \`${exposedName(m)}\` | ${m.kind} | ${m.labels.map((l) => `\`${l}\``).join(', ') || '-'} | ${m.help} |`,

@@ -17,7 +17,7 @@ import { faultPoint } from '../host/faults';
 import { anthropicAdapter } from './anthropic';
 import { classify } from './errors';
 import { openaiAdapter } from './openai';
-import { scrubbedError, scrubSecret } from './secrets';
+import { scrubbedError, scrubSecret } from '../core/secrets';
 import type { Prompt } from './tool-schemas';
 import type { ProviderAdapter, ReplyDecision } from './types';
 import type { Store } from '../host/store';

@@ -17,8 +17,8 @@ import { withUndo } from '../host/workspace/byproducts';
 import { faultPoint } from '../host/faults';
 import { keepVerifiedChange, treeChanges } from '../host/repository';
 import { runCandidateTests } from './test-runner';
-import { changedFiles, changedPaths } from '../tools/show_diff';
 import { baselineManifest, manifest, type RunPaths } from '../host/workspace/workspace';
+import { changedFiles, changedPaths } from '../host/workspace/manifest';
 
 const acceptanceOutput = z.strictObject({
   schema_version: z.literal(1),

@@ -32,7 +32,7 @@ import { canonicalInput, startServer, uniqueQueue, writeReplay } from './support
 import { type Settings } from '../host/settings';
 import { createWorker, type WorkerOptions } from '../worker';
 import type { RunOutcome } from '../core/run-view';
-import { queryState, runOutcome, sendApproval, startRun } from '../client/run-access';
+import { queryState, runOutcome, approvalFor, sendApproval, startRun } from '../client/run-access';
 
 const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'setup'] as const;
 type Section = (typeof SECTIONS)[number];
@@ -494,13 +494,7 @@ async function approveParked(parked: WorkflowHandle[], o: BenchOptions): Promise
   const approved = await timed(async () => {
     for (const h of parked) {
       const p = (await queryState(h)).pending_approval!;
-      await sendApproval(h, {
-        action_id: p.action_id,
-        decision: 'approve',
-        args_digest: p.args_digest,
-        workspace_digest: p.workspace_digest,
-        principal: 'user:bench',
-      });
+      await sendApproval(h, approvalFor(p, 'approve', 'user:bench'));
     }
     await Promise.all(parked.map((h) => h.result()));
   });

@@ -17,7 +17,6 @@ import type { RunInput, RunRecord } from '../core/contracts';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { PROJECT_ROOT, tempDir, SETTINGS } from './support/run-dir';
 import { approveAll, startServer } from './support/temporal';
-import type { RunOutcome } from '../core/run-view';
 import { createWorker } from '../worker';
 import { startRunWithArgs } from '../client/run-access';
 
@@ -132,7 +131,7 @@ async function record(): Promise<void> {
       for (const rec of RECORDINGS) {
         const handle = await startRunWithArgs(env.client, [rec.input], { taskQueue: TASK_QUEUE, workflowId: rec.name });
         const driven = rec.drive?.(handle);
-        const outcome = (await handle.result()) as RunOutcome;
+        const outcome = await handle.result();
         await driven;
         const mismatch = Object.entries(rec.expect).filter(([key, want]) => outcome.record[key as keyof RunRecord] !== want);
         if (mismatch.length > 0) {

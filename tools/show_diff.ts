@@ -4,23 +4,7 @@ import { okResult, type ToolResult } from '../core/contracts';
 import { readHostile } from '../host/workspace/hostile-read';
 import { baselineManifest, manifest, type ManifestEntry, type RunPaths } from '../host/workspace/workspace';
 import { decodeText, type ToolContext } from './context';
-
-/** Paths whose entry differs between two manifests (added, removed or changed), sorted. */
-export function changedPaths(before: ManifestEntry[], after: ManifestEntry[]): string[] {
-  const key = (e: ManifestEntry) => JSON.stringify(e);
-  const a = new Map(before.map((e) => [e.path, key(e)]));
-  const b = new Map(after.map((e) => [e.path, key(e)]));
-  const paths = new Set<string>();
-  for (const [p, k] of a) if (b.get(p) !== k) paths.add(p);
-  for (const [p, k] of b) if (a.get(p) !== k) paths.add(p);
-  return [...paths].sort();
-}
-
-/** Changed paths that are not folders: what a diff shows. */
-export function changedFiles(before: ManifestEntry[], after: ManifestEntry[]): string[] {
-  const dirs = new Set([...before, ...after].filter((e) => e.kind === 'dir').map((e) => e.path));
-  return changedPaths(before, after).filter((p) => !dirs.has(p));
-}
+import { changedFiles } from '../host/workspace/manifest';
 
 function fileText(root: string, entries: Map<string, ManifestEntry>, path: string, capBytes: number): string | null {
   const entry = entries.get(path);

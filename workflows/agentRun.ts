@@ -511,50 +511,7 @@ class AgentRun {
     const source = this.state.source!;
     const live = source.kind === 'provider';
     for (let retries = 0; ;) {
-      const messages = this.state.steering.splice(0);
-      for (const message of messages) this.state.transcript.append.push({ message });
-      // Messages about tasks are pinned: compaction never drops them.
-      const notes = this.state.task_messages.splice(0);
-      for (const message of notes) this.state.transcript.append.push({ message, pinned: true });
-      // A live request names the prompt version it is built with (absent in runs that started before prompts were versioned).
-      const prompt = live && this.view.prompt ? { prompt_version: this.view.prompt.version, prompt_digest: this.view.prompt.digest } : {};
-      this.trace.add('model_requested', {
-        turn: this.view.counters.turns,
-        tools_enabled: toolsEnabled,
-        messages: [...messages, ...notes],
-        ...prompt,
-        ...(retries > 0 ? { retry: retries } : {}),
-      });
-      const input = {
-        run_id: this.ref.run_id,
-        source,
-        cursor: this.state.cursor,
-        turn: this.view.counters.turns,
-        retry: retries,
-        tools_enabled: toolsEnabled,
-        orchestrating: this.state.subruns !== null,
-        tasks:
-          this.state.subruns !== null ? Object.fromEntries((this.view.subruns?.tasks ?? []).map((t) => [t.title, t.task_id])) : undefined,
-        transcript: this.state.transcript,
-        facts: live ? this.facts(toolsEnabled) : null,
-        ...(live && this.budgets.max_cost_usd !== undefined
-          ? { cost_room_usd: this.budgets.max_cost_usd - (this.used().cost_usd ?? 0) }
-          : {}),
-      };
-      const options = {
-        startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
-        summary: `decide turn ${this.view.counters.turns}`,
-      };
-      const result: DecideResult = live
-        ? // A live request heartbeats, so a cancelled run aborts it.
-          await this.act.decide.executeWithOptions(
-            { ...options, heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED },
-            [input],
-          )
-        : await this.readOnly(
-            () => local.localDecide.executeWithOptions(options, [this.state.host_queue, input]),
-            () => this.act.decide.executeWithOptions(options, [input]),
-          );
+      const result = await this.requestDecision(toolsEnabled, retries);
       this.state.transcript = { head: result.head, append: [] };
       this.noteBuild(result.build);
       if (result.usage) {
@@ -566,24 +523,9 @@ class AgentRun {
           throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
         case 'refused':
           throw new RunStop('failed', 'model_refused', result.detail);
-        case 'over_budget': {
-          // Tasks hold part of the budget: once one gives back what it did not use, ask again.
-          if (this.state.tree_budgets && this.tasks.active() && result.estimate_usd <= result.room_usd + this.tasks.held().cost_usd) {
-            this.trace.add('budget_wait', { budget: 'max_cost_usd', next_call_usd: result.estimate_usd, room_usd: result.room_usd });
-            await this.tasks.nextEnd();
-            continue;
-          }
-          this.view.cost_limit = {
-            max_cost_usd: this.budgets.max_cost_usd!,
-            spent_usd: this.budgets.max_cost_usd! - result.room_usd,
-            next_call_usd: result.estimate_usd,
-          };
-          throw new RunStop(
-            'budget_exhausted',
-            'max_cost_usd',
-            `the next call could cost up to $${result.estimate_usd.toFixed(6)}, and $${result.room_usd.toFixed(6)} of max_cost_usd is left`,
-          );
-        }
+        case 'over_budget':
+          await this.overBudget(result);
+          continue;
         case 'decisions':
           this.state.cursor = result.cursor;
           this.state.notice = null;
@@ -606,6 +548,75 @@ class AgentRun {
         }
       }
     }
+  }
+
+  /** One request to the decision source: the messages that arrived, traced, then the activity (a local one for a replay). */
+  private async requestDecision(toolsEnabled: boolean, retries: number): Promise<DecideResult> {
+    const source = this.state.source!;
+    const live = source.kind === 'provider';
+    const messages = this.state.steering.splice(0);
+    for (const message of messages) this.state.transcript.append.push({ message });
+    // Messages about tasks are pinned: compaction never drops them.
+    const notes = this.state.task_messages.splice(0);
+    for (const message of notes) this.state.transcript.append.push({ message, pinned: true });
+    // A live request names the prompt version it is built with (absent in runs that started before prompts were versioned).
+    const prompt = live && this.view.prompt ? { prompt_version: this.view.prompt.version, prompt_digest: this.view.prompt.digest } : {};
+    this.trace.add('model_requested', {
+      turn: this.view.counters.turns,
+      tools_enabled: toolsEnabled,
+      messages: [...messages, ...notes],
+      ...prompt,
+      ...(retries > 0 ? { retry: retries } : {}),
+    });
+    const input = {
+      run_id: this.ref.run_id,
+      source,
+      cursor: this.state.cursor,
+      turn: this.view.counters.turns,
+      retry: retries,
+      tools_enabled: toolsEnabled,
+      orchestrating: this.state.subruns !== null,
+      tasks:
+        this.state.subruns !== null ? Object.fromEntries((this.view.subruns?.tasks ?? []).map((t) => [t.title, t.task_id])) : undefined,
+      transcript: this.state.transcript,
+      facts: live ? this.facts(toolsEnabled) : null,
+      ...(live && this.budgets.max_cost_usd !== undefined
+        ? { cost_room_usd: this.budgets.max_cost_usd - (this.used().cost_usd ?? 0) }
+        : {}),
+    };
+    const options = { startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()), summary: `decide turn ${this.view.counters.turns}` };
+    return live
+      ? // A live request heartbeats, so a cancelled run aborts it.
+        await this.act.decide.executeWithOptions(
+          { ...options, heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED },
+          [input],
+        )
+      : await this.readOnly(
+          () => local.localDecide.executeWithOptions(options, [this.state.host_queue, input]),
+          () => this.act.decide.executeWithOptions(options, [input]),
+        );
+  }
+
+  /**
+   * The next call could cost more than the budget has left. Tasks hold part of it: once one gives
+   * back what it did not use, the caller asks again; otherwise the run ends at its budget.
+   */
+  private async overBudget(result: Extract<DecideResult, { kind: 'over_budget' }>): Promise<void> {
+    if (this.state.tree_budgets && this.tasks.active() && result.estimate_usd <= result.room_usd + this.tasks.held().cost_usd) {
+      this.trace.add('budget_wait', { budget: 'max_cost_usd', next_call_usd: result.estimate_usd, room_usd: result.room_usd });
+      await this.tasks.nextEnd();
+      return;
+    }
+    this.view.cost_limit = {
+      max_cost_usd: this.budgets.max_cost_usd!,
+      spent_usd: this.budgets.max_cost_usd! - result.room_usd,
+      next_call_usd: result.estimate_usd,
+    };
+    throw new RunStop(
+      'budget_exhausted',
+      'max_cost_usd',
+      `the next call could cost up to $${result.estimate_usd.toFixed(6)}, and $${result.room_usd.toFixed(6)} of max_cost_usd is left`,
+    );
   }
 
   /** The authoritative facts a live model's context is rebuilt from. */

@@ -13,7 +13,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { MESSAGE_ID } from '../../core/contracts';
 import type { PendingApproval } from '../../core/run-view';
-import { queryState, queryTrace, runHandle, sendApproval, type RunHandle } from '../run-access';
+import { queryState, queryTrace, runHandle, approvalFor, sendApproval, type RunHandle } from '../run-access';
 import { csrfHeld, formOf, html, type Door } from './guards';
 import { messagePage, type Notice } from './pages';
 import type { Session } from './sign-in';
@@ -63,15 +63,7 @@ export function approvalRoute(app: FastifyInstance, door: Door, client: Client, 
       return html(reply, 409, messagePage('Not sent', unreachable(id)));
     }
     try {
-      await sendApproval(handle, {
-        action_id: f.action_id,
-        decision: f.decision,
-        args_digest: f.args_digest,
-        workspace_digest: f.workspace_digest,
-        principal: `console:${s.name}`,
-        ...(f.reason ? { reason: f.reason } : {}),
-        ...(f.message_id ? { message_id: f.message_id } : {}),
-      });
+      await sendApproval(handle, approvalFor(f, f.decision, `console:${s.name}`, f.reason, f.message_id));
     } catch (err) {
       return html(reply, 409, messagePage('Not sent', `Run ${id} did not take the approval: ${(err as Error).message}`));
     }

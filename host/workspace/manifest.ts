@@ -272,3 +272,20 @@ function remember(key: string, next: Cached, previous: Cached | undefined): void
     cachedFiles -= value.files;
   }
 }
+
+/** Paths whose entry differs between two manifests (added, removed or changed), sorted. */
+export function changedPaths(before: ManifestEntry[], after: ManifestEntry[]): string[] {
+  const key = (e: ManifestEntry) => JSON.stringify(e);
+  const a = new Map(before.map((e) => [e.path, key(e)]));
+  const b = new Map(after.map((e) => [e.path, key(e)]));
+  const paths = new Set<string>();
+  for (const [p, k] of a) if (b.get(p) !== k) paths.add(p);
+  for (const [p, k] of b) if (a.get(p) !== k) paths.add(p);
+  return [...paths].sort();
+}
+
+/** Changed paths that are not folders: what a diff shows. */
+export function changedFiles(before: ManifestEntry[], after: ManifestEntry[]): string[] {
+  const dirs = new Set([...before, ...after].filter((e) => e.kind === 'dir').map((e) => e.path));
+  return changedPaths(before, after).filter((p) => !dirs.has(p));
+}

@@ -120,6 +120,13 @@ export function parseShellProbe(stdout: string): ProbeFacts | null {
     memory: { allocated: 0, outcome: 'probe_error:not_run', returncode: null },
     missing: [],
   };
+  readReport(lines, facts, files);
+  readFiles(files, facts);
+  return facts;
+}
+
+/** The report's tagged lines into `facts`, and the files it dumped into `files`. */
+function readReport(lines: string[], facts: ProbeFacts, files: Map<string, string>): void {
   let forkFailure = '';
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
@@ -173,6 +180,10 @@ export function parseShellProbe(stdout: string): ProbeFacts | null {
     // The subshell died at a failed fork: EAGAIN is what a pids limit gives.
     facts.pids.stopped_by = /Resource temporarily unavailable/i.test(forkFailure) ? 'EAGAIN' : `fork_failed:${forkFailure.slice(0, 120)}`;
   }
+}
+
+/** What the dumped files say: routes, sockets, nameservers, environment, mounts, status and ids. */
+function readFiles(files: Map<string, string>, facts: ProbeFacts): void {
   const text = (path: string) => (files.get(path) ?? '').split('\n').filter((l) => l !== '');
   facts.interfaces.sort();
   facts.routes = parseRoutes(text('/proc/net/route'), text('/proc/net/ipv6_route'));
@@ -200,5 +211,4 @@ export function parseShellProbe(stdout: string): ProbeFacts | null {
   const [uid, euid] = ids('Uid');
   const [gid, egid] = ids('Gid');
   facts.ids = { uid: uid ?? 0, euid: euid ?? 0, gid: gid ?? 0, egid: egid ?? 0, groups: ids('Groups') };
-  return facts;
 }

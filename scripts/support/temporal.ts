@@ -11,7 +11,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { RunInput } from '../../core/contracts';
 import { startDevServer } from '../../host/temporal-server';
 import { installRuntime } from '../../host/runtime';
-import { queryState, sendApproval } from '../../client/run-access';
+import { queryState, approvalFor, sendApproval } from '../../client/run-access';
 import { freePort, LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from './run-dir';
 import { temporalBinary } from '../../host/temporal-bin';
 
@@ -82,13 +82,7 @@ export async function approveAll(handle: WorkflowHandle, principal = 'user:test'
     const view = await queryState(handle).catch(() => null);
     const next = view?.status === 'awaiting_approval' ? view.pending_approval : null;
     if (next && next.action_id !== last) {
-      await sendApproval(handle, {
-        action_id: next.action_id,
-        decision: 'approve',
-        args_digest: next.args_digest,
-        workspace_digest: next.workspace_digest,
-        principal,
-      });
+      await sendApproval(handle, approvalFor(next, 'approve', principal));
       last = next.action_id;
       approved++;
     }
