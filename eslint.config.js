@@ -1,8 +1,10 @@
 // Lint rules that guard the hazards of this codebase: workflow code stays deterministic (no
-// Node built-ins, no wall clock, no randomness) and no promise floats unobserved anywhere.
+// Node built-ins, no wall clock, no randomness), no promise floats unobserved anywhere, and the
+// imports follow the house's arrows with no circle (scripts/eslint-house.js).
 'use strict';
 const tseslint = require('typescript-eslint');
 const { builtinModules } = require('node:module');
+const house = require('./scripts/eslint-house');
 
 const builtins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
 
@@ -14,10 +16,13 @@ module.exports = tseslint.config(
       parser: tseslint.parser,
       parserOptions: { projectService: true, tsconfigRootDir: __dirname },
     },
-    plugins: { '@typescript-eslint': tseslint.plugin },
+    plugins: { '@typescript-eslint': tseslint.plugin, house: house.plugin },
     rules: {
       '@typescript-eslint/no-floating-promises': 'error',
       '@typescript-eslint/no-misused-promises': ['error', { checksVoidReturn: false }],
+      // The house's arrows (docs/architecture.md): which folder may import which, and no import circle.
+      'house/arrows': 'error',
+      'house/no-cycle': 'error',
     },
   },
   {

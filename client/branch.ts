@@ -7,12 +7,12 @@
  */
 import { runInputSchema, type ParsedRunInput } from '../core/contracts';
 import type { Decision } from '../core/contracts';
-import { readVerifiedChange, VerifiedChangeError } from '../activities/repository';
-import { runPaths } from '../activities/workspace';
+import { readVerifiedChange, VerifiedChangeError } from '../host/repository';
+import { runPaths } from '../host/workspace/workspace';
 import { GitError, GitRepository, type TreeChange } from '../host/git';
-import type { RunOutcome } from '../workflows/agentRun';
 import type { Session } from './session';
 import { openStore } from './stored-trace';
+import type { RunOutcome } from '../core/run-view';
 
 /** Why no branch or patch comes of a run: exit status 1, with this line. */
 export class NoBranch extends Error {
@@ -51,9 +51,9 @@ function finalSummary(session: Session, outcome: RunOutcome, workflowId: string)
 
 /** The verified change of a completed repository run, or a NoBranch naming why there is none. */
 async function runChange(session: Session, workflowId: string): Promise<RunChange> {
-  const { runHandle, runInput, isRunning, runOutcome } = await import('./run-access');
+  const { runHandle, startInput, isRunning, runOutcome } = await import('./run-access');
   const handle = runHandle(session.client, workflowId);
-  const raw = await runInput(handle);
+  const raw = await startInput(handle);
   if (raw === null) throw new NoBranch(`no run ${workflowId}`);
   if (await isRunning(handle)) throw new NoBranch(`${workflowId} is still running: a branch comes from a completed run`);
   const outcome = await runOutcome(handle);

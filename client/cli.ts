@@ -7,6 +7,7 @@
 import { parseOptions, RefusedInput, UsageError } from './command';
 import { commandUsage, findCommand, help } from './commands';
 import type { Session } from './session';
+import { readSettings, type Settings } from '../host/settings';
 
 const out = (text: string) => process.stdout.write(`${text}\n`);
 
@@ -30,23 +31,29 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   };
   let parsed;
+  let settings: Settings;
   try {
     parsed = parseOptions(command.options, rest);
     if (parsed.help) {
       out(`${commandUsage(command)}\n\n${command.summary}`);
       return 0;
     }
-    command.check?.(parsed.positionals, parsed.values);
+    // The one reading of this process's settings: a malformed variable is named, and nothing starts.
+    settings = readSettings();
+    command.check?.(parsed.positionals, parsed.values, settings);
   } catch (err) {
     if (err instanceof UsageError) return usageError(err);
     if (err instanceof RefusedInput) return refused(err);
     throw err;
   }
+  const { run, runOffline } = command;
+  if (runOffline && (command.offline?.(parsed.positionals) || !run))
+    return runCommand(() => runOffline(settings, parsed.positionals, parsed.values));
+  if (!run) throw new Error(`${command.name} has nothing to run`);
   // Loaded here, not at the top: help and usage errors answer without loading the Temporal SDK.
-  const offline = command.offline?.(parsed.positionals) ?? false;
   let session: Session;
   try {
-    session = offline ? (null as unknown as Session) : await (await import('./session')).openSession();
+    session = await (await import('./session')).openSession(settings);
   } catch (err) {
     // A profile, certificate or address that does not work: one line saying which (never the key).
     const { ConnectionError } = await import('../host/connection');
@@ -55,13 +62,19 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
   try {
-    return await command.run(session, parsed.positionals, parsed.values);
-  } catch (err) {
-    if (err instanceof UsageError) return usageError(err);
-    if (err instanceof RefusedInput) return refused(err);
-    throw err;
+    return await runCommand(() => run(session, parsed.positionals, parsed.values));
   } finally {
-    if (!offline) await session.close();
+    await session.close();
+  }
+
+  async function runCommand(run: () => Promise<number>): Promise<number> {
+    try {
+      return await run();
+    } catch (err) {
+      if (err instanceof UsageError) return usageError(err);
+      if (err instanceof RefusedInput) return refused(err);
+      throw err;
+    }
   }
 }
 

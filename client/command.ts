@@ -6,6 +6,7 @@
  */
 import { parseArgs } from 'node:util';
 import type { Session } from './session';
+import type { Settings } from '../host/settings';
 
 export class UsageError extends Error {
   override name = 'UsageError';
@@ -47,11 +48,13 @@ export interface Command<S extends OptionSpecs = OptionSpecs> {
   usage: string[];
   summary: string;
   options: S;
-  /** True when this invocation needs no Temporal connection (it is then given no session). */
+  /** True when this invocation needs no Temporal connection: `runOffline` answers it, with no session. */
   offline?: (positionals: string[]) => boolean;
-  /** Checks the arguments before any connection is made; throws a UsageError. */
-  check?: (positionals: string[], values: Values<S>) => void;
-  run(session: Session, positionals: string[], values: Values<S>): Promise<number>;
+  /** Checks the arguments before any connection is made; throws a UsageError (or a RefusedInput). */
+  check?: (positionals: string[], values: Values<S>, settings: Settings) => void;
+  /** Every invocation `offline` does not claim (a command has this, or `runOffline`, or both). */
+  run?: (session: Session, positionals: string[], values: Values<S>) => Promise<number>;
+  runOffline?: (settings: Settings, positionals: string[], values: Values<S>) => Promise<number>;
 }
 
 /** Declares a command (the identity: it lets TypeScript infer the option values). */

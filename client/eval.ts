@@ -3,23 +3,34 @@
  * progress line, and the report files, assembled from the runs' own results (each run's full
  * record is its child workflow's result, found by its key).
  */
+import { abnormalEnd } from '../core/reasons';
 import { existsSync, mkdirSync, readdirSync } from 'node:fs';
 import { buildId } from '../host/build';
 import { writeFileAtomic } from '../host/files';
 import { cpus } from 'node:os';
 import { basename, join, resolve } from 'node:path';
-import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
-import type { RunOutcome } from '../workflows/agentRun';
-import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
-import { entryName, LIVE_REPLAY, plannedRun, planSize, runWorkflowId, type EvalPlan, type PlannedEntry } from '../core/batch-plan';
+import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
+import {
+  entryName,
+  LIVE_REPLAY,
+  plannedRun,
+  planSize,
+  runWorkflowId,
+  type EvalInput,
+  type EvalPlan,
+  type EvalProgress,
+  type EvalResult,
+  type PlannedEntry,
+} from '../core/batch-plan';
 import { localCredentialsFile } from './repository-run';
 import { readTasksFile } from './tasks-file';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
 import { replayTrusted, type Settings } from '../host/settings';
-import { evalProgress, evalResult, runOutcome } from './run-access';
+import { evalProgress, evalResult, runOutcome, startInput } from './run-access';
 import { openStore } from './stored-trace';
+import type { RunOutcome } from '../core/run-view';
 
 /** Outcomes of the harness's environment, not of the agent: a resume starts these runs again. */
 export function isInfrastructureOutcome(outcome: RunOutcome): boolean {
@@ -99,16 +110,7 @@ export function buildPlan(settings: Settings, args: string[], o: PlanOptions): E
 
 /** The input a batch was started with, read from its history (its latest run carries the same input). */
 export async function batchInput(client: Client, batch: string): Promise<EvalInput | null> {
-  const handle = client.workflow.getHandle(batch);
-  try {
-    await handle.describe();
-  } catch (err) {
-    if (err instanceof WorkflowNotFoundError) return null;
-    throw err;
-  }
-  const history = await handle.fetchHistory();
-  const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
-  return payload ? defaultPayloadConverter.fromPayload<EvalInput>(payload) : null;
+  return startInput<EvalInput>(client.workflow.getHandle(batch));
 }
 
 type Attempt =
@@ -209,7 +211,7 @@ function recordOf(a: Attempt, plan: EvalPlan, index: number): RunRecord {
     fixture: entryName(fixture),
     replay: plan.live ? null : fixture.replays[run.replay].name,
     status: 'failed',
-    reason: a.kind === 'abnormal' ? `workflow_${a.status.toLowerCase()}` : 'running',
+    reason: a.kind === 'abnormal' ? abnormalEnd(a.status) : 'running',
     writes: 0,
     receipts: 0,
     red_observed: false,

@@ -1,18 +1,19 @@
 /**
  * The command line's side of a repository run (SPEC section 10): the repository, the base
  * commit and the task, checked before any workflow starts, with the same reading of the base
- * tree the worker does (activities/repository.ts). Each refusal is one line naming what is wrong.
+ * tree the worker does (host/repository.ts). Each refusal is one line naming what is wrong.
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { RepoSource } from '../core/contracts';
 import { SETTINGS_FILE, type RepoSettings } from '../core/repo-settings';
-import { inspectBase, type RepositoryFacts } from '../activities/repository';
+import { inspectBase } from '../host/repository';
 import { resolveTarget } from '../host/connection';
 import { CredentialsFileError, lookupCredentials } from '../host/credentials';
 import { GitError, GitRepository } from '../host/git';
 import type { Settings } from '../host/settings';
 import { RefusedInput } from './command';
+import type { RepositoryFacts } from '../core/activities';
 
 export interface CheckedRepositoryRun {
   source: RepoSource;

@@ -11,10 +11,8 @@
 import { randomBytes } from 'node:crypto';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import type { ApprovalSignal, RunInput } from '../core/contracts';
-import type { PendingApproval, RunView } from '../core/run-view';
+import type { PendingApproval, RunOutcome, RunView } from '../core/run-view';
 import type { TraceEvent, TracePage, TraceRequest } from '../core/trace';
-import type { EvalInput, EvalProgress, EvalResult } from '../workflows/agentEval';
-import type { RunOutcome } from '../workflows/agentRun';
 import {
   AGENT_EVAL,
   AGENT_RUN,
@@ -25,6 +23,7 @@ import {
   steerSignal,
   traceQuery,
 } from '../workflows/messages';
+import type { EvalInput, EvalProgress, EvalResult } from '../core/batch-plan';
 
 /** How long a Query may take before the command says no worker answered. */
 export const QUERY_DEADLINE_MS = 5_000;
@@ -34,23 +33,32 @@ export const RESULT_DEADLINE_MS = 30_000;
 /** This process's own id: the origin of the messages it sends (drawn once, before any send). */
 export const ORIGIN = `cli-${process.pid}-${randomBytes(6).toString('hex')}`;
 
-export type RunHandle = WorkflowHandle;
+/** agentRun and agentEval as a client sees them: what they take and answer (the code is the worker's). */
+type AgentRun = (...args: unknown[]) => Promise<RunOutcome>;
+type AgentEval = (input: EvalInput) => Promise<EvalResult>;
+
+export type RunHandle = WorkflowHandle<AgentRun>;
+export type BatchHandle = WorkflowHandle<AgentEval>;
 
 export function runHandle(client: Client, workflowId: string): RunHandle {
-  return client.workflow.getHandle(workflowId);
+  return client.workflow.getHandle<AgentRun>(workflowId);
+}
+
+export function batchHandle(client: Client, batch: string): BatchHandle {
+  return client.workflow.getHandle<AgentEval>(batch);
 }
 
 export function startRun(client: Client, input: RunInput, o: { taskQueue: string; workflowId: string }) {
-  return client.workflow.start(AGENT_RUN, { taskQueue: o.taskQueue, workflowId: o.workflowId, args: [input] });
+  return client.workflow.start<AgentRun>(AGENT_RUN, { taskQueue: o.taskQueue, workflowId: o.workflowId, args: [input] });
 }
 
 /** Starts a run with any arguments (the workflow validates them): for tests of bad input. */
 export function startRunWithArgs(client: Client, args: unknown[], o: { taskQueue: string; workflowId: string }) {
-  return client.workflow.start(AGENT_RUN, { taskQueue: o.taskQueue, workflowId: o.workflowId, args });
+  return client.workflow.start<AgentRun>(AGENT_RUN, { taskQueue: o.taskQueue, workflowId: o.workflowId, args });
 }
 
 export function startEval(client: Client, input: EvalInput, o: { taskQueue: string; workflowId: string }) {
-  return client.workflow.start(AGENT_EVAL, { taskQueue: o.taskQueue, workflowId: o.workflowId, args: [input] });
+  return client.workflow.start<AgentEval>(AGENT_EVAL, { taskQueue: o.taskQueue, workflowId: o.workflowId, args: [input] });
 }
 
 /** A visibility query over runs (`extra` adds conditions). */
@@ -87,8 +95,11 @@ export async function traceSince(
   }
 }
 
-/** The input a run was started with (its latest segment carries the same), or null when there is no such run. */
-export async function runInput(handle: RunHandle): Promise<unknown> {
+/**
+ * The input a workflow (a run, a batch) was started with, read from its history (its latest
+ * segment carries the same), or null when there is no such workflow.
+ */
+export async function startInput<T = unknown>(handle: WorkflowHandle): Promise<T | null> {
   try {
     await handle.describe();
   } catch (err) {
@@ -97,7 +108,7 @@ export async function runInput(handle: RunHandle): Promise<unknown> {
   }
   const history = await handle.fetchHistory();
   const payload = history.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
-  return payload ? defaultPayloadConverter.fromPayload<unknown>(payload) : null;
+  return payload ? defaultPayloadConverter.fromPayload<T>(payload) : null;
 }
 
 export async function isRunning(handle: RunHandle): Promise<boolean> {
@@ -106,7 +117,7 @@ export async function isRunning(handle: RunHandle): Promise<boolean> {
 
 /** The outcome of a run (waits for a running one); a closed run's is read within `ms`. */
 export async function runOutcome(handle: RunHandle, ms: number | null = RESULT_DEADLINE_MS): Promise<RunOutcome> {
-  const read = async () => (await handle.result()) as RunOutcome;
+  const read = () => handle.result();
   return ms === null ? read() : withDeadline(handle, ms, read);
 }
 
@@ -145,13 +156,16 @@ export class NoWorkerAnswered extends Error {
   }
 }
 
-/** The approval of a pending action, with the digests shown to the person who decided. */
+/**
+ * The approval of a pending action, bound to the digests shown to whoever decided (the one way a
+ * client makes the Signal's payload). `messageId` makes a retried send count once.
+ */
 export function approvalFor(
-  p: PendingApproval,
+  p: Pick<PendingApproval, 'action_id' | 'args_digest' | 'workspace_digest'>,
   decision: 'approve' | 'reject',
   principal: string,
-  reason: string | undefined,
-  messageId: string,
+  reason?: string,
+  messageId?: string,
 ): ApprovalSignal {
   return {
     action_id: p.action_id,
@@ -160,7 +174,7 @@ export function approvalFor(
     workspace_digest: p.workspace_digest,
     principal,
     ...(reason ? { reason } : {}),
-    message_id: messageId,
+    ...(messageId ? { message_id: messageId } : {}),
   };
 }
 
@@ -176,10 +190,10 @@ export function sendInterrupt(handle: RunHandle, reason: string | undefined, mes
   return handle.signal(interruptSignal, { ...(reason ? { reason } : {}), message_id: messageId });
 }
 
-export function evalProgress(handle: WorkflowHandle, ms = QUERY_DEADLINE_MS): Promise<EvalProgress> {
+export function evalProgress(handle: BatchHandle, ms = QUERY_DEADLINE_MS): Promise<EvalProgress> {
   return withDeadline(handle, ms, () => handle.query(evalProgressQuery));
 }
 
-export async function evalResult(handle: WorkflowHandle): Promise<EvalResult> {
-  return (await handle.result()) as EvalResult;
+export function evalResult(handle: BatchHandle): Promise<EvalResult> {
+  return handle.result();
 }

@@ -2,16 +2,16 @@
  * A command's connection to Temporal, resolved like the `temporal` CLI's (host/connection.ts):
  * an address from TEMPORAL_ADDRESS or the selected profile of the config file means a cluster,
  * whose workers serve the runs. No address anywhere (the embedded default) means the local dev
- * server, started or reused, with the state folder's one background worker (worker/background.ts).
+ * server, started or reused, with the state folder's one background worker (host/background-worker.ts).
  */
 import { Client } from '@temporalio/client';
 import { connectTemporal, resolveTarget } from '../host/connection';
-import { ensureDevServer } from '../host/temporal-server';
+import { embeddedDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
 import { TracingClientInterceptor } from './tracing';
-import { ensureBackgroundWorker, type EnsuredWorker } from '../worker/background';
-import { installRuntime } from '../worker/logger';
-import { readSettings, type Settings } from '../host/settings';
+import { ensureBackgroundWorker, type EnsuredWorker } from '../host/background-worker';
+import { installRuntime } from '../host/runtime';
+import type { Settings } from '../host/settings';
 
 export interface Session {
   settings: Settings;
@@ -31,20 +31,11 @@ export interface Session {
 }
 
 /** Opens the connection; a configuration or connection fault throws a ConnectionError (one line, exit 2). */
-export async function openSession(settings: Settings = readSettings()): Promise<Session> {
+export async function openSession(settings: Settings): Promise<Session> {
   installRuntime('WARN');
   const target = resolveTarget(settings);
   const embedded = target.address === null;
-  const address = embedded
-    ? (
-        await ensureDevServer({
-          stateDir: settings.stateDir,
-          namespace: target.namespace,
-          port: settings.devServerPort,
-          uiPort: settings.devUiPort,
-        })
-      ).address
-    : target.address!;
+  const address = target.address ?? (await embeddedDevServer(settings, target.namespace)).address;
   const connection = await connectTemporal(address, target);
   const tracing = startTracing(settings, 'coding-agent-cli');
   const client = new Client({

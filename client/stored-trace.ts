@@ -5,7 +5,7 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { Store } from '../activities/store';
+import { Store } from '../host/store';
 import type { TraceEvent } from '../core/trace';
 
 export function openStore(stateDir: string): Store | null {

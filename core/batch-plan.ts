@@ -3,7 +3,7 @@
  * configuration. Run `i` of a batch is a pure function of the plan, and each attempt of it has a
  * workflow id made of its key.
  */
-import type { RepoSource } from './contracts';
+import type { RepoSource, RunStatus } from './contracts';
 
 /** A fixture folder, or a task on a repository (`repo`, whose `id` names it; `dir` is then its repository). */
 export interface PlannedEntry {
@@ -56,4 +56,37 @@ export function runWorkflowId(batch: string, plan: EvalPlan, run: PlannedRun, at
   const fixture = plan.fixtures[run.fixture];
   const name = entryName(fixture);
   return `${batch}/${name}/${fixture.replays[run.replay].name}/e${run.epoch}${attempt > 1 ? `~${attempt}` : ''}`;
+}
+
+/** What agentEval takes, answers and shows while it runs. */
+export interface EvalInput {
+  plan: EvalPlan;
+  concurrency: number;
+  /**
+   * Per run index, the attempt to start ('1'-'9'), or '0' to keep what an earlier attempt left
+   * (a resume). Absent: every run starts its first attempt.
+   */
+  attempts?: string;
+  /** Where the command line writes the report (shown in the result). */
+  out?: string | null;
+}
+
+export interface EvalProgress {
+  total: number;
+  /** Runs with an outcome, including those kept from earlier attempts. */
+  done: number;
+  completed: number;
+  running: number;
+  /** Runs kept from an earlier attempt (a resume). */
+  kept: number;
+  by_status: Partial<Record<RunStatus, number>>;
+  segment: number;
+  /** Seconds since this batch (or its resume) started, and the estimate of what is left. */
+  elapsed_s: number;
+  eta_s: number | null;
+}
+
+export interface EvalResult {
+  progress: EvalProgress;
+  out: string | null;
 }

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { matching } from './patterns';
 import type { ErrorCode } from './errors';
 import { promptVersionSchema, type PromptRef } from './prompt';
+import type { RunReason } from './reasons';
 
 const digest = matching(/^[0-9a-f]{64}$/, 'a lowercase hex SHA-256 digest');
 export const CALL_ID = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -537,7 +538,7 @@ export interface RunRecord {
   fixture: string;
   replay: string | null;
   status: RunStatus;
-  reason: string | null;
+  reason: RunReason | null;
   writes: number;
   receipts: number;
   red_observed: boolean;
@@ -559,7 +560,7 @@ export interface RunRecord {
   /** An orchestrating run's sub-run figures (SPEC section 12). */
   subruns?: SubrunCounts;
   /** An orchestrating run's tasks and how each ended. */
-  tasks?: { task_id: string; title: string; status: RunStatus; reason: string | null }[];
+  tasks?: { task_id: string; title: string; status: RunStatus; reason: RunReason | null }[];
   /** A run with a setup phase: the requests its proxy let through and refused (none for a cached setup). */
   egress?: EgressSummary;
   /** A repository run: whether the user trusted its content (`--trust-repository`); absent for a fixture. */

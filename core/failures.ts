@@ -8,6 +8,8 @@
  * retry policy takes `NON_RETRYABLE_FAILURE_TYPES`, and no error is recognised by its class name.
  */
 
+import { ApplicationFailure } from '@temporalio/common';
+
 /** A run's reason when an activity failure ends it. */
 export type ActivityFailureReason = 'infrastructure_error' | 'model_error' | 'harness_error' | 'activity_failed';
 
@@ -76,4 +78,13 @@ export function activityFailureReason(type: string | null | undefined): Activity
   return Object.prototype.hasOwnProperty.call(ACTIVITY_FAILURE_REASONS, type ?? '')
     ? ACTIVITY_FAILURE_REASONS[type as FailureTypeName]
     : RETRIES_EXHAUSTED_REASON;
+}
+
+/**
+ * Throws nothing itself: makes the non-retryable ApplicationFailure of one type above, the one way
+ * activities, the sandbox, the tools and the payload guard end an activity that would fail alike on
+ * every attempt, so its type is always one the workflow maps to a reason.
+ */
+export function nonRetryable(type: FailureTypeName, message: string, details?: unknown[]): ApplicationFailure {
+  return ApplicationFailure.create({ type: FAILURE_TYPES[type].type, message, nonRetryable: true, ...(details ? { details } : {}) });
 }

@@ -3,12 +3,13 @@
  * workflow records them through the SDK's workflow metric meter (workflows/metrics.ts: nothing is
  * emitted while a history replays, so a replayed run does not count twice), the worker's activity
  * interceptor the queue wait; the worker's Prometheus endpoint takes the buckets from here; the
- * README's table of metrics is `metricsTable()` (tests/metrics.test.ts compares them).
+ * table of metrics in docs/observability.md is `metricsTable()` (tests/metrics.test.ts compares them).
  *
  * Names follow Prometheus conventions: base units (`_seconds`, `_usd`, token counts), `_total`
  * on counters (added by the exporter, `countersTotalSuffix`), and labels whose values come from
  * closed sets, so no label can grow with the number of runs, fixtures or files. Pure data.
  */
+import { isRunReason } from './reasons';
 import { ERROR_CODES } from './errors';
 
 export interface MetricDef {
@@ -109,38 +110,10 @@ export const METRICS = {
   ),
 } as const satisfies Record<string, MetricDef>;
 
-/** Run reasons a label may carry (SPEC section 6 and the README's); any other is `other`. */
-const RUN_REASONS = new Set([
-  'verification_failed',
-  'verification_error',
-  'replay_exhausted',
-  'replay_untrusted',
-  'local_not_allowed',
-  'repository_untrusted',
-  'model_error',
-  'model_refused',
-  'recovery_uncertain',
-  'max_turns',
-  'max_tool_calls',
-  'max_model_tokens',
-  'max_cost_usd',
-  'deadline',
-  'approval_timeout',
-  'isolation_unverified',
-  'cancelled',
-  'interrupted',
-  'invalid_input',
-  'host_lost',
-  'infrastructure_error',
-  'harness_error',
-  'activity_failed',
-  'setup_failed',
-]);
-
 /** A run's reason as a label value: `none`, one of the known reasons, or `other`. */
 export function reasonLabel(reason: string | null): string {
   if (reason === null || reason === '') return 'none';
-  return RUN_REASONS.has(reason) ? reason : 'other';
+  return isRunReason(reason) ? reason : 'other';
 }
 
 /** A tool error code as a label value: one of the closed set, or `other`. */
@@ -163,7 +136,7 @@ export function histogramBuckets(): Record<string, number[]> {
   );
 }
 
-/** The README's table of governance metrics. */
+/** The table of governance metrics of docs/observability.md. */
 export function metricsTable(): string {
   const rows = Object.values(METRICS as Record<string, MetricDef>).map(
     (m) => `| \`${exposedName(m)}\` | ${m.kind} | ${m.labels.map((l) => `\`${l}\``).join(', ') || '-'} | ${m.help} |`,

@@ -117,10 +117,25 @@ export const APPROVAL_POLICIES: Record<string, (evaluation: PolicyEvaluation) =>
 };
 
 /**
+ * An approver as a run names it: `interactive` (a person answers each write through the Signal)
+ * or `policy:<name>` (one of APPROVAL_POLICIES, each action on its own). Parsed here, and only here.
+ */
+export type Approver = { kind: 'interactive' } | { kind: 'policy'; name: string; known: boolean };
+
+export function parseApprover(approver: string): Approver {
+  if (!approver.startsWith('policy:')) return { kind: 'interactive' };
+  const name = approver.slice('policy:'.length);
+  return { kind: 'policy', name, known: Object.hasOwn(APPROVAL_POLICIES, name) };
+}
+
+/** The known policies, as an approver names them. */
+export const KNOWN_POLICIES = Object.keys(APPROVAL_POLICIES).map((p) => `policy:${p}`);
+
+/**
  * True when the approver leaves each write to a person: `interactive`. Every named policy above
  * decides alone, so a repository's settings (untrusted input) may name none of them; only the
  * user's `--approver` (or a batch's) chooses one.
  */
 export function asksAPerson(approver: string): boolean {
-  return approver === 'interactive';
+  return parseApprover(approver).kind === 'interactive';
 }

@@ -5,7 +5,7 @@
  * (`tools.json`); the validating schemas stay in core/tools. A run names a version or takes the
  * newest, and records the version with the digest of its content (the SHA-256 of the canonical
  * JSON of `PromptTexts`), so a changed text is a changed digest. Pure: the files are read by
- * activities/providers/prompt.ts.
+ * models/prompt.ts.
  */
 import { z } from 'zod';
 import { matching } from './patterns';

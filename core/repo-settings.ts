@@ -19,7 +19,7 @@ import {
 } from './contracts';
 import { egressProblems } from './egress';
 import { globProblem, normalizeRepoPath } from './paths';
-import { APPROVAL_POLICIES, asksAPerson } from './policy';
+import { KNOWN_POLICIES, parseApprover } from './policy';
 
 export const SETTINGS_FILE = '.coding-agent.json';
 export const INSTRUCTIONS_FILE = 'AGENTS.md';
@@ -140,12 +140,9 @@ export type RepoSettings = z.infer<typeof repoSettingsSchema>;
 
 /** Why a repository's settings may not name this approver, or null when they may. */
 export function repositoryApproverProblem(approver: string): string | null {
-  if (asksAPerson(approver)) return null;
-  const name = approver.slice('policy:'.length);
-  if (!(name in APPROVAL_POLICIES))
-    return `unknown approval policy ${approver} (known: ${Object.keys(APPROVAL_POLICIES)
-      .map((p) => `policy:${p}`)
-      .join(', ')})`;
+  const parsed = parseApprover(approver);
+  if (parsed.kind === 'interactive') return null;
+  if (!parsed.known) return `unknown approval policy ${approver} (known: ${KNOWN_POLICIES.join(', ')})`;
   return `${approver} approves writes by itself, and a repository may name only an approver that asks a person (interactive); choose a policy yourself with --approver`;
 }
 

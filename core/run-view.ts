@@ -17,6 +17,7 @@ import {
 } from './contracts';
 import type { ErrorCode } from './errors';
 import type { PromptRef } from './prompt';
+import type { RunReason } from './reasons';
 
 export interface PendingApproval extends PreparedAction {
   call_id: string;
@@ -31,7 +32,7 @@ export interface TaskView {
   /** The dispatch's action id (the task id derives from it). */
   action_id: string;
   status: RunStatus | 'starting';
-  reason: string | null;
+  reason: RunReason | null;
   /** The write the task waits to have approved: its open question to a person. */
   pending_path: string | null;
   /** The task's final summary, when it ended (shortened). */
@@ -74,7 +75,7 @@ export interface RunView {
   backend: 'local' | 'docker';
   approver: string;
   status: RunStatus;
-  reason: string | null;
+  reason: RunReason | null;
   detail: string | null;
   budgets: Budgets | null;
   counters: {
@@ -189,4 +190,18 @@ export function buildRecord(view: RunView): RunRecord {
     ...(view.reason === 'max_cost_usd' && view.cost_limit ? { cost_limit: view.cost_limit } : {}),
     trace_id: view.trace_id ?? null,
   };
+}
+
+/**
+ * The workflow's result: the record and the final state, readable without a worker. The trace
+ * is in the host store under `trace.run_id` (`npm run agent -- trace`).
+ */
+export interface RunOutcome {
+  record: RunRecord;
+  state: RunView;
+  trace: { run_id: string; events: number };
+  /** Head of the run's transcript in the host store: every decision with its one result. */
+  transcript: string | null;
+  /** Decisions taken from a replay (a reopened task goes on from here). */
+  cursor: number;
 }

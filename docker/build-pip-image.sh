@@ -14,28 +14,15 @@ set -euo pipefail
 
 TAG="${PIP_IMAGE_TAG:-coding-agent-sandbox-pip:1}"
 BASE="${AGENT_SANDBOX_IMAGE:-coding-agent-sandbox:1}"
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/.." && pwd)"
-state_dir="${AGENT_STATE_DIR:-$repo/.agent-state}"
-case "$state_dir" in /*) ;; *) state_dir="$repo/$state_dir" ;; esac
-cache_dir="${CACHE_DIR:-$state_dir/docker}"
+SCRIPT=build-pip-image
+# shellcheck source=docker/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-log() { echo "build-pip-image: $*" >&2; }
-die() { echo "build-pip-image: $*" >&2; exit 1; }
-
-docker info >/dev/null 2>&1 || die "docker engine not reachable; run docker/ensure-engine.sh first"
+require_engine
 base_id="$(docker image inspect -f '{{.Id}}' "$BASE" 2>/dev/null)" || die "no $BASE; build it with docker/build-image.sh"
-
-mkdir -p "$cache_dir"
-exec 9>"$cache_dir/build-pip.lock"
-flock 9
-deb="$(ls "$cache_dir"/python3-pip-whl_*.deb 2>/dev/null | head -n 1 || true)"
-if [ -z "$deb" ]; then
-  log "downloading python3-pip-whl with apt-get"
-  (cd "$cache_dir" && apt-get download python3-pip-whl >&2) || die "apt-get download python3-pip-whl failed"
-  deb="$(ls "$cache_dir"/python3-pip-whl_*.deb | head -n 1)"
-fi
-digest="$( (echo "$base_id"; sha256sum "$deb" | cut -d' ' -f1; sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1) | sha256sum | cut -d' ' -f1)"
+lock_cache build-pip
+deb="$(cached_deb python3-pip-whl)"
+digest="$( (echo "$base_id"; sha256sum "$deb" | cut -d' ' -f1; script_digest "${BASH_SOURCE[0]}") | sha256sum | cut -d' ' -f1)"
 if [ "$(docker image inspect -f '{{index .Config.Labels "coding-agent.inputs"}}' "$TAG" 2>/dev/null || true)" = "$digest" ]; then
   log "up to date"
   echo "$TAG"

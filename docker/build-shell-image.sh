@@ -13,33 +13,21 @@
 # image registry. Idempotent: images that exist are kept.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/.." && pwd)"
-state_dir="${AGENT_STATE_DIR:-$repo/.agent-state}"
-case "$state_dir" in /*) ;; *) state_dir="$repo/$state_dir" ;; esac
-cache_dir="${CACHE_DIR:-$state_dir/docker}"
 FULL=coding-agent-shell:1
 NOSHELL=coding-agent-noshell:1
+SCRIPT=build-shell-image
+# shellcheck source=docker/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-log() { echo "build-shell-image: $*" >&2; }
-die() { echo "build-shell-image: $*" >&2; exit 1; }
-
-docker info >/dev/null 2>&1 || die "docker engine not reachable; run docker/ensure-engine.sh first"
+require_engine
 if docker image inspect "$FULL" >/dev/null 2>&1 && docker image inspect "$NOSHELL" >/dev/null 2>&1; then
   log "up to date"
   printf '%s\n%s\n' "$FULL" "$NOSHELL"
   exit 0
 fi
 
-mkdir -p "$cache_dir"
-exec 9>"$cache_dir/build-shell.lock"
-flock 9
-deb="$(ls "$cache_dir"/busybox-static_*.deb 2>/dev/null | head -n 1 || true)"
-if [ -z "$deb" ]; then
-  log "downloading busybox-static with apt-get"
-  (cd "$cache_dir" && apt-get download busybox-static >&2) || die "apt-get download busybox-static failed"
-  deb="$(ls "$cache_dir"/busybox-static_*.deb | head -n 1)"
-fi
+lock_cache build-shell
+deb="$(cached_deb busybox-static)"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

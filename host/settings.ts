@@ -30,7 +30,7 @@ export const PUBLIC_BASE_URLS = { openai: 'https://api.openai.com/v1', anthropic
 
 /**
  * Fault points of the crash tests: where a worker started with `AGENT_FAULT=<point>` kills itself
- * (activities/faults.ts). Listed here so the variable is typed like every other.
+ * (host/faults.ts). Listed here so the variable is typed like every other.
  */
 export const FAULT_POINTS = [
   /** writePatch: the approval is recorded, nothing of the write has happened (no intent yet). */
@@ -124,7 +124,7 @@ export interface Settings {
   metricsAddress: string | null;
   /** Crash tests only: the point at which this worker kills itself with SIGKILL. */
   fault: FaultPoint | null;
-  /** Set by the command line on the background worker it starts (worker/background.ts). */
+  /** Set by the command line on the background worker it starts (host/background-worker.ts). */
   backgroundWorker: boolean;
   /**
    * This worker runs the test and acceptance commands of runs on the `local` backend (as host processes
@@ -471,7 +471,7 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   fault: {
     name: 'AGENT_FAULT',
     default: 'unset',
-    meaning: 'crash tests only: the fault point at which the worker kills itself with SIGKILL (`activities/faults.ts`)',
+    meaning: 'crash tests only: the fault point at which the worker kills itself with SIGKILL (`host/faults.ts`)',
     read: (v) => {
       const point = given(v);
       if (point === null) return null;

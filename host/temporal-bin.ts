@@ -6,7 +6,7 @@
 import { execFileSync } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { readSettings, type Settings } from './settings';
+import type { Settings } from './settings';
 import { toolsBinDir } from './tools-env';
 
 function executable(path: string): boolean {
@@ -18,7 +18,7 @@ function executable(path: string): boolean {
   }
 }
 
-export function temporalBinary(settings: Pick<Settings, 'temporalBin' | 'toolsDir' | 'path'> = readSettings()): string {
+export function temporalBinary(settings: Pick<Settings, 'temporalBin' | 'toolsDir' | 'path'>): string {
   if (settings.temporalBin !== null) return settings.temporalBin;
   const own = join(toolsBinDir(settings), 'temporal');
   if (executable(own)) return own;

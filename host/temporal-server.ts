@@ -12,9 +12,12 @@ import { join } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { SEARCH_ATTRIBUTES } from '../core/search-attributes';
 import { writeFileAtomic } from './files';
+import type { Settings } from './settings';
 import { temporalBinary } from './temporal-bin';
 
 export interface DevServerOptions {
+  /** The `temporal` CLI that serves it (host/temporal-bin.ts finds it from the settings). */
+  temporal: string;
   /** Folder of the server's log (and database, unless `dbFile` says otherwise) and pid file. */
   stateDir: string;
   port: number;
@@ -100,7 +103,7 @@ export async function startDevServer(o: DevServerOptions): Promise<DevServer> {
   const log = openSync(logFile, 'a');
   let child: ChildProcess;
   try {
-    child = spawn(temporalBinary(), devServerArgs(o), {
+    child = spawn(o.temporal, devServerArgs(o), {
       detached: !o.attached,
       stdio: ['ignore', log, log],
       // The same switch as the dynamic configuration value, for server versions that read only this.
@@ -146,4 +149,15 @@ export async function ensureDevServer(o: DevServerOptions): Promise<DevServer> {
     return { address, started: false, pid: null, stop: () => undefined, exited: Promise.resolve() };
   }
   return startDevServer(o);
+}
+
+/** The embedded default's dev server (persistent, with its Web UI, on the settings' ports), started or reused. */
+export function embeddedDevServer(settings: Settings, namespace: string): Promise<DevServer> {
+  return ensureDevServer({
+    temporal: temporalBinary(settings),
+    stateDir: settings.stateDir,
+    namespace,
+    port: settings.devServerPort,
+    uiPort: settings.devUiPort,
+  });
 }

@@ -5,16 +5,16 @@
  */
 import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { readSettings, type Settings } from './settings';
+import type { Settings } from './settings';
 
 type ToolSettings = Pick<Settings, 'toolsDir' | 'path'>;
 
-export function toolsBinDir(settings: Pick<Settings, 'toolsDir'> = readSettings()): string {
+export function toolsBinDir(settings: Pick<Settings, 'toolsDir'>): string {
   return join(settings.toolsDir, 'bin');
 }
 
 /** PATH for processes the harness runs on the host: the tools environment first, when it exists. */
-export function hostPath(settings: ToolSettings = readSettings()): string {
+export function hostPath(settings: ToolSettings): string {
   const bin = toolsBinDir(settings);
   return existsSync(bin) ? `${bin}${delimiter}${settings.path}` : settings.path;
 }

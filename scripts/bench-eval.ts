@@ -17,9 +17,8 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { buildPlan } from '../client/eval';
 import { temporalBinary } from '../host/temporal-bin';
 import type { EvalPlan } from '../core/batch-plan';
-import { PROJECT_ROOT, tempDir } from '../tests/helpers/run-dir';
-import { killed, spawnWorker, startServer, uniqueQueue } from '../tests/helpers/temporal';
-import { readSettings } from '../host/settings';
+import { PROJECT_ROOT, tempDir, SETTINGS } from './support/run-dir';
+import { killed, spawnWorker, startServer, uniqueQueue } from './support/temporal';
 import { evalResult, startEval } from '../client/run-access';
 
 const REPEATS = Number(process.env.BENCH_REPEATS ?? 2);
@@ -29,7 +28,7 @@ const EPOCHS = 2;
 
 const plan = (): EvalPlan =>
   buildPlan(
-    readSettings(),
+    SETTINGS,
     FIXTURES.map((id) => join(PROJECT_ROOT, 'fixtures', id)),
     { epochs: EPOCHS, backend: 'local', approver: 'policy:approve-writable', trustReplay: true },
   );
@@ -93,7 +92,7 @@ async function main(): Promise<void> {
     cpu: cpus()[0]?.model ?? 'unknown',
     memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
     node: process.version,
-    temporal: execFileSync(temporalBinary(), ['--version'], { encoding: 'utf8' }).trim(),
+    temporal: execFileSync(temporalBinary(SETTINGS), ['--version'], { encoding: 'utf8' }).trim(),
   };
   console.log(`| worker processes | runs | batch seconds (median of ${REPEATS}) | runs/min | completed |`);
   console.log('|---|---|---|---|---|');

@@ -8,7 +8,7 @@
  */
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
-import { installRuntime } from '../worker/logger';
+import { installRuntime } from '../host/runtime';
 
 async function main(): Promise<void> {
   const [address, stepsArg, repeatsArg] = process.argv.slice(2);

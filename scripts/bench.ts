@@ -5,13 +5,10 @@
  * nothing here asserts: a figure that misses its target is printed with how far it is off, and
  * why, from the figures measured beside it.
  *
- *   BENCH_REPEATS (5)   repeats of each timed figure
- *   BENCH_PARKED (1000) runs parked on an approval at once
- *   BENCH_FILES (100000) files of the workspace whose unchanged manifest is checked
- *   BENCH_UNDO_FILES (30000) files of the workspace a test process's changes are undone in
- *   BENCH_SETUP (1)     0 skips the setup-phase section (it needs the engine and its images)
- *   BENCH_ONLY          comma-separated sections to run (steps, manifest, cli, undo, setup), written
- *                       to bench/results.<sections>.json; default all, to bench/results.json
+ * Its sizes and sections come from the `BENCH_*` variables of `VARIABLES` (name, default and
+ * meaning of each), read once at the start of `main`. Each section starts what it needs (a dev
+ * server and a worker: `onWorker`; a tree of numbered files: `numberedFiles`), and each group of
+ * figures is one function.
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -21,29 +18,100 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
-import { RACY_MARGIN_MS } from '../activities/manifest';
-import { withUndo } from '../activities/byproducts';
-import { sha256 } from '../activities/digest';
-import { preparePatch, writePatch } from '../activities/tools/apply_patch';
-import { readFile } from '../activities/tools/read_file';
-import { workspaceDigest } from '../activities/workspace';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { RACY_MARGIN_MS } from '../host/workspace/manifest';
+import { withUndo } from '../host/workspace/byproducts';
+import { sha256 } from '../host/digest';
+import { preparePatch, writePatch } from '../tools/apply_patch';
+import { readFile } from '../tools/read_file';
+import { workspaceDigest } from '../host/workspace/workspace';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
-import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles } from '../tests/helpers/run-dir';
-import { canonicalInput, startServer, uniqueQueue, writeReplay } from '../tests/helpers/temporal';
-import { readSettings } from '../host/settings';
-import { createWorker } from '../worker';
-import type { RunOutcome } from '../workflows';
-import { queryState, sendApproval, startRun } from '../client/run-access';
+import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles, SETTINGS } from './support/run-dir';
+import { canonicalInput, startServer, uniqueQueue, writeReplay } from './support/temporal';
+import { type Settings } from '../host/settings';
+import { createWorker, type WorkerOptions } from '../worker';
+import type { RunOutcome } from '../core/run-view';
+import { queryState, runOutcome, approvalFor, sendApproval, startRun } from '../client/run-access';
 
-const REPEATS = Number(process.env.BENCH_REPEATS ?? 5);
-const PARKED = Number(process.env.BENCH_PARKED ?? 1000);
-const FILES = Number(process.env.BENCH_FILES ?? 100_000);
-const UNDO_FILES = Number(process.env.BENCH_UNDO_FILES ?? 30_000);
-const READS = 40;
-const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').map((s) => s.trim())) : null;
+const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'setup'] as const;
+type Section = (typeof SECTIONS)[number];
+
+/** What the bench measures and how much: one field per row of `VARIABLES`. */
+interface BenchOptions {
+  /** Repeats of each timed figure. */
+  repeats: number;
+  /** Runs parked on an approval at once. */
+  parked: number;
+  /** Files of the workspace whose unchanged manifest is checked. */
+  files: number;
+  /** Files of the workspace a test process's changes are undone in. */
+  undoFiles: number;
+  /** False: the setup-phase section is skipped. */
+  setup: boolean;
+  /** The sections to run; null: all of them. */
+  only: Set<string> | null;
+}
+
+interface Variable<T> {
+  name: string;
+  default: string;
+  meaning: string;
+  /** The value given (undefined when unset) to the typed field. */
+  read: (value: string | undefined) => T;
+}
+
+const count = (name: string, fallback: number, meaning: string): Variable<number> => ({
+  name,
+  default: String(fallback),
+  meaning,
+  read: (value) => Number(value ?? fallback),
+});
+
+/** Every variable the bench reads: its name, default and meaning, and the option it sets. */
+const VARIABLES: { readonly [K in keyof BenchOptions]: Variable<BenchOptions[K]> } = {
+  repeats: count('BENCH_REPEATS', 5, 'repeats of each timed figure'),
+  parked: count('BENCH_PARKED', 1000, 'runs parked on an approval at once'),
+  files: count('BENCH_FILES', 100_000, 'files of the workspace whose unchanged manifest is checked'),
+  undoFiles: count('BENCH_UNDO_FILES', 30_000, "files of the workspace a test process's changes are undone in"),
+  setup: {
+    name: 'BENCH_SETUP',
+    default: '1',
+    meaning: '0 skips the setup-phase section (it needs the engine and its images)',
+    read: (value) => value !== '0',
+  },
+  only: {
+    name: 'BENCH_ONLY',
+    default: 'all',
+    meaning: `comma-separated sections to run (${SECTIONS.join(', ')}), written to bench/results.<sections>.json; all: bench/results.json`,
+    read: (value) => (value ? new Set(value.split(',').map((s) => s.trim())) : null),
+  },
+};
+
+function readOptions(env: NodeJS.ProcessEnv = process.env): BenchOptions {
+  const out: Partial<Record<keyof BenchOptions, unknown>> = {};
+  for (const [field, variable] of Object.entries(VARIABLES) as [keyof BenchOptions, Variable<unknown>][])
+    out[field] = variable.read(env[variable.name]);
+  return out as BenchOptions;
+}
+
 /** Whether a section of the bench runs (BENCH_ONLY). */
-const section = (name: 'steps' | 'manifest' | 'cli' | 'undo' | 'setup') => ONLY === null || ONLY.has(name);
+const runs = (o: BenchOptions, name: Section) => o.only === null || o.only.has(name);
+
+/** Read-only steps of a long run against a short one. */
+const READS = 40;
+
+async function main(): Promise<void> {
+  const o = readOptions();
+  const settings = SETTINGS;
+  const loadAtStart = +loadavg()[0].toFixed(2);
+  if (runs(o, 'steps')) await benchSteps(o, settings);
+  if (runs(o, 'manifest')) await benchManifest(o);
+  if (runs(o, 'cli')) benchCli(o);
+  if (runs(o, 'undo')) await benchUndo(o);
+  if (runs(o, 'setup')) await benchSetupCache(o, settings);
+  report(o, settings, loadAtStart);
+}
 
 /** A target on a figure's median: at most (`<=`) or under (`<`) the limit, in the figure's unit. */
 interface Target {
@@ -95,6 +163,20 @@ function medianOf(values: number[]): number {
   return sorted.length % 2 ? sorted[(sorted.length - 1) / 2] : (sorted[sorted.length / 2 - 1] + sorted[sorted.length / 2]) / 2;
 }
 
+/** Milliseconds `fn` takes. */
+function msOf(fn: () => void): number {
+  const t = performance.now();
+  fn();
+  return performance.now() - t;
+}
+
+/** What `fn` returns and the milliseconds it takes. */
+async function timed<T>(fn: () => Promise<T>): Promise<{ value: T; ms: number }> {
+  const t = performance.now();
+  const value = await fn();
+  return { value, ms: performance.now() - t };
+}
+
 /** CPU time of this whole process (every thread: JavaScript, workflow thread, SDK core) while `fn` runs. */
 async function cpuMs<T>(fn: () => Promise<T>): Promise<{ value: T; cpu: number }> {
   const before = process.cpuUsage();
@@ -103,28 +185,197 @@ async function cpuMs<T>(fn: () => Promise<T>): Promise<{ value: T; cpu: number }
   return { value, cpu: (used.user + used.system) / 1000 };
 }
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Waits until files written at `written` (ms since the epoch) are older than RACY_MARGIN_MS: the
+ * manifest digests younger files again by design, so a check of an unchanged tree would not be one.
+ */
+const pastRacyMargin = (written: number) => sleep(Math.max(0, written + RACY_MARGIN_MS + 100 - Date.now()));
+
+/** `n` small files in folders of 100: `d<i/100>/f<i%100>.txt`. */
+function numberedFiles(n: number): Record<string, string> {
+  const files: Record<string, string> = {};
+  for (let i = 0; i < n; i++) files[`d${Math.floor(i / 100)}/f${i % 100}.txt`] = `file ${i}\n`;
+  return files;
+}
+
 /** The verdict column: met, or missed by how much. */
 const verdict = (f: Figure) =>
   f.met === null ? '–' : f.met ? 'met' : `missed by ${fmt(f.missed_by!)} ${f.unit} (${fmt(f.median / targets.get(f)!.limit)}x the target)`;
 
 const fmt = (n: number) => (Math.abs(n) >= 100 ? n.toFixed(0) : Math.abs(n) >= 10 ? n.toFixed(1) : n.toFixed(2));
 
+/** The table of figures, each missed target with why, and the machine; written to bench/results(.<sections>).json. */
+function report(o: BenchOptions, settings: Settings, loadAtStart: number): void {
+  const machine = {
+    cores: cpus().length,
+    cpu: cpus()[0]?.model ?? 'unknown',
+    memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
+    free_gib: +(freemem() / 2 ** 30).toFixed(1),
+    node: process.version,
+    temporal: execFileSync(temporalBinary(settings), ['--version'], { encoding: 'utf8' }).trim(),
+    repeats: o.repeats,
+    parked: o.parked,
+    files: o.files,
+    undo_files: o.undoFiles,
+    // The machine may be shared: its load when the run started and ended.
+    load_average: { start: loadAtStart, end: +loadavg()[0].toFixed(2) },
+  };
+  for (const f of figures) if (f.met === false) f.why = targets.get(f)!.why?.();
+  const rows = figures.map(
+    (f) =>
+      `| ${f.name} | ${fmt(f.median)} ${f.unit} | ${fmt(f.min)}–${fmt(f.max)} | ${f.values.length} | ${f.target || '–'} | ${verdict(f)} |`,
+  );
+  const table = ['| figure | median | spread (min–max) | n | target | |', '|---|---|---|---|---|---|', ...rows].join('\n');
+  console.log(table);
+  for (const f of figures.filter((x) => x.met === false && x.why)) console.log(`\n${f.name}: ${verdict(f)}. Why: ${f.why}.`);
+  console.log(
+    `\nmachine: ${machine.cores} cores (${machine.cpu}), ${machine.memory_gib} GiB, Node ${machine.node}, ${machine.temporal}, load average ${machine.load_average.start} at the start, ${machine.load_average.end} at the end`,
+  );
+  // A partial run (BENCH_ONLY) writes a file of its own: the committed results stay one whole run.
+  const name = o.only === null ? 'results.json' : `results.${[...o.only].sort().join('+')}.json`;
+  mkdirSync(join(PROJECT_ROOT, 'bench'), { recursive: true });
+  writeFileSync(join(PROJECT_ROOT, 'bench', name), `${JSON.stringify({ machine, figures }, null, 2)}\n`);
+}
+
+/** What a section's runs are started on: a dev server and a harness worker of its own. */
+interface Rig {
+  env: TestWorkflowEnvironment;
+  /** Starts a run; its workflow id is `<name>-<n>`. */
+  start(input: RunInput): Promise<WorkflowHandle>;
+  /** Runs `input` to its end: its milliseconds from the start, its handle and its outcome. */
+  finish(input: RunInput): Promise<{ ms: number; handle: WorkflowHandle; outcome: RunOutcome }>;
+}
+
+/** Runs `body` on a fresh dev server and a worker on queue `<name>-...`; stops both after it, however it ends. */
+async function onWorker<T>(
+  name: string,
+  options: Omit<WorkerOptions, 'connection' | 'taskQueue'>,
+  body: (rig: Rig) => Promise<T>,
+): Promise<T> {
+  const env = await startServer();
+  try {
+    const taskQueue = uniqueQueue(name);
+    const { worker, close } = await createWorker({ connection: env.nativeConnection, taskQueue, ...options });
+    try {
+      let n = 0;
+      const start = (input: RunInput) => startRun(env.client, input, { taskQueue, workflowId: `${name}-${++n}` });
+      const finish = async (input: RunInput) => {
+        const run = await timed(async () => {
+          const handle = await start(input);
+          return { handle, outcome: await runOutcome(handle, null) };
+        });
+        return { ms: run.ms, ...run.value };
+      };
+      return await worker.runUntil(() => body({ env, start, finish }));
+    } finally {
+      close();
+    }
+  } finally {
+    await env.teardown();
+  }
+}
+
 const read = (i: number) => ({ kind: 'tool', call: { call_id: `read-${i}`, name: 'read_file', arguments: { path: 'src/linkcheck.py' } } });
 /** A permanent model error ends a run at once, without verification: the runs below time orchestration only. */
 const STOP = { kind: 'model_error', transient: false };
 
+/** The canonical fixture's run on a scripted replay, with room for every decision. */
+const replayInput = (decisions: unknown[], overrides: object = {}) =>
+  canonicalInput('canonical', {
+    source: { kind: 'replay', path: writeReplay(decisions), trusted: true },
+    budgets: { max_turns: 100, max_tool_calls: 100 },
+    ...overrides,
+  });
+
+/** Test and acceptance processes, timed: a run's wall time splits into harness and process time. */
+function processClock(): { ms: () => number; wrap: NonNullable<WorkerOptions['wrapBackend']> } {
+  let total = 0;
+  return {
+    ms: () => total,
+    wrap: (b) => ({
+      name: b.name,
+      exec: async (spec) => {
+        const t = performance.now();
+        try {
+          return await b.exec(spec);
+        } finally {
+          total += performance.now() - t;
+        }
+      },
+    }),
+  };
+}
+
+/** Orchestration of a read-only step, canonical runs, history sizes, parked runs and the worker's memory. */
+async function benchSteps(o: BenchOptions, settings: Settings): Promise<void> {
+  const processes = processClock();
+  const worker: Omit<WorkerOptions, 'connection' | 'taskQueue'> = {
+    stateDir: tempDir('bench-state'),
+    docker: false,
+    // The benchmark's runs are the canonical fixture's, on this host: it allows local runs, as their operator.
+    settings: { ...settings, allowLocal: true },
+    wrapBackend: processes.wrap,
+  };
+  await onWorker('bench', worker, async (rig) => {
+    process.stderr.write('orchestration of a read-only step\n');
+    await rig.finish(replayInput([STOP])); // warm-up
+    const long = replayInput([...Array.from({ length: READS }, (_, i) => read(i)), STOP]);
+    const short = replayInput([STOP]);
+    await readOnlyStep(rig, o, long, short);
+    const canonical = await canonicalRun(rig, o, processes.ms);
+    await historySize(rig, canonical, long, short);
+    const parked = await parkRuns(rig, o);
+    await approveParked(parked, o);
+  });
+}
+
 /** The SDK's own cost of a read-only step, per repeat: no-op local activities in a process of their own (scripts/bench-floor.ts). */
-async function sdkFloor(address: string): Promise<{ ms: number[]; cpu: number[] }> {
+async function sdkFloor(address: string, o: BenchOptions): Promise<{ ms: number[]; cpu: number[] }> {
   const { stdout } = await promisify(execFile)(process.execPath, [
     join(__dirname, 'bench-floor.js'),
     address,
     String(READS),
-    String(REPEATS),
+    String(o.repeats),
   ]);
   return JSON.parse(stdout) as { ms: number[]; cpu: number[] };
 }
 
-const SETTLE_MS = 120_000;
+/** A read-only step through Temporal, a long run against a short one, beside the SDK's floor and the handler alone. */
+async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: RunInput): Promise<void> {
+  const perStep: number[] = [];
+  const inProcess: number[] = [];
+  const cpuPerStep: number[] = [];
+  const t = prepareRun({ repo: LINKCHECK + '/repo' });
+  for (let r = 0; r < o.repeats; r++) {
+    const a = await cpuMs(() => rig.finish(long));
+    const b = await cpuMs(() => rig.finish(short));
+    perStep.push((a.value.ms - b.value.ms) / READS);
+    cpuPerStep.push((a.cpu - b.cpu) / READS);
+    const handlerMs = msOf(() => {
+      for (let i = 0; i < READS; i++) readFile(t.ctx, `read-${i}`, { path: 'src/linkcheck.py' });
+    });
+    inProcess.push(handlerMs / READS);
+  }
+  const floor = await sdkFloor(rig.env.address, o);
+  const floorFigure = figure('SDK floor: two no-op local activities per step (another process, same server)', 'ms/step', floor.ms);
+  const floorCpu = figure('SDK floor: its worker CPU per step (every thread)', 'ms/step', floor.cpu);
+  figure('read-only step through Temporal (decide + tool, local activities)', 'ms/step', perStep);
+  figure('the same read_file handler in-process', 'ms/call', inProcess);
+  const cpuFigure = figure('worker CPU per read-only step (every thread)', 'ms/step', cpuPerStep);
+  figure(
+    'orchestration cost per step (difference)',
+    'ms/step',
+    perStep.map((v, i) => v - inProcess[i]),
+    {
+      op: '<=',
+      limit: 5,
+      why: () =>
+        `a step is two local activities (decide, then the tool), and two that do nothing already take ${fmt(floorFigure.median)} ms and ${fmt(floorCpu.median)} ms of CPU on this SDK and machine; the harness's worker spends ${fmt(cpuFigure.median)} ms of CPU (every thread) per step, about the step's own time, so a step is bound by CPU: the SDK's share is the floor's, the harness's the rest (a store commit with its WAL sync for each of the two activities, the step's payloads, validation and trace events)`,
+    },
+  );
+}
 
 /** Where a run's time went, from its history's event times: activities and workflow tasks, schedule to completion. */
 async function historyParts(handle: WorkflowHandle) {
@@ -146,261 +397,153 @@ async function historyParts(handle: WorkflowHandle) {
   return parts;
 }
 
-async function main(): Promise<void> {
-  const loadAtStart = +loadavg()[0].toFixed(2);
-  if (section('steps')) await benchSteps();
-  if (section('manifest')) await benchManifest();
-  if (section('cli')) benchCli();
-  if (section('undo')) await benchUndo();
-  if (section('setup')) await benchSetupCache();
-  report(loadAtStart);
+/** The canonical run's wall time and the harness's share of it (wall minus test processes); returns the last run. */
+async function canonicalRun(rig: Rig, o: BenchOptions, processMs: () => number): Promise<WorkflowHandle> {
+  process.stderr.write('canonical run: harness and test-process time\n');
+  const walls: number[] = [];
+  const shares: number[] = [];
+  let canonical: WorkflowHandle | null = null;
+  let canonicalExecMs = 0;
+  for (let r = 0; r < o.repeats; r++) {
+    const before = processMs();
+    const run = await rig.finish(canonicalInput('canonical'));
+    if (run.outcome.record.status !== 'completed') throw new Error(`canonical run ended ${run.outcome.record.status}`);
+    walls.push(run.ms);
+    shares.push((100 * (run.ms - (processMs() - before))) / run.ms);
+    canonical = run.handle;
+    canonicalExecMs = processMs() - before;
+  }
+  const parts = await historyParts(canonical!);
+  const wall = figure('canonical run, wall time', 'ms', walls);
+  const harness = figure(
+    'canonical run, harness time (wall minus test processes)',
+    'ms',
+    walls.map((w, i) => (w * shares[i]) / 100),
+  );
+  figure('canonical run, harness share (wall minus test processes)', '%', shares, {
+    op: '<=',
+    limit: 10,
+    why: () =>
+      `at 10 % of a run whose test processes take ${fmt(wall.median - harness.median)} ms the harness could spend ${fmt((wall.median - harness.median) / 9)} ms, and it spends ${fmt(harness.median)} ms; in the last run, ${parts.activities} regular activities (each a round trip through the server) took ${fmt(parts.activityMs - canonicalExecMs)} ms beyond their test processes, and ${parts.workflowTasks} workflow tasks ${fmt(parts.workflowTaskMs)} ms, with ${parts.localActivities} local activities inside them`,
+  });
+  return canonical!;
 }
 
-/** Orchestration of a read-only step, canonical runs, history sizes, parked runs and the worker's memory. */
-async function benchSteps(): Promise<void> {
-  const env = await startServer();
-  const stateDir = tempDir('bench-state');
-  const taskQueue = uniqueQueue('bench');
-  let execMs = 0;
-  const { worker, close } = await createWorker({
-    connection: env.nativeConnection,
-    taskQueue,
-    stateDir,
-    docker: false,
-    // The benchmark's runs are the canonical fixture's, on this host: it allows local runs, as their operator.
-    settings: { ...readSettings(), allowLocal: true },
-    // Test and acceptance processes are timed here, to split a run into harness and process time.
-    wrapBackend: (b) => ({
-      name: b.name,
-      exec: async (spec) => {
-        const t = performance.now();
-        try {
-          return await b.exec(spec);
-        } finally {
-          execMs += performance.now() - t;
-        }
-      },
-    }),
-  });
-  let runs = 0;
-  const start = (input: RunInput) => startRun(env.client, input, { taskQueue, workflowId: `bench-${++runs}` });
-  const timed = async (input: RunInput): Promise<{ ms: number; handle: WorkflowHandle; outcome: RunOutcome }> => {
-    const t = performance.now();
-    const handle = await start(input);
-    const outcome = (await handle.result()) as RunOutcome;
-    return { ms: performance.now() - t, handle, outcome };
+/** History events and JSON of the canonical run, and per turn of a long read-only run against a short one. */
+async function historySize(rig: Rig, canonical: WorkflowHandle, long: RunInput, short: RunInput): Promise<void> {
+  process.stderr.write('history size\n');
+  const history = async (h: WorkflowHandle) => {
+    const json = historyToJSON(await h.fetchHistory());
+    return { events: (JSON.parse(json) as { events: unknown[] }).events.length, bytes: Buffer.byteLength(json) };
   };
-  const replayInput = (decisions: unknown[], overrides: object = {}) =>
-    canonicalInput('canonical', {
-      source: { kind: 'replay', path: writeReplay(decisions), trusted: true },
-      budgets: { max_turns: 100, max_tool_calls: 100 },
-      ...overrides,
+  const c = await history(canonical);
+  figure('history events per canonical run', 'events', [c.events]);
+  figure('history JSON per canonical run', 'KB', [c.bytes / 1024]);
+  const a = await history((await rig.finish(long)).handle);
+  const b = await history((await rig.finish(short)).handle);
+  figure(`history events per turn (${READS}-turn run)`, 'events/turn', [(a.events - b.events) / READS]);
+  figure(`history JSON per turn (${READS}-turn run)`, 'KB/turn', [(a.bytes - b.bytes) / 1024 / READS]);
+}
+
+const SETTLE_MS = 120_000;
+
+/** The worker's memory idle, with `o.parked` runs parked on an approval, and once it has settled; returns the parked runs. */
+async function parkRuns(rig: Rig, o: BenchOptions): Promise<WorkflowHandle[]> {
+  process.stderr.write(`${o.parked} runs parked on an approval\n`);
+  const gc = (globalThis as { gc?: () => void }).gc;
+  gc?.();
+  const idle = process.memoryUsage();
+  const add = { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' };
+  const park = replayInput([{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: add } }, STOP], {
+    approver: 'interactive',
+  });
+  const parked: WorkflowHandle[] = [];
+  for (let i = 0; i < o.parked; i++) parked.push(await rig.start(park));
+  const waiting = async () =>
+    (await rig.env.client.workflow.count(`WorkflowId STARTS_WITH "bench-" AND AgentStatus = "awaiting_approval"`)).count;
+  const t1 = performance.now();
+  while ((await waiting()) < o.parked) await sleep(500);
+  process.stderr.write(`  all parked after ${((performance.now() - t1) / 1000).toFixed(1)} s\n`);
+  gc?.();
+  const busy = process.memoryUsage();
+  // Parked runs are a steady state: the same worker once it has had time to collect what the burst of starts left.
+  await sleep(SETTLE_MS);
+  gc?.();
+  const settled = process.memoryUsage().rss;
+  figure('worker resident memory, idle', 'MiB', [idle.rss / 2 ** 20]);
+  figure(`worker resident memory, ${o.parked} runs parked`, 'MiB', [busy.rss / 2 ** 20]);
+  const heap = figure('worker JavaScript heap in use (main thread), parked minus idle', 'MiB', [(busy.heapUsed - idle.heapUsed) / 2 ** 20]);
+  const later = figure(`worker resident memory, ${o.parked} runs parked, ${SETTLE_MS / 1000} s later`, 'MiB', [settled / 2 ** 20]);
+  figure('parked / idle memory, right after the last start', 'x', [busy.rss / idle.rss], {
+    op: '<',
+    limit: 1.2,
+    why: () =>
+      `the parked runs themselves hold little (main-thread heap ${fmt(heap.median)} MiB above idle, ${fmt(later.median / (idle.rss / 2 ** 20))}x idle ${SETTLE_MS / 1000} s later): the rest is garbage of starting ${o.parked} runs within a minute, chiefly the SDK's modules instantiated for each new workflow (about 85 KiB each) in the workflow thread's V8 heap, which V8 returns only once that thread has been idle a while`,
+  });
+  figure(`parked / idle memory, ${SETTLE_MS / 1000} s later`, 'x', [settled / idle.rss], {
+    op: '<',
+    limit: 1.2,
+    why: () =>
+      `the workflow thread's V8 heap had not yet returned the garbage of ${o.parked} starts (main-thread heap ${fmt(heap.median)} MiB above idle)`,
+  });
+  return parked;
+}
+
+/** Approving every parked run through the real Signal, until each has written and ended. */
+async function approveParked(parked: WorkflowHandle[], o: BenchOptions): Promise<void> {
+  const approved = await timed(async () => {
+    for (const h of parked) {
+      const p = (await queryState(h)).pending_approval!;
+      await sendApproval(h, approvalFor(p, 'approve', 'user:bench'));
+    }
+    await Promise.all(parked.map((h) => h.result()));
+  });
+  figure(`approve all ${o.parked} parked runs (signal, write, end)`, 's', [approved.ms / 1000]);
+}
+
+/** Git on `tree` with its own folder kept beside it, so git and the manifest look at exactly the same files. */
+function gitBeside(tree: string): (...args: string[]) => Buffer {
+  const gitDir = join(tree, '..', 'git');
+  const config = ['user.name=bench', 'user.email=bench@localhost', 'gc.auto=0', 'maintenance.auto=false'].flatMap((c) => ['-c', c]);
+  return (...args) =>
+    execFileSync('git', ['--git-dir', gitDir, '--work-tree', tree, ...config, ...args], {
+      cwd: tree,
+      stdio: ['ignore', 'pipe', 'ignore'],
+      maxBuffer: 64 * 2 ** 20,
     });
-
-  try {
-    await worker.runUntil(async () => {
-      process.stderr.write('orchestration of a read-only step\n');
-      await timed(replayInput([STOP])); // warm-up
-      const long = replayInput([...Array.from({ length: READS }, (_, i) => read(i)), STOP]);
-      const short = replayInput([STOP]);
-      const perStep: number[] = [];
-      const inProcess: number[] = [];
-      const cpuPerStep: number[] = [];
-      const t = prepareRun({ repo: LINKCHECK + '/repo' });
-      for (let r = 0; r < REPEATS; r++) {
-        const a = await cpuMs(() => timed(long));
-        const b = await cpuMs(() => timed(short));
-        perStep.push((a.value.ms - b.value.ms) / READS);
-        cpuPerStep.push((a.cpu - b.cpu) / READS);
-        const t0 = performance.now();
-        for (let i = 0; i < READS; i++) readFile(t.ctx, `read-${i}`, { path: 'src/linkcheck.py' });
-        inProcess.push((performance.now() - t0) / READS);
-      }
-      const floor = await sdkFloor(env.address);
-      const floorFigure = figure('SDK floor: two no-op local activities per step (another process, same server)', 'ms/step', floor.ms);
-      const floorCpu = figure('SDK floor: its worker CPU per step (every thread)', 'ms/step', floor.cpu);
-      figure('read-only step through Temporal (decide + tool, local activities)', 'ms/step', perStep);
-      figure('the same read_file handler in-process', 'ms/call', inProcess);
-      const cpuFigure = figure('worker CPU per read-only step (every thread)', 'ms/step', cpuPerStep);
-      figure(
-        'orchestration cost per step (difference)',
-        'ms/step',
-        perStep.map((v, i) => v - inProcess[i]),
-        {
-          op: '<=',
-          limit: 5,
-          why: () =>
-            `a step is two local activities (decide, then the tool), and two that do nothing already take ${fmt(floorFigure.median)} ms and ${fmt(floorCpu.median)} ms of CPU on this SDK and machine; the harness's worker spends ${fmt(cpuFigure.median)} ms of CPU (every thread) per step, about the step's own time, so a step is bound by CPU: the SDK's share is the floor's, the harness's the rest (a store commit with its WAL sync for each of the two activities, the step's payloads, validation and trace events)`,
-        },
-      );
-
-      process.stderr.write('canonical run: harness and test-process time\n');
-      const walls: number[] = [];
-      const shares: number[] = [];
-      let canonical: WorkflowHandle | null = null;
-      let canonicalExecMs = 0;
-      for (let r = 0; r < REPEATS; r++) {
-        const before = execMs;
-        const run = await timed(canonicalInput('canonical'));
-        if (run.outcome.record.status !== 'completed') throw new Error(`canonical run ended ${run.outcome.record.status}`);
-        walls.push(run.ms);
-        shares.push((100 * (run.ms - (execMs - before))) / run.ms);
-        canonical = run.handle;
-        canonicalExecMs = execMs - before;
-      }
-      const parts = await historyParts(canonical!);
-      const wall = figure('canonical run, wall time', 'ms', walls);
-      const harness = figure(
-        'canonical run, harness time (wall minus test processes)',
-        'ms',
-        walls.map((w, i) => (w * shares[i]) / 100),
-      );
-      figure('canonical run, harness share (wall minus test processes)', '%', shares, {
-        op: '<=',
-        limit: 10,
-        why: () =>
-          `at 10 % of a run whose test processes take ${fmt(wall.median - harness.median)} ms the harness could spend ${fmt((wall.median - harness.median) / 9)} ms, and it spends ${fmt(harness.median)} ms; in the last run, ${parts.activities} regular activities (each a round trip through the server) took ${fmt(parts.activityMs - canonicalExecMs)} ms beyond their test processes, and ${parts.workflowTasks} workflow tasks ${fmt(parts.workflowTaskMs)} ms, with ${parts.localActivities} local activities inside them`,
-      });
-
-      process.stderr.write('history size\n');
-      const history = async (h: WorkflowHandle) => {
-        const json = historyToJSON(await h.fetchHistory());
-        return { events: (JSON.parse(json) as { events: unknown[] }).events.length, bytes: Buffer.byteLength(json) };
-      };
-      const c = await history(canonical!);
-      figure('history events per canonical run', 'events', [c.events]);
-      figure('history JSON per canonical run', 'KB', [c.bytes / 1024]);
-      const a = await history((await timed(long)).handle);
-      const b = await history((await timed(short)).handle);
-      figure(`history events per turn (${READS}-turn run)`, 'events/turn', [(a.events - b.events) / READS]);
-      figure(`history JSON per turn (${READS}-turn run)`, 'KB/turn', [(a.bytes - b.bytes) / 1024 / READS]);
-
-      process.stderr.write(`${PARKED} runs parked on an approval\n`);
-      const gc = (globalThis as { gc?: () => void }).gc;
-      gc?.();
-      const idle = process.memoryUsage();
-      const park = replayInput(
-        [
-          {
-            kind: 'tool',
-            call: {
-              call_id: 'add',
-              name: 'apply_patch',
-              arguments: { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' },
-            },
-          },
-          STOP,
-        ],
-        { approver: 'interactive' },
-      );
-      const parked: WorkflowHandle[] = [];
-      for (let i = 0; i < PARKED; i++) parked.push(await start(park));
-      const waiting = async () =>
-        (await env.client.workflow.count(`WorkflowId STARTS_WITH "bench-" AND AgentStatus = "awaiting_approval"`)).count;
-      const t1 = performance.now();
-      while ((await waiting()) < PARKED) await new Promise((r) => setTimeout(r, 500));
-      process.stderr.write(`  all parked after ${((performance.now() - t1) / 1000).toFixed(1)} s\n`);
-      gc?.();
-      const busy = process.memoryUsage();
-      // Parked runs are a steady state: the same worker once it has had time to collect what the burst of starts left.
-      await new Promise((r) => setTimeout(r, SETTLE_MS));
-      gc?.();
-      const settled = process.memoryUsage().rss;
-      figure('worker resident memory, idle', 'MiB', [idle.rss / 2 ** 20]);
-      figure(`worker resident memory, ${PARKED} runs parked`, 'MiB', [busy.rss / 2 ** 20]);
-      const heap = figure('worker JavaScript heap in use (main thread), parked minus idle', 'MiB', [
-        (busy.heapUsed - idle.heapUsed) / 2 ** 20,
-      ]);
-      const later = figure(`worker resident memory, ${PARKED} runs parked, ${SETTLE_MS / 1000} s later`, 'MiB', [settled / 2 ** 20]);
-      figure('parked / idle memory, right after the last start', 'x', [busy.rss / idle.rss], {
-        op: '<',
-        limit: 1.2,
-        why: () =>
-          `the parked runs themselves hold little (main-thread heap ${fmt(heap.median)} MiB above idle, ${fmt(later.median / (idle.rss / 2 ** 20))}x idle ${SETTLE_MS / 1000} s later): the rest is garbage of starting ${PARKED} runs within a minute, chiefly the SDK's modules instantiated for each new workflow (about 85 KiB each) in the workflow thread's V8 heap, which V8 returns only once that thread has been idle a while`,
-      });
-      figure(`parked / idle memory, ${SETTLE_MS / 1000} s later`, 'x', [settled / idle.rss], {
-        op: '<',
-        limit: 1.2,
-        why: () =>
-          `the workflow thread's V8 heap had not yet returned the garbage of ${PARKED} starts (main-thread heap ${fmt(heap.median)} MiB above idle)`,
-      });
-      const t2 = performance.now();
-      for (const h of parked) {
-        const view = await queryState(h);
-        const p = view.pending_approval!;
-        await sendApproval(h, {
-          action_id: p.action_id,
-          decision: 'approve',
-          args_digest: p.args_digest,
-          workspace_digest: p.workspace_digest,
-          principal: 'user:bench',
-        });
-      }
-      await Promise.all(parked.map((h) => h.result()));
-      figure(`approve all ${PARKED} parked runs (signal, write, end)`, 's', [(performance.now() - t2) / 1000]);
-    });
-  } finally {
-    close();
-    await env.teardown();
-  }
 }
 
 /** The manifest of an unchanged workspace against `git status` on the same tree. */
-async function benchManifest(): Promise<void> {
-  process.stderr.write(`manifest of an unchanged ${FILES}-file workspace against git status\n`);
+async function benchManifest(o: BenchOptions): Promise<void> {
+  process.stderr.write(`manifest of an unchanged ${o.files}-file workspace against git status\n`);
   const tree = join(tempDir('bench-tree'), 'repo');
-  const files: Record<string, string> = {};
-  for (let i = 0; i < FILES; i++) files[`d${Math.floor(i / 100)}/f${i % 100}.txt`] = `file ${i}\n`;
+  const files = numberedFiles(o.files);
   writeFiles(tree, files);
-  // Git's own folder is kept beside the tree, so both checks look at exactly the same files.
-  const gitDir = join(tree, '..', 'git');
-  const git = (...args: string[]) =>
-    execFileSync(
-      'git',
-      [
-        '--git-dir',
-        gitDir,
-        '--work-tree',
-        tree,
-        '-c',
-        'user.name=bench',
-        '-c',
-        'user.email=bench@localhost',
-        '-c',
-        'gc.auto=0',
-        '-c',
-        'maintenance.auto=false',
-        ...args,
-      ],
-      { cwd: tree, stdio: ['ignore', 'pipe', 'ignore'], maxBuffer: 64 * 2 ** 20 },
-    );
+  const git = gitBeside(tree);
   const written = Date.now();
   git('init', '-q');
   git('add', '-A');
   git('commit', '-qm', 'tree');
   git('status', '--porcelain'); // index refreshed once, as any user's tree is
-  // The workspace's own stat cache, filled once as the run's first check would; files written in
-  // the last RACY_MARGIN_MS are digested again by design, so the tree is older than that here.
-  await new Promise((r) => setTimeout(r, Math.max(0, written + RACY_MARGIN_MS + 100 - Date.now())));
+  // The workspace's own stat cache, filled once as the run's first check would.
+  await pastRacyMargin(written);
   workspaceDigest(tree);
   const paths = Object.keys(files).map((p) => join(tree, p));
   const gitMs: number[] = [];
   const manifestMs: number[] = [];
   const lstatMs: number[] = [];
-  for (let r = 0; r < Math.min(REPEATS, 3); r++) {
-    let t = performance.now();
-    git('status', '--porcelain');
-    gitMs.push(performance.now() - t);
-    t = performance.now();
-    workspaceDigest(tree);
-    manifestMs.push(performance.now() - t);
-    t = performance.now();
-    for (const p of paths) lstatSync(p);
-    lstatMs.push(performance.now() - t);
+  for (let r = 0; r < Math.min(o.repeats, 3); r++) {
+    gitMs.push(msOf(() => git('status', '--porcelain')));
+    manifestMs.push(msOf(() => workspaceDigest(tree)));
+    lstatMs.push(
+      msOf(() => {
+        for (const p of paths) lstatSync(p);
+      }),
+    );
   }
-  const gitFigure = figure(`git status, ${FILES} files`, 'ms', gitMs);
-  figure(`workspace manifest check (its digest, as apply_patch asks), ${FILES} files`, 'ms', manifestMs);
-  const lstatFigure = figure(`lstatSync of every file alone, ${FILES} files`, 'ms', lstatMs);
+  const gitFigure = figure(`git status, ${o.files} files`, 'ms', gitMs);
+  figure(`workspace manifest check (its digest, as apply_patch asks), ${o.files} files`, 'ms', manifestMs);
+  const lstatFigure = figure(`lstatSync of every file alone, ${o.files} files`, 'ms', lstatMs);
   figure(
     'manifest / git status',
     'x',
@@ -414,108 +557,67 @@ async function benchManifest(): Promise<void> {
   );
 }
 
-function benchCli(): void {
+function benchCli(o: BenchOptions): void {
   process.stderr.write('command-line start\n');
   const cli = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
   const starts: number[] = [];
-  for (let r = 0; r < REPEATS; r++) {
-    const t = performance.now();
-    execFileSync(process.execPath, [cli, '--help'], { stdio: 'ignore' });
-    starts.push(performance.now() - t);
-  }
+  for (let r = 0; r < o.repeats; r++) starts.push(msOf(() => execFileSync(process.execPath, [cli, '--help'], { stdio: 'ignore' })));
   figure('command-line start on a built tree (--help)', 'ms', starts, { op: '<', limit: 1000 });
 }
 
 /**
- * What undoing a test process's changes costs (activities/byproducts.ts) on a workspace of
- * UNDO_FILES files, as run_tests and the verifier pay it around each process: the manifest before,
- * the state written down, the manifest after, and the restore; the process's own time left out.
- * Once around a process that changes nothing, once around one that rewrites 3 files (one of them
- * a receipted write, restored from its kept copy) and adds 2.
+ * What undoing a test process's changes costs (host/workspace/byproducts.ts) on a workspace of
+ * `o.undoFiles` files, as run_tests and the verifier pay it around each process: the manifest
+ * before, the state written down, the manifest after, and the restore; the process's own time left
+ * out. Once around a process that changes nothing, once around one that rewrites 3 files (one of
+ * them a receipted write, restored from its kept copy) and adds 2.
  */
-async function benchUndo(): Promise<void> {
-  process.stderr.write(`undo of a test process's changes, ${UNDO_FILES}-file workspace\n`);
-  const files: Record<string, string> = {};
-  for (let i = 0; i < UNDO_FILES; i++) files[`d${Math.floor(i / 100)}/f${i % 100}.txt`] = `file ${i}\n`;
-  const t = prepareRun({ repo: files, fixture: { writable: ['d0/f0.txt'] } });
+async function benchUndo(o: BenchOptions): Promise<void> {
+  process.stderr.write(`undo of a test process's changes, ${o.undoFiles}-file workspace\n`);
+  const t = prepareRun({ repo: numberedFiles(o.undoFiles), fixture: { writable: ['d0/f0.txt'] } });
   const written = Date.now();
   // A receipted write, as a run has before its tests: its bytes are kept by digest, not in the baseline.
   const args = { path: 'd0/f0.txt', version: sha256('file 0\n'), old: 'file 0', new: 'file 0, fixed' };
   const prepared = preparePatch(t.ctx, 'fix', args);
   if (prepared.kind !== 'prepared') throw new Error('bench undo: the write was not prepared');
   writePatch(t.ctx, prepared.action, args);
-  // Files written in the last RACY_MARGIN_MS are digested again by design, so the tree is older than that here.
-  await new Promise((r) => setTimeout(r, Math.max(0, written + RACY_MARGIN_MS + 100 - Date.now())));
+  await pastRacyMargin(written);
   workspaceDigest(t.workspace);
   const check: number[] = [];
   const none: number[] = [];
   const some: number[] = [];
-  for (let r = 0; r < REPEATS; r++) {
-    let s = performance.now();
-    workspaceDigest(t.workspace);
-    check.push(performance.now() - s);
-    s = performance.now();
-    const quiet = await withUndo(t.ctx.paths, async () => null);
-    none.push(performance.now() - s);
-    if (quiet.undone !== null) throw new Error('bench undo: a process that changed nothing was reported');
+  for (let r = 0; r < o.repeats; r++) {
+    check.push(msOf(() => workspaceDigest(t.workspace)));
+    const quiet = await timed(() => withUndo(t.ctx.paths, async () => null));
+    none.push(quiet.ms);
+    if (quiet.value.undone !== null) throw new Error('bench undo: a process that changed nothing was reported');
     let own = 0;
-    s = performance.now();
-    const noisy = await withUndo(t.ctx.paths, async () => {
-      const p = performance.now();
-      for (const path of ['d0/f0.txt', 'd1/f1.txt', 'd2/f2.txt']) writeFileSync(join(t.workspace, path), `rewritten ${r}\n`);
-      for (const path of ['d3/new.txt', 'd4/new.txt']) writeFileSync(join(t.workspace, path), 'added\n');
-      own = performance.now() - p;
-    });
-    some.push(performance.now() - s - own);
-    if (noisy.undone?.count !== 5) throw new Error(`bench undo: ${noisy.undone?.count ?? 0} paths undone, not 5`);
+    const noisy = await timed(() =>
+      withUndo(t.ctx.paths, async () => {
+        own = msOf(() => {
+          for (const path of ['d0/f0.txt', 'd1/f1.txt', 'd2/f2.txt']) writeFileSync(join(t.workspace, path), `rewritten ${r}\n`);
+          for (const path of ['d3/new.txt', 'd4/new.txt']) writeFileSync(join(t.workspace, path), 'added\n');
+        });
+      }),
+    );
+    some.push(noisy.ms - own);
+    if (noisy.value.undone?.count !== 5) throw new Error(`bench undo: ${noisy.value.undone?.count ?? 0} paths undone, not 5`);
     // The restored files are new: the next check digests them again once they are older than the margin.
-    await new Promise((r) => setTimeout(r, RACY_MARGIN_MS + 100));
+    await sleep(RACY_MARGIN_MS + 100);
     workspaceDigest(t.workspace);
   }
-  const checkFigure = figure(`workspace manifest check alone, ${UNDO_FILES} files`, 'ms', check);
+  const checkFigure = figure(`workspace manifest check alone, ${o.undoFiles} files`, 'ms', check);
   // Targets in units of that check, measured in the same run: the undo is two checks (before and after) plus a small record.
-  figure(`a test run on a ${UNDO_FILES}-file workspace: the undo's cost, nothing changed`, 'ms', none, {
+  figure(`a test run on a ${o.undoFiles}-file workspace: the undo's cost, nothing changed`, 'ms', none, {
     op: '<=',
     limit: Math.round(2.5 * checkFigure.median),
     why: () => `two manifest checks (before and after, ${fmt(checkFigure.median)} ms each here) and the state written down with two fsyncs`,
   });
-  figure(`a test run on a ${UNDO_FILES}-file workspace: the undo's cost, 5 files changed`, 'ms', some, {
+  figure(`a test run on a ${o.undoFiles}-file workspace: the undo's cost, 5 files changed`, 'ms', some, {
     op: '<=',
     limit: Math.round(3 * checkFigure.median),
     why: () => 'each restored file copied, digested before it is renamed into place and again after, and the changed paths compared',
   });
-}
-
-function report(loadAtStart: number): void {
-  const machine = {
-    cores: cpus().length,
-    cpu: cpus()[0]?.model ?? 'unknown',
-    memory_gib: +(totalmem() / 2 ** 30).toFixed(1),
-    free_gib: +(freemem() / 2 ** 30).toFixed(1),
-    node: process.version,
-    temporal: execFileSync(temporalBinary(), ['--version'], { encoding: 'utf8' }).trim(),
-    repeats: REPEATS,
-    parked: PARKED,
-    files: FILES,
-    undo_files: UNDO_FILES,
-    // The machine may be shared: its load when the run started and ended.
-    load_average: { start: loadAtStart, end: +loadavg()[0].toFixed(2) },
-  };
-  for (const f of figures) if (f.met === false) f.why = targets.get(f)!.why?.();
-  const rows = figures.map(
-    (f) =>
-      `| ${f.name} | ${fmt(f.median)} ${f.unit} | ${fmt(f.min)}–${fmt(f.max)} | ${f.values.length} | ${f.target || '–'} | ${verdict(f)} |`,
-  );
-  const table = ['| figure | median | spread (min–max) | n | target | |', '|---|---|---|---|---|---|', ...rows].join('\n');
-  console.log(table);
-  for (const f of figures.filter((x) => x.met === false && x.why)) console.log(`\n${f.name}: ${verdict(f)}. Why: ${f.why}.`);
-  console.log(
-    `\nmachine: ${machine.cores} cores (${machine.cpu}), ${machine.memory_gib} GiB, Node ${machine.node}, ${machine.temporal}, load average ${machine.load_average.start} at the start, ${machine.load_average.end} at the end`,
-  );
-  // A partial run (BENCH_ONLY) writes a file of its own: the committed results stay one whole run.
-  const name = ONLY === null ? 'results.json' : `results.${[...ONLY].sort().join('+')}.json`;
-  mkdirSync(join(PROJECT_ROOT, 'bench'), { recursive: true });
-  writeFileSync(join(PROJECT_ROOT, 'bench', name), `${JSON.stringify({ machine, figures }, null, 2)}\n`);
 }
 
 /**
@@ -525,11 +627,10 @@ function report(loadAtStart: number): void {
  * time is the `runSetup` activity's, from its history events (scheduled to completed). Skipped
  * with BENCH_SETUP=0, or when the engine or its images are missing (the reason is printed).
  */
-async function benchSetupCache(): Promise<void> {
-  if (process.env.BENCH_SETUP === '0') return void process.stderr.write('setup phase: skipped (BENCH_SETUP=0)\n');
-  const egress = await import('../tests/helpers/egress');
+async function benchSetupCache(o: BenchOptions, settings: Settings): Promise<void> {
+  if (!o.setup) return void process.stderr.write('setup phase: skipped (BENCH_SETUP=0)\n');
+  const egress = await import('./support/egress');
   const Dockerode = (await import('dockerode')).default;
-  const settings = readSettings();
   try {
     const docker = new Dockerode();
     for (const image of [settings.sandboxImage, settings.proxyImage, egress.PIP_IMAGE]) await docker.getImage(image).inspect();
@@ -537,77 +638,32 @@ async function benchSetupCache(): Promise<void> {
     return void process.stderr.write(`setup phase: skipped (${(err as Error).message}; run scripts/ensure-docker.sh)\n`);
   }
   process.stderr.write('setup phase, first run against the cached one\n');
-  const env = await startServer();
   const wheel = egress.buildWheel('greetlib', '1.0', 'def greet(name):\n    return "hello " + name\n');
   const index = await egress.packageIndex([{ name: 'greetlib', ...wheel }]);
-  const taskQueue = uniqueQueue('bench-setup');
-  const { worker, close } = await createWorker({
-    connection: env.nativeConnection,
-    taskQueue,
-    stateDir: tempDir('bench-setup-state'),
-    // The index is on this machine's bridge address: opened as an operator opens a private registry.
-    settings: { ...settings, ...(await egress.localUpstreamSettings()) },
-  });
-  const replay = egress.finalOnlyReplay();
-  let n = 0;
-  /** Milliseconds of the run's setup activity, from its history. */
-  const setupMs = async (repo: { dir: string; head: string }): Promise<number> => {
-    const input: RunInput = {
-      repo: { path: repo.dir, base_commit: repo.head, task: 'Make the tests pass.' },
-      source: { kind: 'replay', path: replay, trusted: true },
-      backend: 'docker',
-      approver: 'policy:approve-writable',
-    };
-    const handle = await startRun(env.client, input, { taskQueue, workflowId: `bench-setup-${++n}` });
-    const outcome = (await handle.result()) as RunOutcome;
-    if (outcome.record.status !== 'completed')
-      throw new Error(`bench setup run ${n} ended ${outcome.record.status}/${outcome.record.reason}: ${outcome.state.detail}`);
-    const events = (await handle.fetchHistory()).events ?? [];
-    const ms = (e: (typeof events)[number]) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
-    const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'runSetup');
-    const completed = events.find(
-      (e) => Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1) === Number(scheduled?.eventId ?? -2),
-    );
-    if (!scheduled || !completed) throw new Error(`bench setup run ${n}: no runSetup activity in its history`);
-    return ms(completed) - ms(scheduled);
-  };
   const first: number[] = [];
   const cached: number[] = [];
   try {
-    await worker.runUntil(async () => {
-      for (let r = 0; r < Math.min(REPEATS, 3); r++) {
+    const worker = {
+      stateDir: tempDir('bench-setup-state'),
+      // The index is on this machine's bridge address: opened as an operator opens a private registry.
+      settings: { ...settings, ...(await egress.localUpstreamSettings()) },
+    };
+    const replay = egress.finalOnlyReplay();
+    const pip = ['pip', 'install', '--no-cache-dir', '--break-system-packages', '--disable-pip-version-check'];
+    const from = ['--index-url', `http://${egress.INDEX_HOST}:${index.port}/simple/`, '--trusted-host', egress.INDEX_HOST];
+    await onWorker('bench-setup', worker, async (rig) => {
+      for (let r = 0; r < Math.min(o.repeats, 3); r++) {
         // A repository of its own each time, so the first run really is one (its base tree is new).
         const repo = egress.pythonRepo(
-          {
-            setup: {
-              commands: [
-                [
-                  'pip',
-                  'install',
-                  '--no-cache-dir',
-                  '--break-system-packages',
-                  '--disable-pip-version-check',
-                  '--index-url',
-                  `http://${egress.INDEX_HOST}:${index.port}/simple/`,
-                  '--trusted-host',
-                  egress.INDEX_HOST,
-                  'greetlib',
-                ],
-              ],
-              timeout_s: 120,
-            },
-            egress: { allow: [egress.INDEX_HOST] },
-          },
+          { setup: { commands: [[...pip, ...from, 'greetlib']], timeout_s: 120 }, egress: { allow: [egress.INDEX_HOST] } },
           { 'notes.txt': `bench repeat ${r} ${Date.now()}\n` },
         );
-        first.push(await setupMs(repo));
-        cached.push(await setupMs(repo));
+        first.push(await setupMs(rig, repo, replay));
+        cached.push(await setupMs(rig, repo, replay));
       }
     });
   } finally {
-    close();
     await index.close();
-    await env.teardown();
   }
   figure('setup phase, first run (proxy, probe, one pip install, commit, products)', 'ms', first);
   figure('setup phase, cached run (cache image found, products)', 'ms', cached);
@@ -621,6 +677,27 @@ async function benchSetupCache(): Promise<void> {
       why: () => 'the cached run still starts the sandbox from the cache image and copies the setup products back',
     },
   );
+}
+
+/** Milliseconds of the `runSetup` activity of a run of `repo` on the docker backend, from its history. */
+async function setupMs(rig: Rig, repo: { dir: string; head: string }, replay: string): Promise<number> {
+  const { handle, outcome } = await rig.finish({
+    repo: { path: repo.dir, base_commit: repo.head, task: 'Make the tests pass.' },
+    source: { kind: 'replay', path: replay, trusted: true },
+    backend: 'docker',
+    approver: 'policy:approve-writable',
+  });
+  const run = `bench setup run ${handle.workflowId}`;
+  if (outcome.record.status !== 'completed')
+    throw new Error(`${run} ended ${outcome.record.status}/${outcome.record.reason}: ${outcome.state.detail}`);
+  const events = (await handle.fetchHistory()).events ?? [];
+  const ms = (e: (typeof events)[number]) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
+  const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'runSetup');
+  const completed = events.find(
+    (e) => Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1) === Number(scheduled?.eventId ?? -2),
+  );
+  if (!scheduled || !completed) throw new Error(`${run}: no runSetup activity in its history`);
+  return ms(completed) - ms(scheduled);
 }
 
 main().catch((err) => {

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Copies the build's non-TypeScript sources next to their compiled modules in dist/, which read
-// them relative to themselves: the isolation probes (activities/backends/probe.py and probe.sh) and
+// them relative to themselves: the isolation probes (sandbox/probe/probe.py and probe.sh) and
 // the prompt versions (prompts/, read from dist/prompts by default). Part of `npm run build`, after
 // tsc. Plain JavaScript, like build-if-stale.js.
 'use strict';
@@ -8,7 +8,7 @@ const { copyFileSync, cpSync, mkdirSync, rmSync } = require('node:fs');
 const { dirname, join } = require('node:path');
 
 const root = join(__dirname, '..');
-const ASSETS = ['activities/backends/probe.py', 'activities/backends/probe.sh'];
+const ASSETS = ['sandbox/probe/probe.py', 'sandbox/probe/probe.sh'];
 /** Folders copied whole (a version removed from the source is removed from the build too). */
 const FOLDERS = ['prompts'];
 

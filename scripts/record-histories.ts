@@ -11,18 +11,15 @@
  */
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { RunInput, RunRecord } from '../core/contracts';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
-import { tempDir } from '../tests/helpers/run-dir';
-import { approveAll, startServer } from '../tests/helpers/temporal';
-import type { RunOutcome } from '../workflows';
-import { readSettings } from '../host/settings';
+import { PROJECT_ROOT, tempDir, SETTINGS } from './support/run-dir';
+import { approveAll, startServer } from './support/temporal';
 import { createWorker } from '../worker';
 import { startRunWithArgs } from '../client/run-access';
 
-const PROJECT_ROOT = resolve(__dirname, '..', '..');
 const HISTORIES = join(PROJECT_ROOT, 'fixtures', 'histories');
 const TASK_QUEUE = 'record-histories';
 const FIXTURE = 'fixtures/linkcheck-nested';
@@ -126,7 +123,7 @@ async function record(): Promise<void> {
     connection: env.nativeConnection,
     taskQueue: TASK_QUEUE,
     stateDir,
-    settings: { ...readSettings(), allowLocal: true },
+    settings: { ...SETTINGS, allowLocal: true },
   });
   try {
     const recorded = await worker.runUntil(async () => {
@@ -134,7 +131,7 @@ async function record(): Promise<void> {
       for (const rec of RECORDINGS) {
         const handle = await startRunWithArgs(env.client, [rec.input], { taskQueue: TASK_QUEUE, workflowId: rec.name });
         const driven = rec.drive?.(handle);
-        const outcome = (await handle.result()) as RunOutcome;
+        const outcome = await handle.result();
         await driven;
         const mismatch = Object.entries(rec.expect).filter(([key, want]) => outcome.record[key as keyof RunRecord] !== want);
         if (mismatch.length > 0) {

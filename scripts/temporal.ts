@@ -4,6 +4,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { temporalBinary } from '../host/temporal-bin';
+import { readSettings } from '../host/settings';
 
-const result = spawnSync(temporalBinary(), process.argv.slice(2), { stdio: 'inherit' });
+const result = spawnSync(temporalBinary(readSettings()), process.argv.slice(2), { stdio: 'inherit' });
 process.exit(result.status ?? 1);

@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../host/temporal-bin';
-import { readWorkerRecord, stopWorker } from '../worker/background';
+import { readWorkerRecord, stopWorker } from '../host/background-worker';
 import { launchChromium, testOutput } from './helpers/browser';
-import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { freePort, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
 import type { RunRecord } from '../core/contracts';
 import { CANONICAL_RECORD, CURRENT_PROMPT, waitFor } from './helpers/temporal';
@@ -62,7 +62,7 @@ describe('npm run agent on the embedded default', () => {
     expect(stderr).toMatch(/approval_recorded .*approve by policy:approve-writable/);
 
     // The temporal CLI finds the run by its status search attribute, and the Web UI answers.
-    const listed = await exec(temporalBinary(), [
+    const listed = await exec(temporalBinary(SETTINGS), [
       'workflow',
       'list',
       '--address',

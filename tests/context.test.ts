@@ -5,7 +5,7 @@
  */
 import { buildContext, estimateTokens, runFacts, type ContextGroup } from '../core/context';
 import { errorResult, okResult } from '../core/contracts';
-import { retryAfterMs } from '../activities/providers/errors';
+import { retryAfterMs } from '../models/errors';
 import { linkcheckFixture } from './helpers/run-dir';
 
 const facts = runFacts(linkcheckFixture(), {

@@ -1,13 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { sha256 } from '../activities/digest';
-import { Ledger } from '../activities/ledger';
-import { runPaths } from '../activities/workspace';
-import type { RunOutcome } from '../workflows';
+import { sha256 } from '../host/digest';
+import { Ledger } from '../host/ledger';
+import { runPaths } from '../host/workspace/workspace';
 import { tempDir } from './helpers/run-dir';
 import { approveAll, canonicalInput, killed, pendingApproval, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
 import { startRun } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {

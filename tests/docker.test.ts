@@ -11,15 +11,14 @@ import { hostname, networkInterfaces, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import Dockerode from 'dockerode';
-import { DockerBackend, OWNER_LABEL, SANDBOX_ENV, type SettingsOverride } from '../activities/backends/docker';
-import { connectTargets, probeIsolation, type IsolationReport } from '../activities/backends/isolation';
-import { LocalBackend } from '../activities/backends/local';
-import type { ExecBackend, ExecSpec } from '../activities/backends/types';
+import { DockerBackend, OWNER_LABEL, SANDBOX_ENV, type SettingsOverride } from '../sandbox/backends/docker';
+import { connectTargets, probeIsolation, type IsolationReport } from '../sandbox/probe/isolation';
+import type { ExecBackend, ExecSpec } from '../sandbox/backends/types';
 import type { TraceEvent } from '../core/trace';
 import { createSandbox, DEFAULT_SANDBOX_IMAGE } from '../worker/sandbox';
-import type { RunOutcome } from '../workflows';
-import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS, localBackend } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, runOnce, startServer, type RunOnceOptions } from './helpers/temporal';
+import type { RunOutcome } from '../core/run-view';
 
 const LABEL = 'label=coding-agent=sandbox';
 /** Containers created by this process carry this owner label (other processes may share the engine). */
@@ -72,7 +71,7 @@ const failing = (r: IsolationReport | RunOutcome['state']['isolation']) =>
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
   // Fail at once, with the fix, when the engine or the image is missing: never skip silently.
-  const evidence = await createSandbox().isolation();
+  const evidence = await createSandbox({}, SETTINGS).isolation();
   if (!evidence.verified) {
     throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? failing(evidence).join(', ')}); run scripts/ensure-docker.sh`);
   }
@@ -415,7 +414,7 @@ describe('containment of candidate tests', () => {
     expect(Buffer.byteLength(inContainer.stdout)).toBe(cap); // 4 MiB written
     expect(Buffer.byteLength(inContainer.stderr)).toBe(cap); // 3 MiB written, two-byte characters kept whole
     expect(inContainer.stderr).toBe('\u00e9'.repeat(cap / 2));
-    expect(await exec(new LocalBackend())).toEqual(inContainer);
+    expect(await exec(localBackend())).toEqual(inContainer);
   });
 });
 
@@ -455,7 +454,7 @@ describe('without an engine', () => {
 describe('the worker sandbox', () => {
   it('probes again after finding no engine, and picks up an engine that answers later', async () => {
     const socketPath = join(tempDir('engine'), 'docker.sock');
-    const sandbox = createSandbox({ engine: { socketPath } });
+    const sandbox = createSandbox({ engine: { socketPath } }, SETTINGS);
     expect(await sandbox.isolation()).toMatchObject({ verified: false, reason_detail: 'runtime_unavailable' });
     // The "engine" starts: a relay from the socket path to the real engine.
     const open = new Set<Socket>();

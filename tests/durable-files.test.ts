@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ProcessGroups } from '../activities/backends/local';
+import { ProcessGroups } from '../sandbox/backends/local';
 import { writeFileAtomic } from '../host/files';
 import { hostId } from '../worker/index';
 import { tempDir } from './helpers/run-dir';

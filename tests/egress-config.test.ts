@@ -1,11 +1,11 @@
 /**
  * The egress proxy's policy as text, its packet filter as iptables-restore input, and its audit
- * log as events (activities/setup/squid.ts, ranges.ts); the allow list's host patterns
+ * log as events (sandbox/setup/squid.ts, ranges.ts); the allow list's host patterns
  * (core/contracts.ts, core/egress.ts) and the operator's credentials: pure, no engine.
  */
-import { placeholder } from '../activities/setup';
-import { filterRules, FIXED_RANGES } from '../activities/setup/ranges';
-import { headerValueProblem, parseAccessLine, squidConfig, type ProxyConfig } from '../activities/setup/squid';
+import { placeholder } from '../sandbox/setup';
+import { filterRules, FIXED_RANGES } from '../sandbox/setup/ranges';
+import { headerValueProblem, parseAccessLine, squidConfig, type ProxyConfig } from '../sandbox/setup/squid';
 import { egressSchema, fixtureSchema, hostMatches } from '../core/contracts';
 import { credentialsFileSchema, patternsOverlap, resolveCredentials, wildcardProblem, type CredentialsFile } from '../core/egress';
 import { repoSettingsSchema } from '../core/repo-settings';

@@ -4,7 +4,7 @@
  * their test names from the hosts file the worker's settings name (AGENT_EGRESS_HOSTS), and
  * nothing else resolves anything. This machine's bridge address is one the proxy refuses unless
  * the operator opens it, so the worker's settings open it (AGENT_EGRESS_OPEN_CIDRS), as an
- * operator opens the range of a private registry (tests/untrusted-egress.test.ts shows it
+ * operator opens the range of a private registry (tests/untrusted-repository/egress.test.ts shows it
  * refused when not opened).
  */
 import { execFile, spawnSync } from 'node:child_process';
@@ -18,14 +18,13 @@ import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import Dockerode from 'dockerode';
 import tar from 'tar-stream';
-import { DockerBackend } from '../activities/backends/docker';
-import { placeholder, SETUP_CA_DIR } from '../activities/setup';
+import { DockerBackend } from '../sandbox/backends/docker';
+import { placeholder, SETUP_CA_DIR } from '../sandbox/setup';
 import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
 import { readSettings } from '../host/settings';
 import { startRunWithArgs } from '../client/run-access';
-import type { RunOutcome } from '../workflows';
-import { listSetupImages, type CachedSetup } from '../activities/setup/cache';
+import { listSetupImages, type CachedSetup } from '../sandbox/setup/cache';
 import {
   BLOCKED_HOST,
   bridgeGateway,
@@ -43,6 +42,7 @@ import {
 import { fragments, historyJson, leaks } from './helpers/leaks';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, killed, runOnce, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';
+import type { RunOutcome } from '../core/run-view';
 
 jest.setTimeout(240_000);
 

@@ -10,10 +10,10 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../host/temporal-bin';
 import { processAlive } from '../host/processes';
-import { readWorkerRecord, stopWorker } from '../worker/background';
+import { readWorkerRecord, stopWorker } from '../host/background-worker';
 import { queryState, queryTrace, runHandle } from '../client/run-access';
 import { ProviderServer, reply } from './helpers/provider-server';
-import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { freePort, LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
 import { CANONICAL_RECORD, CURRENT_PROMPT, killed, waitFor } from './helpers/temporal';
 
 const exec = promisify(execFile);
@@ -155,7 +155,7 @@ describe('the embedded default', () => {
     mkdirSync(join(root, '.agent-state'));
     appendFileSync(join(root, 'dist', 'core', 'trace.js'), '\n// changed\n');
     const tools = {
-      TEMPORAL_BIN: temporalBinary(),
+      TEMPORAL_BIN: temporalBinary(SETTINGS),
       AGENT_TOOLS_DIR: join(PROJECT_ROOT, '.agent-state', 'tools'),
       NEWCOMER_KEY: 'sk-test-newcomer',
     };

@@ -9,11 +9,10 @@ import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { defaultProcessDir, ProcessGroups } from '../activities/backends/local';
-import type { FaultPoint } from '../activities/faults';
-import { runPaths } from '../activities/workspace';
+import { defaultProcessDir, ProcessGroups } from '../sandbox/backends/local';
+import type { FaultPoint } from '../host/faults';
+import { runPaths } from '../host/workspace/workspace';
 import type { RunInput } from '../core/contracts';
-import type { RunOutcome } from '../workflows';
 import {
   activityAttempts,
   CLEAN_FINISH,
@@ -27,9 +26,11 @@ import {
   withLedger,
   workspaceOf,
 } from './helpers/faults';
-import { LINKCHECK, tempDir } from './helpers/run-dir';
+import { LINKCHECK, tempDir, SETTINGS } from './helpers/run-dir';
 import { canonicalInput, pendingApproval, startServer, traceIn, uniqueQueue, waitFor } from './helpers/temporal';
 import { sendApproval, startRun } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
+import { hostPath } from '../host/tools-env';
 
 const ADDED_TEST = 'tests/test_agent_nested.py'; // the canonical run's first write (a new file)
 const SOURCE = 'src/linkcheck.py'; // its second write
@@ -271,14 +272,14 @@ describe('orphaned test process groups', () => {
    */
   function backendOwner(dir: string, marker: string, fault: boolean) {
     const script = `
-      const { LocalBackend } = require(${JSON.stringify(join(__dirname, '..', 'activities', 'backends', 'local.js'))});
+      const { LocalBackend } = require(${JSON.stringify(join(__dirname, '..', 'sandbox', 'backends', 'local.js'))});
+      require(${JSON.stringify(join(__dirname, '..', 'host', 'faults.js'))}).armFault(${fault ? "'during_tests'" : 'null'});
       const out = require('node:fs').mkdtempSync(require('node:path').join(require('node:os').tmpdir(), 'owner-'));
-      new LocalBackend({ processDir: ${JSON.stringify(dir)} }).exec({
+      new LocalBackend({ processDir: ${JSON.stringify(dir)}, path: ${JSON.stringify(hostPath(SETTINGS))} }).exec({
         argv: ['sleep', ${JSON.stringify(marker)}], workspaceDir: out, workspaceReadOnly: false, outDir: out,
         timeoutMs: 600000, outputCapBytes: 1000, signal: new AbortController().signal,
       });`;
     const child = spawn(process.execPath, ['-e', script], {
-      env: { ...process.env, AGENT_FAULT: fault ? 'during_tests' : '' },
       stdio: 'ignore',
     });
     const exit = new Promise<NodeJS.Signals | null>((resolve) => child.once('exit', (_code, signal) => resolve(signal)));

@@ -7,9 +7,9 @@
 import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { inspectBase, keepVerifiedChange, prepareRepositoryWorkspace, readVerifiedChange, treeChanges } from '../activities/repository';
-import { workspaceDiff } from '../activities/tools/show_diff';
-import { baselineManifest, manifest, runPaths } from '../activities/workspace';
+import { inspectBase, keepVerifiedChange, prepareRepositoryWorkspace, readVerifiedChange, treeChanges } from '../host/repository';
+import { workspaceDiff } from '../tools/show_diff';
+import { baselineManifest, manifest, runPaths } from '../host/workspace/workspace';
 import { GitError, GitRepository } from '../host/git';
 import { BINARY, git, gitBuffer, objectNames, repoPicture, sampleRepo } from './helpers/git-repo';
 import { LINKCHECK, tempDir } from './helpers/run-dir';

@@ -3,14 +3,14 @@
  * py-duration-junit fixture runs its unittest suite under a vendored third-party runner
  * (unittest-xml-reporting, inside the fixture's repository) on both backends with exact counts;
  * the zero-test guard, timeouts and a missing report behave as for the built-in formats, and a
- * folder in the report's place is an unusable report (tests/untrusted-byproducts.test.ts has the
+ * folder in the report's place is an unusable report (tests/untrusted-repository/byproducts.test.ts has the
  * FIFO and the link).
  */
 import { cpSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { fixtureSchema, type Fixture } from '../core/contracts';
-import { runTests } from '../activities/tools/run_tests';
+import { runTests } from '../tools/run_tests';
 import { PROJECT_ROOT, prepareRun, tempDir, writeFiles } from './helpers/run-dir';
 import { runOnce, startServer } from './helpers/temporal';
 

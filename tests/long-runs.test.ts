@@ -16,7 +16,7 @@ import type { ToolResult } from '../core/contracts';
 import type { RunView } from '../core/run-view';
 import { MAX_PAYLOAD_BYTES } from '../worker/payload-guard';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
-import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
+import { LINKCHECK, tempDir, writeFiles, SETTINGS } from './helpers/run-dir';
 import {
   CANONICAL_RECORD,
   canonicalInput,
@@ -56,7 +56,7 @@ interface HistoryFacts {
 /** Every run of a workflow id as `temporal workflow show -o json` prints it, and the sizes of its payloads. */
 async function historyFacts(workflowId: string): Promise<HistoryFacts> {
   const cli = (...args: string[]) =>
-    exec(temporalBinary(), [...args, '--address', env.address, '-o', 'json'], { maxBuffer: 256 * 1024 * 1024 });
+    exec(temporalBinary(SETTINGS), [...args, '--address', env.address, '-o', 'json'], { maxBuffer: 256 * 1024 * 1024 });
   const listed = JSON.parse((await cli('workflow', 'list', '--query', `WorkflowId="${workflowId}"`)).stdout) as {
     execution: { runId: string };
   }[];

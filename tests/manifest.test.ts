@@ -4,7 +4,7 @@
  */
 import { chmodSync, lstatSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { sha256 } from '../activities/digest';
+import { sha256 } from '../host/digest';
 import {
   clearManifestCache,
   manifest,
@@ -13,7 +13,7 @@ import {
   RACY_MARGIN_MS,
   workspaceDigest,
   type ManifestEntry,
-} from '../activities/manifest';
+} from '../host/workspace/manifest';
 import { tempDir, writeFiles } from './helpers/run-dir';
 
 /** A check this far after the files were written sees none of them as racy. */

@@ -9,9 +9,9 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { DockerBackend } from '../activities/backends/docker';
-import { probeIsolation } from '../activities/backends/isolation';
-import { hex4, hex6Words, parseShellProbe } from '../activities/backends/probe-shell';
+import { DockerBackend } from '../sandbox/backends/docker';
+import { probeIsolation } from '../sandbox/probe/isolation';
+import { hex4, hex6Words, parseShellProbe } from '../sandbox/probe/probe-shell';
 import { git, sampleRepo } from './helpers/git-repo';
 import { LINKCHECK, PROJECT_ROOT } from './helpers/run-dir';
 import { runOnce, startServer, writeReplay } from './helpers/temporal';

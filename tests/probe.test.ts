@@ -1,16 +1,17 @@
 /**
- * The isolation probe's Python (activities/backends/probe.py): shipped with the build, compiled
+ * The isolation probe's Python (sandbox/probe/probe.py): shipped with the build, compiled
  * and linted (pyflakes, pinned in the tools environment), and its parsing functions run on sample
  * /proc and /etc text. Running it for real, in a sandbox container, is the docker suite's part.
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { PROBE_FILE, probeSource } from '../activities/backends/isolation';
+import { PROBE_FILE, probeSource } from '../sandbox/probe/isolation';
 import { PROJECT_ROOT } from '../host/settings';
 import { toolsBinDir } from '../host/tools-env';
+import { SETTINGS } from './helpers/run-dir';
 
-const SOURCE = join(PROJECT_ROOT, 'activities', 'backends', 'probe.py');
+const SOURCE = join(PROJECT_ROOT, 'sandbox', 'probe', 'probe.py');
 const ENV = { ...process.env, PYTHONDONTWRITEBYTECODE: '1' };
 
 /** Calls `expr` with the probe imported as `probe` and `args` (JSON) bound to `a`; returns its JSON result. */
@@ -21,7 +22,7 @@ function probe(expr: string, args: unknown = null): unknown {
 
 describe('the probe file', () => {
   it('ships with the build, next to the compiled module that reads it, identical to its source', () => {
-    expect(PROBE_FILE).toBe(join(PROJECT_ROOT, 'dist', 'activities', 'backends', 'probe.py'));
+    expect(PROBE_FILE).toBe(join(PROJECT_ROOT, 'dist', 'sandbox', 'probe', 'probe.py'));
     expect(probeSource()).toBe(readFileSync(SOURCE, 'utf8'));
   });
 
@@ -31,7 +32,7 @@ describe('the probe file', () => {
     ).not.toThrow();
     const lint = (() => {
       try {
-        return execFileSync(join(toolsBinDir(), 'python3'), ['-m', 'pyflakes', SOURCE], {
+        return execFileSync(join(toolsBinDir(SETTINGS), 'python3'), ['-m', 'pyflakes', SOURCE], {
           encoding: 'utf8',
           env: ENV,
           stdio: ['ignore', 'pipe', 'pipe'],

@@ -1,12 +1,12 @@
 /**
- * Prompts as versioned configuration (core/prompt.ts, activities/providers/prompt.ts): the shipped
+ * Prompts as versioned configuration (core/prompt.ts, models/prompt.ts): the shipped
  * version describes every tool and argument exactly; a changed file changes the digest, a new
  * version becomes the default; versions order by number; a version the folder lacks and a tools
  * file that does not fit the tools are refused with what is wrong.
  */
 import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadPrompt, PromptError, promptVersions } from '../activities/providers/prompt';
+import { loadPrompt, PromptError, promptVersions } from '../models/prompt';
 import { orderedVersions, systemText } from '../core/prompt';
 import { TOOLS } from '../core/tools';
 import { BUILD_PROMPTS_DIR, PROJECT_ROOT } from '../host/settings';

@@ -9,14 +9,13 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Store } from '../activities/store';
+import { Store } from '../host/store';
 import { exportReplay } from '../client/export-replay';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { createSandbox } from '../worker/sandbox';
-import type { RunOutcome } from '../workflows';
 import { historyJson } from './helpers/leaks';
-import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
 import {
   addEndpoint,
   endpointOf,
@@ -41,6 +40,7 @@ import {
   type RunOnceOptions,
 } from './helpers/temporal';
 import { startRun } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 const exec = promisify(execFile);
 /** A distinctive fake key: it must reach the provider and nothing else. */
@@ -50,7 +50,7 @@ process.env[KEY_ENV] = KEY;
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
-  const evidence = await createSandbox().isolation();
+  const evidence = await createSandbox({}, SETTINGS).isolation();
   if (!evidence.verified)
     throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
   env = await startServer();
@@ -452,9 +452,13 @@ describe('long live sessions', () => {
     expect(Math.ceil(biggest / 4)).toBeLessThanOrEqual(BUDGET);
     expect(JSON.stringify(server.requests.at(-1)!.body)).toContain('history_compaction');
     const history = (
-      await exec(temporalBinary(), ['workflow', 'show', '--address', env.address, '--workflow-id', handle.workflowId, '-o', 'json'], {
-        maxBuffer: 256 * 1024 * 1024,
-      })
+      await exec(
+        temporalBinary(SETTINGS),
+        ['workflow', 'show', '--address', env.address, '--workflow-id', handle.workflowId, '-o', 'json'],
+        {
+          maxBuffer: 256 * 1024 * 1024,
+        },
+      )
     ).stdout;
     const sizes: number[] = [];
     JSON.parse(history, (key, value) => {

@@ -10,7 +10,7 @@ import { basename, join } from 'node:path';
 import { Worker, type ReplayWorkerOptions } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { workflowBundle, type BundleKind } from '../worker';
-import { installRuntime } from '../worker/logger';
+import { installRuntime } from '../host/runtime';
 import { workerTelemetry } from '../worker/telemetry';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { PROJECT_ROOT } from './helpers/run-dir';

@@ -7,12 +7,12 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { sha256 } from '../activities/digest';
+import { sha256 } from '../host/digest';
 import { BUILTIN_PROTECTED, INSTRUCTIONS_CAP_BYTES } from '../core/repo-settings';
 import { createSandbox } from '../worker/sandbox';
 import { git, sampleRepo } from './helpers/git-repo';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
-import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
 import { runOnce, startServer, writeReplay } from './helpers/temporal';
 
 const KEY_ENV = 'AGENT_TEST_INSTRUCTIONS_KEY';
@@ -22,7 +22,7 @@ const TASK = JSON.parse(readFileSync(join(LINKCHECK, 'fixture.json'), 'utf8')).t
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
-  const evidence = await createSandbox().isolation();
+  const evidence = await createSandbox({}, SETTINGS).isolation();
   if (!evidence.verified)
     throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
   env = await startServer();

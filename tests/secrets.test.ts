@@ -14,13 +14,13 @@ import { buildReport } from '../core/report';
 import type { RunInput } from '../core/contracts';
 import { traceLine, writeOutputs } from '../client/eval';
 import { createSandbox } from '../worker/sandbox';
-import type { RunOutcome } from '../workflows';
 import { fragments, historyJson, leaks } from './helpers/leaks';
 import { GUARD_PORT_ENV } from './helpers/network-guard';
 import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type Script } from './helpers/provider-server';
-import { LINKCHECK, tempDir } from './helpers/run-dir';
+import { LINKCHECK, tempDir, SETTINGS } from './helpers/run-dir';
 import { killed, spawnWorker, startServer, traceIn, uniqueQueue } from './helpers/temporal';
 import { startRunWithArgs } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 const KEY = 'sk-live-CANARY-7e31a0c4d9b2f';
 const KEY_ENV = 'AGENT_TEST_SECRETS_KEY';
@@ -37,7 +37,7 @@ const providersFile = join(tempDir('providers'), 'providers.json');
 const servers: ProviderServer[] = [];
 
 beforeAll(async () => {
-  const evidence = await createSandbox().isolation();
+  const evidence = await createSandbox({}, SETTINGS).isolation();
   if (!evidence.verified)
     throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
   env = await startServer();

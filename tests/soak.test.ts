@@ -12,7 +12,6 @@ import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensureDevServer } from '../host/temporal-server';
-import type { RunOutcome } from '../workflows';
 import {
   CLEAN_FINISH,
   deathOf,
@@ -23,9 +22,11 @@ import {
   startWorker,
   type ExitStatus,
 } from './helpers/faults';
-import { tempDir, freePort } from './helpers/run-dir';
+import { tempDir, freePort, SETTINGS } from './helpers/run-dir';
 import { approveAll, canonicalInput, pendingApproval, startServer, uniqueQueue } from './helpers/temporal';
 import { startRun } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
+import { temporalBinary } from '../host/temporal-bin';
 
 const SEED = Number(process.env.SOAK_SEED ?? 20251202);
 const RUNS = Number(process.env.SOAK_RUNS ?? 20);
@@ -152,7 +153,7 @@ describe('the Temporal dev server restarted on the same database', () => {
     const stateDir = tempDir('agent-restart');
     const port = await freePort();
     const uiPort = await freePort();
-    const options = { stateDir, port, uiPort, attached: true };
+    const options = { temporal: temporalBinary(SETTINGS), stateDir, port, uiPort, attached: true };
     let server = await ensureDevServer(options);
     expect(server.started).toBe(true);
     const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address });

@@ -6,7 +6,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
-import { LINKCHECK, tempDir, writeFiles } from './helpers/run-dir';
+import { LINKCHECK, tempDir, writeFiles, SETTINGS } from './helpers/run-dir';
 import {
   approveAll,
   canonicalInput,
@@ -97,7 +97,14 @@ describe('stops', () => {
       { fixture, source: { kind: 'replay', path, trusted: true }, approver: 'policy:approve-writable' },
       async (h) => {
         await waitFor('the test process to run', async () => sleepersLeft().length > 0, 30_000);
-        await promisify(execFile)(temporalBinary(), ['workflow', 'cancel', '--address', env.address, '--workflow-id', h.workflowId]);
+        await promisify(execFile)(temporalBinary(SETTINGS), [
+          'workflow',
+          'cancel',
+          '--address',
+          env.address,
+          '--workflow-id',
+          h.workflowId,
+        ]);
       },
     );
     expect(outcome.record).toMatchObject({ status: 'cancelled', reason: 'cancelled' });

@@ -5,9 +5,9 @@
 import { join } from 'node:path';
 import { z } from 'zod';
 import { deterministicFailure } from '../activities';
-import { BackendUnavailableError } from '../activities/backends/types';
-import { ReplayFileError } from '../activities/decisions';
-import { Store, StoreError } from '../activities/store';
+import { BackendUnavailableError } from '../sandbox/backends/types';
+import { ReplayFileError } from '../models/replay';
+import { Store, StoreError } from '../host/store';
 import { canonicalJson } from '../core/canonical';
 import { brief, BRIEF_STRING } from '../core/transcript';
 import { MAX_PAYLOAD_BYTES, PayloadSizeGuard } from '../worker/payload-guard';

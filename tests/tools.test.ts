@@ -2,20 +2,20 @@ import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'n
 import { dirname, join } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createTwoFilesPatch } from 'diff';
-import { createActivities, type RunRef } from '../activities';
-import { CappedOutput } from '../activities/backends/capped-output';
-import { LocalBackend } from '../activities/backends/local';
-import { DEFAULT_LIMITS } from '../activities/config';
-import { sha256 } from '../activities/digest';
-import { Store } from '../activities/store';
-import { preparePatch, writePatch } from '../activities/tools/apply_patch';
-import { readFile } from '../activities/tools/read_file';
-import { search } from '../activities/tools/search';
-import { showDiff } from '../activities/tools/show_diff';
-import { runTests } from '../activities/tools/run_tests';
+import { createActivities } from '../activities';
+import { CappedOutput } from '../sandbox/backends/capped-output';
+import { DEFAULT_LIMITS } from '../core/limits';
+import { sha256 } from '../host/digest';
+import { Store } from '../host/store';
+import { preparePatch, writePatch } from '../tools/apply_patch';
+import { readFile } from '../tools/read_file';
+import { search } from '../tools/search';
+import { showDiff } from '../tools/show_diff';
+import { runTests } from '../tools/run_tests';
 import { canonicalJson } from '../core/canonical';
 import type { CallView, ResultView } from '../core/transcript';
-import { LINKCHECK, prepareRun, tempDir, type TestRun } from './helpers/run-dir';
+import { LINKCHECK, prepareRun, tempDir, type TestRun, localBackend } from './helpers/run-dir';
+import type { RunRef } from '../core/activities';
 
 const SRC = 'def check(root):\n    return root / target\n\n\ndef other():\n    return 1\n';
 
@@ -338,7 +338,7 @@ describe('local activities (read-only steps without a server round trip)', () =>
     const activities = createActivities({
       store,
       ledger: t.ledger,
-      backends: { local: new LocalBackend() },
+      backends: { local: localBackend() },
       config: {
         stateDir,
         providersFile: join(stateDir, 'providers.json'),
@@ -450,7 +450,7 @@ describe('capped process output', () => {
 
   it('keeps whole characters of a real process whose output the cap cuts inside one', async () => {
     const dir = tempDir('capped');
-    const result = await new LocalBackend().exec({
+    const result = await localBackend().exec({
       argv: ['python3', '-c', 'import sys; sys.stdout.write("x" + "\u20ac" * 1000); sys.stderr.write("\u00e9" * 1000)'],
       workspaceDir: dir,
       workspaceReadOnly: false,

@@ -2,8 +2,8 @@ import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildId } from '../host/build';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Ledger } from '../activities/ledger';
-import { runPaths } from '../activities/workspace';
+import { Ledger } from '../host/ledger';
+import { runPaths } from '../host/workspace/workspace';
 import { LINKCHECK, tempDir } from './helpers/run-dir';
 import {
   approveAll,
@@ -17,8 +17,8 @@ import {
   type RunOnceOptions,
 } from './helpers/temporal';
 import { createWorker } from '../worker';
-import type { RunOutcome } from '../workflows';
 import { sendApproval } from '../client/run-access';
+import type { RunOutcome } from '../core/run-view';
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {

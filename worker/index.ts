@@ -6,23 +6,24 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
-import type { PriceTable } from '../activities/live';
+import type { PriceTable } from '../models/live';
 import { formatIssues } from '../core/validate';
 import { join } from 'node:path';
 import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption } from '@temporalio/worker';
-import { createActivities } from '../activities';
-import { armFault } from '../activities/faults';
+import { createActivities, type ActivityDeps } from '../activities';
+import type { Activities } from '../core/activities';
+import { armFault } from '../host/faults';
 import { workerIdentity } from '../host/build';
 import { writeFileAtomic } from '../host/files';
 import { readCredential, readSettings, type Settings } from '../host/settings';
 import { hostPath } from '../host/tools-env';
-import { LocalBackend } from '../activities/backends/local';
-import type { ExecBackend } from '../activities/backends/types';
-import { DEFAULT_LIMITS, type Limits } from '../activities/config';
-import { Ledger } from '../activities/ledger';
-import { Store } from '../activities/store';
+import { LocalBackend } from '../sandbox/backends/local';
+import type { ExecBackend } from '../sandbox/backends/types';
+import { DEFAULT_LIMITS, type Limits } from '../core/limits';
+import { Ledger } from '../host/ledger';
+import { Store } from '../host/store';
 import { PayloadSizeGuard } from './payload-guard';
-import { createSandbox, type SandboxOptions } from './sandbox';
+import { createSandbox, type Sandbox, type SandboxOptions } from './sandbox';
 import { workerTelemetry } from './telemetry';
 import type { Tracing } from '../host/tracing';
 
@@ -165,19 +166,43 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   // Built before the ledger opens, so a malformed DOCKER_HOST fails with nothing to close.
   const sandbox = options.docker === false ? null : createSandbox(options.docker, settings);
   const hostQueue = `${options.taskQueue}@${hostId(options.stateDir)}`;
-  const prices = loadPrices(settings.pricesFile);
   const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
   const store = new Store(join(options.stateDir, 'store.sqlite'));
-  const local = new LocalBackend({ path: hostPath(settings) });
-  const activities = createActivities({
+  const activities = createActivities({ ...activityWiring(options, settings, sandbox, hostQueue), ledger, store });
+  const worker = await temporalWorkers(options, settings, activities, hostQueue);
+  // The probe runs when the worker starts, in the background; a run on the docker backend waits
+  // for it (or probes again if it found no engine).
+  sandbox?.warmUp();
+  return {
+    worker,
+    hostQueue,
+    ledger,
     store,
+    close() {
+      ledger.close();
+      store.close();
+    },
+  };
+}
+
+/** The activities' configuration and backends from the worker's settings (everything but the ledger and store). */
+function activityWiring(
+  options: WorkerOptions,
+  settings: Settings,
+  sandbox: Sandbox | null,
+  hostQueue: string,
+): Omit<ActivityDeps, 'ledger' | 'store'> {
+  const local = new LocalBackend({ path: hostPath(settings) });
+  // No local backend unless the operator allows it: loadRun refuses local runs, and no activity can start a host process.
+  const backends = { ...(settings.allowLocal ? { local } : {}), ...(sandbox ? { docker: sandbox.backend } : {}) };
+  return {
     config: {
       stateDir: options.stateDir,
       providersFile: options.providersFile ?? join(options.stateDir, 'providers.json'),
       credentialsFile: options.credentialsFile ?? join(options.stateDir, 'credentials.json'),
       promptsDir: settings.promptsDir,
       limits: { ...DEFAULT_LIMITS, ...options.limits },
-      prices,
+      prices: loadPrices(settings.pricesFile),
       maxBudgets: settings.maxBudgets,
       modelTimeoutMs: options.modelTimeoutMs,
       hostQueue,
@@ -186,14 +211,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       // Read at each call, never kept: see readCredential.
       credential: (name) => readCredential(name),
     },
-    ledger,
-    // No local backend unless the operator allows it: loadRun refuses local runs, and no activity can start a host process.
-    backends: Object.fromEntries(
-      Object.entries({ ...(settings.allowLocal ? { local } : {}), ...(sandbox ? { docker: sandbox.backend } : {}) }).map(([name, b]) => [
-        name,
-        options.wrapBackend ? options.wrapBackend(b) : b,
-      ]),
-    ),
+    backends: Object.fromEntries(Object.entries(backends).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b])),
     isolation: sandbox?.isolation,
     dockerImage: sandbox ? (image) => sandbox.forImage(image) : undefined,
     setup: sandbox
@@ -207,43 +225,46 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
           connectPorts: settings.egressConnectPorts,
         }
       : undefined,
-  });
+  };
+}
+
+/**
+ * The host's two Temporal workers: one on the shared queue (workflows, and a run's first
+ * activity), one on the host's own queue (every later activity of the runs it holds); either
+ * one ending stops the other, so the host stops as one.
+ */
+async function temporalWorkers(
+  options: WorkerOptions,
+  settings: Settings,
+  activities: Activities,
+  hostQueue: string,
+): Promise<HostWorkers> {
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
   const telemetry = workerTelemetry(options.tracing ?? null);
-  const shared =
-    options.sharedQueue === false
-      ? null
-      : await Worker.create({
-          connection: options.connection,
-          namespace: options.namespace ?? 'default',
-          taskQueue: options.taskQueue,
-          workflowBundle: await workflowBundle(options.tracing ? 'traced' : 'plain'),
-          activities,
-          dataConverter,
-          interceptors: { activity: telemetry.activity },
-          sinks: telemetry.sinks,
-          identity: workerIdentity(),
-          // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
-          shutdownGraceTime: '10 seconds',
-          maxCachedWorkflows: options.maxCachedWorkflows ?? settings.maxCachedWorkflows,
-        });
-  const own = await Worker.create({
+  const common = {
     connection: options.connection,
     namespace: options.namespace ?? 'default',
-    taskQueue: hostQueue,
     activities,
     dataConverter,
     interceptors: { activity: telemetry.activity },
     identity: workerIdentity(),
+    // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
     shutdownGraceTime: '10 seconds',
-  });
-  // The probe runs when the worker starts, in the background; a run on the docker backend waits
-  // for it (or probes again if it found no engine).
-  sandbox?.warmUp();
+  } as const;
+  const shared =
+    options.sharedQueue === false
+      ? null
+      : await Worker.create({
+          ...common,
+          taskQueue: options.taskQueue,
+          workflowBundle: await workflowBundle(options.tracing ? 'traced' : 'plain'),
+          sinks: telemetry.sinks,
+          maxCachedWorkflows: options.maxCachedWorkflows ?? settings.maxCachedWorkflows,
+        });
+  const own = await Worker.create({ ...common, taskQueue: hostQueue });
   const workers = shared ? [shared, own] : [own];
   const worker: HostWorkers = {
     async run() {
-      // Either one ending (a signal, a fatal error) stops the other, so the host stops as one.
       const stopBoth = () => worker.shutdown();
       await Promise.all(workers.map((w) => w.run().finally(stopBoth)));
     },
@@ -252,16 +273,7 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
   };
-  return {
-    worker,
-    hostQueue,
-    ledger,
-    store,
-    close() {
-      ledger.close();
-      store.close();
-    },
-  };
+  return worker;
 }
 
 /**

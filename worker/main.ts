@@ -9,13 +9,13 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Runtime } from '@temporalio/worker';
-import { readWorkerRecord, recordSelf } from './background';
+import { readWorkerRecord, recordSelf } from '../host/background-worker';
 import { buildId } from '../host/build';
 import { ConnectionError, connectTemporal, resolveTarget } from '../host/connection';
 import { processAlive } from '../host/processes';
-import { ensureDevServer } from '../host/temporal-server';
+import { embeddedDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
-import { installRuntime as install } from './logger';
+import { installRuntime as install } from '../host/runtime';
 import { readSettings, type Settings } from '../host/settings';
 import { createWorker, type HostWorkers } from './index';
 import { prometheusOptions, snakeCaseMetricTags } from './telemetry';
@@ -25,16 +25,7 @@ async function main(): Promise<void> {
   const runtime = installRuntime(settings);
   snakeCaseMetricTags(runtime);
   const target = resolveTarget(settings);
-  const address =
-    target.address ??
-    (
-      await ensureDevServer({
-        stateDir: settings.stateDir,
-        namespace: target.namespace,
-        port: settings.devServerPort,
-        uiPort: settings.devUiPort,
-      })
-    ).address;
+  const address = target.address ?? (await embeddedDevServer(settings, target.namespace)).address;
   const connection = await connectTemporal(address, target);
   const tracing = startTracing(settings, 'coding-agent-worker');
   const { worker, close } = await createWorker({

@@ -6,7 +6,7 @@
  * Temporal's 2 MiB payload limit and losing the run.
  */
 import type { Payload, PayloadCodec } from '@temporalio/common';
-import { nonRetryable } from '../activities/failures';
+import { nonRetryable } from '../core/failures';
 
 export const MAX_PAYLOAD_BYTES = 64 * 1024;
 

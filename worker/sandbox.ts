@@ -14,10 +14,10 @@
 import { realpathSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import Dockerode from 'dockerode';
-import { DockerBackend, type ContainerSettings, type DockerLimits, type SettingsOverride } from '../activities/backends/docker';
-import { probeIsolation } from '../activities/backends/isolation';
+import { DockerBackend, type ContainerSettings, type DockerLimits, type SettingsOverride } from '../sandbox/backends/docker';
+import { probeIsolation } from '../sandbox/probe/isolation';
 import type { IsolationEvidence } from '../core/contracts';
-import { DEFAULT_SANDBOX_IMAGE, readSettings, type Settings } from '../host/settings';
+import { DEFAULT_SANDBOX_IMAGE, type Settings } from '../host/settings';
 
 export { DEFAULT_SANDBOX_IMAGE };
 
@@ -46,10 +46,7 @@ export interface Sandbox {
 
 const measured = new Map<string, Promise<IsolationEvidence>>();
 
-export function createSandbox(
-  options: SandboxOptions = {},
-  settings: Pick<Settings, 'sandboxImage' | 'dockerHost'> = readSettings(),
-): Sandbox {
+export function createSandbox(options: SandboxOptions = {}, settings: Pick<Settings, 'sandboxImage' | 'dockerHost'>): Sandbox {
   const image = options.image ?? settings.sandboxImage;
   let engine: Dockerode;
   try {

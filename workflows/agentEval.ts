@@ -13,46 +13,12 @@ import type { RunInput, RunStatus } from '../core/contracts';
 import { agentRun } from './agentRun';
 import { evalProgressQuery } from './messages';
 import { workflowTime } from './time';
-import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
-
-export type { EvalPlan };
-
-export interface EvalInput {
-  plan: EvalPlan;
-  concurrency: number;
-  /**
-   * Per run index, the attempt to start ('1'-'9'), or '0' to keep what an earlier attempt left
-   * (a resume). Absent: every run starts its first attempt.
-   */
-  attempts?: string;
-  /** Where the command line writes the report (shown in the result). */
-  out?: string | null;
-}
-
-export interface EvalProgress {
-  total: number;
-  /** Runs with an outcome, including those kept from earlier attempts. */
-  done: number;
-  completed: number;
-  running: number;
-  /** Runs kept from an earlier attempt (a resume). */
-  kept: number;
-  by_status: Partial<Record<RunStatus, number>>;
-  segment: number;
-  /** Seconds since this batch (or its resume) started, and the estimate of what is left. */
-  elapsed_s: number;
-  eta_s: number | null;
-}
+import { plannedRun, planSize, runWorkflowId, type EvalInput, type EvalProgress, type EvalResult } from '../core/batch-plan';
 
 export interface EvalCarried {
   next: number;
   progress: EvalProgress;
   started_at: number;
-}
-
-export interface EvalResult {
-  progress: EvalProgress;
-  out: string | null;
 }
 
 /** Children started by one segment before it continues as new (its history stays far below the limits). */

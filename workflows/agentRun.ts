@@ -9,8 +9,6 @@
  */
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
-import type { Activities, Elsewhere, RunRef } from '../activities';
-import type { DecideResult } from '../activities/decisions';
 import { runFacts, type RunFacts } from '../core/context';
 import { BUDGET_DEFAULTS, budgetStop, callTimeoutMs, effectiveBudgets, type BudgetStop, type BudgetUse } from '../core/budgets';
 import {
@@ -23,14 +21,14 @@ import {
   type ApprovalSignal,
   type Budgets,
   type ParsedRunInput,
-  type RunRecord,
   type RunStatus,
   type ToolResult,
   type UnreceiptedChange,
 } from '../core/contracts';
 import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
-import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, type PolicyEvaluation } from '../core/policy';
-import { buildRecord, type RunView } from '../core/run-view';
+import { isolationRefusal } from '../core/isolation';
+import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, parseApprover, type PolicyEvaluation } from '../core/policy';
+import { buildRecord, type RunOutcome, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type TraceRequest } from '../core/trace';
 import { isOrchestrationTool, READ_ONLY_TOOLS } from '../core/tools';
@@ -43,20 +41,8 @@ import { RunMetrics } from './metrics';
 
 export type { RunState };
 import { workflowTime } from './time';
-
-/**
- * The workflow's result: the record and the final state, readable without a worker. The trace
- * is in the host store under `trace.run_id` (`npm run agent -- trace`).
- */
-export interface RunOutcome {
-  record: RunRecord;
-  state: RunView;
-  trace: { run_id: string; events: number };
-  /** Head of the run's transcript in the host store: every decision with its one result. */
-  transcript: string | null;
-  /** Decisions taken from a replay (a reopened task goes on from here). */
-  cursor: number;
-}
+import type { Activities, DecideResult, Elsewhere, LoadRunResult, RunRef } from '../core/activities';
+import type { RunReason } from '../core/reasons';
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
 const TRACE_BATCH_BYTES = 48 * 1024;
@@ -97,7 +83,7 @@ const ACTIVITY_OPTIONS: wf.ActivityOptions = {
   },
 };
 /** The shared queue: a run's first activity, taken by whichever host is free. */
-const quick = wf.proxyActivities<Activities>(ACTIVITY_OPTIONS);
+const sharedQueue = wf.proxyActivities<Activities>(ACTIVITY_OPTIONS);
 const DEFAULT_HOST_LOST_S = 600;
 
 /**
@@ -105,8 +91,8 @@ const DEFAULT_HOST_LOST_S = 600;
  * of that host picks up within `host_lost_s` means the host is gone (Temporal does not retry a
  * schedule-to-start timeout): the run ends `host_lost` rather than continue elsewhere.
  */
-function hostActivities(queue: string | null, hostLostS: number | undefined): typeof quick {
-  if (queue === null) return quick;
+function hostActivities(queue: string | null, hostLostS: number | undefined): typeof sharedQueue {
+  if (queue === null) return sharedQueue;
   return wf.proxyActivities<Activities>({
     ...ACTIVITY_OPTIONS,
     taskQueue: queue,
@@ -142,7 +128,8 @@ function isHostLost(err: unknown): boolean {
 class RunStop {
   constructor(
     readonly status: RunStatus,
-    readonly reason: string,
+    /** '' for a completed run: it has no reason. */
+    readonly reason: RunReason | '',
     readonly detail: string | null = null,
   ) {}
 }
@@ -165,12 +152,12 @@ export async function agentRun(rawInput: unknown, carried?: RunState): Promise<R
 
 class AgentRun {
   /** The run's state: one value, carried whole across continue-as-new. */
-  readonly s: RunState;
+  readonly state: RunState;
   /** The trace: numbering, unstored events and a bounded window for queries. */
   trace: Trace;
   input!: ParsedRunInput;
   /** The activities of the host that holds the run; `hostLost` once it is found gone. */
-  act = quick;
+  act = sharedQueue;
   private hostLost = false;
   /** Local activities since the run last let its workflow task end (see LOCAL_ACTIVITIES_PER_TASK). */
   private localActivities = 0;
@@ -182,154 +169,65 @@ class AgentRun {
   private readonly metrics = new RunMetrics();
 
   constructor(carried?: RunState) {
-    this.s = carried ?? initialState(wf.workflowInfo().runId);
-    this.trace = new Trace(this.s.trace);
+    this.state = carried ?? initialState(wf.workflowInfo().runId);
+    this.trace = new Trace(this.state.trace);
     this.tasks = new Orchestration(this);
     wf.setHandler(stopSignal, (payload) => {
       if (this.view.parent === null || this.repeated(payload?.message_id)) return;
-      this.s.stop =
+      this.state.stop =
         typeof payload?.reason === 'string' && payload.reason !== ''
           ? payload.reason.slice(0, MAX_STEER_CHARS)
           : 'stopped by the parent run';
-      this.trace.add('stop_received', { reason: this.s.stop });
+      this.trace.add('stop_received', { reason: this.state.stop });
       this.loopScope?.cancel();
     });
-    wf.setHandler(stateQuery, () => this.s.view);
+    wf.setHandler(stateQuery, () => this.state.view);
     wf.setHandler(traceQuery, (request?: TraceRequest) => this.trace.page(cleanRequest(request)));
     wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
     wf.setHandler(interruptSignal, (payload) => {
       if (this.repeated(payload?.message_id)) return;
-      this.s.interrupted = typeof payload?.reason === 'string' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'interrupted by the user';
-      this.trace.add('interrupt_received', { reason: this.s.interrupted });
+      this.state.interrupted = typeof payload?.reason === 'string' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'interrupted by the user';
+      this.trace.add('interrupt_received', { reason: this.state.interrupted });
     });
     wf.setHandler(steerSignal, (payload) => {
       const message = typeof payload?.message === 'string' ? payload.message.slice(0, MAX_STEER_CHARS) : '';
       if (message === '' || this.repeated(payload?.message_id)) return;
-      this.s.steering.push(message);
+      this.state.steering.push(message);
       this.trace.add('steer_received', { message });
     });
   }
 
   private get view(): RunView {
-    return this.s.view;
+    return this.state.view;
   }
 
   get ref(): RunRef {
-    return this.s.ref!;
+    return this.state.ref!;
   }
 
   private get budgets(): Budgets {
-    return this.s.view.budgets!;
+    return this.state.view.budgets!;
   }
 
   /** True when a client message with this id was taken before (a retried send); remembers it otherwise. */
   private repeated(id: unknown): boolean {
     if (typeof id !== 'string' || id === '') return false;
-    if (this.s.seen_messages.includes(id)) return true;
-    this.s.seen_messages.push(id);
-    if (this.s.seen_messages.length > SEEN_MESSAGES) this.s.seen_messages.shift();
+    if (this.state.seen_messages.includes(id)) return true;
+    this.state.seen_messages.push(id);
+    if (this.state.seen_messages.length > SEEN_MESSAGES) this.state.seen_messages.shift();
     return false;
   }
 
   async execute(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
     const child = input.child ?? null;
-    // A reopened task goes on in its own workspace, transcript and trace numbering.
-    if (child?.reopen) {
-      this.view.run_id = child.reopen.run_id;
-      this.trace = new Trace({ next_seq: child.reopen.next_seq, unstored: [] });
-      this.s.transcript = { head: child.reopen.transcript_head, append: [] };
-      this.s.cursor = child.reopen.cursor;
-      this.s.steering.push(child.reopen.message);
-    }
-    this.view.backend = input.backend;
-    this.view.approver = input.approver;
-    if (input.repo) this.view.trust_repository = input.repo.trusted === true;
-    if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
-    this.trace.add('run_started', {
-      source: input.source.kind,
-      backend: input.backend,
-      approver: input.approver,
-      ...(input.repo ? { trust_repository: input.repo.trusted === true } : {}),
-      ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}),
-    });
-    const policyName = input.approver.startsWith('policy:') ? input.approver.slice('policy:'.length) : null;
-    if (policyName !== null && !(policyName in APPROVAL_POLICIES)) {
-      return this.finish(new RunStop('failed', 'invalid_input', `unknown approval policy ${input.approver}`));
-    }
-    // A task's run is started by its parent only: Temporal names the parent, the input must agree.
-    if (child && wf.workflowInfo().parent?.workflowId !== child.parent_workflow_id) {
-      return this.finish(new RunStop('failed', 'invalid_input', 'the child input is for the run of a task: only its parent run starts it'));
-    }
+    const refused = this.begin(input);
+    if (refused) return this.finish(refused);
     // A task runs on the host that holds its parent's workspace.
     if (child) this.pinTo(child.host_queue);
-    // Nothing is created, and no key is read, before the fixture, the decision source, the trust
-    // gate and the sandbox check out. The replay is read here, once, into the host store.
-    const loaded = await this.act.loadRun(input);
-    if (!loaded.ok) return this.finish(new RunStop('failed', loaded.reason, loaded.detail));
-    this.noteBuild(loaded.build);
-    this.pinTo(loaded.host_queue ?? null);
-    // A repository run: what its base commit said (settings digest, tests, instructions digest).
-    if (loaded.repository) this.trace.add('repository_loaded', { ...loaded.repository.facts, image: loaded.image ?? null });
-    if (input.backend === 'docker') {
-      const image: [string?] = loaded.image !== undefined ? [loaded.image] : [];
-      const evidence = await this.onHost(() =>
-        this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, image),
-      );
-      if (evidence === null) return this.finish(new RunStop('failed', 'host_lost', this.hostLostDetail()));
-      this.view.isolation = evidence;
-      this.trace.add('isolation_checked', evidence);
-      if (!evidence.verified) {
-        // Each failed check with what it found, so a refusal names what is missing or wrong.
-        const failed = Object.entries(evidence.checks)
-          .filter(([, c]) => !c.ok)
-          .map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
-        return this.finish(
-          new RunStop('failed', 'isolation_unverified', evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`),
-        );
-      }
-    }
-    if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified)) {
-      return this.finish(
-        new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation'),
-      );
-    }
-    this.s.source = loaded.source;
-    this.s.child_replays = loaded.child_replays;
-    // Sub-runs: the input's, else the fixture's; a task's run only what its parent passed on.
-    this.s.subruns = child ? (input.subruns ?? null) : (input.subruns ?? loaded.fixture.subruns ?? null);
-    if (this.s.subruns) {
-      this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
-      this.view.tasks_spent = { runs: 0, turns: 0, tool_calls: 0, usage: null };
-      // Tasks draw on this run's budgets (allotments, waits, refused dispatches): commands that
-      // histories recorded before it never issued.
-      this.s.tree_budgets = wf.patched(TREE_BUDGETS_PATCH);
-    }
-    // The run's trace, named only when the loading host exports it (histories recorded before
-    // loadRun returned the id have none).
-    this.view.trace_id = loaded.trace_id ?? null;
-    this.view.fixture = loaded.fixture.id;
-    this.view.task = loaded.fixture.task;
-    this.view.replay = loaded.replay;
-    this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
-    this.view.prompt = loaded.source.kind === 'provider' ? (loaded.source.prompt ?? null) : null;
-    // The worker decides the budgets (within its operator's maximums); histories from before it did have none.
-    this.view.budgets = loaded.budgets ?? effectiveBudgets(loaded.fixture.budgets, input.budgets);
-    if (loaded.capped?.length) this.trace.add('budgets_capped', { capped: loaded.capped });
-    this.s.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
-    this.s.ref = {
-      run_id: this.view.run_id,
-      fixture: loaded.fixture,
-      fixture_dir: loaded.fixture_dir,
-      backend: input.backend,
-      ...(child ? { hidden_acceptance: false } : {}),
-      ...(loaded.repository ? { repository: loaded.repository.ref } : {}),
-      ...(loaded.instructions ? { instructions: loaded.instructions } : {}),
-      ...(loaded.image !== undefined ? { image: loaded.image } : {}),
-    };
-    wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
-    this.setStatus('running');
-
+    const loaded = await this.load(input);
+    if (loaded instanceof RunStop) return this.finish(loaded);
+    this.adopt(input, loaded);
     const stop = await this.withDeadline(async () => {
       await this.act.prepareWorkspace.executeWithOptions(
         { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
@@ -347,16 +245,112 @@ class AgentRun {
     return this.finish(stop);
   }
 
+  /** The run's first facts (a reopened task goes on in its own workspace, transcript and trace numbering), and the input's own checks. */
+  private begin(input: ParsedRunInput): RunStop | null {
+    const child = input.child ?? null;
+    if (child?.reopen) {
+      this.view.run_id = child.reopen.run_id;
+      this.trace = new Trace({ next_seq: child.reopen.next_seq, unstored: [] });
+      this.state.transcript = { head: child.reopen.transcript_head, append: [] };
+      this.state.cursor = child.reopen.cursor;
+      this.state.steering.push(child.reopen.message);
+    }
+    this.view.backend = input.backend;
+    this.view.approver = input.approver;
+    if (input.repo) this.view.trust_repository = input.repo.trusted === true;
+    if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
+    this.trace.add('run_started', {
+      source: input.source.kind,
+      backend: input.backend,
+      approver: input.approver,
+      ...(input.repo ? { trust_repository: input.repo.trusted === true } : {}),
+      ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}),
+    });
+    const approver = parseApprover(input.approver);
+    if (approver.kind === 'policy' && !approver.known)
+      return new RunStop('failed', 'invalid_input', `unknown approval policy ${input.approver}`);
+    // A task's run is started by its parent only: Temporal names the parent, the input must agree.
+    if (child && wf.workflowInfo().parent?.workflowId !== child.parent_workflow_id)
+      return new RunStop('failed', 'invalid_input', 'the child input is for the run of a task: only its parent run starts it');
+    return null;
+  }
+
+  /**
+   * Nothing is created, and no key is read, before the fixture, the decision source, the trust
+   * gate and the sandbox check out. The replay is read here, once, into the host store.
+   */
+  private async load(input: ParsedRunInput): Promise<Extract<LoadRunResult, { ok: true }> | RunStop> {
+    const loaded = await this.act.loadRun(input);
+    if (!loaded.ok) return new RunStop('failed', loaded.reason, loaded.detail);
+    this.noteBuild(loaded.build);
+    this.pinTo(loaded.host_queue ?? null);
+    // A repository run: what its base commit said (settings digest, tests, instructions digest).
+    if (loaded.repository) this.trace.add('repository_loaded', { ...loaded.repository.facts, image: loaded.image ?? null });
+    if (input.backend === 'docker') {
+      const image: [string?] = loaded.image !== undefined ? [loaded.image] : [];
+      const evidence = await this.onHost(() =>
+        this.act.checkIsolation.executeWithOptions({ startToCloseTimeout: '3 minutes', summary: 'probe sandbox isolation' }, image),
+      );
+      if (evidence === null) return new RunStop('failed', 'host_lost', this.hostLostDetail());
+      this.view.isolation = evidence;
+      this.trace.add('isolation_checked', evidence);
+      if (!evidence.verified) return new RunStop('failed', 'isolation_unverified', isolationRefusal(evidence));
+    }
+    if (input.source.kind === 'provider' && !(input.backend === 'docker' && this.view.isolation?.verified))
+      return new RunStop('failed', 'isolation_unverified', 'a live model provider runs only on the docker backend with verified isolation');
+    return loaded;
+  }
+
+  /** What the loaded run is: its source, sub-runs, budgets, deadline and the reference every later activity gets. */
+  private adopt(input: ParsedRunInput, loaded: Extract<LoadRunResult, { ok: true }>): void {
+    const child = input.child ?? null;
+    this.state.source = loaded.source;
+    this.state.child_replays = loaded.child_replays;
+    // Sub-runs: the input's, else the fixture's; a task's run only what its parent passed on.
+    this.state.subruns = child ? (input.subruns ?? null) : (input.subruns ?? loaded.fixture.subruns ?? null);
+    if (this.state.subruns) {
+      this.view.subruns = { counts: { dispatched: 0, messages: 0, stops: 0, merges: 0, unknown_task: 0, messages_to_ended: 0 }, tasks: [] };
+      this.view.tasks_spent = { runs: 0, turns: 0, tool_calls: 0, usage: null };
+      // Tasks draw on this run's budgets (allotments, waits, refused dispatches): commands that
+      // histories recorded before it never issued.
+      this.state.tree_budgets = wf.patched(TREE_BUDGETS_PATCH);
+    }
+    // The run's trace, named only when the loading host exports it (histories recorded before
+    // loadRun returned the id have none).
+    this.view.trace_id = loaded.trace_id ?? null;
+    this.view.fixture = loaded.fixture.id;
+    this.view.task = loaded.fixture.task;
+    this.view.replay = loaded.replay;
+    this.view.replay_digest = loaded.source.kind === 'replay' ? loaded.source.digest : null;
+    this.view.prompt = loaded.source.kind === 'provider' ? (loaded.source.prompt ?? null) : null;
+    // The worker decides the budgets (within its operator's maximums); histories from before it did have none.
+    this.view.budgets = loaded.budgets ?? effectiveBudgets(loaded.fixture.budgets, input.budgets);
+    if (loaded.capped?.length) this.trace.add('budgets_capped', { capped: loaded.capped });
+    this.state.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
+    this.state.ref = {
+      run_id: this.view.run_id,
+      fixture: loaded.fixture,
+      fixture_dir: loaded.fixture_dir,
+      backend: input.backend,
+      ...(child ? { hidden_acceptance: false } : {}),
+      ...(loaded.repository ? { repository: loaded.repository.ref } : {}),
+      ...(loaded.instructions ? { instructions: loaded.instructions } : {}),
+      ...(loaded.image !== undefined ? { image: loaded.image } : {}),
+    };
+    wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
+    this.setStatus('running');
+  }
+
   /** The next segment of a run that continued as new: the state it carried, the same workspace. */
   async resume(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
-    this.pinTo(this.s.host_queue);
-    const pending = this.s.pending_write;
-    this.s.pending_write = null;
+    this.pinTo(this.state.host_queue);
+    const pending = this.state.pending_write;
+    this.state.pending_write = null;
     this.setStatus(this.view.status);
     const stop = await this.withDeadline(async () => {
       if (pending) this.observe(await this.approveAndWrite(pending));
-      return (await this.runReply(this.s.reply_rest)) ?? this.loop();
+      return (await this.runReply(this.state.reply_rest)) ?? this.loop();
     });
     return this.finish(stop);
   }
@@ -423,23 +417,14 @@ class AgentRun {
     });
     if (!r.ok) return new RunStop('failed', r.reason, r.detail);
     // Every later test and acceptance process runs in the setup image, which is probed like any image.
-    this.s.ref = { ...this.ref, image: r.image_id };
+    this.state.ref = { ...this.ref, image: r.image_id };
     const evidence = await this.act.checkIsolation.executeWithOptions(
       { startToCloseTimeout: '3 minutes', summary: 'probe the setup image' },
       [r.image_id],
     );
     this.view.isolation = evidence;
     this.trace.add('isolation_checked', { phase: 'after_setup', ...evidence });
-    if (!evidence.verified) {
-      const failed = Object.entries(evidence.checks)
-        .filter(([, c]) => !c.ok)
-        .map(([name, c]) => `${name} (${c.detail.slice(0, 200)})`);
-      return new RunStop(
-        'failed',
-        'isolation_unverified',
-        `after setup: ${evidence.reason_detail ?? `probe checks failed: ${failed.join('; ')}`}`,
-      );
-    }
+    if (!evidence.verified) return new RunStop('failed', 'isolation_unverified', `after setup: ${isolationRefusal(evidence)}`);
     return null;
   }
 
@@ -459,8 +444,8 @@ class AgentRun {
       this.view.counters.turns++;
       const decisions = await this.decide(true);
       // An interrupt stops the turn it arrived in: a tool call it proposed is not executed.
-      this.s.turn_interrupted = this.s.interrupted;
-      this.s.interrupted = null;
+      this.state.turn_interrupted = this.state.interrupted;
+      this.state.interrupted = null;
       const stop = await this.runReply(decisions);
       if (stop !== null) return stop;
     }
@@ -471,22 +456,22 @@ class AgentRun {
    * continue-as-new during a write's approval carries the reply's remaining calls along.
    */
   private async runReply(decisions: DecisionView[]): Promise<RunStop | null> {
-    this.s.reply_rest = [...decisions];
-    for (let decision = this.s.reply_rest.shift(); decision !== undefined; decision = this.s.reply_rest.shift()) {
+    this.state.reply_rest = [...decisions];
+    for (let decision = this.state.reply_rest.shift(); decision !== undefined; decision = this.state.reply_rest.shift()) {
       switch (decision.kind) {
         case 'plan':
           this.noteEmpty(decision.text);
-          this.s.plan = decision.text;
+          this.state.plan = decision.text;
           this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
-          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           break;
         case 'tool':
-          this.observe(await this.toolCall(decision, this.s.turn_interrupted));
+          this.observe(await this.toolCall(decision, this.state.turn_interrupted));
           this.countFormatError(decision);
           break;
         case 'final':
           this.noteEmpty(decision.text);
-          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           return this.verify(decision.text);
       }
     }
@@ -504,17 +489,17 @@ class AgentRun {
    */
   private noteRepeat(call: CallView): void {
     if (call.identity === undefined) return;
-    this.s.recent_calls ??= [];
-    if (this.s.recent_calls.includes(call.identity)) this.view.counters.repeated_calls = (this.view.counters.repeated_calls ?? 0) + 1;
-    else if (this.s.recent_calls.length < MAX_RECENT_CALLS) this.s.recent_calls.push(call.identity);
+    this.state.recent_calls ??= [];
+    if (this.state.recent_calls.includes(call.identity)) this.view.counters.repeated_calls = (this.view.counters.repeated_calls ?? 0) + 1;
+    else if (this.state.recent_calls.length < MAX_RECENT_CALLS) this.state.recent_calls.push(call.identity);
   }
 
   /** A live model that keeps sending calls that do not parse is stopped after three in a row. */
   private countFormatError(decision: Extract<DecisionView, { kind: 'tool' }>): void {
-    if (this.s.source?.kind !== 'provider') return;
+    if (this.state.source?.kind !== 'provider') return;
     const format = decision.invalid !== null && (decision.invalid.error === 'invalid_fields' || decision.invalid.error === 'unknown_tool');
-    this.s.format_errors = format ? this.s.format_errors + 1 : 0;
-    if (this.s.format_errors > MAX_FORMAT_ERRORS)
+    this.state.format_errors = format ? this.state.format_errors + 1 : 0;
+    if (this.state.format_errors > MAX_FORMAT_ERRORS)
       throw new RunStop('failed', 'model_error', `more than ${MAX_FORMAT_ERRORS} malformed calls in a row`);
   }
 
@@ -523,53 +508,11 @@ class AgentRun {
    * live model), retrying transient errors at most twice, after the delay the provider asked for.
    */
   private async decide(toolsEnabled: boolean): Promise<DecisionView[]> {
-    const source = this.s.source!;
+    const source = this.state.source!;
     const live = source.kind === 'provider';
     for (let retries = 0; ;) {
-      const messages = this.s.steering.splice(0);
-      for (const message of messages) this.s.transcript.append.push({ message });
-      // Messages about tasks are pinned: compaction never drops them.
-      const notes = this.s.task_messages.splice(0);
-      for (const message of notes) this.s.transcript.append.push({ message, pinned: true });
-      // A live request names the prompt version it is built with (absent in runs that started before prompts were versioned).
-      const prompt = live && this.view.prompt ? { prompt_version: this.view.prompt.version, prompt_digest: this.view.prompt.digest } : {};
-      this.trace.add('model_requested', {
-        turn: this.view.counters.turns,
-        tools_enabled: toolsEnabled,
-        messages: [...messages, ...notes],
-        ...prompt,
-        ...(retries > 0 ? { retry: retries } : {}),
-      });
-      const input = {
-        run_id: this.ref.run_id,
-        source,
-        cursor: this.s.cursor,
-        turn: this.view.counters.turns,
-        retry: retries,
-        tools_enabled: toolsEnabled,
-        orchestrating: this.s.subruns !== null,
-        tasks: this.s.subruns !== null ? Object.fromEntries((this.view.subruns?.tasks ?? []).map((t) => [t.title, t.task_id])) : undefined,
-        transcript: this.s.transcript,
-        facts: live ? this.facts(toolsEnabled) : null,
-        ...(live && this.budgets.max_cost_usd !== undefined
-          ? { cost_room_usd: this.budgets.max_cost_usd - (this.used().cost_usd ?? 0) }
-          : {}),
-      };
-      const options = {
-        startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()),
-        summary: `decide turn ${this.view.counters.turns}`,
-      };
-      const result: DecideResult = live
-        ? // A live request heartbeats, so a cancelled run aborts it.
-          await this.act.decide.executeWithOptions(
-            { ...options, heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED },
-            [input],
-          )
-        : await this.readOnly(
-            () => local.localDecide.executeWithOptions(options, [this.s.host_queue, input]),
-            () => this.act.decide.executeWithOptions(options, [input]),
-          );
-      this.s.transcript = { head: result.head, append: [] };
+      const result = await this.requestDecision(toolsEnabled, retries);
+      this.state.transcript = { head: result.head, append: [] };
       this.noteBuild(result.build);
       if (result.usage) {
         this.addUsage(result, retries);
@@ -580,31 +523,16 @@ class AgentRun {
           throw new RunStop('failed', 'replay_exhausted', 'the replay has no decision left');
         case 'refused':
           throw new RunStop('failed', 'model_refused', result.detail);
-        case 'over_budget': {
-          // Tasks hold part of the budget: once one gives back what it did not use, ask again.
-          if (this.s.tree_budgets && this.tasks.active() && result.estimate_usd <= result.room_usd + this.tasks.held().cost_usd) {
-            this.trace.add('budget_wait', { budget: 'max_cost_usd', next_call_usd: result.estimate_usd, room_usd: result.room_usd });
-            await this.tasks.nextEnd();
-            continue;
-          }
-          this.view.cost_limit = {
-            max_cost_usd: this.budgets.max_cost_usd!,
-            spent_usd: this.budgets.max_cost_usd! - result.room_usd,
-            next_call_usd: result.estimate_usd,
-          };
-          throw new RunStop(
-            'budget_exhausted',
-            'max_cost_usd',
-            `the next call could cost up to $${result.estimate_usd.toFixed(6)}, and $${result.room_usd.toFixed(6)} of max_cost_usd is left`,
-          );
-        }
+        case 'over_budget':
+          await this.overBudget(result);
+          continue;
         case 'decisions':
-          this.s.cursor = result.cursor;
-          this.s.notice = null;
+          this.state.cursor = result.cursor;
+          this.state.notice = null;
           return result.decisions;
         case 'model_error': {
-          this.s.cursor = result.cursor;
-          if (result.ref !== null) this.s.transcript.append.push({ decision: result.ref });
+          this.state.cursor = result.cursor;
+          if (result.ref !== null) this.state.transcript.append.push({ decision: result.ref });
           if (!result.transient) throw new RunStop('failed', 'model_error', result.detail);
           if (retries >= MAX_MODEL_RETRIES)
             throw new RunStop('failed', 'model_error', `transient errors persisted after ${MAX_MODEL_RETRIES} retries: ${result.detail}`);
@@ -612,7 +540,7 @@ class AgentRun {
           const delay = result.retry_after_ms ?? (live ? 500 * 2 ** retries : 0);
           this.metrics.modelRetry(delay);
           this.trace.add('model_retry', { attempt: retries + 1, detail: result.detail, delay_ms: delay });
-          this.s.notice = result.cut_off
+          this.state.notice = result.cut_off
             ? 'your previous reply was cut off by the output limit and none of its calls ran; keep each reply and each call shorter'
             : null;
           if (delay > 0) await wf.sleep(delay);
@@ -620,6 +548,75 @@ class AgentRun {
         }
       }
     }
+  }
+
+  /** One request to the decision source: the messages that arrived, traced, then the activity (a local one for a replay). */
+  private async requestDecision(toolsEnabled: boolean, retries: number): Promise<DecideResult> {
+    const source = this.state.source!;
+    const live = source.kind === 'provider';
+    const messages = this.state.steering.splice(0);
+    for (const message of messages) this.state.transcript.append.push({ message });
+    // Messages about tasks are pinned: compaction never drops them.
+    const notes = this.state.task_messages.splice(0);
+    for (const message of notes) this.state.transcript.append.push({ message, pinned: true });
+    // A live request names the prompt version it is built with (absent in runs that started before prompts were versioned).
+    const prompt = live && this.view.prompt ? { prompt_version: this.view.prompt.version, prompt_digest: this.view.prompt.digest } : {};
+    this.trace.add('model_requested', {
+      turn: this.view.counters.turns,
+      tools_enabled: toolsEnabled,
+      messages: [...messages, ...notes],
+      ...prompt,
+      ...(retries > 0 ? { retry: retries } : {}),
+    });
+    const input = {
+      run_id: this.ref.run_id,
+      source,
+      cursor: this.state.cursor,
+      turn: this.view.counters.turns,
+      retry: retries,
+      tools_enabled: toolsEnabled,
+      orchestrating: this.state.subruns !== null,
+      tasks:
+        this.state.subruns !== null ? Object.fromEntries((this.view.subruns?.tasks ?? []).map((t) => [t.title, t.task_id])) : undefined,
+      transcript: this.state.transcript,
+      facts: live ? this.facts(toolsEnabled) : null,
+      ...(live && this.budgets.max_cost_usd !== undefined
+        ? { cost_room_usd: this.budgets.max_cost_usd - (this.used().cost_usd ?? 0) }
+        : {}),
+    };
+    const options = { startToCloseTimeout: callTimeoutMs(this.budgets, this.msLeft()), summary: `decide turn ${this.view.counters.turns}` };
+    return live
+      ? // A live request heartbeats, so a cancelled run aborts it.
+        await this.act.decide.executeWithOptions(
+          { ...options, heartbeatTimeout: '10 seconds', cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED },
+          [input],
+        )
+      : await this.readOnly(
+          () => local.localDecide.executeWithOptions(options, [this.state.host_queue, input]),
+          () => this.act.decide.executeWithOptions(options, [input]),
+        );
+  }
+
+  /**
+   * The next call could cost more than the budget has left. Tasks hold part of it: once one gives
+   * back what it did not use, the caller asks again; otherwise the run ends at its budget.
+   */
+  private async overBudget(result: Extract<DecideResult, { kind: 'over_budget' }>): Promise<void> {
+    if (this.state.tree_budgets && this.tasks.active() && result.estimate_usd <= result.room_usd + this.tasks.held().cost_usd) {
+      this.trace.add('budget_wait', { budget: 'max_cost_usd', next_call_usd: result.estimate_usd, room_usd: result.room_usd });
+      await this.tasks.nextEnd();
+      return;
+    }
+    this.view.cost_limit = {
+      max_cost_usd: this.budgets.max_cost_usd!,
+      spent_usd: this.budgets.max_cost_usd! - result.room_usd,
+      next_call_usd: result.estimate_usd,
+    };
+    throw new RunStop(
+      'budget_exhausted',
+      'max_cost_usd',
+      `the next call could cost up to $${result.estimate_usd.toFixed(6)}, and $${result.room_usd.toFixed(6)} of max_cost_usd is left`,
+    );
   }
 
   /** The authoritative facts a live model's context is rebuilt from. */
@@ -632,16 +629,16 @@ class AgentRun {
       turn: this.view.counters.turns,
       counters: { turns: this.view.counters.turns, tool_calls: this.view.counters.tool_calls, writes: this.view.counters.writes },
       budgets: this.budgets,
-      plan: this.s.plan,
+      plan: this.state.plan,
       pending_action: pending ? { action_id: pending.action_id, path: pending.path, before: pending.before, after: pending.after } : null,
       verification: v
         ? { passed: v.passed, protected_changed: v.protected_changed, candidate_tests: v.candidate_tests, acceptance: v.acceptance }
         : null,
       notice: toolsEnabled
-        ? this.s.notice
+        ? this.state.notice
         : 'the turn limit is reached and tools are disabled: reply without tool calls, with a summary of what was done and what is left',
       tasks: this.view.subruns?.tasks ?? null,
-      orchestrating: this.s.subruns !== null,
+      orchestrating: this.state.subruns !== null,
     });
   }
 
@@ -682,17 +679,17 @@ class AgentRun {
       for (const decision of await this.decide(false)) {
         if (decision.kind === 'final') this.view.wrap_up = decision.text;
         if (decision.kind !== 'tool') {
-          this.s.transcript.append.push({ decision: decision.ref, reply: decision.reply });
+          this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           continue;
         }
         // Tools are disabled: a call still gets its one result, and does not run.
-        this.s.in_flight = {
+        this.state.in_flight = {
           call_id: decision.call?.call_id ?? decision.invalid!.call_id,
           decision_ref: decision.ref,
           reply: decision.reply,
         };
         this.observe(
-          errorResult(this.s.in_flight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }),
+          errorResult(this.state.in_flight.call_id, 'interrupted', { reason: 'not executed: tools are disabled after the turn limit' }),
           false,
         );
       }
@@ -708,7 +705,7 @@ class AgentRun {
   private async toolCall(decision: Extract<DecisionView, { kind: 'tool' }>, interrupted: string | null): Promise<ToolResult> {
     const callId = decision.call?.call_id ?? decision.invalid!.call_id;
     this.trace.add('tool_proposed', { call: decision.raw, ref: decision.ref }, { call_id: callId });
-    this.s.in_flight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
+    this.state.in_flight = { call_id: callId, decision_ref: decision.ref, reply: decision.reply };
     // A reply with more calls than the budget has left: the rest get a result and do not run.
     if (this.used().tool_calls >= this.budgets.max_tool_calls)
       return errorResult(callId, 'interrupted', { reason: 'not executed: max_tool_calls reached' });
@@ -731,9 +728,9 @@ class AgentRun {
     };
     const remote = () => this.act.executeTool.executeWithOptions({ ...options, heartbeatTimeout: '10 seconds' }, [this.ref, call, timeout]);
     const result = READ_ONLY_TOOLS.has(call.name)
-      ? await this.readOnly(() => local.localTool.executeWithOptions(options, [this.s.host_queue, this.ref, call, timeout]), remote)
+      ? await this.readOnly(() => local.localTool.executeWithOptions(options, [this.state.host_queue, this.ref, call, timeout]), remote)
       : await remote();
-    if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.s.wrote_writable) this.view.red_observed = true;
+    if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.state.wrote_writable) this.view.red_observed = true;
     if (result.unreceipted) this.unreceipted(result.unreceipted, callId);
     return result;
   }
@@ -757,10 +754,10 @@ class AgentRun {
     if (counted) this.metrics.toolResult(result);
     const view = resultView(result, result.ref ?? null);
     this.trace.add('tool_observed', view, { call_id: result.call_id });
-    const inFlight = this.s.in_flight;
-    this.s.in_flight = null;
+    const inFlight = this.state.in_flight;
+    this.state.in_flight = null;
     if (inFlight !== null) {
-      this.s.transcript.append.push({
+      this.state.transcript.append.push({
         decision: inFlight.decision_ref,
         reply: inFlight.reply,
         result: view.ref !== null ? { ref: view.ref } : { inline: result },
@@ -795,8 +792,8 @@ class AgentRun {
     const { call, action } = pending;
     const decision = await this.awaitApproval(pending);
     if (decision === 'interrupted') {
-      const reason = this.s.interrupted ?? 'interrupted';
-      this.s.interrupted = null;
+      const reason = this.state.interrupted ?? 'interrupted';
+      this.state.interrupted = null;
       return this.interruptedResult(call.call_id, reason);
     }
     if (decision.decision === 'reject') {
@@ -830,7 +827,7 @@ class AgentRun {
         );
       default:
         this.view.counters.writes++;
-        this.s.recent_calls = [];
+        this.state.recent_calls = [];
         this.trace.add(
           'action_written',
           {
@@ -846,7 +843,8 @@ class AgentRun {
           this.view.counters.receipts++;
           this.trace.add('action_receipt', { path: action.path }, ids);
         }
-        if (paths.some((p) => endsRedWindow(this.ref.fixture, p, action.paths ? 'merged' : action.before))) this.s.wrote_writable = true;
+        if (paths.some((p) => endsRedWindow(this.ref.fixture, p, action.paths ? 'merged' : action.before)))
+          this.state.wrote_writable = true;
         return okResult(call.call_id, {
           action_id: action.action_id,
           path: action.path,
@@ -862,8 +860,9 @@ class AgentRun {
     const { call, action, policy } = pending;
     const { action_id, args_digest, workspace_digest } = action;
     const approver = this.input.approver;
-    if (approver.startsWith('policy:')) {
-      const decision = APPROVAL_POLICIES[approver.slice('policy:'.length)](policy);
+    const parsed = parseApprover(approver);
+    if (parsed.kind === 'policy') {
+      const decision = APPROVAL_POLICIES[parsed.name](policy);
       const signal: ApprovalSignal = { action_id, decision, args_digest, workspace_digest, principal: approver };
       this.trace.add(
         'approval_recorded',
@@ -878,27 +877,27 @@ class AgentRun {
     // No worker resources are held while waiting: this is a durable condition on workflow state.
     // A wait can be long and signals (ignored approvals, steering) grow its history: when Temporal
     // suggests continue-as-new, the next segment waits instead, with the pending action carried.
-    const answered = () => this.s.approval !== null || this.s.interrupted !== null;
-    this.s.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
-    this.s.waiting_since = workflowTime();
+    const answered = () => this.state.approval !== null || this.state.interrupted !== null;
+    this.state.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
+    this.state.waiting_since = workflowTime();
     const inTime = await wf.condition(
       () => answered() || this.mayContinueAsNew(),
-      Math.max(1, this.s.approval_deadline_at - workflowTime()),
+      Math.max(1, this.state.approval_deadline_at - workflowTime()),
     );
     // Since the write was first asked for, across continue-as-new (the timeout runs from then too).
     const timeoutS = this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S;
-    const waitedS = () => (workflowTime() - (this.s.approval_deadline_at! - timeoutS * 1000)) / 1000;
+    const waitedS = () => (workflowTime() - (this.state.approval_deadline_at! - timeoutS * 1000)) / 1000;
     this.resumeDeadline();
     if (!inTime) {
       this.metrics.approvalWait(waitedS(), 'timeout');
       throw new RunStop('budget_exhausted', 'approval_timeout', `no approval for ${action.path} within ${timeoutS} s`);
     }
     if (!answered()) await this.continueAsNew(pending);
-    this.metrics.approvalWait(waitedS(), this.s.approval?.decision ?? 'interrupted');
-    this.s.approval_deadline_at = null;
-    const decision = this.s.approval;
+    this.metrics.approvalWait(waitedS(), this.state.approval?.decision ?? 'interrupted');
+    this.state.approval_deadline_at = null;
+    const decision = this.state.approval;
     this.view.pending_approval = null;
-    this.s.approval = null;
+    this.state.approval = null;
     this.setStatus('running');
     return decision ?? 'interrupted';
   }
@@ -911,12 +910,12 @@ class AgentRun {
     if (!parsed.success) return void ignore(`invalid approval payload: ${formatIssues(parsed.error)}`);
     const signal = parsed.data;
     if (this.repeated(signal.message_id)) return;
-    if (pending === null || this.s.approval !== null) return void ignore('no approval is pending', signal.action_id);
+    if (pending === null || this.state.approval !== null) return void ignore('no approval is pending', signal.action_id);
     if (signal.action_id !== pending.action_id) return void ignore('action_id does not match the pending action', signal.action_id);
     if (signal.args_digest !== pending.args_digest || signal.workspace_digest !== pending.workspace_digest) {
       return void ignore('digests do not match the pending action', signal.action_id);
     }
-    this.s.approval = signal;
+    this.state.approval = signal;
     this.trace.add(
       'approval_recorded',
       {
@@ -976,10 +975,10 @@ class AgentRun {
     // trace events (stored again first if a burst of them made those many).
     while (this.trace.unstoredBytes() > TRACE_CARRY_BYTES) await this.storeTrace();
     this.view.segment++;
-    this.s.pending_write = pendingWrite;
-    if (pendingWrite === null) this.s.reply_rest = [];
-    this.s.trace = this.trace.carried();
-    return wf.continueAsNew<typeof agentRun>(this.input, this.s);
+    this.state.pending_write = pendingWrite;
+    if (pendingWrite === null) this.state.reply_rest = [];
+    this.state.trace = this.trace.carried();
+    return wf.continueAsNew<typeof agentRun>(this.input, this.state);
   }
 
   /** Stores the trace events held only here, and the transcript entries not stored yet. */
@@ -993,12 +992,12 @@ class AgentRun {
         {
           run_id: this.view.run_id,
           trace: events,
-          transcript: last ? this.s.transcript : { head: this.s.transcript.head, append: [] },
+          transcript: last ? this.state.transcript : { head: this.state.transcript.head, append: [] },
           ...(finishing && last && this.view.parent ? { task_finishing: true } : {}),
         },
       ]);
       this.trace.markStored(events.length);
-      if (last) this.s.transcript = { head, append: [] };
+      if (last) this.state.transcript = { head, append: [] };
     }
   }
 
@@ -1015,7 +1014,7 @@ class AgentRun {
         // The deadline bounds the agent's working time: it does not run while a person decides.
         for (;;) {
           await wf.sleep(Math.max(1, this.msLeft()));
-          if (this.s.waiting_since !== null) await wf.condition(() => this.s.waiting_since === null);
+          if (this.state.waiting_since !== null) await wf.condition(() => this.state.waiting_since === null);
           else if (this.msLeft() <= 0) return;
         }
       })
@@ -1029,7 +1028,7 @@ class AgentRun {
     } catch (err) {
       if (err instanceof RunStop) return err;
       // A parent stopped this task's run: its cut-off call gets its result in finish().
-      if (isCancellation(err) && this.s.stop !== null) return new RunStop('cancelled', 'interrupted', this.s.stop);
+      if (isCancellation(err) && this.state.stop !== null) return new RunStop('cancelled', 'interrupted', this.state.stop);
       if (isCancellation(err)) {
         if (wf.CancellationScope.current().consideredCancelled)
           return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
@@ -1055,9 +1054,9 @@ class AgentRun {
    */
   async finish(stop: RunStop): Promise<RunOutcome> {
     await this.endTasks(stop.reason);
-    if (this.s.in_flight !== null) {
+    if (this.state.in_flight !== null) {
       this.observe(
-        errorResult(this.s.in_flight.call_id, 'interrupted', {
+        errorResult(this.state.in_flight.call_id, 'interrupted', {
           reason: `not completed: the run ended (${stop.reason})`,
           run_end: stop.reason,
         }),
@@ -1078,7 +1077,8 @@ class AgentRun {
     if (!this.hostLost) {
       const stored = await this.onHost(() =>
         wf.CancellationScope.nonCancellable(async () => {
-          if (this.view.verification === null && this.s.ref) this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
+          if (this.view.verification === null && this.state.ref)
+            this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
           await this.storeTrace(true);
           return true;
         }),
@@ -1100,8 +1100,8 @@ class AgentRun {
       record,
       state: this.view,
       trace: { run_id: this.view.run_id, events: this.trace.next - 1 },
-      transcript: this.s.transcript.head,
-      cursor: this.s.cursor,
+      transcript: this.state.transcript.head,
+      cursor: this.state.cursor,
     };
   }
 
@@ -1119,7 +1119,7 @@ class AgentRun {
       tokens: this.view.usage,
       cost_usd: this.view.usage?.cost_usd ?? null,
     };
-    if (!this.s.tree_budgets) return own;
+    if (!this.state.tree_budgets) return own;
     const spent = this.view.tasks_spent!;
     const holding = held ? this.tasks.held() : { turns: 0, tool_calls: 0, cost_usd: 0 };
     return {
@@ -1137,7 +1137,7 @@ class AgentRun {
   private async limit(): Promise<BudgetStop | null> {
     for (;;) {
       const limit = budgetStop(this.budgets, this.used(), this.msLeft());
-      if (limit === null || !this.s.tree_budgets || !this.tasks.active()) return limit;
+      if (limit === null || !this.state.tree_budgets || !this.tasks.active()) return limit;
       if (budgetStop(this.budgets, this.used(false), this.msLeft()) !== null) return limit;
       this.trace.add('budget_wait', { budget: limit, held: this.tasks.held() });
       await this.tasks.nextEnd();
@@ -1149,7 +1149,7 @@ class AgentRun {
    * outcomes, so what they spent joins its tree (its close policy would cancel them unseen).
    */
   private async endTasks(reason: string): Promise<void> {
-    if (!this.s.tree_budgets || this.hostLost || !this.tasks.active()) return;
+    if (!this.state.tree_budgets || this.hostLost || !this.tasks.active()) return;
     await wf.CancellationScope.nonCancellable(() =>
       this.tasks.stopAll(`the orchestrating run ended (${reason || 'completed'})`, TASKS_END_WAIT_MS),
     );
@@ -1158,7 +1158,7 @@ class AgentRun {
   // ---- small helpers ----
 
   private pinTo(queue: string | null): void {
-    this.s.host_queue = queue;
+    this.state.host_queue = queue;
     this.act = hostActivities(queue, this.input.host_lost_s);
   }
 
@@ -1190,7 +1190,7 @@ class AgentRun {
   }
 
   private hostLostDetail(): string {
-    return `no worker of ${this.s.host_queue ?? 'the shared queue'} took the run's next task within ${this.input.host_lost_s ?? DEFAULT_HOST_LOST_S} s: the host that holds the workspace is gone`;
+    return `no worker of ${this.state.host_queue ?? 'the shared queue'} took the run's next task within ${this.input.host_lost_s ?? DEFAULT_HOST_LOST_S} s: the host that holds the workspace is gone`;
   }
 
   private setStatus(status: RunStatus): void {
@@ -1213,9 +1213,9 @@ class AgentRun {
 
   /** Ends a wait for a person: the time it took is added to the deadline. */
   private resumeDeadline(): void {
-    if (this.s.waiting_since === null) return;
-    this.s.deadline_at += workflowTime() - this.s.waiting_since;
-    this.s.waiting_since = null;
+    if (this.state.waiting_since === null) return;
+    this.state.deadline_at += workflowTime() - this.state.waiting_since;
+    this.state.waiting_since = null;
   }
 
   /** Temporal suggests a new segment, and no task runs (its outcome would be lost with this segment). */
@@ -1224,7 +1224,7 @@ class AgentRun {
   }
 
   private msLeft(): number {
-    return this.s.deadline_at - workflowTime();
+    return this.state.deadline_at - workflowTime();
   }
 }
 

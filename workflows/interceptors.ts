@@ -34,6 +34,7 @@ import type {
 } from '@temporalio/workflow';
 import type { RunRecord } from '../core/contracts';
 import { activityArgsAttributes, ATTR, runAttributes } from '../core/span-attributes';
+import { AGENT_EVAL, AGENT_RUN } from './messages';
 
 /** OpenTelemetry's, less the span of each Query: runs are queried every second by whoever follows them. */
 class Inbound extends OpenTelemetryInboundInterceptor {
@@ -52,7 +53,7 @@ class RunSpans implements WorkflowInboundCallsInterceptor, WorkflowOutboundCalls
     span?.setAttribute(ATTR.workflowId, wf.workflowInfo().workflowId);
     const result = await next(input);
     const record = (result as { record?: RunRecord } | undefined)?.record;
-    if (wf.workflowInfo().workflowType === 'agentRun' && record !== undefined) span?.setAttributes(runAttributes(record));
+    if (wf.workflowInfo().workflowType === AGENT_RUN && record !== undefined) span?.setAttributes(runAttributes(record));
     return result;
   }
 
@@ -73,7 +74,7 @@ class RunSpans implements WorkflowInboundCallsInterceptor, WorkflowOutboundCalls
     input: StartChildWorkflowExecutionInput,
     next: Next<WorkflowOutboundCallsInterceptor, 'startChildWorkflowExecution'>,
   ): Promise<[Promise<string>, Promise<unknown>]> {
-    if (wf.workflowInfo().workflowType !== 'agentEval') return next(input);
+    if (wf.workflowInfo().workflowType !== AGENT_EVAL) return next(input);
     const { [TRACE_HEADER]: _parent, ...headers } = input.headers;
     return next({ ...input, headers });
   }

@@ -6,7 +6,7 @@
 import * as wf from '@temporalio/workflow';
 import type { RunView } from '../core/run-view';
 import type { TracePage, TraceRequest } from '../core/trace';
-import type { EvalProgress } from './agentEval';
+import type { EvalProgress } from '../core/batch-plan';
 
 /** Workflow types. */
 export const AGENT_RUN = 'agentRun';

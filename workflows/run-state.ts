@@ -2,14 +2,13 @@
  * The state of one run, as one value: the workflow reads and updates it, continue-as-new carries
  * it whole to the next segment. Pure types and the initial value; workflow-safe.
  */
-import type { RunRef } from '../activities';
-import type { SourceRef } from '../activities/decisions';
 import type { ApprovalSignal, PreparedAction, Subruns } from '../core/contracts';
 import type { Allotment } from '../core/budgets';
 import type { PolicyEvaluation } from '../core/policy';
 import type { RunView } from '../core/run-view';
 import type { CarriedTrace } from '../core/trace';
 import type { CallView, DecisionView, PendingEntry } from '../core/transcript';
+import type { RunRef, SourceRef } from '../core/activities';
 
 /** A write waiting for its approval when the run continued as new. */
 export interface PendingWrite {

@@ -17,7 +17,6 @@
  *   unknown, and the tree must not spend more than its budgets.
  */
 import * as wf from '@temporalio/workflow';
-import type { Activities, RunRef } from '../activities';
 import { taskAllotment, type Allotment, type BudgetUse } from '../core/budgets';
 import {
   errorResult,
@@ -31,17 +30,18 @@ import {
   type TreeSpend,
 } from '../core/contracts';
 import { evaluatePolicy, type PolicyDecision, type PolicyEvaluation } from '../core/policy';
-import type { TaskView } from '../core/run-view';
+import type { RunOutcome, TaskView } from '../core/run-view';
 import { taskEnded, taskEndedMessage, taskId } from '../core/tasks';
 import type { Trace } from '../core/trace';
 import type { CallView } from '../core/transcript';
-import type { RunOutcome } from './agentRun';
 import { AGENT_RUN, steerSignal, stopSignal, taskUpdateSignal } from './messages';
 import type { PendingWrite, RunState } from './run-state';
+import type { Activities, RunRef } from '../core/activities';
+import type { RunReason } from '../core/reasons';
 
 /** What the orchestration needs of the run that owns it. */
 export interface TaskHost {
-  readonly s: RunState;
+  readonly state: RunState;
   readonly trace: Trace;
   readonly input: ParsedRunInput;
   readonly ref: RunRef;
@@ -59,19 +59,19 @@ export class Orchestration {
       const task = this.find(u?.task_id);
       // The outcome is the child's result: an update never overrides an end.
       if (task === null || taskEnded(task)) return;
-      if (u.status === 'awaiting_approval' && task.status !== 'awaiting_approval') this.s.task_refs[task.task_id].news++;
+      if (u.status === 'awaiting_approval' && task.status !== 'awaiting_approval') this.state.task_refs[task.task_id].news++;
       task.status = u.status as TaskView['status'];
       task.pending_path = u.pending_path ?? null;
       task.run_id ??= u.run_id;
     });
   }
 
-  private get s(): RunState {
-    return this.host.s;
+  private get state(): RunState {
+    return this.host.state;
   }
 
   private get tasks(): TaskView[] {
-    return this.s.view.subruns?.tasks ?? [];
+    return this.state.view.subruns?.tasks ?? [];
   }
 
   /** True while a task of this run has not ended. */
@@ -82,7 +82,7 @@ export class Orchestration {
   /** What the running tasks hold of this run's budgets. */
   held(): { turns: number; tool_calls: number; cost_usd: number } {
     const held = { turns: 0, tool_calls: 0, cost_usd: 0 };
-    for (const ref of Object.values(this.s.task_refs)) {
+    for (const ref of Object.values(this.state.task_refs)) {
       if (!ref.allotment) continue;
       held.turns += ref.allotment.max_turns;
       held.tool_calls += ref.allotment.max_tool_calls;
@@ -96,14 +96,14 @@ export class Orchestration {
     for (const task of this.tasks.filter((t) => !taskEnded(t)))
       await wf
         .getExternalWorkflowHandle(task.task_id)
-        .signal(stopSignal, { reason, message_id: `${this.s.view.run_id}:end:${task.executions}` })
+        .signal(stopSignal, { reason, message_id: `${this.state.view.run_id}:end:${task.executions}` })
         .catch(() => undefined); // it ended meanwhile
     await wf.condition(() => !this.active(), timeoutMs);
   }
 
   /** Until a running task has ended and given back what it held. */
   async nextEnd(): Promise<void> {
-    const holding = () => Object.values(this.s.task_refs).filter((r) => r.allotment).length;
+    const holding = () => Object.values(this.state.task_refs).filter((r) => r.allotment).length;
     const before = holding();
     if (before > 0) await wf.condition(() => holding() < before);
   }
@@ -113,11 +113,11 @@ export class Orchestration {
    * budgets cannot fund one.
    */
   private allot(): { ok: true; allotment: Allotment | null } | { ok: false; detail: string } {
-    if (!this.s.tree_budgets) return { ok: true, allotment: null };
+    if (!this.state.tree_budgets) return { ok: true, allotment: null };
     const used = this.host.used();
-    const free = this.s.subruns!.max_active - this.tasks.filter((t) => !taskEnded(t)).length;
+    const free = this.state.subruns!.max_active - this.tasks.filter((t) => !taskEnded(t)).length;
     return taskAllotment(
-      this.s.view.budgets as Budgets,
+      this.state.view.budgets as Budgets,
       { turns: used.turns, tool_calls: used.tool_calls, cost_usd: used.cost_usd ?? 0 },
       free,
     );
@@ -139,9 +139,9 @@ export class Orchestration {
         // With wait: until one of the tasks asked about has news this run has not seen in an
         // answer yet (it ended, or started to wait for a person); at once when there is some.
         const asked = one ? [one] : this.tasks;
-        const unseen = () => asked.some((t) => this.s.task_refs[t.task_id].news > this.s.task_refs[t.task_id].seen);
+        const unseen = () => asked.some((t) => this.state.task_refs[t.task_id].news > this.state.task_refs[t.task_id].seen);
         if (args.wait && asked.some((t) => !taskEnded(t) || unseen())) await wf.condition(unseen);
-        for (const t of asked) this.s.task_refs[t.task_id].seen = this.s.task_refs[t.task_id].news;
+        for (const t of asked) this.state.task_refs[t.task_id].seen = this.state.task_refs[t.task_id].news;
         return okResult(call.call_id, { tasks: asked });
       }
       case 'message_task':
@@ -156,7 +156,7 @@ export class Orchestration {
   }
 
   private unknown(callId: string, given: unknown): ToolResult {
-    this.s.view.subruns!.counts.unknown_task++;
+    this.state.view.subruns!.counts.unknown_task++;
     return errorResult(callId, 'unknown_task', {
       task_id: typeof given === 'string' ? given.slice(0, 200) : null,
       known: this.tasks.map((t) => t.task_id),
@@ -168,7 +168,7 @@ export class Orchestration {
   }
 
   private async dispatch(call: CallView): Promise<ToolResult> {
-    const limits = this.s.subruns!;
+    const limits = this.state.subruns!;
     const { action_id, args } = call.task!;
     const id = taskId(wf.workflowInfo().workflowId, action_id);
     const existing = this.find(id);
@@ -188,10 +188,10 @@ export class Orchestration {
     const allotted = this.allot();
     if (!allotted.ok) return errorResult(call.call_id, 'task_not_accepting', { reason: allotted.detail, known });
     const title = args.title!;
-    this.s.task_refs[id] = {
+    this.state.task_refs[id] = {
       dispatch_ref: call.ref,
       paths: args.paths ?? null,
-      replay_digest: this.s.source?.kind === 'replay' ? (this.s.child_replays[title] ?? null) : null,
+      replay_digest: this.state.source?.kind === 'replay' ? (this.state.child_replays[title] ?? null) : null,
       transcript_head: null,
       cursor: 0,
       next_seq: 1,
@@ -212,8 +212,8 @@ export class Orchestration {
       merged: false,
       executions: 1,
     };
-    this.s.view.subruns!.tasks.push(task);
-    this.s.view.subruns!.counts.dispatched++;
+    this.state.view.subruns!.tasks.push(task);
+    this.state.view.subruns!.counts.dispatched++;
     await this.start(task, null);
     return okResult(call.call_id, { task_id: id, title, status: task.status });
   }
@@ -221,7 +221,7 @@ export class Orchestration {
   /** Starts (or reopens) the child run of a task, and watches for its outcome. */
   private async start(task: TaskView, reopen: ChildInput['reopen']): Promise<void> {
     const input = this.host.input;
-    const ref = this.s.task_refs[task.task_id];
+    const ref = this.state.task_refs[task.task_id];
     const depth = (input.child?.depth ?? 0) + 1;
     // The task's share of the tree (tree budgets), over what its run would otherwise take alone.
     const budgets = ref.allotment ? { ...input.budgets, ...ref.allotment } : input.budgets;
@@ -229,24 +229,24 @@ export class Orchestration {
       ...(input.fixture !== undefined ? { fixture: input.fixture } : {}),
       ...(input.repo !== undefined ? { repo: input.repo } : {}),
       // After a setup, the task runs in the run's setup image (its workspace already holds the products).
-      ...((this.s.view.setup?.image_id ?? input.image) !== undefined ? { image: this.s.view.setup?.image_id ?? input.image } : {}),
+      ...((this.state.view.setup?.image_id ?? input.image) !== undefined ? { image: this.state.view.setup?.image_id ?? input.image } : {}),
       source: input.source,
       backend: input.backend,
       approver: input.approver,
       ...(budgets ? { budgets } : {}),
       ...(input.host_lost_s ? { host_lost_s: input.host_lost_s } : {}),
       // A task may dispatch tasks of its own only while max_depth allows.
-      ...(this.s.subruns && depth < this.s.subruns.max_depth ? { subruns: this.s.subruns } : {}),
+      ...(this.state.subruns && depth < this.state.subruns.max_depth ? { subruns: this.state.subruns } : {}),
       // A live task uses its parent's prompt version, whatever version is newest when it starts.
-      ...(this.s.view.prompt ? { prompt: this.s.view.prompt.version } : {}),
+      ...(this.state.view.prompt ? { prompt: this.state.view.prompt.version } : {}),
       child: {
         parent_workflow_id: wf.workflowInfo().workflowId,
         task_id: task.task_id,
         title: task.title,
         dispatch_ref: ref.dispatch_ref,
         paths: ref.paths,
-        from_run: this.s.view.run_id,
-        host_queue: this.s.host_queue,
+        from_run: this.state.view.run_id,
+        host_queue: this.state.host_queue,
         replay_digest: ref.replay_digest,
         depth,
         reopen,
@@ -286,7 +286,7 @@ export class Orchestration {
   }
 
   private finished(id: string, outcome: RunOutcome): void {
-    const ref = this.s.task_refs[id];
+    const ref = this.state.task_refs[id];
     ref.transcript_head = outcome.transcript;
     ref.cursor = outcome.cursor;
     ref.next_seq = outcome.trace.events + 1;
@@ -303,7 +303,7 @@ export class Orchestration {
 
   /** What a task that ended without an outcome is charged: its whole allotment (nothing without tree budgets). */
   private whole(id: string): TreeSpend {
-    const a = this.s.task_refs[id].allotment;
+    const a = this.state.task_refs[id].allotment;
     if (!a) return { runs: 1, turns: 0, tool_calls: 0, usage: null };
     const cost = a.max_cost_usd;
     return {
@@ -319,7 +319,7 @@ export class Orchestration {
     id: string,
     end: {
       status: TaskView['status'];
-      reason: string | null;
+      reason: RunReason | null;
       summary: string | null;
       diff_paths: string[];
       run_id?: string;
@@ -328,22 +328,22 @@ export class Orchestration {
     },
   ): void {
     const task = this.find(id)!;
-    const spent = this.s.view.tasks_spent;
+    const spent = this.state.view.tasks_spent;
     if (spent)
-      this.s.view.tasks_spent = {
+      this.state.view.tasks_spent = {
         runs: spent.runs + end.spent.runs,
         turns: spent.turns + end.spent.turns,
         tool_calls: spent.tool_calls + end.spent.tool_calls,
         usage: sumUsage(spent.usage, end.spent.usage),
       };
-    this.s.task_refs[id].allotment = null;
+    this.state.task_refs[id].allotment = null;
     task.status = end.status;
     task.reason = end.reason;
     task.summary = end.summary;
     task.diff_paths = end.diff_paths;
     task.pending_path = null;
     if (end.run_id) task.run_id = end.run_id;
-    this.s.task_refs[id].news++;
+    this.state.task_refs[id].news++;
     this.host.trace.add('task_ended', {
       task_id: id,
       title: task.title,
@@ -352,7 +352,7 @@ export class Orchestration {
       diff_paths: task.diff_paths,
       execution: task.executions,
     });
-    this.s.task_messages.push(taskEndedMessage(task));
+    this.state.task_messages.push(taskEndedMessage(task));
   }
 
   private async message(call: CallView): Promise<ToolResult> {
@@ -363,12 +363,12 @@ export class Orchestration {
     if (task.merged) return this.notAccepting(call.call_id, task, 'the task was merged; dispatch a new task for more work');
     if (task.status === 'verifying')
       return this.notAccepting(call.call_id, task, 'the task is being verified; message it when it has ended');
-    const counts = this.s.view.subruns!.counts;
+    const counts = this.state.view.subruns!.counts;
     if (!taskEnded(task)) {
       // The id makes the message count once however often the signal is delivered.
       await wf
         .getExternalWorkflowHandle(task.task_id)
-        .signal(steerSignal, { message: args.text!, message_id: `${this.s.view.run_id}:${action_id}` });
+        .signal(steerSignal, { message: args.text!, message_id: `${this.state.view.run_id}:${action_id}` });
       counts.messages++;
       return okResult(call.call_id, { task_id: task.task_id, delivered: 'to the running task, at its next step' });
     }
@@ -378,7 +378,7 @@ export class Orchestration {
     if (!allotted.ok) return this.notAccepting(call.call_id, task, allotted.detail);
     counts.messages++;
     counts.messages_to_ended++;
-    const ref = this.s.task_refs[task.task_id];
+    const ref = this.state.task_refs[task.task_id];
     ref.allotment = allotted.allotment;
     task.executions++;
     task.status = 'starting';
@@ -400,8 +400,8 @@ export class Orchestration {
     if (taskEnded(task)) return this.notAccepting(call.call_id, task, 'the task has ended already');
     await wf
       .getExternalWorkflowHandle(task.task_id)
-      .signal(stopSignal, { reason: args.reason!, message_id: `${this.s.view.run_id}:${action_id}` });
-    this.s.view.subruns!.counts.stops++;
+      .signal(stopSignal, { reason: args.reason!, message_id: `${this.state.view.run_id}:${action_id}` });
+    this.state.view.subruns!.counts.stops++;
     // The task's end (and the result of its cut-off call) reaches the next decision.
     await wf.condition(() => taskEnded(task));
     return okResult(call.call_id, { task_id: task.task_id, status: task.status, reason: task.reason });
@@ -470,7 +470,7 @@ export class Orchestration {
     });
     if (result.ok) {
       task.merged = true;
-      this.s.view.subruns!.counts.merges++;
+      this.state.view.subruns!.counts.merges++;
     }
     return result;
   }

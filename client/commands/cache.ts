@@ -18,8 +18,8 @@ export const cache = command({
   check(positionals) {
     if (positionals.length !== 1 || !['list', 'prune'].includes(positionals[0])) throw new UsageError('cache takes one of: list, prune');
   },
-  async run(_session, positionals, values) {
-    const [{ default: Dockerode }, cached] = await Promise.all([import('dockerode'), import('../../activities/setup/cache')]);
+  async runOffline(_settings, positionals, values) {
+    const [{ default: Dockerode }, cached] = await Promise.all([import('dockerode'), import('../../sandbox/setup/cache')]);
     const docker = new Dockerode();
     if (positionals[0] === 'list') {
       const images = await cached.listSetupImages(docker);

@@ -4,10 +4,11 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { comparisonHtml } from '../../core/compare-html';
 import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
+import { parseApprover } from '../../core/policy';
 import { writeFileAtomic } from '../../host/files';
-import type { EvalInput, EvalPlan } from '../../workflows/agentEval';
 import { command, RefusedInput, UsageError } from '../command';
 import { access, localEndpoint, out, webUi } from './shared';
+import type { EvalInput, EvalPlan } from '../../core/batch-plan';
 
 export const evaluate = command({
   name: 'eval',
@@ -50,6 +51,7 @@ export const evaluate = command({
     prompt: { kind: 'string', value: 'VERSION' },
   },
   offline: (positionals) => positionals[0] === 'compare',
+  runOffline: async (_settings, positionals, values) => compareCommand(positionals.slice(1), values.json, values.html),
   check(positionals, values) {
     if (positionals[0] === 'compare' && positionals.length !== 3) throw new UsageError('compare needs two report.json files');
     if (positionals[0] === 'watch' && !positionals[1]) throw new UsageError('missing BATCH-ID');
@@ -64,7 +66,7 @@ export const evaluate = command({
       throw new UsageError('--prompt goes with a live batch (--endpoint or --provider, and --model)');
     if (live && values.backend !== 'docker')
       throw new UsageError('a live batch runs on the docker backend (--backend docker): a live model runs only with verified isolation');
-    if (!values.approver.startsWith('policy:'))
+    if (parseApprover(values.approver).kind !== 'policy')
       throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
     const tasks = positionals.some((p) => p.endsWith('.jsonl'));
     if (values['trust-repository'] && (!tasks || values.backend !== 'local'))
@@ -75,7 +77,6 @@ export const evaluate = command({
       );
   },
   async run(session, positionals, values) {
-    if (positionals[0] === 'compare') return compareCommand(positionals.slice(1), values.json, values.html);
     const { batchInput, buildPlan, collectReport, followBatch, planSize, resumeAttempts, writeOutputs } = await import('../eval');
     if (positionals[0] === 'watch') {
       const end = await followBatch(session.client.workflow.getHandle(positionals[1]), process.stderr);

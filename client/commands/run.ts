@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import type { RunInput } from '../../core/contracts';
 import { PROMPT_VERSION } from '../../core/prompt';
-import { readSettings, replayTrusted } from '../../host/settings';
+import { replayTrusted, type Settings } from '../../host/settings';
 import { command, RefusedInput, UsageError, type Values } from '../command';
 import { checkRepositoryRun, localCredentialsFile, taskText, type CheckedRepositoryRun } from '../repository-run';
 import { openStore, storedTrace } from '../stored-trace';
@@ -48,7 +48,7 @@ const isFixture = (path: string) => existsSync(join(path, 'fixture.json'));
 const checked = new WeakMap<object, CheckedRepositoryRun>();
 
 /** The repository run the arguments describe, checked before anything connects (RefusedInput otherwise). */
-function repositoryRun(path: string, values: RunValues): CheckedRepositoryRun {
+function repositoryRun(path: string, values: RunValues, settings: Settings): CheckedRepositoryRun {
   let found = checked.get(values);
   if (!found)
     checked.set(
@@ -57,7 +57,7 @@ function repositoryRun(path: string, values: RunValues): CheckedRepositoryRun {
         path,
         task: taskText(values.task, values['task-file']),
         base: values.base,
-        credentialsFile: localCredentialsFile(readSettings()),
+        credentialsFile: localCredentialsFile(settings),
       })),
     );
   return found;
@@ -83,7 +83,7 @@ export const run = command({
     '--max-cost-usd stops a live run (an orchestrating one: with all its tasks) before a call that could pass that many US dollars.\n' +
     "--prompt names the prompt version a live source uses (default: the worker's newest, under AGENT_PROMPTS_DIR).",
   options,
-  check(positionals, values) {
+  check(positionals, values, settings) {
     if (!positionals[0]) throw new UsageError('missing <fixture-dir> or <repo>');
     const sources = (['replay', 'endpoint', 'provider'] as const).filter((k) => values[k] !== undefined);
     if (sources.length === 0)
@@ -118,7 +118,7 @@ export const run = command({
           '--trust-repository goes with the local backend: in the sandbox (--backend docker) a repository needs no trust',
         );
       // The repository, its ref, its task and its settings, before any connection or workflow.
-      const found = repositoryRun(positionals[0], values);
+      const found = repositoryRun(positionals[0], values, settings);
       if (found.settings?.setup && values.backend !== 'docker') {
         throw new RefusedInput(
           '.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker',
@@ -132,7 +132,7 @@ export const run = command({
   },
   async run(session, positionals, values) {
     const fixture = positionals[0];
-    const repository = isFixture(fixture) ? null : repositoryRun(fixture, values);
+    const repository = isFixture(fixture) ? null : repositoryRun(fixture, values, session.settings);
     const approver = values.approver ?? repository?.settings?.policy ?? 'interactive';
     const budgets = Object.fromEntries(
       Object.entries({

@@ -8,13 +8,13 @@ import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { sha256 } from '../../activities/digest';
-import type { FaultPoint } from '../../activities/faults';
-import { Ledger, type Receipt } from '../../activities/ledger';
-import { runPaths } from '../../activities/workspace';
-import type { RunOutcome } from '../../workflows';
+import { sha256 } from '../../host/digest';
+import type { FaultPoint } from '../../host/faults';
+import { Ledger, type Receipt } from '../../host/ledger';
+import { runPaths } from '../../host/workspace/workspace';
 import { LINKCHECK, tempDir } from './run-dir';
 import { spawnWorker } from './temporal';
+import type { RunOutcome } from '../../core/run-view';
 
 export interface ExitStatus {
   code: number | null;

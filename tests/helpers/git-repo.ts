@@ -3,7 +3,6 @@
  * byte-for-byte picture of everything a run must leave alone: the working tree (modes and links
  * included), the index, HEAD and every ref.
  */
-import { execFileSync } from 'node:child_process';
 import {
   chmodSync,
   cpSync,
@@ -18,26 +17,10 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
-import { PROJECT_ROOT, tempDir } from './run-dir';
+import { git, gitBuffer } from '../../scripts/support/git';
+import { PROJECT_ROOT, tempDir } from '../../scripts/support/run-dir';
 
-const ENV = {
-  ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('GIT_'))),
-  GIT_AUTHOR_NAME: 'Test User',
-  GIT_AUTHOR_EMAIL: 'test@example.invalid',
-  GIT_COMMITTER_NAME: 'Test User',
-  GIT_COMMITTER_EMAIL: 'test@example.invalid',
-  GIT_CONFIG_NOSYSTEM: '1',
-  HOME: tempDir('git-home'),
-};
-
-/** Runs git in `cwd` as a user would; returns stdout. */
-export function git(cwd: string, ...args: string[]): string {
-  return execFileSync('git', args, { cwd, env: ENV, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-}
-
-export function gitBuffer(cwd: string, ...args: string[]): Buffer {
-  return execFileSync('git', args, { cwd, env: ENV, maxBuffer: 64 * 1024 * 1024 });
-}
+export { git, gitBuffer };
 
 export const SQLPARSE = join(PROJECT_ROOT, 'fixtures', 'py-sqlparse-dotted-real-name');
 

@@ -4,6 +4,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../../host/temporal-bin';
+import { SETTINGS } from './run-dir';
 
 /**
  * A workflow's whole history as the `temporal` CLI prints it (JSON), followed by every payload
@@ -11,7 +12,7 @@ import { temporalBinary } from '../../host/temporal-bin';
  */
 export async function historyJson(address: string, workflowId: string): Promise<string> {
   const { stdout } = await promisify(execFile)(
-    temporalBinary(),
+    temporalBinary(SETTINGS),
     ['workflow', 'show', '--address', address, '--workflow-id', workflowId, '-o', 'json'],
     { maxBuffer: 256 * 1024 * 1024 },
   );

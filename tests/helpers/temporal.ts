@@ -1,74 +1,24 @@
-/** A real Temporal dev server for workflow tests, and helpers to drive runs through it. */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+/**
+ * Helpers of the workflow tests: a run on a fresh in-process worker and what tests check of it.
+ * The dev server and the run drivers the scripts use too are in scripts/support/temporal.ts.
+ */
 import type { WorkflowHandle } from '@temporalio/client';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { openStore, storedTrace } from '../../client/stored-trace';
 import { BUILD_PROMPTS_DIR, readSettings } from '../../host/settings';
-import { startDevServer } from '../../host/temporal-server';
-import { loadPrompt } from '../../activities/providers/prompt';
-import type { Decision, RunInput, ToolResult } from '../../core/contracts';
+import { loadPrompt } from '../../models/prompt';
+import type { Decision, ToolResult } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
-import type { Limits } from '../../activities/config';
+import type { Limits } from '../../core/limits';
 import type { Settings } from '../../host/settings';
 import { createWorker } from '../../worker';
-import { installRuntime } from '../../worker/logger';
 import type { SandboxOptions } from '../../worker/sandbox';
-import type { RunOutcome } from '../../workflows';
-import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './run-dir';
-import { queryState, sendApproval, startRunWithArgs, traceSince } from '../../client/run-access';
+import type { RunOutcome } from '../../core/run-view';
+import { tempDir } from '../../scripts/support/run-dir';
+import { uniqueQueue } from '../../scripts/support/temporal';
+import { queryState, startRunWithArgs, traceSince } from '../../client/run-access';
 
-let runtimeInstalled = false;
-
-/**
- * A real Temporal dev server for one test file, started by the project's one launcher (in memory,
- * no Web UI); `teardown()` stops the server too. `extraArgs` go to `temporal server start-dev`,
- * e.g. dynamic configuration values.
- */
-export async function startServer(extraArgs: string[] = []): Promise<TestWorkflowEnvironment> {
-  if (!runtimeInstalled) {
-    installRuntime('WARN');
-    runtimeInstalled = true;
-  }
-  const server = await startDevServer({
-    stateDir: tempDir('temporal'),
-    port: await freePort(),
-    uiPort: null,
-    dbFile: null,
-    attached: true,
-    extraArgs,
-  });
-  try {
-    const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address });
-    const teardown = env.teardown.bind(env);
-    env.teardown = async () => {
-      try {
-        await teardown();
-      } finally {
-        server.stop();
-        await server.exited;
-      }
-    };
-    return env;
-  } catch (err) {
-    server.stop();
-    throw err;
-  }
-}
-
-let queues = 0;
-export const uniqueQueue = (name: string) => `${name}-${process.pid}-${++queues}`;
-
-export function canonicalInput(replay: string, overrides: Partial<RunInput> = {}): RunInput {
-  return {
-    fixture: LINKCHECK,
-    source: { kind: 'replay', path: join(LINKCHECK, 'replays', `${replay}.json`), trusted: true },
-    backend: 'local',
-    approver: 'policy:approve-writable',
-    ...overrides,
-  };
-}
+export { approveAll, canonicalInput, killed, spawnWorker, startServer, uniqueQueue, writeReplay } from '../../scripts/support/temporal';
 
 /** The record of the canonical replay, completed: the same on every backend and entry point. */
 export const CANONICAL_RECORD = {
@@ -93,13 +43,6 @@ export const CANONICAL_RECORD = {
 
 /** The prompt version a live run takes by default (the build's newest) and the digest of its content. */
 export const CURRENT_PROMPT = loadPrompt(BUILD_PROMPTS_DIR).ref;
-
-/** A replay file in a temp folder (trusted by the caller's input). */
-export function writeReplay(decisions: unknown[]): string {
-  const file = join(tempDir('replay'), 'scripted.json');
-  writeFileSync(file, JSON.stringify({ schema_version: 1, decisions }));
-  return file;
-}
 
 export interface RunOnceOptions {
   limits?: Partial<Limits>;
@@ -208,48 +151,5 @@ export function pendingApproval(handle: WorkflowHandle, notActionId?: string) {
   });
 }
 
-/** Approves every pending action through the real `approval` Signal until the run closes. */
-export async function approveAll(handle: WorkflowHandle, principal = 'user:test'): Promise<number> {
-  let approved = 0;
-  let last: string | undefined;
-  while ((await handle.describe()).status.name === 'RUNNING') {
-    const view = await queryState(handle).catch(() => null);
-    const next = view?.status === 'awaiting_approval' ? view.pending_approval : null;
-    if (next && next.action_id !== last) {
-      await sendApproval(handle, {
-        action_id: next.action_id,
-        decision: 'approve',
-        args_digest: next.args_digest,
-        workspace_digest: next.workspace_digest,
-        principal,
-      });
-      last = next.action_id;
-      approved++;
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  return approved;
-}
-
 /** The events a running run holds in memory. */
 export const traceOf = async (handle: WorkflowHandle) => (await traceSince(handle)).events;
-
-/** A real worker process (`node dist/worker/main.js`), for tests that kill it. */
-export function spawnWorker(
-  env: TestWorkflowEnvironment,
-  taskQueue: string,
-  stateDir: string,
-  extraEnv: Record<string, string> = {},
-): ChildProcess {
-  return spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
-    env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_TASK_QUEUE: taskQueue, AGENT_STATE_DIR: stateDir, ...extraEnv },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-}
-
-export function killed(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    child.once('exit', () => resolve());
-  });
-}

@@ -1,0 +1,298 @@
+/**
+ * Loading a run: the fixture or repository and the decision source checked before anything is
+ * created (loadRun), the sandbox's isolation evidence, and the run's fresh workspace.
+ */
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { basename, join, resolve } from 'node:path';
+import type { LoadRunResult, PreparedWorkspace, RepositoryFacts, RepositoryRef, SourceRef } from '../core/activities';
+import { capBudgets, effectiveBudgets, type CappedBudget } from '../core/budgets';
+import {
+  fixtureSchema,
+  setupProblem,
+  type Budgets,
+  type Fixture,
+  type IsolationEvidence,
+  type ParsedRunInput,
+  type Replay,
+  type RunSpec,
+} from '../core/contracts';
+import { egressProblems } from '../core/egress';
+import { nonRetryable } from '../core/failures';
+import type { PromptRef } from '../core/prompt';
+import { taskFixture, type DispatchCall } from '../core/tasks';
+import { formatIssues } from '../core/validate';
+import { buildId } from '../host/build';
+import { faultPoint } from '../host/faults';
+import { loadRepository, prepareRepositoryWorkspace } from '../host/repository';
+import { activeTraceId } from '../host/tracing';
+import { prepareWorkspace as prepareRunWorkspace } from '../host/workspace/workspace';
+import { loadPrompt, PromptError } from '../models/prompt';
+import { loadReplay, ReplayFileError } from '../models/replay';
+import { expectedFile } from '../sandbox/verifier';
+import type { Kit } from './kit';
+
+type Refusal = Extract<LoadRunResult, { ok: false }>;
+
+/** What a run works on, before its decision source is checked. */
+interface Work {
+  fixture: RunSpec;
+  fixture_dir: string;
+  /** A repository run: where its workspace comes from, and what its base said (for the trace). */
+  repository?: { ref: RepositoryRef; facts: RepositoryFacts };
+  /** A repository run's instructions: their digest in the host store. */
+  instructions?: string | null;
+  image?: string;
+}
+
+/** What every loaded run carries besides its work and source. */
+interface Loaded {
+  host_queue: string | null;
+  build: string;
+  trace_id: string | null;
+  budgets: Budgets;
+  capped: CappedBudget[];
+}
+
+/**
+ * The run's prompt version (named, or the newest), read once into the host store under its
+ * digest. A version the worker lacks is the run's input at fault; unusable prompt files are the
+ * operator's, and stop the run without a retry.
+ */
+function readPrompt(kit: Kit, version: string | undefined): { ok: true; ref: PromptRef } | { ok: false; detail: string } {
+  try {
+    const { ref, texts } = loadPrompt(kit.config.promptsDir, version);
+    kit.store.put('prompt', texts);
+    return { ok: true, ref };
+  } catch (err) {
+    if (err instanceof PromptError && err.kind === 'unknown_version') return { ok: false, detail: err.message };
+    if (err instanceof PromptError) throw nonRetryable('InfrastructureError', err.message);
+    throw err;
+  }
+}
+
+/**
+ * Whether this host may run the run's commands at all. Running commands as its own processes is
+ * its operator's decision (the worker has no local backend otherwise), and a repository's tests
+ * and their configuration (a conftest.py, a package script) are anyone's code: on the host only
+ * when the user said they trust it. Nothing in a run's input, `trusted` included, changes the first.
+ */
+function gate(kit: Kit, input: ParsedRunInput): Refusal | null {
+  if (input.backend === 'local' && kit.deps.backends.local === undefined)
+    return {
+      ok: false,
+      reason: 'local_not_allowed',
+      detail:
+        "this worker does not run commands on the local backend (its operator allows that with AGENT_ALLOW_LOCAL=1; a run's input cannot): run it in the sandbox, --backend docker",
+    };
+  if (input.repo && input.backend === 'local' && input.repo.trusted !== true)
+    return {
+      ok: false,
+      reason: 'repository_untrusted',
+      detail:
+        "on the local backend a repository's tests run on the worker's host with its rights: the user must trust the repository (--trust-repository), or run it in the sandbox (--backend docker)",
+    };
+  return null;
+}
+
+/** The fixture or repository a run works on; a task's run works on its parent's rules with the task's instruction and paths. */
+function work(kit: Kit, input: ParsedRunInput): Work | Refusal {
+  const { store } = kit;
+  let found: Work;
+  if (input.repo) {
+    const loaded = loadRepository(input.repo, (instructions) => store.put('instructions', instructions));
+    if (!loaded.ok) return { ok: false, reason: 'invalid_input', detail: loaded.detail };
+    const image = input.image ?? loaded.image ?? undefined;
+    found = {
+      fixture: loaded.spec,
+      fixture_dir: '',
+      repository: { ref: loaded.ref, facts: loaded.facts },
+      instructions: loaded.instructions,
+      ...(image ? { image } : {}),
+    };
+  } else {
+    const loaded = loadFixture(input.fixture!);
+    if (!loaded.ok) return loaded;
+    found = { fixture: loaded.fixture, fixture_dir: input.fixture!, ...(input.image ? { image: input.image } : {}) };
+  }
+  const child = input.child;
+  if (!child) return found;
+  faultPoint('child_started');
+  // A task's run works in a copy of the parent's workspace: a repository task keeps no change of
+  // its own to make a branch of. Its setup ran in the parent's run: the workspace holds its
+  // products and the image is the parent's setup image.
+  const { repository: _parentRepository, ...rest } = found;
+  return {
+    ...rest,
+    fixture: withoutSetup(taskFixture(found.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths)),
+  };
+}
+
+/** The run's rules checked against the backend and the operator's credentials file. */
+function checkRules(kit: Kit, input: ParsedRunInput, fixture: RunSpec): Refusal | null {
+  // A setup's only network is the egress proxy, and only the container backend has one to give.
+  if (fixture.setup && input.backend !== 'docker')
+    return {
+      ok: false,
+      reason: 'invalid_input',
+      detail:
+        'this run has a setup phase (setup in its settings), which runs only on the docker backend: its network is an egress proxy that the local backend cannot give (--backend docker)',
+    };
+  // The credentials it names, against the operator's file: refused here, before any workspace or container.
+  const credentials = kit.credentialsFor(fixture.egress);
+  return credentials.ok ? null : { ok: false, reason: 'invalid_input', detail: credentials.detail };
+}
+
+/** A live source: the operator's endpoint, the model's price when the run has a cost budget, the prompt version. */
+function liveSource(kit: Kit, input: ParsedRunInput & { source: { kind: 'provider' } }, budgets: Budgets): SourceRef | Refusal {
+  const { source } = input;
+  const found = kit.lookupEndpoint(source.endpoint, source.model);
+  if (!found.ok) return { ok: false, reason: 'invalid_input', detail: found.detail };
+  // Cost is known only from the operator's prices: an unpriced model could not keep the budget.
+  if (budgets.max_cost_usd !== undefined && kit.config.prices?.[source.model] === undefined)
+    return {
+      ok: false,
+      reason: 'invalid_input',
+      detail: `max_cost_usd needs the price of model ${source.model}, and the worker's prices file (AGENT_PRICES_FILE) has none: its cost could not be counted`,
+    };
+  const prompt = readPrompt(kit, input.prompt);
+  if (!prompt.ok) return { ok: false, reason: 'invalid_input', detail: prompt.detail };
+  return { kind: 'provider', endpoint: found.endpoint.name, provider: found.endpoint.kind, model: source.model, prompt: prompt.ref };
+}
+
+/** A replay: trusted where it runs on the host, read once into the host store with its tasks' replays. */
+function replaySource(
+  kit: Kit,
+  input: ParsedRunInput & { source: { kind: 'replay' } },
+): { replay: string; digest: string; children: Record<string, string> } | Refusal {
+  const { store } = kit;
+  const { source, child } = input;
+  if (input.prompt !== undefined)
+    return {
+      ok: false,
+      reason: 'invalid_input',
+      detail: 'a prompt version goes with a live source (an endpoint and a model), not a replay',
+    };
+  // A replay can create test files that the test command then executes on the host.
+  if (input.backend === 'local' && !source.trusted)
+    return { ok: false, reason: 'replay_untrusted', detail: 'the local backend runs only replays the operator trusts (--trust-replay)' };
+  let replay: Replay;
+  let name: string;
+  if (child) {
+    // The parent read its replay once; a task without a replay of its own has no decision to take.
+    replay = child.replay_digest ? store.get<Replay>(child.replay_digest) : { schema_version: 1, decisions: [] };
+    name = child.title;
+  } else {
+    try {
+      replay = loadReplay(source.path);
+    } catch (err) {
+      if (err instanceof ReplayFileError) return { ok: false, reason: 'invalid_input', detail: err.message };
+      throw err;
+    }
+    name = basename(source.path).replace(/\.json$/, '');
+  }
+  // Read once: the run uses this content to its end, whatever happens to the file.
+  const digest = store.put('replay', replay);
+  const children = Object.fromEntries(Object.entries(replay.children ?? {}).map(([title, r]) => [title, store.put('replay', r)]));
+  return { replay: name, digest, children };
+}
+
+/** Reads and checks the fixture and the decision source; nothing is created yet. */
+async function loadRun(kit: Kit, input: ParsedRunInput): Promise<LoadRunResult> {
+  const { config } = kit;
+  const refused = gate(kit, input);
+  if (refused) return refused;
+  const found = work(kit, input);
+  if ('ok' in found) return found;
+  const rulesRefused = checkRules(kit, input, found.fixture);
+  if (rulesRefused) return rulesRefused;
+  const loaded: Loaded = {
+    host_queue: config.hostQueue ?? null,
+    build: buildId(),
+    trace_id: config.traces === true ? activeTraceId() : null,
+    ...capBudgets(effectiveBudgets(found.fixture.budgets, input.budgets), config.maxBudgets),
+  };
+  if (input.source.kind === 'provider') {
+    const source = liveSource(kit, { ...input, source: input.source }, loaded.budgets);
+    if ('ok' in source) return source;
+    return { ok: true, ...found, ...loaded, replay: null, source, child_replays: {} };
+  }
+  const replay = replaySource(kit, { ...input, source: input.source });
+  if ('ok' in replay) return replay;
+  return {
+    ok: true,
+    ...found,
+    ...loaded,
+    replay: replay.replay,
+    source: { kind: 'replay', digest: replay.digest },
+    child_replays: replay.children,
+  };
+}
+
+export function loadActivities(kit: Kit) {
+  const { deps } = kit;
+  return {
+    loadRun: (input: ParsedRunInput): Promise<LoadRunResult> => loadRun(kit, input),
+
+    /** The isolation evidence of the docker backend (for `image`, when the run has its own); never throws for a missing engine. */
+    async checkIsolation(image?: string): Promise<IsolationEvidence> {
+      if (image !== undefined && deps.dockerImage) return deps.dockerImage(image).isolation();
+      if (!deps.backends.docker || !deps.isolation) {
+        return { verified: false, checks: {}, image_id: null, settings: null, reason_detail: 'runtime_unavailable' };
+      }
+      return deps.isolation();
+    },
+
+    /** A fresh workspace from the fixture's repository, or (a task's run) from the parent run's workspace as it is now. */
+    async prepareWorkspace(ref: {
+      run_id: string;
+      fixture_dir: string;
+      from_run?: string;
+      repository?: RepositoryRef;
+    }): Promise<PreparedWorkspace> {
+      if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(kit.paths(ref.run_id), ref.repository);
+      const from = ref.from_run ? kit.paths(ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
+      return prepareRunWorkspace(kit.paths(ref.run_id), from);
+    },
+  };
+}
+
+/** A task's rules without the setup phase its parent ran. */
+function withoutSetup<S extends RunSpec>(spec: S): S {
+  const { setup: _setup, egress: _egress, ...rest } = spec;
+  return rest as S;
+}
+
+type FixtureRefusal = { ok: false; reason: 'invalid_input'; detail: string };
+const refuse = (detail: string): FixtureRefusal => ({ ok: false, reason: 'invalid_input', detail });
+
+/** A fixture folder, checked: fixture.json, repo/, acceptance/ and a well-formed expected.json. */
+function loadFixture(dir: string): { ok: true; fixture: Fixture } | FixtureRefusal {
+  const fixtureDir = resolve(dir);
+  const fixtureFile = join(fixtureDir, 'fixture.json');
+  if (!existsSync(fixtureFile)) return refuse(`no fixture.json in ${dir}`);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(fixtureFile, 'utf8'));
+  } catch (err) {
+    return refuse(`fixture.json is not JSON: ${(err as Error).message}`);
+  }
+  const parsed = fixtureSchema.safeParse(raw);
+  if (!parsed.success) return refuse(`fixture.json: ${formatIssues(parsed.error)}`);
+  for (const part of ['repo', 'acceptance']) {
+    if (!existsSync(join(fixtureDir, part)) || !statSync(join(fixtureDir, part)).isDirectory())
+      return refuse(`fixture has no ${part}/ folder`);
+  }
+  if (!existsSync(join(fixtureDir, 'acceptance', 'expected.json'))) return refuse('fixture has no acceptance/expected.json');
+  const problem = setupProblem(parsed.data);
+  if (problem !== null) return refuse(`fixture.json: ${problem}`);
+  const reach = egressProblems(parsed.data.egress);
+  if (reach.length > 0) return refuse(reach.map((p) => `fixture.json: egress.${p.path.join('.')}: ${p.message}`).join('; '));
+  // Checked here, before anything is created: a malformed expected.json would fail the verifier the same way every time.
+  try {
+    const expected = expectedFile.safeParse(JSON.parse(readFileSync(join(fixtureDir, 'acceptance', 'expected.json'), 'utf8')));
+    if (!expected.success) return refuse(`acceptance/expected.json: ${formatIssues(expected.error)}`);
+  } catch (err) {
+    return refuse(`acceptance/expected.json is not JSON: ${(err as Error).message}`);
+  }
+  return { ok: true, fixture: parsed.data };
+}

@@ -1,0 +1,65 @@
+/** The tool calls that are activities: the read-only tools and run_tests, each result stored whole. */
+import { CancelledFailure } from '@temporalio/common';
+import type { Elsewhere, RunRef } from '../core/activities';
+import type { ToolResult } from '../core/contracts';
+import { nonRetryable } from '../core/failures';
+import { READ_ONLY_TOOLS, type ValidCall } from '../core/tools';
+import { resultView, type CallView, type ResultView } from '../core/transcript';
+import type { TestRunData } from '../sandbox/test-runner';
+import type { ToolContext } from '../tools/context';
+import { readFile } from '../tools/read_file';
+import { runTests } from '../tools/run_tests';
+import { search } from '../tools/search';
+import { showDiff } from '../tools/show_diff';
+import { infrastructure, type Kit } from './kit';
+
+export function toolActivities(kit: Kit) {
+  /**
+   * Runs a stored call; its whole result is stored (one sync) and history gets its view, with
+   * what a test run changed and was undone, whole (the workflow traces and counts it).
+   */
+  const toolResult = async (ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> => {
+    const ctx = kit.toolContext(ref, timeoutMs);
+    const result = await runTool(ctx, kit.storedCall(view, view.name));
+    const unreceipted = view.name === 'run_tests' ? (result.data as TestRunData | null)?.unreceipted : undefined;
+    const resultRef = kit.store.put('result', result);
+    return unreceipted
+      ? { ...resultView(result, resultRef), unreceipted: { step: 'run_tests', ...unreceipted } }
+      : resultView(result, resultRef);
+  };
+
+  return {
+    /** The read-only tools: read_file, search, show_diff and run_tests. The full result stays in the store. */
+    async executeTool(ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> {
+      return toolResult(ref, view, timeoutMs);
+    },
+
+    /** read_file, search or show_diff as a local activity, on the run's host only (see localDecide). */
+    async localTool(hostQueue: string | null, ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView | Elsewhere> {
+      if (!READ_ONLY_TOOLS.has(view.name)) throw nonRetryable('ProtocolError', `${view.name} is never a local activity`);
+      if (!kit.onThisHost(hostQueue)) return kit.elsewhere();
+      return toolResult(ref, view, timeoutMs);
+    },
+  };
+}
+
+async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
+  switch (call.name) {
+    case 'read_file':
+      return readFile(ctx, call.call_id, call.arguments);
+    case 'search':
+      return search(ctx, call.call_id, call.arguments);
+    case 'show_diff':
+      return showDiff(ctx, call.call_id);
+    case 'run_tests': {
+      const result = await runTests(ctx, call.call_id).catch(infrastructure);
+      // A cancelled activity must say so, or the workflow would take the partial result.
+      if (ctx.signal.aborted) throw new CancelledFailure('run_tests was cancelled');
+      return result;
+    }
+    case 'apply_patch':
+      throw nonRetryable('ProtocolError', 'apply_patch goes through preparePatch and writePatch');
+    default:
+      throw nonRetryable('ProtocolError', `${call.name} is carried out by the workflow, not as a tool activity`);
+  }
+}

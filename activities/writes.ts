@@ -1,0 +1,21 @@
+/** The write path's two halves, each keyed by its action_id: prepare (no side effect), then the approved write. */
+import type { PreparedPatch, RunRef, WriteOutcome } from '../core/activities';
+import type { PreparedAction } from '../core/contracts';
+import type { CallView } from '../core/transcript';
+import { preparePatch as prepare, writePatch as write } from '../tools/apply_patch';
+import type { Kit } from './kit';
+
+export function writeActivities(kit: Kit) {
+  return {
+    async preparePatch(ref: RunRef, view: CallView): Promise<PreparedPatch> {
+      const prepared = prepare(kit.toolContext(ref, 0), view.call_id, kit.storedCall(view, 'apply_patch').arguments);
+      return prepared.kind === 'prepared' ? { kind: 'prepared', action: kit.keepWholeDiff(prepared) } : prepared;
+    },
+
+    /** The write, and whether the ledger holds its receipt now: the run counts receipts from the ledger, not beside writes. */
+    async writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & { receipted: boolean }> {
+      const outcome = write(kit.toolContext(ref, 0), action, kit.storedCall(view, 'apply_patch').arguments);
+      return { ...outcome, receipted: kit.ledger.receipt(action.action_id) !== null };
+    },
+  };
+}

@@ -1,0 +1,327 @@
+/**
+ * What workflows call: the activities of a run as one interface, and every value that crosses
+ * between a workflow and its activities (the run's reference, decisions, outcomes of writes,
+ * merges and the setup phase). Types only: the workflow bundle gets none of the activities' code,
+ * and the activities (activities/index.ts) are checked against this interface.
+ */
+import type { RunFacts } from './context';
+import type {
+  Budgets,
+  IsolationEvidence,
+  ParsedRunInput,
+  PreparedAction,
+  RunSpec,
+  TestsSpec,
+  ToolResult,
+  Usage,
+  VerifierFindings,
+} from './contracts';
+import type { CappedBudget } from './budgets';
+import type { PromptRef } from './prompt';
+import type { RepoSettings } from './repo-settings';
+import type { TraceEvent } from './trace';
+import type { CallView, DecisionView, PendingEntry, ResultView } from './transcript';
+
+/** The decision source as the workflow passes it to `decide`: a replay by digest, or a provider. */
+export type SourceRef =
+  | { kind: 'replay'; digest: string }
+  /** An endpoint of the worker's providers file, by name: its URL and key variable are looked up there at each call. */
+  | {
+      kind: 'provider';
+      endpoint: string;
+      provider: 'openai' | 'anthropic';
+      model: string;
+      /** The prompt version loadRun read, stored in the host store under its digest (absent in runs started before prompts were versioned). */
+      prompt?: PromptRef;
+    };
+
+export interface DecideInput {
+  run_id: string;
+  source: SourceRef;
+  /** Decisions already taken (the replay's cursor). */
+  cursor: number;
+  turn: number;
+  /** Retries of this turn so far: part of a live request's identity. */
+  retry: number;
+  /** False for the wrap-up turn after the turn limit: the source may only summarise. */
+  tools_enabled: boolean;
+  /** The run may call the orchestration tools (sub-runs enabled). */
+  orchestrating?: boolean;
+  /**
+   * An orchestrating run's task ids by title: a replay cannot know a run's ids in advance, so a
+   * replayed call's `task_id` of `$task:<title>` means the task of that title.
+   */
+  tasks?: Record<string, string>;
+  /** The transcript so far: its stored head and the entries not stored yet. */
+  transcript: { head: string | null; append: PendingEntry[] };
+  /** The authoritative facts a live context is rebuilt from (null for a replay). */
+  facts: RunFacts | null;
+  /**
+   * A live run with `max_cost_usd`: US dollars it may still spend (its budget less what it spent
+   * and what its tasks spent or hold). A request that could cost more is not sent.
+   */
+  cost_room_usd?: number;
+}
+
+/** How a live reply was had (absent for a replay and when no reply came). */
+interface LiveReply {
+  /** True when the context had to be compacted after the provider said it was too long. */
+  compacted?: boolean;
+  /** The response came from the host store: a retried activity, not a new provider request. */
+  from_store?: boolean;
+  /**
+   * The provider's prompt cache on this call: `hit` when part of the input was read from it
+   * (`usage.cached_tokens` > 0), and the input tokens written to it (Anthropic; 0 for OpenAI).
+   */
+  cache?: { hit: boolean; write_tokens: number };
+}
+
+/** What `decide` answers, with the build of the worker that answered (absent from histories recorded before it). */
+export type DecideResult = (
+  | ({ kind: 'decisions'; decisions: DecisionView[]; cursor: number; head: string | null; usage: Usage | null } & LiveReply)
+  | { kind: 'exhausted'; head: string | null; usage: null }
+  | ({
+      kind: 'model_error';
+      transient: boolean;
+      retry_after_ms: number | null;
+      detail: string;
+      /** The reply was cut off by the output limit (none of its calls ran). */
+      cut_off: boolean;
+      /** The replay's model_error decision, to be kept in the transcript; null for a live failure. */
+      ref: string | null;
+      cursor: number;
+      head: string | null;
+      usage: Usage | null;
+    } & LiveReply)
+  | ({ kind: 'refused'; detail: string; head: string | null; usage: Usage | null } & LiveReply)
+  /** The next request could cost more than `cost_room_usd`: it was not sent. */
+  | { kind: 'over_budget'; estimate_usd: number; room_usd: number; head: string | null; usage: null }
+) & { build?: string };
+
+/** One request the proxy saw (SPEC section 11's `{host, port, method?, bytes}`, the status it answered, and why it refused). */
+export interface EgressEvent {
+  allowed: boolean;
+  host: string;
+  port: number | null;
+  method: string | null;
+  /** Bytes through the proxy for this request: the reply to the sandbox plus the request from it. */
+  bytes: number;
+  /** The HTTP status the proxy answered the sandbox with (403 for a refusal; 200 for a refused CONNECT it opened to hand the 403 inside TLS). */
+  status: number | null;
+  /** A refusal's reason (DENY_REASONS' words); absent for an allowed request. */
+  reason?: string;
+}
+
+export interface EgressReport {
+  allowed: number;
+  denied: number;
+  /** The first EGRESS_PAGE requests, in order. */
+  events: EgressEvent[];
+  /** Requests after those, kept in the control folder: `egressPage` gives them, a page at a time. */
+  rest: number;
+  /** Requests beyond MAX_EGRESS_EVENTS: counted above, not listed. */
+  omitted: number;
+}
+
+export interface CommandRecord {
+  /** The command as given, each argument shortened for history. */
+  argv: string[];
+  exit_code: number | null;
+  timed_out: boolean;
+  /** The end of its output (stdout, then stderr), for a command that failed. */
+  output_tail?: string;
+}
+
+export interface SetupCommon {
+  /** Digest of the setup's inputs (the cache image's tag). */
+  key: string;
+  commands: CommandRecord[];
+  egress: EgressReport;
+  /** The setup phase's isolation evidence (null for a cached setup, and when it failed before the probe). */
+  isolation: IsolationEvidence | null;
+}
+
+export type SetupResult =
+  | (SetupCommon & { ok: true; cached: boolean; image_id: string; added: number })
+  | (SetupCommon & { ok: false; reason: 'setup_failed' | 'isolation_unverified'; detail: string });
+
+export type PrepareOutcome =
+  /** `whole_diff`: the uncut diff when `action.diff` was cut (for the host store, never for history). */
+  | { kind: 'prepared'; action: PreparedAction; whole_diff: string | null }
+  | { kind: 'already_written'; action_id: string; before: string; after: string }
+  | { kind: 'rejected'; result: ToolResult };
+
+export type WriteOutcome =
+  | { kind: 'written'; recovered: false }
+  | { kind: 'receipt_recovered'; recovered: true }
+  | { kind: 'already_recorded'; recovered: boolean }
+  | { kind: 'approval_stale'; workspace_digest: string }
+  | { kind: 'recovery_uncertain'; current: string };
+
+/** One path of a merge: the parent's digest before, the task's after, and the task file's mode. */
+export interface MergeEntry {
+  path: string;
+  before: string;
+  after: string;
+  executable: boolean;
+}
+
+export type MergePrepared =
+  /** `whole_diff`: the uncut diff when `action.diff` was cut (for the host store, never for history). */
+  | { kind: 'prepared'; action: PreparedAction; entries: MergeEntry[]; whole_diff: string | null }
+  | { kind: 'conflict'; paths: string[] }
+  | { kind: 'unsupported'; paths: string[]; reason: string }
+  | { kind: 'empty' };
+
+export type MergeOutcome =
+  | { kind: 'written'; recovered: boolean }
+  | { kind: 'already_recorded'; recovered: boolean }
+  | { kind: 'approval_stale'; workspace_digest: string }
+  | { kind: 'recovery_uncertain'; path: string; current: string };
+
+export interface PreparedWorkspace {
+  workspace_digest: string;
+  files: number;
+}
+
+/** Where a repository run's workspace comes from, as its RunRef carries it. */
+export interface RepositoryRef {
+  /** As the run's input gave it: absolute, or relative to the worker's working directory. */
+  path: string;
+  base_commit: string;
+  /** A folder of the base tree left out of the workspace: the settings' acceptance files. */
+  acceptance_tree_dir: string | null;
+  /** A host folder of acceptance files (a batch task's). */
+  acceptance_host_dir: string | null;
+}
+
+/** What a repository run recorded about its base, for the trace (no host paths). */
+export interface RepositoryFacts {
+  name: string;
+  base_commit: string;
+  /** Digest of `.coding-agent.json` as committed; null when the base tree has none. */
+  settings_digest: string | null;
+  /** Where the test command came from: `settings`, `task`, or what detected it. */
+  tests_source: string;
+  tests: TestsSpec;
+  acceptance: 'settings' | 'task' | null;
+  /** Digest of AGENTS.md as committed, its size, and whether the model gets it cut. */
+  instructions: { digest: string; bytes: number; cut: boolean } | null;
+  /** Submodules of the base tree: recorded, not in the workspace, protected. */
+  submodules: string[];
+  /** Tree entries written to the workspace. */
+  files: number;
+  /** `setup` and `egress` of the settings, carried as given (not acted on yet). */
+  setup: RepoSettings['setup'] | null;
+  egress: RepoSettings['egress'] | null;
+}
+
+/** What the workflow passes to every run-scoped activity. */
+export interface RunRef {
+  run_id: string;
+  /** The run's rules: its fixture's, or a repository run's (from its settings). */
+  fixture: RunSpec;
+  /** Fixture folder as given in the run's input: absolute, or relative to the worker's working directory ('' for a repository run). */
+  fixture_dir: string;
+  backend: 'local' | 'docker';
+  /** False for a task's child run: the hidden acceptance cases judge the orchestrating run only. */
+  hidden_acceptance?: boolean;
+  /** A repository run: its repository and base commit (not for a task's run, whose workspace is its parent's). */
+  repository?: RepositoryRef;
+  /** The docker backend's image, when it is not the worker's own. */
+  image?: string;
+  /** A repository run's project instructions (AGENTS.md, capped): their digest in the host store. */
+  instructions?: string | null;
+}
+
+export type LoadRunResult =
+  | {
+      ok: true;
+      fixture: RunSpec;
+      fixture_dir: string;
+      /** A repository run: its source and what its base said. */
+      repository?: { ref: RepositoryRef; facts: RepositoryFacts };
+      instructions?: string | null;
+      /** The docker image of the run, when it is not the worker's own. */
+      image?: string;
+      replay: string | null;
+      source: SourceRef;
+      /** The loading host's own task queue. */
+      host_queue: string | null;
+      /** An orchestrating replay's task replays, by task title: digests in the host store. */
+      child_replays: Record<string, string>;
+      /** The build of the worker that loaded the run (host/build.ts). */
+      build: string;
+      /**
+       * The run's trace id (32 hex digits), read from this activity's own span, when the loading
+       * host exports traces; null otherwise (an id no receiver holds helps nobody). From history,
+       * so every worker that replays the run reads the same id, whichever bundle it runs.
+       */
+      trace_id: string | null;
+      /**
+       * The run's budgets: its rules' overridden by its input, within the operator's maximums
+       * (absent from histories recorded before the worker decided them: the workflow computed them).
+       */
+      budgets?: Budgets;
+      /** The budgets the operator's maximums lowered. */
+      capped?: CappedBudget[];
+    }
+  | { ok: false; reason: 'invalid_input' | 'replay_untrusted' | 'local_not_allowed' | 'repository_untrusted'; detail: string };
+
+/**
+ * What a local activity answers when the worker running it is not on the run's host: the
+ * workflow then calls the regular activity on the host's own queue.
+ */
+export interface Elsewhere {
+  kind: 'elsewhere';
+  /** The host queue of the worker that answered. */
+  host_queue: string | null;
+}
+
+/** The activities of agentRun (and agentEval's host-lost probe uses none): what each takes and answers. */
+export interface Activities {
+  /** Reads and checks the fixture or repository and the decision source; nothing is created yet. */
+  loadRun(input: ParsedRunInput): Promise<LoadRunResult>;
+  /** The isolation evidence of the docker backend (for `image`, when the run has its own). */
+  checkIsolation(image?: string): Promise<IsolationEvidence>;
+  /** A fresh workspace from the fixture or the repository, or (a task's run) from the parent run's workspace. */
+  prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string; repository?: RepositoryRef }): Promise<PreparedWorkspace>;
+  /** The setup phase (SPEC section 11). */
+  runSetup(ref: RunRef): Promise<SetupResult>;
+  /** The setup's egress events from `offset` on, a page at a time. */
+  setupEgress(ref: { run_id: string }, offset: number): Promise<EgressEvent[]>;
+  /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */
+  prepareMerge(ref: RunRef, task: { task_id: string; run_id: string }): Promise<PreparedMerge>;
+  /** merge_task's second half: the approved merge, exactly once; receipted like a write. */
+  writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & { receipted: boolean }>;
+  /** The next decision, and the build of the worker that took it. */
+  decide(input: DecideInput): Promise<DecideResult>;
+  /** `decide` of a replay as a local activity, on the run's host only. */
+  localDecide(hostQueue: string | null, input: DecideInput): Promise<DecideResult | Elsewhere>;
+  /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */
+  persist(input: {
+    run_id: string;
+    trace: TraceEvent[];
+    transcript: { head: string | null; append: PendingEntry[] };
+    task_finishing?: boolean;
+  }): Promise<string | null>;
+  /** The read-only tools and run_tests; the full result stays in the store. */
+  executeTool(ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView>;
+  /** read_file, search or show_diff as a local activity, on the run's host only. */
+  localTool(hostQueue: string | null, ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView | Elsewhere>;
+  /** apply_patch's first half: every check, no side effect. */
+  preparePatch(ref: RunRef, view: CallView): Promise<PreparedPatch>;
+  /** The approved write, and whether the ledger holds its receipt now. */
+  writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & { receipted: boolean }>;
+  /** The host verifier: what "done" means. */
+  verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings>;
+  /** Changed paths of a run that ended before verification (empty when no workspace exists). */
+  diffPaths(ref: { run_id: string }): Promise<string[]>;
+}
+
+/** preparePatch's answer as history carries it: a prepared action whose cut diff's whole text is in the host store. */
+export type PreparedPatch = Exclude<PrepareOutcome, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction };
+
+/** prepareMerge's answer: the entries of a prepared merge are in the host store under `entries_ref`. */
+export type PreparedMerge =
+  Exclude<MergePrepared, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction; entries_ref: string };

@@ -1,0 +1,91 @@
+/** A real run folder in a temp directory, prepared from a small repository, for activity tests and the bench. */
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { LocalBackend, type LocalBackendOptions } from '../../sandbox/backends/local';
+import { readSettings } from '../../host/settings';
+import { hostPath } from '../../host/tools-env';
+import { DEFAULT_LIMITS, type Limits } from '../../core/limits';
+import { Ledger } from '../../host/ledger';
+import type { ToolContext } from '../../tools/context';
+import { manifest, manifestDigest, prepareWorkspace, runPaths } from '../../host/workspace/workspace';
+import { fixtureSchema, type Fixture } from '../../core/contracts';
+
+export const PROJECT_ROOT = resolve(__dirname, '..', '..', '..');
+/** The settings of this process, read once (a test suite's: jest's global set-up gives them the operator's choices a suite makes). */
+export const SETTINGS = readSettings();
+/** A local backend with the settings' PATH, as a worker makes it. */
+export const localBackend = (options: Omit<LocalBackendOptions, 'path'> = {}) => new LocalBackend({ ...options, path: hostPath(SETTINGS) });
+export const LINKCHECK = join(PROJECT_ROOT, 'fixtures', 'linkcheck-nested');
+
+export function linkcheckFixture(): Fixture {
+  return fixtureSchema.parse(JSON.parse(readFileSync(join(LINKCHECK, 'fixture.json'), 'utf8')));
+}
+
+export function tempDir(prefix: string): string {
+  return mkdtempSync(join(tmpdir(), `${prefix}-`));
+}
+
+export function writeFiles(root: string, files: Record<string, string>): void {
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(dirname(join(root, path)), { recursive: true });
+    writeFileSync(join(root, path), text);
+  }
+}
+
+export interface TestRun {
+  ctx: ToolContext;
+  ledger: Ledger;
+  workspace: string;
+  /** Digest of the workspace manifest: equal before and after means nothing changed. */
+  digest(): string;
+}
+
+/** `repo` is either a folder to copy or files to create; `before` may add links before preparing. */
+export function prepareRun(opts: {
+  repo: string | Record<string, string>;
+  fixture?: Partial<Fixture>;
+  limits?: Partial<Limits>;
+  runId?: string;
+}): TestRun {
+  const state = tempDir('agent-state');
+  let repoDir: string;
+  if (typeof opts.repo === 'string') repoDir = opts.repo;
+  else {
+    repoDir = join(tempDir('agent-repo'), 'repo');
+    mkdirSync(repoDir);
+    writeFiles(repoDir, opts.repo);
+  }
+  const runId = opts.runId ?? 'run-1';
+  const paths = runPaths(state, runId);
+  prepareWorkspace(paths, repoDir);
+  const ledger = new Ledger(join(state, 'ledger.sqlite'));
+  const controller = new AbortController();
+  const ctx: ToolContext = {
+    runId,
+    paths,
+    fixture: { ...linkcheckFixture(), ...opts.fixture },
+    acceptanceDir: join(LINKCHECK, 'acceptance'),
+    baseCommit: null,
+    limits: { ...DEFAULT_LIMITS, ...opts.limits },
+    ledger,
+    backend: localBackend(),
+    timeoutMs: 60_000,
+    signal: controller.signal,
+    heartbeat: () => undefined,
+  };
+  return { ctx, ledger, workspace: paths.workspace, digest: () => manifestDigest(manifest(paths.workspace)) };
+}
+
+/** A TCP port nobody listens on right now. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}

@@ -1,0 +1,168 @@
+/**
+ * apply_patch in two halves. `preparePatch` has no side effect: it checks the call against the
+ * workspace and returns the action with its digests, to be approved. `writePatch` performs the
+ * approved action exactly once, keyed by action_id, with the three-state recovery of SPEC 4.
+ */
+import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { createTwoFilesPatch } from 'diff';
+import { errorResult, type PreparedAction } from '../core/contracts';
+import { isWritable, mayCreate } from '../core/policy';
+import type { ApplyPatchArgs } from '../core/tools';
+import { digestHostile, readHostile, readRegular } from '../host/workspace/hostile-read';
+import { digestJson, sha256 } from '../host/digest';
+import { faultPoint } from '../host/faults';
+import { resolveInWorkspace } from '../host/workspace/fs-safety';
+import { fsyncDir } from '../host/files';
+import { baselineManifest, workspaceDigest } from '../host/workspace/workspace';
+import { cutDiff, decodeText, type ToolContext } from './context';
+import type { PrepareOutcome, WriteOutcome } from '../core/activities';
+
+export function actionId(runId: string, args: ApplyPatchArgs): string {
+  return digestJson({ run_id: runId, name: 'apply_patch', arguments: args });
+}
+
+function countOccurrences(text: string, needle: string): number {
+  let count = 0;
+  // Overlapping occurrences count too: "aa" occurs twice in "aaa".
+  for (let i = text.indexOf(needle); i !== -1; i = text.indexOf(needle, i + 1)) if (++count > 1) break;
+  return count;
+}
+
+export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, args: ApplyPatchArgs): PrepareOutcome {
+  const reject = (code: Parameters<typeof errorResult>[1], data: Record<string, unknown>): PrepareOutcome => ({
+    kind: 'rejected',
+    result: errorResult(callId, code, { path: args.path, ...data }),
+  });
+  const id = actionId(ctx.runId, args);
+  const receipt = ctx.ledger.receipt(id);
+  if (receipt) return { kind: 'already_written', action_id: id, before: receipt.before, after: receipt.after };
+
+  if (args.old === args.new) return reject('no_op', { reason: 'old and new are identical' });
+  if (Buffer.byteLength(args.new) > ctx.limits.patchBytes)
+    return reject('too_large', { reason: 'new text is over the cap', limit: ctx.limits.patchBytes });
+
+  const resolved = resolveInWorkspace(ctx.paths.workspace, args.path);
+  if (!resolved.ok) return reject(resolved.error, { reason: resolved.reason });
+  if (resolved.stat?.isDirectory()) return reject('invalid_fields', { reason: 'path is a folder' });
+
+  let current: string;
+  let before: string;
+  if (args.version === 'absent') {
+    if (resolved.stat !== null) return reject('stale_version', { reason: 'the file exists; read it and pass its version' });
+    if (args.old !== '') return reject('invalid_fields', { reason: 'old must be empty when creating a file' });
+    const isNewFilePattern = mayCreate(ctx.fixture, args.path);
+    if (isNewFilePattern && !isWritable(ctx.fixture, args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
+      return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
+    }
+    current = '';
+    before = 'absent';
+  } else {
+    if (resolved.stat === null) return reject('not_found', { reason: `${args.path} does not exist; use version "absent" to create it` });
+    if (!isWritable(ctx.fixture, args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
+      return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
+    }
+    if (resolved.stat.size > ctx.limits.maxFileBytes)
+      return reject('too_large', { size: resolved.stat.size, limit: ctx.limits.maxFileBytes });
+    const read = readHostile(resolved.abs, ctx.limits.maxFileBytes, args.path);
+    if (!read.ok) return reject(read.kind === 'too_large' ? 'too_large' : 'path_denied', { reason: read.detail });
+    const bytes = read.bytes;
+    before = sha256(bytes);
+    if (before !== args.version) return reject('stale_version', { current_version: before });
+    const text = decodeText(bytes);
+    if (text === null) return reject('binary_file', {});
+    if (args.old === '') return reject('invalid_fields', { reason: 'old must not be empty when changing a file' });
+    const n = countOccurrences(text, args.old);
+    if (n === 0) return reject('no_match', { reason: 'old text not found; read the file again' });
+    if (n > 1) return reject('non_unique_match', { reason: 'old text occurs more than once; include more surrounding context' });
+    current = text;
+  }
+
+  const next = args.version === 'absent' ? args.new : current.replace(args.old, () => args.new);
+  const diff = createTwoFilesPatch(
+    args.version === 'absent' ? '/dev/null' : `a/${args.path}`,
+    `b/${args.path}`,
+    current,
+    next,
+    undefined,
+    undefined,
+    { context: 3 },
+  );
+  const shown = cutDiff(diff, ctx.limits);
+  return {
+    kind: 'prepared',
+    whole_diff: shown.whole,
+    action: {
+      action_id: id,
+      path: args.path,
+      before,
+      after: sha256(next),
+      args_digest: digestJson(args),
+      workspace_digest: workspaceDigest(ctx.paths.workspace),
+      diff: shown.diff,
+      diff_truncated: shown.diff_truncated,
+    },
+  };
+}
+
+/** The target's digest, `absent`, or what it is instead of a regular file (never equal to a digest). */
+export function currentDigest(abs: string, path: string): string {
+  const read = digestHostile(abs, path);
+  if (read.ok) return read.digest;
+  return read.kind === 'missing' ? 'absent' : read.detail;
+}
+
+/**
+ * Performs an approved action. Safe to call any number of times for the same action: the ledger
+ * intent marks that a write may have started, the receipt that it finished.
+ */
+export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAction, args: ApplyPatchArgs): WriteOutcome {
+  const receipt = ctx.ledger.receipt(action.action_id);
+  if (receipt) return { kind: 'already_recorded', recovered: receipt.recovered };
+
+  faultPoint('before_write');
+  const resolved = resolveInWorkspace(ctx.paths.workspace, action.path);
+  if (!resolved.ok) {
+    // A link or a vanished folder appeared on the path after the approval.
+    return ctx.ledger.hasIntent(action.action_id)
+      ? { kind: 'recovery_uncertain', current: resolved.reason }
+      : { kind: 'approval_stale', workspace_digest: workspaceDigest(ctx.paths.workspace) };
+  }
+  const current = currentDigest(resolved.abs, action.path);
+
+  if (ctx.ledger.hasIntent(action.action_id)) {
+    // Recovery: a previous attempt may have written. Only the two known states are safe.
+    if (current === action.after) {
+      ctx.ledger.recordReceipt({ ...action, run_id: ctx.runId, recovered: true });
+      return { kind: 'receipt_recovered', recovered: true };
+    }
+    if (current !== action.before) return { kind: 'recovery_uncertain', current };
+  }
+  const now = workspaceDigest(ctx.paths.workspace);
+  if (now !== action.workspace_digest) return { kind: 'approval_stale', workspace_digest: now };
+
+  const text = action.before === 'absent' ? '' : readRegular(resolved.abs, Number.MAX_SAFE_INTEGER, action.path).toString('utf8');
+  const next = action.before === 'absent' ? args.new : text.replace(args.old, () => args.new);
+  if (sha256(next) !== action.after) return { kind: 'recovery_uncertain', current };
+
+  ctx.ledger.recordIntent(ctx.runId, action);
+  const mode = resolved.stat ? resolved.stat.mode & 0o777 : 0o644;
+  mkdirSync(ctx.paths.tmp, { recursive: true });
+  const tmp = join(ctx.paths.tmp, `${action.action_id}.tmp`);
+  const fd = openSync(tmp, 'w', mode);
+  try {
+    writeFileSync(fd, next);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  faultPoint('after_temp_write');
+  // resolveInWorkspace checked the parent a moment ago; a link swapped in since would be followed.
+  if (lstatSync(dirname(resolved.abs)).isSymbolicLink()) throw new Error('parent folder became a symlink during the write');
+  renameSync(tmp, resolved.abs);
+  fsyncDir(dirname(resolved.abs));
+  faultPoint('after_rename');
+  ctx.ledger.recordReceipt({ ...action, run_id: ctx.runId, recovered: false });
+  faultPoint('after_receipt');
+  return { kind: 'written', recovered: false };
+}
