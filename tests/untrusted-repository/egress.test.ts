@@ -39,7 +39,8 @@ import {
   type Upstream,
 } from '../helpers/egress';
 import { historyJson, leaks } from '../helpers/leaks';
-import { freePort, PROJECT_ROOT, tempDir } from '../helpers/run-dir';
+import { freePort, PROJECT_ROOT, SETTINGS, tempDir } from '../helpers/run-dir';
+import { createSandbox } from '../../worker/sandbox';
 import { runOnce, startServer } from '../helpers/temporal';
 
 jest.setTimeout(240_000);
@@ -303,6 +304,8 @@ describe('a repository that reaches for a secret or this machine', () => {
       setup: { commands: [askEach([`http://${INDEX_HOST}:${server.port}/`])], timeout_s: 60 },
       egress: { allow: [INDEX_HOST], tls: 'intercept', credentials: ['private-index'] },
     });
+    // The worker's own isolation probe (measured once per process) is done before the window opens.
+    await createSandbox({}, SETTINGS).isolation();
     const since = Math.floor(Date.now() / 1000);
     const { outcome, handle } = await runOnce(env, repoInput(r), { settings: settings() });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'invalid_input' });
