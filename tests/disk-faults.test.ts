@@ -155,36 +155,71 @@ function linkcheckWith(body?: string) {
 const heldInput = (fixture: ReturnType<typeof linkcheckWith>): RunInput =>
   canonicalInput('canonical', { fixture: fixture.dir, source: { kind: 'replay', path: fixture.replay, trusted: true } });
 
+/**
+ * The canonical run, its first write approved while `which` file system is full: the write waits
+ * for space with `failure`, nothing of it is made (`whileFull` looks further), then space is
+ * freed and the run completes with one write and one receipt per approved action.
+ */
+async function writeWaitsForSpace(which: 'runs' | 'state', failure: RegExp, whileFull?: (state: string, actionId: string) => void) {
+  const small = smallState({ state: which === 'state', runs: true });
+  const { outcome, trace, receipts } = await runOnce(env, canonicalInput('canonical', { approver: 'interactive' }), {
+    settings: waiting(30),
+    prepareState: small.prepareState,
+    drive: async (h) => {
+      const first = await pendingApproval(h);
+      const paths = runPaths(small.dirs.state, (await queryState(h)).run_id);
+      const free = fill(small.dirs[which]);
+      await sendApproval(h, approvalFor(first, 'approve', 'user:test'));
+      expect(await waitingForSpace(h, 'writePatch')).toMatch(failure);
+      // Nothing half made: no target, no temporary file.
+      expect(existsSync(join(paths.workspace, ADDED_TEST))).toBe(false);
+      expect(readdirSync(paths.tmp).filter((n) => n.startsWith(first.action_id))).toEqual([]);
+      whileFull?.(small.dirs.state, first.action_id);
+      free();
+      await approveAll(h);
+    },
+  });
+  expect(outcome.record).toEqual(CANONICAL_RECORD);
+  oncePerApprovedAction(trace, receipts);
+}
+
+/**
+ * The canonical run with its red test run held while `which` file system is filled: the step
+ * (the process's end, or the store commit of its result) waits for space with `failure`; freed,
+ * the tests run again and the run completes with one write and one receipt per approved action.
+ */
+async function testRunWaitsForSpace(which: 'runs' | 'state', failure: RegExp) {
+  const small = smallState({ state: which === 'state', runs: true });
+  const fixture = linkcheckWith();
+  const { outcome, trace, receipts } = await runOnce(env, heldInput(fixture), {
+    settings: waiting(16),
+    prepareState: small.prepareState,
+    drive: async (h) => {
+      await waitFor('the red test run to be under way', async () => fixture.waiting(), 60_000);
+      const free = fill(small.dirs[which]);
+      fixture.go();
+      expect(await waitingForSpace(h, 'executeTool')).toMatch(failure);
+      free();
+    },
+  });
+  expect(outcome.record).toEqual(CANONICAL_RECORD);
+  oncePerApprovedAction(trace, receipts);
+}
+
 describe('a full workspace', () => {
   it('during a write: the target stays as it was and the ledger says not written; freed, the run completes with one write and one receipt each', async () => {
-    const small = smallState({ state: false, runs: true });
-    const { outcome, trace, receipts } = await runOnce(env, canonicalInput('canonical', { approver: 'interactive' }), {
-      settings: waiting(30),
-      prepareState: small.prepareState,
-      drive: async (h) => {
-        const first = await pendingApproval(h);
-        const paths = runPaths(small.dirs.state, (await queryState(h)).run_id);
-        const free = fill(small.dirs.runs);
-        await sendApproval(h, approvalFor(first, 'approve', 'user:test'));
-        expect(await waitingForSpace(h, 'writePatch')).toMatch(
-          /^writePatch: no space left on the file system of the workspace \(writing tests\/test_agent_nested\.py through the control folder\): ENOSPC; waiting for space \(attempt 1\)$/,
-        );
-        // Nothing half made: no target, no temporary file, and the ledger says why.
-        expect(existsSync(join(paths.workspace, ADDED_TEST))).toBe(false);
-        expect(readdirSync(paths.tmp).filter((n) => n.startsWith(first.action_id))).toEqual([]);
+    await writeWaitsForSpace(
+      'runs',
+      /^writePatch: no space left on the file system of the workspace \(writing tests\/test_agent_nested\.py through the control folder\): ENOSPC; waiting for space \(attempt 1\)$/,
+      (state, actionId) =>
         expect(
-          withLedger(small.dirs.state, (l) => ({
-            intent: l.hasIntent(first.action_id),
-            receipt: l.receipt(first.action_id),
-            not_written: l.notWritten(first.action_id).map((r) => r.reason),
+          withLedger(state, (l) => ({
+            intent: l.hasIntent(actionId),
+            receipt: l.receipt(actionId),
+            not_written: l.notWritten(actionId).map((r) => r.reason),
           })),
-        ).toEqual({ intent: true, receipt: null, not_written: ['disk_full'] });
-        free();
-        await approveAll(h);
-      },
-    });
-    expect(outcome.record).toEqual(CANONICAL_RECORD);
-    oncePerApprovedAction(trace, receipts);
+        ).toEqual({ intent: true, receipt: null, not_written: ['disk_full'] }),
+    );
   });
 
   it('during a write, never freed: the run ends disk_full naming the workspace, the target as before, the ledger saying not written', async () => {
@@ -218,67 +253,27 @@ describe('a full workspace', () => {
   });
 
   it('during a test run: the result is not trusted, the test run waits for space and runs again once it is freed', async () => {
-    const small = smallState({ state: false, runs: true });
-    const fixture = linkcheckWith();
-    const { outcome, trace, receipts } = await runOnce(env, heldInput(fixture), {
-      settings: waiting(16),
-      prepareState: small.prepareState,
-      drive: async (h) => {
-        await waitFor('the red test run to be under way', async () => fixture.waiting(), 60_000);
-        const free = fill(small.dirs.runs);
-        fixture.go();
-        expect(await waitingForSpace(h, 'executeTool')).toMatch(
-          /^executeTool: no space left on the file system of the workspace \(a test or acceptance process: \d+ bytes were left when it ended\): ENOSPC; waiting for space/,
-        );
-        free();
-      },
-    });
-    expect(outcome.record).toEqual(CANONICAL_RECORD);
-    oncePerApprovedAction(trace, receipts);
+    await testRunWaitsForSpace(
+      'runs',
+      /^executeTool: no space left on the file system of the workspace \(a test or acceptance process: \d+ bytes were left when it ended\): ENOSPC; waiting for space/,
+    );
   });
 });
 
 describe('a full state folder', () => {
   it('during a write: the ledger cannot record the intent, nothing is written; freed, the run completes with one write and one receipt each', async () => {
-    const small = smallState({ state: true, runs: true });
-    const { outcome, trace, receipts } = await runOnce(env, canonicalInput('canonical', { approver: 'interactive' }), {
-      settings: waiting(30),
-      prepareState: small.prepareState,
-      drive: async (h) => {
-        const first = await pendingApproval(h);
-        const paths = runPaths(small.dirs.state, (await queryState(h)).run_id);
-        const free = fill(small.dirs.state);
-        await sendApproval(h, approvalFor(first, 'approve', 'user:test'));
-        expect(await waitingForSpace(h, 'writePatch')).toMatch(
-          /^writePatch: no space left on the file system of the state folder \(the ledger\): SQLITE_FULL; waiting for space/,
-        );
-        expect(existsSync(join(paths.workspace, ADDED_TEST))).toBe(false);
-        free();
-        await approveAll(h);
-      },
-    });
-    expect(outcome.record).toEqual(CANONICAL_RECORD);
-    oncePerApprovedAction(trace, receipts);
+    // (The ledger is on the full file system: it is read once space is freed, in the record's receipts.)
+    await writeWaitsForSpace(
+      'state',
+      /^writePatch: no space left on the file system of the state folder \(the ledger\): SQLITE_FULL; waiting for space/,
+    );
   });
 
   it('during a store commit: the test run waits for space and runs again once it is freed', async () => {
-    const small = smallState({ state: true, runs: true });
-    const fixture = linkcheckWith();
-    const { outcome, trace, receipts } = await runOnce(env, heldInput(fixture), {
-      settings: waiting(16),
-      prepareState: small.prepareState,
-      drive: async (h) => {
-        await waitFor('the red test run to be under way', async () => fixture.waiting(), 60_000);
-        const free = fill(small.dirs.state);
-        fixture.go();
-        expect(await waitingForSpace(h, 'executeTool')).toMatch(
-          /^executeTool: no space left on the file system of the state folder \(the host store\): SQLITE_FULL; waiting for space/,
-        );
-        free();
-      },
-    });
-    expect(outcome.record).toEqual(CANONICAL_RECORD);
-    oncePerApprovedAction(trace, receipts);
+    await testRunWaitsForSpace(
+      'state',
+      /^executeTool: no space left on the file system of the state folder \(the host store\): SQLITE_FULL; waiting for space/,
+    );
   });
 
   it('during a store commit, never freed: the run ends disk_full naming the state folder, its record whole though its trace could not be stored', async () => {
