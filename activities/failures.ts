@@ -58,8 +58,9 @@ function diskFullOf(err: unknown, stateDir: string | null): DiskFullError | null
   const code = diskFullCode(err);
   if (code === null) return null;
   const path = (err as NodeJS.ErrnoException).path;
-  const rel = path !== undefined && stateDir !== null ? relative(stateDir, path) : null;
-  if (rel === null || rel.startsWith('..') || isAbsolute(rel)) return new DiskFullError('host', 'a file outside the state folder', code);
+  if (path === undefined || stateDir === null) return new DiskFullError('host', 'a write whose file the error does not name', code);
+  const rel = relative(stateDir, path);
+  if (rel.startsWith('..') || isAbsolute(rel)) return new DiskFullError('host', 'a file outside the state folder', code);
   const parts = rel.split(sep);
   return parts[0] === 'runs' && parts.length > 2
     ? new DiskFullError('workspace', `runs/${parts[1]}: ${parts.slice(2).join('/')}`, code)
