@@ -19,13 +19,16 @@ export { deterministicFailure } from './failures';
 
 export function createActivities(deps: ActivityDeps): Activities {
   const kit = new Kit(deps);
-  return withDeterministicFailures({
-    ...loadActivities(kit),
-    ...setupActivities(kit),
-    ...decideActivities(kit),
-    ...toolActivities(kit),
-    ...writeActivities(kit),
-    ...mergeActivities(kit),
-    ...verificationActivities(kit),
-  });
+  return withDeterministicFailures(
+    {
+      ...loadActivities(kit),
+      ...setupActivities(kit),
+      ...decideActivities(kit),
+      ...toolActivities(kit),
+      ...writeActivities(kit),
+      ...mergeActivities(kit),
+      ...verificationActivities(kit),
+    },
+    { diskFullWaitMs: deps.config.diskFullWaitMs ?? 0, stateDir: deps.config.stateDir },
+  );
 }

@@ -39,6 +39,11 @@ export interface HarnessConfig {
   /** Timeout of one provider HTTP request (default 120 s). */
   modelTimeoutMs?: number;
   /**
+   * How long a step that finds no space left (a workspace, the ledger, the host store) is retried
+   * before its run ends `disk_full` (the settings' `AGENT_DISK_FULL_WAIT_S`); default 0: at once.
+   */
+  diskFullWaitMs?: number;
+  /**
    * This host's own task queue. A run's workspace, control folder, ledger rows and stored
    * transcript live on the host that loaded it, so every later activity of the run goes here.
    */

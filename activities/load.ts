@@ -25,7 +25,7 @@ import { buildId } from '../host/build';
 import { faultPoint } from '../host/faults';
 import { loadRepository, prepareRepositoryWorkspace } from '../host/repository';
 import { activeTraceId } from '../host/tracing';
-import { prepareWorkspace as prepareRunWorkspace } from '../host/workspace/workspace';
+import { makingWorkspace, prepareWorkspace as prepareRunWorkspace } from '../host/workspace/workspace';
 import { loadPrompt, PromptError } from '../models/prompt';
 import { loadReplay, ReplayFileError } from '../models/replay';
 import { expectedFile } from '../sandbox/verifier';
@@ -249,9 +249,12 @@ export function loadActivities(kit: Kit) {
       from_run?: string;
       repository?: RepositoryRef;
     }): Promise<PreparedWorkspace> {
-      if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(kit.paths(ref.run_id), ref.repository);
-      const from = ref.from_run ? kit.paths(ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
-      return prepareRunWorkspace(kit.paths(ref.run_id), from);
+      const paths = kit.paths(ref.run_id);
+      return makingWorkspace(paths, () => {
+        if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(paths, ref.repository);
+        const from = ref.from_run ? kit.paths(ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
+        return prepareRunWorkspace(paths, from);
+      });
     },
   };
 }

@@ -5,8 +5,19 @@
 import { createInterface } from 'node:readline';
 import type { RunRecord } from '../core/contracts';
 import type { TraceEvent } from '../core/trace';
+import { freeBytes } from '../host/disk';
 import { describeEvent, describePending } from './describe';
-import { approvalFor, isRunning, ORIGIN, queryState, runOutcome, sendApproval, traceSince, type RunHandle } from './run-access';
+import {
+  approvalFor,
+  ORIGIN,
+  queryState,
+  runOutcome,
+  runProgress,
+  sendApproval,
+  traceSince,
+  type RetriedStep,
+  type RunHandle,
+} from './run-access';
 
 /** Asks one question at the terminal; null when standard input has ended. */
 function ask(question: string): Promise<string | null> {
@@ -30,31 +41,107 @@ export class StdinClosed extends Error {}
 export const QUERY_PATIENCE_MS = 60_000;
 const QUERY_NOTE_MS = 5_000;
 
-/** A failed Query's message with its cause (the client's own message is "Failed to query Workflow"). */
-function queryFailure(err: unknown): string {
+/** A failed call's message with its cause (the client's own message is "Failed to query Workflow", "Failed to describe workflow"). */
+function failureText(err: unknown): string {
   const e = err as Error & { cause?: Error };
   return e.cause?.message ? `${e.message}: ${e.cause.message}` : e.message;
+}
+
+/** Less than this left on the state folder's file system: nothing there can be written (the ledger, the store, the dev server's database). */
+const STATE_FULL_BELOW_BYTES = 1024 * 1024;
+
+/**
+ * What the state folder's file system shows, for a follower whose server does not answer: null
+ * unless it is full. On the embedded default the dev server's database is there too.
+ */
+export function stateFolderDiagnosis(stateDir: string, embedded: boolean): string | null {
+  let free: number;
+  try {
+    free = freeBytes(stateDir);
+  } catch {
+    return null; // not there (yet): nothing to say about it
+  }
+  if (free >= STATE_FULL_BELOW_BYTES) return null;
+  const who = embedded
+    ? 'the embedded Temporal dev server cannot write its database there, nor the worker'
+    : 'a worker of this host cannot write';
+  return `the state folder's file system is full (${free} bytes free): ${who} its ledger and host store; the run goes on once space is freed`;
+}
+
+/** Who did not answer the follower: the Temporal server (describe) or the run's worker (a Query). */
+class NoAnswer {
+  constructor(
+    readonly who: 'server' | 'worker',
+    readonly cause: unknown,
+  ) {}
+}
+
+export interface FollowOptions {
+  interactive: boolean;
+  principal: string;
+  log: (line: string) => void;
+  pollMs?: number;
+  /** The run's stored trace (host store), for the events the run no longer holds. */
+  stored?: (runId: string) => TraceEvent[];
+  /**
+   * What this machine shows when nothing answers (the state folder's file system full, say), or
+   * null: named beside the server's or worker's error, and while it holds the follower waits up
+   * to `diagnosedPatienceMs` rather than QUERY_PATIENCE_MS (a full disk heals once space is freed).
+   */
+  diagnose?: () => string | null;
+  diagnosedPatienceMs?: number;
+}
+
+/**
+ * How long the follower goes on while nothing answers, what it says meanwhile, and the error it
+ * ends with: the server's or worker's own error, named, with what this machine shows.
+ */
+class Patience {
+  private since: number | null = null;
+  private noted: string | null = null;
+
+  constructor(private readonly opts: FollowOptions) {}
+
+  reset(): void {
+    this.since = null;
+    this.noted = null;
+  }
+
+  async wait(no: NoAnswer): Promise<void> {
+    const now = Date.now();
+    this.since ??= now;
+    const diagnosis = this.opts.diagnose?.() ?? null;
+    const cause = `${failureText(no.cause)}${diagnosis ? `; ${diagnosis}` : ''}`;
+    const limit = diagnosis ? Math.max(QUERY_PATIENCE_MS, this.opts.diagnosedPatienceMs ?? 0) : QUERY_PATIENCE_MS;
+    if (now - this.since >= limit) {
+      const s = Math.round(limit / 1000);
+      throw new Error(
+        no.who === 'worker'
+          ? `the run's worker answered no Query for ${s} s: ${cause}`
+          : `the Temporal server answered nothing for ${s} s: ${cause}; the run is not lost: once the server answers, \`status\` and \`trace\` show it`,
+      );
+    }
+    const note =
+      no.who === 'worker'
+        ? `(the run's worker does not answer yet: ${cause}; still following)`
+        : `(the Temporal server does not answer yet: ${cause}; still following)`;
+    if (now - this.since >= QUERY_NOTE_MS && this.noted !== (diagnosis ?? '')) {
+      this.noted = diagnosis ?? '';
+      this.opts.log(note);
+    }
+    await new Promise((r) => setTimeout(r, this.opts.pollMs ?? 300));
+  }
 }
 
 /**
  * Follows a run to its end. Events go to `log` (stderr with --json). Returns the run's record.
  * With `interactive`, pending approvals are asked at the terminal and signalled. The trace is read
  * page by page after the last event printed; events the run no longer holds in memory come from
- * the host store (`stored`).
+ * the host store (`stored`). A step that Temporal retries (a full disk waiting for space, say) is
+ * said once per attempt.
  */
-export async function followRun(
-  handle: RunHandle,
-  opts: {
-    interactive: boolean;
-    principal: string;
-    log: (line: string) => void;
-    pollMs?: number;
-    /** The run's stored trace (host store), for the events the run no longer holds. */
-    stored?: (runId: string) => TraceEvent[];
-  },
-): Promise<RunRecord> {
+export async function followRun(handle: RunHandle, opts: FollowOptions): Promise<RunRecord> {
   let printed = 0; // the highest seq printed
-  let asked: string | null = null;
   let runId: string | null = null;
   const print = (events: TraceEvent[]) => {
     for (const e of events) {
@@ -71,48 +158,59 @@ export async function followRun(
     }
     print(page.events);
   };
-  let unanswered: { since: number; noted: boolean } | null = null;
-  while (await isRunning(handle)) {
-    // A Query can fail while the run's worker is replaced or restarts (its sticky cache gone, a
-    // task replaying): keep following for a while, and say so, before giving up with the cause.
+  const patience = new Patience(opts);
+  const retried = new Set<string>();
+  const asked = { action: null as string | null };
+  for (;;) {
+    // Either can fail while the server cannot write (a full disk) or the run's worker is replaced
+    // or restarts (its sticky cache gone, a task replaying): keep following for a while, and say so.
+    let running: boolean;
     try {
-      await flush();
+      const progress = await runProgress(handle).catch((err: unknown) => Promise.reject(new NoAnswer('server', err)));
+      noteRetried(progress.retried, retried, opts.log);
+      running = progress.running;
+      if (running) await flush().catch((err: unknown) => Promise.reject(new NoAnswer('worker', err)));
     } catch (err) {
-      const now = Date.now();
-      unanswered ??= { since: now, noted: false };
-      if (now - unanswered.since >= QUERY_PATIENCE_MS) {
-        throw new Error(`the run's worker answered no Query for ${QUERY_PATIENCE_MS / 1000} s: ${queryFailure(err)}`);
-      }
-      if (!unanswered.noted && now - unanswered.since >= QUERY_NOTE_MS) {
-        unanswered.noted = true;
-        opts.log(`(the run's worker does not answer yet: ${queryFailure(err)}; still following)`);
-      }
-      await new Promise((r) => setTimeout(r, opts.pollMs ?? 300));
+      if (!(err instanceof NoAnswer)) throw err;
+      await patience.wait(err);
       continue;
     }
-    unanswered = null;
-    if (opts.interactive) {
-      const view = await queryState(handle);
-      const pending = view.pending_approval;
-      if (view.status === 'awaiting_approval' && pending && asked !== pending.action_id) {
-        asked = pending.action_id;
-        opts.log(describePending(pending));
-        const answer = await ask(`Approve this write? [y/N] `);
-        if (answer === null) throw new StdinClosed(`standard input closed while action ${pending.action_id} awaits approval`);
-        const yes = /^y(es)?$/i.test(answer.trim());
-        const approval = approvalFor(
-          pending,
-          yes ? 'approve' : 'reject',
-          opts.principal,
-          yes ? undefined : 'rejected at the terminal',
-          `${ORIGIN}:approval:${pending.action_id}`,
-        );
-        await sendApproval(handle, approval);
-      }
-    }
+    patience.reset();
+    if (!running) break;
+    if (opts.interactive) await askPending(handle, opts, asked);
     await new Promise((r) => setTimeout(r, opts.pollMs ?? 300));
   }
   const outcome = await runOutcome(handle);
   print(opts.stored?.(outcome.trace.run_id) ?? []);
   return outcome.record;
+}
+
+/** Says once per attempt which step Temporal retries and why (a full disk says it waits for space). */
+function noteRetried(steps: RetriedStep[], seen: Set<string>, log: (line: string) => void): void {
+  for (const step of steps) {
+    const key = `${step.activity_id}:${step.attempt}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    log(`(${step.activity} is retried, attempt ${step.attempt}: ${step.failure})`);
+  }
+}
+
+/** Asks at the terminal about the pending write, once per action, and signals the answer. */
+async function askPending(handle: RunHandle, opts: FollowOptions, asked: { action: string | null }): Promise<void> {
+  const view = await queryState(handle);
+  const pending = view.pending_approval;
+  if (view.status !== 'awaiting_approval' || !pending || asked.action === pending.action_id) return;
+  asked.action = pending.action_id;
+  opts.log(describePending(pending));
+  const answer = await ask(`Approve this write? [y/N] `);
+  if (answer === null) throw new StdinClosed(`standard input closed while action ${pending.action_id} awaits approval`);
+  const yes = /^y(es)?$/i.test(answer.trim());
+  const approval = approvalFor(
+    pending,
+    yes ? 'approve' : 'reject',
+    opts.principal,
+    yes ? undefined : 'rejected at the terminal',
+    `${ORIGIN}:approval:${pending.action_id}`,
+  );
+  await sendApproval(handle, approval);
 }

@@ -115,6 +115,33 @@ export async function isRunning(handle: RunHandle): Promise<boolean> {
   return (await handle.describe()).status.name === 'RUNNING';
 }
 
+/** A step of a run that the server retries, as describe shows it: which, at which attempt, and its last failure. */
+export interface RetriedStep {
+  activity_id: string;
+  activity: string;
+  attempt: number;
+  failure: string;
+  type: string | null;
+}
+
+/**
+ * Whether the run still goes on, and its steps being retried after a failure (a full disk
+ * waiting for space shows here), asked of the server within `ms`.
+ */
+export async function runProgress(handle: RunHandle, ms = QUERY_DEADLINE_MS): Promise<{ running: boolean; retried: RetriedStep[] }> {
+  const d = await withDeadline(handle, ms, () => handle.describe());
+  const retried = (d.raw.pendingActivities ?? [])
+    .filter((a) => (a.attempt ?? 1) > 1 && a.lastFailure)
+    .map((a) => ({
+      activity_id: a.activityId ?? '',
+      activity: a.activityType?.name ?? '?',
+      attempt: a.attempt ?? 1,
+      failure: a.lastFailure?.message ?? '',
+      type: a.lastFailure?.applicationFailureInfo?.type ?? null,
+    }));
+  return { running: d.status.name === 'RUNNING', retried };
+}
+
 /** The outcome of a run (waits for a running one); a closed run's is read within `ms`. */
 export async function runOutcome(handle: RunHandle, ms: number | null = RESULT_DEADLINE_MS): Promise<RunOutcome> {
   const read = () => handle.result();

@@ -171,6 +171,8 @@ export type MergePrepared =
   | { kind: 'prepared'; action: PreparedAction; entries: MergeEntry[]; whole_diff: string | null }
   | { kind: 'conflict'; paths: string[] }
   | { kind: 'unsupported'; paths: string[]; reason: string }
+  /** The merge would take the parent's workspace over its limit (`limits.workspaceBytes`). */
+  | { kind: 'too_large'; reason: string; workspace_bytes: number; limit: number }
   | { kind: 'empty' };
 
 export type MergeOutcome =

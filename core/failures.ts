@@ -11,7 +11,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 
 /** A run's reason when an activity failure ends it. */
-export type ActivityFailureReason = 'infrastructure_error' | 'model_error' | 'harness_error' | 'activity_failed';
+export type ActivityFailureReason = 'infrastructure_error' | 'model_error' | 'harness_error' | 'activity_failed' | 'disk_full';
 
 interface FailureType {
   /** The `ApplicationFailure.type`, equal to its key. */
@@ -20,6 +20,12 @@ interface FailureType {
   reason: ActivityFailureReason;
   /** What it means, as the failure table (docs/failures.md) says it. */
   meaning: string;
+  /**
+   * A fault that may heal by itself: the activity is retried (at the delays it asks for, within
+   * its attempts) while the fault lasts, and the run ends with this type's reason only when the
+   * activity gives up; every other type ends the run at once.
+   */
+  waits?: true;
 }
 
 export const FAILURE_TYPES = {
@@ -55,12 +61,21 @@ export const FAILURE_TYPES = {
     reason: 'harness_error',
     meaning: 'a payload over the 64 KiB cap about to enter history (a harness defect), refused by the payload guard',
   },
+  DiskFull: {
+    type: 'DiskFull',
+    reason: 'disk_full',
+    meaning:
+      "no space left (ENOSPC, EDQUOT, SQLite's SQLITE_FULL) on the file system of a run's workspace or of the state folder (the ledger, the host store): the step waits for space, then the run ends naming the owner",
+    waits: true,
+  },
 } as const satisfies Record<string, FailureType>;
 
 export type FailureTypeName = keyof typeof FAILURE_TYPES;
 
 /** The activities' retry policy: failures of these types are never retried. */
-export const NON_RETRYABLE_FAILURE_TYPES: readonly FailureTypeName[] = Object.keys(FAILURE_TYPES) as FailureTypeName[];
+export const NON_RETRYABLE_FAILURE_TYPES: readonly FailureTypeName[] = (Object.keys(FAILURE_TYPES) as FailureTypeName[]).filter(
+  (type) => !(FAILURE_TYPES[type] as FailureType).waits,
+);
 
 /** Reason by failure type, for the workflow's lookup. */
 export const ACTIVITY_FAILURE_REASONS: Readonly<Record<FailureTypeName, ActivityFailureReason>> = Object.fromEntries(
@@ -87,4 +102,42 @@ export function activityFailureReason(type: string | null | undefined): Activity
  */
 export function nonRetryable(type: FailureTypeName, message: string, details?: unknown[]): ApplicationFailure {
   return ApplicationFailure.create({ type: FAILURE_TYPES[type].type, message, nonRetryable: true, ...(details ? { details } : {}) });
+}
+
+/**
+ * The failure of a type that waits (`DiskFull`) while the fault may still heal: retried after
+ * `delayMs`, within the activity's attempts. When the wait is over, `nonRetryable` ends the run.
+ */
+export function retryLater(type: FailureTypeName, message: string, delayMs: number, details?: unknown[]): ApplicationFailure {
+  return ApplicationFailure.create({
+    type: FAILURE_TYPES[type].type,
+    message,
+    nonRetryable: false,
+    nextRetryDelay: Math.max(1, Math.round(delayMs)),
+    ...(details ? { details } : {}),
+  });
+}
+
+/** Activities in words, for the reason of a run one of them ended by timing out. */
+const ACTIVITY_WORDS: Readonly<Record<string, string>> = {
+  executeTool: 'the test run',
+  verify: 'the verification',
+  runSetup: 'the setup phase',
+  decide: 'the model request',
+};
+
+/**
+ * The detail of a run ended by an activity that timed out on every attempt (a retried timeout
+ * is the same failure again: a worker that died or hung): which step, and how it timed out. Its
+ * reason is `infrastructure_error`. (A schedule-to-start timeout is a lost host, not this.)
+ */
+export function timeoutDetail(activityType: string, timeoutType: string | null | undefined): string {
+  const what = ACTIVITY_WORDS[activityType] ?? `activity ${activityType}`;
+  const how =
+    timeoutType === 'HEARTBEAT'
+      ? 'stopped heartbeating'
+      : timeoutType === 'START_TO_CLOSE'
+        ? 'did not finish within its time limit'
+        : `timed out (${timeoutType ?? 'unknown'})`;
+  return `${what} ${how} on each of its attempts (the worker died or hung each time)`;
 }

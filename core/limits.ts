@@ -1,4 +1,4 @@
-/** The host's size limits of tools, tests and diffs: safe defaults, lowered by tests. Pure data. */
+/** The host's size limits of tools, tests, diffs and workspaces: safe defaults, lowered by tests. Pure data. */
 export interface Limits {
   /** Largest file read_file, search or apply_patch will open. */
   maxFileBytes: number;
@@ -21,6 +21,13 @@ export interface Limits {
   outputTailBytes: number;
   /** Largest JUnit report accepted; a larger one counts as unusable output. */
   reportBytes: number;
+  /**
+   * Largest a run's workspace may grow: the sum of its regular files' sizes. A write that would
+   * take it over is refused (`too_large`), and a test or acceptance process that takes its
+   * workspace and report folder over it is stopped; a workspace already larger (its base tree)
+   * may not grow. So one run cannot fill the host's disk for the others.
+   */
+  workspaceBytes: number;
 }
 
 export const DEFAULT_LIMITS: Limits = {
@@ -33,4 +40,5 @@ export const DEFAULT_LIMITS: Limits = {
   execOutputBytes: 1024 * 1024,
   outputTailBytes: 4 * 1024,
   reportBytes: 8 * 1024 * 1024,
+  workspaceBytes: 2 * 1024 * 1024 * 1024,
 };

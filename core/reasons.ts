@@ -27,6 +27,7 @@ export const RUN_REASONS = [
   'harness_error',
   'activity_failed',
   'setup_failed',
+  'disk_full',
 ] as const;
 
 /**

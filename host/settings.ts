@@ -15,6 +15,7 @@ import { isIP } from 'node:net';
 import { isAbsolute, join, relative, resolve } from 'node:path';
 import { DEFAULT_MAX_BUDGETS } from '../core/budgets';
 import { budgetsSchema, type Budgets } from '../core/contracts';
+import { DEFAULT_LIMITS } from '../core/limits';
 import { formatIssues } from '../core/validate';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
@@ -25,6 +26,8 @@ export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
 export const DEFAULT_PROXY_IMAGE = 'coding-agent-proxy:2';
 export const DEFAULT_EGRESS_NETWORK = 'bridge';
 export const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
+/** How long a step that finds no space left waits for space before its run ends `disk_full`: 10 minutes. */
+export const DEFAULT_DISK_FULL_WAIT_S = 600;
 /** Where each provider's SDK sends requests when neither the endpoint nor the environment says otherwise. */
 export const PUBLIC_BASE_URLS = { openai: 'https://api.openai.com/v1', anthropic: 'https://api.anthropic.com' } as const;
 
@@ -97,6 +100,10 @@ export interface Settings {
   pricesFile: string | null;
   /** Workflows one worker keeps in its cache. */
   maxCachedWorkflows: number;
+  /** The largest a run's workspace may grow (core/limits.ts `workspaceBytes`). */
+  workspaceBytes: number;
+  /** How long a step that finds its disk full is retried before the run ends `disk_full`. */
+  diskFullWaitS: number;
   /** Image tag or content id of the docker backend's sandbox. */
   sandboxImage: string;
   /** The engine the docker backend talks to, as the operator names it; null: the local socket. */
@@ -334,6 +341,20 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: String(DEFAULT_MAX_CACHED_WORKFLOWS),
     meaning: 'workflows a worker keeps in its cache; a parked run beyond it is evicted and replayed when its Signal comes',
     read: integer('AGENT_MAX_CACHED_WORKFLOWS', 0, 1_000_000, DEFAULT_MAX_CACHED_WORKFLOWS),
+  },
+  workspaceBytes: {
+    name: 'AGENT_WORKSPACE_BYTES',
+    default: String(DEFAULT_LIMITS.workspaceBytes),
+    meaning:
+      "the largest a run's workspace may grow, in bytes of its files: a write over it is refused (`too_large`), a test or acceptance process that writes past it is stopped and undone",
+    read: integer('AGENT_WORKSPACE_BYTES', 1, Number.MAX_SAFE_INTEGER, DEFAULT_LIMITS.workspaceBytes),
+  },
+  diskFullWaitS: {
+    name: 'AGENT_DISK_FULL_WAIT_S',
+    default: String(DEFAULT_DISK_FULL_WAIT_S),
+    meaning:
+      'seconds a step that finds no space left (a workspace, the ledger, the host store) is retried before its run ends `failed` / `disk_full` naming the owner; 0: at once ([failures](failures.md))',
+    read: integer('AGENT_DISK_FULL_WAIT_S', 0, 7 * 24 * 3600, DEFAULT_DISK_FULL_WAIT_S),
   },
   sandboxImage: {
     name: 'AGENT_SANDBOX_IMAGE',

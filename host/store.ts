@@ -5,11 +5,14 @@
  * written with `synchronous = FULL` before the activity that wrote it returns, so a digest that
  * reached history always resolves here.
  *
+ * A commit that finds no space left is rolled back whole and thrown as a DiskFullError (host/disk.ts).
+ *
  * Each commit costs a sync of the WAL (about a millisecond on the worker's disk): an activity
  * writes the rows of its step inside one `batch`, so it pays one sync, not one per row.
  */
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
+import { onDisk } from './disk';
 import { canonicalJson } from '../core/canonical';
 import type { TraceEvent } from '../core/trace';
 import type { TranscriptEntry } from '../core/transcript';
@@ -66,14 +69,14 @@ export class Store {
    * returns, or not at all when it throws. Nested batches join the outer one.
    */
   batch<T>(fn: () => T): T {
-    return this.db.transaction(fn)();
+    return onDisk('state folder', 'the host store', () => this.db.transaction(fn)());
   }
 
   /** Stores a JSON value under the digest of its canonical form and returns that digest. */
   put(kind: BlobKind, value: unknown): string {
     const body = canonicalJson(value);
     const digest = sha256(body);
-    this.insertBlob.run(digest, kind, Buffer.byteLength(body), body);
+    onDisk('state folder', 'the host store', () => this.insertBlob.run(digest, kind, Buffer.byteLength(body), body));
     return digest;
   }
 

@@ -15,6 +15,9 @@ import { withUndo, type Undone } from '../host/workspace/byproducts';
 import type { Limits } from '../core/limits';
 import { nonRetryable } from '../core/failures';
 import { parseJunit } from './junit';
+import { execWithinDisk, overLimitDetail } from './disk-bound';
+import { onDisk } from '../host/disk';
+import { workspaceState } from '../host/workspace/manifest';
 import type { RunPaths } from '../host/workspace/workspace';
 
 export type TestStatus = 'passed' | 'failed' | 'no_tests' | 'timeout' | 'cancelled' | 'error';
@@ -61,9 +64,11 @@ export async function runCandidateTests(opts: {
   signal: AbortSignal;
   onProgress?: () => void;
 }): Promise<TestRunData> {
-  const outRoot = join(opts.paths.control, 'out');
-  mkdirSync(outRoot, { recursive: true });
-  const outDir = mkdtempSync(join(outRoot, 'tests-'));
+  const outDir = onDisk('workspace', "the test run's report folder in the control folder", () => {
+    const outRoot = join(opts.paths.control, 'out');
+    mkdirSync(outRoot, { recursive: true });
+    return mkdtempSync(join(outRoot, 'tests-'));
+  });
   try {
     const { result: data, undone } = await withUndo(opts.paths, () => testsIn(opts, outDir));
     return undone === null ? data : { ...data, unreceipted: undone };
@@ -74,7 +79,7 @@ export async function runCandidateTests(opts: {
 
 async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: string): Promise<TestRunData> {
   const workspaceDir = opts.paths.workspace;
-  const result = await opts.backend.exec({
+  const spec = {
     argv: testArgv(opts.fixture.tests),
     workspaceDir,
     workspaceReadOnly: false,
@@ -83,6 +88,10 @@ async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: st
     outputCapBytes: opts.limits.execOutputBytes,
     signal: opts.signal,
     onProgress: opts.onProgress,
+  };
+  const result = await execWithinDisk(opts.backend, spec, {
+    limitBytes: opts.limits.workspaceBytes,
+    bytesBefore: workspaceState(workspaceDir).bytes,
   });
   // Host paths stay out of results (and so out of the trace, history and the model's view).
   const scrub = (text: string) => text.split(outDir).join('<out>').split(workspaceDir).join('<workspace>');
@@ -91,6 +100,7 @@ async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: st
     output_tail: scrub(tailBytes(result.stdout + (result.stderr ? `\n${result.stderr}` : ''), opts.limits.outputTailBytes)),
   };
   const zero = { discovered: 0, passed: 0, failed: 0, failures: [] };
+  if (result.overLimit) return { status: 'error', ...base, ...zero, detail: overLimitDetail(result.overLimit) };
   if (result.cancelled) return { status: 'cancelled', ...base, ...zero };
   if (result.timedOut) return { status: 'timeout', ...base, ...zero };
 

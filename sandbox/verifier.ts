@@ -17,6 +17,8 @@ import { withUndo } from '../host/workspace/byproducts';
 import { faultPoint } from '../host/faults';
 import { keepVerifiedChange, treeChanges } from '../host/repository';
 import { runCandidateTests } from './test-runner';
+import { execWithinDisk, overLimitDetail } from './disk-bound';
+import { onDisk } from '../host/disk';
 import { baselineManifest, manifest, type RunPaths } from '../host/workspace/workspace';
 import { changedFiles, changedPaths } from '../host/workspace/manifest';
 
@@ -135,16 +137,19 @@ async function runAcceptance(
 ): Promise<AcceptanceResult> {
   const { paths } = opts;
   // The acceptance runner files, minus expected.json, in a fresh host folder mounted read-only.
-  mkdirSync(join(paths.control, 'out'), { recursive: true });
-  const scratch = mkdtempSync(join(paths.control, 'out', 'acceptance-'));
+  const scratch = onDisk('workspace', "the acceptance run's folder in the control folder", () => {
+    mkdirSync(join(paths.control, 'out'), { recursive: true });
+    const made = mkdtempSync(join(paths.control, 'out', 'acceptance-'));
+    cpSync(opts.acceptanceDir, join(made, 'acceptance'), { recursive: true, filter: (src) => !src.endsWith('/expected.json') });
+    mkdirSync(join(made, 'out'));
+    return made;
+  });
   let acceptance: AcceptanceResult;
   try {
     const runnerDir = join(scratch, 'acceptance');
-    cpSync(opts.acceptanceDir, runnerDir, { recursive: true, filter: (src) => !src.endsWith('/expected.json') });
     const outDir = join(scratch, 'out');
-    mkdirSync(outDir);
     const expectedJson = readFileSync(join(opts.acceptanceDir, 'expected.json'), 'utf8');
-    const result = await opts.backend.exec({
+    const spec = {
       argv: opts.acceptance.command,
       workspaceDir: paths.workspace,
       workspaceReadOnly: true,
@@ -154,10 +159,12 @@ async function runAcceptance(
       outputCapBytes: opts.limits.execOutputBytes,
       signal: opts.signal,
       onProgress: opts.onProgress,
-    });
+    };
+    const result = await execWithinDisk(opts.backend, spec, { limitBytes: opts.limits.workspaceBytes, bytesBefore: 0 });
     const ids = Object.keys(expectedFile.parse(JSON.parse(expectedJson)).cases).sort();
     const failAll = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
-    if (result.cancelled) acceptance = failAll('acceptance run was cancelled');
+    if (result.overLimit) acceptance = failAll(overLimitDetail(result.overLimit));
+    else if (result.cancelled) acceptance = failAll('acceptance run was cancelled');
     else if (result.timedOut) acceptance = failAll('acceptance command timed out');
     else if (result.stdoutTruncated) acceptance = failAll('acceptance output was truncated');
     else if (result.exitCode !== 0) acceptance = failAll(`acceptance command exited ${result.exitCode}`);

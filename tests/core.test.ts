@@ -272,7 +272,7 @@ describe('schemas shared by the workflows of a worker thread', () => {
 });
 
 describe('failures as data', () => {
-  it('maps every non-retryable failure type to a reason, and any other type to activity_failed', () => {
+  it('maps every failure type to a reason (all but DiskFull never retried), and any other type to activity_failed', () => {
     expect([...NON_RETRYABLE_FAILURE_TYPES].sort()).toEqual([
       'DataError',
       'InfrastructureError',
@@ -285,6 +285,9 @@ describe('failures as data', () => {
       expect(FAILURE_TYPES[type].type).toBe(type);
       expect(activityFailureReason(type)).toBe(ACTIVITY_FAILURE_REASONS[type]);
     }
+    // A full disk waits for space (retried, within its attempts), then ends the run disk_full.
+    expect(FAILURE_TYPES.DiskFull).toMatchObject({ type: 'DiskFull', reason: 'disk_full', waits: true });
+    expect(activityFailureReason('DiskFull')).toBe('disk_full');
     expect(activityFailureReason('ProtocolError')).toBe('harness_error');
     expect(activityFailureReason('PayloadTooLarge')).toBe('harness_error');
     expect(activityFailureReason('Error')).toBe(RETRIES_EXHAUSTED_REASON);

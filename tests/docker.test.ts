@@ -390,6 +390,36 @@ describe('containment of candidate tests', () => {
     expect(onDocker.outcome.record).toEqual(onHost.outcome.record);
   });
 
+  it('keeps a test within the workspace limit: no file grows past it in the container, the test run is refused and undone', async () => {
+    const limit = 1024 * 1024;
+    const fixture = makeFixture('fills-workspace', {
+      files: {
+        'tests/test_fill.py':
+          'import time\n\ndef test_fills():\n    with open("fill.bin", "wb") as f:\n        for _ in range(64):\n            f.write(b"x" * 65536)\n    time.sleep(60)\n',
+      },
+      command: ['python3', '-m', 'pytest', '-q', '-p', 'no:cacheprovider', 'tests'],
+      timeout_s: 120,
+    });
+    const { trace, outcome } = await run(fixture.input('docker'), { limits: { workspaceBytes: limit } });
+    expect(outcome.state.isolation).toMatchObject({
+      verified: true,
+      settings: { hostConfig: { Ulimits: [{ Name: 'fsize', Soft: limit, Hard: limit }] } },
+    });
+    const result = observed(trace, 'run');
+    expect(result).toMatchObject({
+      ok: false,
+      error: 'tests_incomplete',
+      data: { status: 'error', unreceipted: { paths: ['fill.bin'], count: 1 } },
+    });
+    // The 4 MiB file stopped at the limit (RLIMIT_FSIZE): what was measured is the limit, the repository and the report.
+    const measured = Number(
+      /\((\d+) bytes in the workspace and its report folder, over 1048576: the workspace limit/.exec(result.data.detail as string)?.[1],
+    );
+    expect(measured).toBeGreaterThan(limit);
+    expect(measured).toBeLessThan(limit + 64 * 1024);
+    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'verification_failed', diff_paths: [] });
+  });
+
   it('keeps exactly the output cap of stdout and stderr and the exit code, as the local backend does', async () => {
     const cap = 256 * 1024;
     const script =

@@ -60,6 +60,8 @@ describe('the settings module', () => {
       path: '/usr/local/bin:/usr/bin:/bin',
       pricesFile: null,
       maxCachedWorkflows: 100,
+      workspaceBytes: 2 * 1024 ** 3,
+      diskFullWaitS: 600,
       sandboxImage: 'coding-agent-sandbox:1',
       dockerHost: null,
       proxyImage: 'coding-agent-proxy:2',
@@ -106,6 +108,8 @@ describe('the settings module', () => {
       AGENT_STATE_DIR: '/srv/agent',
       AGENT_DEV_SERVER_PORT: '17233',
       AGENT_MAX_CACHED_WORKFLOWS: '0',
+      AGENT_WORKSPACE_BYTES: '1048576',
+      AGENT_DISK_FULL_WAIT_S: '0',
       AGENT_TRUSTED_REPLAY_DIRS: '',
       AGENT_WEB_UI_URL: '',
       AGENT_FAULT: 'after_rename',
@@ -130,6 +134,8 @@ describe('the settings module', () => {
       credentialsFile: '/srv/agent/credentials.json',
       devServerPort: 17233,
       maxCachedWorkflows: 0,
+      workspaceBytes: 1048576,
+      diskFullWaitS: 0,
       trustedReplayDirs: [],
       webUiUrl: null,
       fault: 'after_rename',
@@ -150,6 +156,10 @@ describe('the settings module', () => {
       /AGENT_DEV_UI_PORT must be an integer from 1 to 65535, not "eighty"/,
     );
     expect(() => readSettings({ AGENT_MAX_CACHED_WORKFLOWS: '-1' })).toThrow(/AGENT_MAX_CACHED_WORKFLOWS/);
+    expect(() => readSettings({ AGENT_WORKSPACE_BYTES: '0' })).toThrow(/AGENT_WORKSPACE_BYTES must be an integer from 1 to /);
+    expect(() => readSettings({ AGENT_DISK_FULL_WAIT_S: '10m' })).toThrow(
+      /AGENT_DISK_FULL_WAIT_S must be an integer from 0 to 604800, not "10m"/,
+    );
     expect(() => readSettings({ AGENT_FAULT: 'after_lunch' })).toThrow(
       /AGENT_FAULT must be one of before_write, .*after_model_response, .*not "after_lunch"/,
     );

@@ -1,20 +1,23 @@
 /**
  * apply_patch in two halves. `preparePatch` has no side effect: it checks the call against the
  * workspace and returns the action with its digests, to be approved. `writePatch` performs the
- * approved action exactly once, keyed by action_id, with the three-state recovery of SPEC 4.
+ * approved action exactly once, keyed by action_id, with the three-state recovery of SPEC 4. A
+ * write is whole or not made: with no space left the target stays as it was (see writeAndReceipt).
  */
-import { closeSync, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { writeFileSync } from 'node:fs';
 import { createTwoFilesPatch } from 'diff';
 import { errorResult, type PreparedAction } from '../core/contracts';
 import { isWritable, mayCreate } from '../core/policy';
 import type { ApplyPatchArgs } from '../core/tools';
 import { digestHostile, readHostile, readRegular } from '../host/workspace/hostile-read';
 import { digestJson, sha256 } from '../host/digest';
+import { asDiskFull, DiskFullError } from '../host/disk';
 import { faultPoint } from '../host/faults';
 import { resolveInWorkspace } from '../host/workspace/fs-safety';
-import { fsyncDir } from '../host/files';
+import { Replacement } from '../host/workspace/replace';
 import { baselineManifest, workspaceDigest } from '../host/workspace/workspace';
+import { workspaceState } from '../host/workspace/manifest';
+import type { Limits } from '../core/limits';
 import { cutDiff, decodeText, type ToolContext } from './context';
 import type { PrepareOutcome, WriteOutcome } from '../core/activities';
 
@@ -79,6 +82,9 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
   }
 
   const next = args.version === 'absent' ? args.new : current.replace(args.old, () => args.new);
+  const workspace = workspaceState(ctx.paths.workspace);
+  const over = overWorkspaceLimit(ctx.limits, workspace.bytes, Buffer.byteLength(next) - Buffer.byteLength(current));
+  if (over) return reject('too_large', over);
   const diff = createTwoFilesPatch(
     args.version === 'absent' ? '/dev/null' : `a/${args.path}`,
     `b/${args.path}`,
@@ -98,10 +104,27 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
       before,
       after: sha256(next),
       args_digest: digestJson(args),
-      workspace_digest: workspaceDigest(ctx.paths.workspace),
+      workspace_digest: workspace.digest,
       diff: shown.diff,
       diff_truncated: shown.diff_truncated,
     },
+  };
+}
+
+/**
+ * Why a write that grows the workspace by `growth` bytes is refused, or null: a workspace may not
+ * grow past `limits.workspaceBytes` (one already over it, its base tree, may not grow at all).
+ */
+export function overWorkspaceLimit(
+  limits: Limits,
+  bytes: number,
+  growth: number,
+): { reason: string; workspace_bytes: number; limit: number } | null {
+  if (growth <= 0 || bytes + growth <= limits.workspaceBytes) return null;
+  return {
+    reason: `the workspace would grow to ${bytes + growth} bytes, over its limit of ${limits.workspaceBytes} bytes (the workspace limit): write less, or remove files first`,
+    workspace_bytes: bytes + growth,
+    limit: limits.workspaceBytes,
   };
 }
 
@@ -119,6 +142,9 @@ export function currentDigest(abs: string, path: string): string {
 export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAction, args: ApplyPatchArgs): WriteOutcome {
   const receipt = ctx.ledger.receipt(action.action_id);
   if (receipt) return { kind: 'already_recorded', recovered: receipt.recovered };
+  // An earlier attempt's kept link to the old file would count as a second hard link.
+  const replacement = new Replacement(ctx.paths.tmp, action.action_id);
+  replacement.clear();
 
   faultPoint('before_write');
   const resolved = resolveInWorkspace(ctx.paths.workspace, action.path);
@@ -146,23 +172,50 @@ export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
   if (sha256(next) !== action.after) return { kind: 'recovery_uncertain', current };
 
   ctx.ledger.recordIntent(ctx.runId, action);
-  const mode = resolved.stat ? resolved.stat.mode & 0o777 : 0o644;
-  mkdirSync(ctx.paths.tmp, { recursive: true });
-  const tmp = join(ctx.paths.tmp, `${action.action_id}.tmp`);
-  const fd = openSync(tmp, 'w', mode);
-  try {
-    writeFileSync(fd, next);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  faultPoint('after_temp_write');
-  // resolveInWorkspace checked the parent a moment ago; a link swapped in since would be followed.
-  if (lstatSync(dirname(resolved.abs)).isSymbolicLink()) throw new Error('parent folder became a symlink during the write');
-  renameSync(tmp, resolved.abs);
-  fsyncDir(dirname(resolved.abs));
-  faultPoint('after_rename');
-  ctx.ledger.recordReceipt({ ...action, run_id: ctx.runId, recovered: false });
-  faultPoint('after_receipt');
+  writeAndReceipt(ctx, replacement, action, resolved.abs, resolved.stat ? resolved.stat.mode & 0o777 : 0o644, next);
   return { kind: 'written', recovered: false };
+}
+
+/**
+ * The write itself (its intent is recorded): a temporary file in the control folder, synced and
+ * renamed over the target, then the receipt. It is whole or not made: when there is no space for
+ * the temporary file, the rename or the receipt, the target is put back as it was, the ledger
+ * notes the attempt as not written, and a DiskFullError names what was full.
+ */
+function writeAndReceipt(
+  ctx: Omit<ToolContext, 'backend'>,
+  replacement: Replacement,
+  action: PreparedAction,
+  target: string,
+  mode: number,
+  next: string,
+): void {
+  try {
+    const tmp = replacement.temporary('patch');
+    Replacement.fill(tmp, mode, (fd) => writeFileSync(fd, next));
+    faultPoint('after_temp_write');
+    replacement.put(tmp, target, action.before !== 'absent', 'patch');
+    faultPoint('after_rename');
+    ctx.ledger.recordReceipt({ ...action, run_id: ctx.runId, recovered: false });
+  } catch (err) {
+    throw notWritten(ctx, replacement, action, asDiskFull(err, 'workspace', `writing ${action.path} through the control folder`));
+  }
+  replacement.commit();
+  faultPoint('after_receipt');
+}
+
+/**
+ * After a failed attempt: when the disk was full, every target is put back and the ledger notes
+ * the attempt as not written (a ledger that is full itself cannot; its intent alone then says so,
+ * with the targets at `before`). Returns the error to throw.
+ */
+export function notWritten(ctx: Omit<ToolContext, 'backend'>, replacement: Replacement, action: PreparedAction, err: unknown): unknown {
+  if (!(err instanceof DiskFullError)) return err;
+  replacement.putBack();
+  try {
+    ctx.ledger.recordNotWritten(ctx.runId, { action_id: action.action_id, reason: 'disk_full', detail: err.message });
+  } catch (again) {
+    if (!(again instanceof DiskFullError)) throw again;
+  }
+  return err;
 }

@@ -6,16 +6,18 @@
  * performs it exactly once, keyed by action_id, with the three-state recovery of SPEC 4 applied to
  * every path: each one is at its `before` or its `after`, or the run stops `recovery_uncertain`.
  */
-import { chmodSync, closeSync, fsyncSync, lstatSync, mkdirSync, openSync, renameSync, rmSync } from 'node:fs';
+import { chmodSync, closeSync, fsyncSync, lstatSync, mkdirSync, openSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import type { PreparedAction } from '../core/contracts';
-import { fsyncDir } from '../host/files';
+import { asDiskFull, onDisk } from '../host/disk';
+import { workspaceState } from '../host/workspace/manifest';
+import { Replacement } from '../host/workspace/replace';
 import { copyRegular, readHostile } from '../host/workspace/hostile-read';
 import { digestJson, sha256 } from '../host/digest';
 import { faultPoint } from '../host/faults';
 import { resolveInWorkspace } from '../host/workspace/fs-safety';
-import { currentDigest as patchDigest } from './apply_patch';
+import { currentDigest as patchDigest, notWritten, overWorkspaceLimit } from './apply_patch';
 import { baselineManifest, manifest, manifestDigest, runPaths, type ManifestEntry, type RunPaths } from '../host/workspace/workspace';
 import { cutDiff, decodeText, type ToolContext } from './context';
 import type { MergeEntry, MergeOutcome, MergePrepared } from '../core/activities';
@@ -55,17 +57,23 @@ export function prepareMerge(
     const e = childFiles.get(path) as Extract<ManifestEntry, { kind: 'file' }>;
     return { path, before: digestOf(parent.get(path)), after: e.digest, executable: e.executable };
   });
+  const sizeOf = (root: string, path: string) => lstatSync(join(root, path), { throwIfNoEntry: false })?.size ?? 0;
+  const growth = entries.reduce((n, e) => n + sizeOf(child.workspace, e.path) - sizeOf(ctx.paths.workspace, e.path), 0);
+  const over = overWorkspaceLimit(ctx.limits, workspaceState(ctx.paths.workspace).bytes, growth);
+  if (over) return { kind: 'too_large', ...over };
   const actionId = digestJson({ run_id: ctx.runId, name: 'merge_task', task_id: task.task_id, entries });
   // The task's files as they are now: the write uses this snapshot, whatever the task does next.
   const snapshot = join(ctx.paths.control, 'merges', actionId);
-  for (const entry of entries) {
-    const dst = join(snapshot, entry.path);
-    mkdirSync(dirname(dst), { recursive: true });
-    rmSync(dst, { force: true });
-    // Read as the task's processes may have left it: never through a link or from a FIFO.
-    if (copyRegular(join(child.workspace, entry.path), dst, entry.path) !== entry.after)
-      throw new Error(`${entry.path} of the task changed while its merge was prepared`);
-  }
+  onDisk('workspace', `the snapshot of task ${task.task_id}'s files in the control folder`, () => {
+    for (const entry of entries) {
+      const dst = join(snapshot, entry.path);
+      mkdirSync(dirname(dst), { recursive: true });
+      rmSync(dst, { force: true });
+      // Read as the task's processes may have left it: never through a link or from a FIFO.
+      if (copyRegular(join(child.workspace, entry.path), dst, entry.path) !== entry.after)
+        throw new Error(`${entry.path} of the task changed while its merge was prepared`);
+    }
+  });
   const parts = entries.map((entry) => {
     const read = (dir: string) => {
       const r = readHostile(join(dir, entry.path), ctx.limits.maxFileBytes, entry.path);
@@ -110,6 +118,9 @@ function currentDigest(paths: RunPaths, path: string): string {
 export function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAction, entries: MergeEntry[]): MergeOutcome {
   const receipt = ctx.ledger.receipt(action.action_id);
   if (receipt) return { kind: 'already_recorded', recovered: receipt.recovered };
+  // An earlier attempt's kept links to old files would count as second hard links.
+  const replacement = new Replacement(ctx.paths.tmp, action.action_id);
+  replacement.clear();
   const states = entries.map((e) => ({ e, current: currentDigest(ctx.paths, e.path) }));
   if (ctx.ledger.hasIntent(action.action_id)) {
     // Recovery: a previous attempt may have written some paths. Each must be in a known state.
@@ -124,6 +135,24 @@ export function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
     if (now !== action.workspace_digest) return { kind: 'approval_stale', workspace_digest: now };
     ctx.ledger.recordIntent(ctx.runId, action);
   }
+  try {
+    const stopped = mergeFiles(ctx, replacement, action, states);
+    if (stopped !== null) return stopped;
+    ctx.ledger.recordReceipt({ ...action, run_id: ctx.runId, recovered: false });
+  } catch (err) {
+    throw notWritten(ctx, replacement, action, asDiskFull(err, 'workspace', `merging into ${action.path} through the control folder`));
+  }
+  replacement.commit();
+  return { kind: 'written', recovered: false };
+}
+
+/** Puts each path not yet at its `after` in place from the merge's snapshot; an outcome when one cannot be. */
+function mergeFiles(
+  ctx: Omit<ToolContext, 'backend'>,
+  replacement: Replacement,
+  action: PreparedAction,
+  states: { e: MergeEntry; current: string }[],
+): MergeOutcome | null {
   const snapshot = join(ctx.paths.control, 'merges', action.action_id);
   for (const { e, current } of states) {
     if (current === e.after) continue;
@@ -132,9 +161,8 @@ export function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
     const resolved = resolveInWorkspace(ctx.paths.workspace, e.path);
     if (!resolved.ok) return { kind: 'recovery_uncertain', path: e.path, current: resolved.reason };
     mkdirSync(dirname(resolved.abs), { recursive: true });
-    if (lstatSync(dirname(resolved.abs)).isSymbolicLink()) throw new Error('parent folder became a symlink during the merge');
-    mkdirSync(ctx.paths.tmp, { recursive: true });
-    const tmp = join(ctx.paths.tmp, `${action.action_id}.${sha256(e.path).slice(0, 12)}.tmp`);
+    const key = sha256(e.path).slice(0, 12);
+    const tmp = replacement.temporary(key);
     rmSync(tmp, { force: true });
     copyRegular(src, tmp, e.path);
     chmodSync(tmp, e.executable ? 0o755 : 0o644);
@@ -144,10 +172,8 @@ export function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
     } finally {
       closeSync(fd);
     }
-    renameSync(tmp, resolved.abs);
-    fsyncDir(dirname(resolved.abs));
+    replacement.put(tmp, resolved.abs, current !== 'absent', key);
     faultPoint('after_rename');
   }
-  ctx.ledger.recordReceipt({ ...action, run_id: ctx.runId, recovered: false });
-  return { kind: 'written', recovered: false };
+  return null;
 }

@@ -163,12 +163,16 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   const settings = options.settings ?? readSettings();
   armFault(settings.fault);
   mkdirSync(options.stateDir, { recursive: true });
+  const limits: Limits = { ...DEFAULT_LIMITS, workspaceBytes: settings.workspaceBytes, ...options.limits };
   // Built before the ledger opens, so a malformed DOCKER_HOST fails with nothing to close.
-  const sandbox = options.docker === false ? null : createSandbox(options.docker, settings);
+  const sandbox =
+    options.docker === false
+      ? null
+      : createSandbox({ ...options.docker, limits: { fileBytes: limits.workspaceBytes, ...options.docker?.limits } }, settings);
   const hostQueue = `${options.taskQueue}@${hostId(options.stateDir)}`;
   const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
   const store = new Store(join(options.stateDir, 'store.sqlite'));
-  const activities = createActivities({ ...activityWiring(options, settings, sandbox, hostQueue), ledger, store });
+  const activities = createActivities({ ...activityWiring({ ...options, limits }, settings, sandbox, hostQueue), ledger, store });
   const worker = await temporalWorkers(options, settings, activities, hostQueue);
   // The probe runs when the worker starts, in the background; a run on the docker backend waits
   // for it (or probes again if it found no engine).
@@ -202,6 +206,7 @@ function activityWiring(
       credentialsFile: options.credentialsFile ?? join(options.stateDir, 'credentials.json'),
       promptsDir: settings.promptsDir,
       limits: { ...DEFAULT_LIMITS, ...options.limits },
+      diskFullWaitMs: settings.diskFullWaitS * 1000,
       prices: loadPrices(settings.pricesFile),
       maxBudgets: settings.maxBudgets,
       modelTimeoutMs: options.modelTimeoutMs,

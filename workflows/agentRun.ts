@@ -25,7 +25,7 @@ import {
   type ToolResult,
   type UnreceiptedChange,
 } from '../core/contracts';
-import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES } from '../core/failures';
+import { activityFailureReason, NON_RETRYABLE_FAILURE_TYPES, timeoutDetail } from '../core/failures';
 import { isolationRefusal } from '../core/isolation';
 import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, parseApprover, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunOutcome, type RunView } from '../core/run-view';
@@ -56,6 +56,16 @@ const MAX_STEER_CHARS = 4000;
 const SEEN_MESSAGES = 256;
 
 const MAX_MODEL_RETRIES = 2;
+/**
+ * A run ended by a step that timed out on every attempt, or whose trace could not be stored at
+ * its end, ends with its record and a reason (histories from before it failed the workflow).
+ */
+const ENDS_WITH_RECORD_PATCH = 'ends-with-record';
+/**
+ * Attempts of a step that runs the tests (run_tests, the verifier): a retried attempt runs them
+ * all again, and an attempt that stops heartbeating means a worker died or hung during it.
+ */
+const TEST_ATTEMPTS = 3;
 /** The change that made tasks draw on their orchestrating run's budgets (docs/sub-runs.md). */
 const TREE_BUDGETS_PATCH = 'tree-budgets';
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
@@ -280,7 +290,14 @@ class AgentRun {
    * gate and the sandbox check out. The replay is read here, once, into the host store.
    */
   private async load(input: ParsedRunInput): Promise<Extract<LoadRunResult, { ok: true }> | RunStop> {
-    const loaded = await this.act.loadRun(input);
+    let loaded: LoadRunResult;
+    try {
+      loaded = await this.act.loadRun(input);
+    } catch (err) {
+      const stop = failedStep(err, false);
+      if (stop === null) throw err;
+      return stop;
+    }
     if (!loaded.ok) return new RunStop('failed', loaded.reason, loaded.detail);
     this.noteBuild(loaded.build);
     this.pinTo(loaded.host_queue ?? null);
@@ -726,7 +743,9 @@ class AgentRun {
       cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
       summary: summarize(call),
     };
-    const remote = () => this.act.executeTool.executeWithOptions({ ...options, heartbeatTimeout: '10 seconds' }, [this.ref, call, timeout]);
+    const attempts = call.name === 'run_tests' ? { retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS } } : {};
+    const remote = () =>
+      this.act.executeTool.executeWithOptions({ ...options, ...attempts, heartbeatTimeout: '10 seconds' }, [this.ref, call, timeout]);
     const result = READ_ONLY_TOOLS.has(call.name)
       ? await this.readOnly(() => local.localTool.executeWithOptions(options, [this.state.host_queue, this.ref, call, timeout]), remote)
       : await remote();
@@ -940,6 +959,7 @@ class AgentRun {
       {
         startToCloseTimeout: timeout,
         heartbeatTimeout: '10 seconds',
+        retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS },
         cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         summary: 'verify',
       },
@@ -981,14 +1001,18 @@ class AgentRun {
     return wf.continueAsNew<typeof agentRun>(this.input, this.state);
   }
 
-  /** Stores the trace events held only here, and the transcript entries not stored yet. */
-  /** `finishing`: the run's last store, before its outcome goes back (a task's run marks it for the crash tests). */
-  private async storeTrace(finishing = false): Promise<void> {
+  /**
+   * Stores the trace events held only here, and the transcript entries not stored yet.
+   * `finishing`: the run's last store, before its outcome goes back (a task's run marks it for the crash tests).
+   * `once`: a single attempt (a run that ended because its state folder was full does not wait for space again).
+   */
+  private async storeTrace(finishing = false, once = false): Promise<void> {
     const batches = this.trace.flushable(TRACE_BATCH_BYTES);
     if (batches.length === 0) batches.push([]);
+    const retry = once ? { retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: 1 } } : {};
     for (const [i, events] of batches.entries()) {
       const last = i === batches.length - 1;
-      const head = await this.act.persist.executeWithOptions({ summary: `store ${events.length} trace events` }, [
+      const head = await this.act.persist.executeWithOptions({ summary: `store ${events.length} trace events`, ...retry }, [
         {
           run_id: this.view.run_id,
           trace: events,
@@ -1035,12 +1059,9 @@ class AgentRun {
         if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
       }
       if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
-      // A non-retryable activity failure still ends the run with a status and a reason.
-      if (err instanceof wf.ActivityFailure && err.cause instanceof ApplicationFailure) {
-        const reason = activityFailureReason(err.cause.type);
-        return new RunStop('failed', reason, err.cause.message);
-      }
-      throw err;
+      const stop = failedStep(err, true);
+      if (stop === null) throw err;
+      return stop;
     } finally {
       timerScope.cancel();
       this.loopScope = null;
@@ -1075,16 +1096,9 @@ class AgentRun {
     });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
-      const stored = await this.onHost(() =>
-        wf.CancellationScope.nonCancellable(async () => {
-          if (this.view.verification === null && this.state.ref)
-            this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
-          await this.storeTrace(true);
-          return true;
-        }),
-      );
+      const notStored = await this.storeAtEnd(stop);
       // The outcome stands (it was reached on the host); only its trace is not stored.
-      if (stored === null) this.view.detail = [stop.detail, `trace not stored: ${this.hostLostDetail()}`].filter(Boolean).join('; ');
+      if (notStored !== null) this.view.detail = [stop.detail, `trace not stored: ${notStored}`].filter(Boolean).join('; ');
     }
     this.setStatus(stop.status);
     this.metrics.finished({
@@ -1103,6 +1117,28 @@ class AgentRun {
       transcript: this.state.transcript.head,
       cursor: this.state.cursor,
     };
+  }
+
+  /**
+   * The run's last store (and its changed paths, when it never reached the verifier); why not,
+   * when it could not be: its host is gone, or the store failed for good (a state folder still
+   * full after the wait, for which a run that ended `disk_full` tries once).
+   */
+  private async storeAtEnd(stop: RunStop): Promise<string | null> {
+    try {
+      const stored = await this.onHost(() =>
+        wf.CancellationScope.nonCancellable(async () => {
+          if (this.view.verification === null && this.state.ref)
+            this.view.diff_paths = await this.act.diffPaths({ run_id: this.ref.run_id });
+          await this.storeTrace(true, stop.reason === 'disk_full');
+          return true;
+        }),
+      );
+      return stored === null ? this.hostLostDetail() : null;
+    } catch (err) {
+      if (!(err instanceof wf.ActivityFailure) || !wf.patched(ENDS_WITH_RECORD_PATCH)) throw err;
+      return err.cause?.message ?? err.message;
+    }
   }
 
   // ---- budgets ----
@@ -1226,6 +1262,22 @@ class AgentRun {
   private msLeft(): number {
     return this.state.deadline_at - workflowTime();
   }
+}
+
+/**
+ * The end of a run whose step failed for good: a non-retryable failure (or retries exhausted)
+ * with its type's reason, a step that timed out on each attempt (a worker that died or hung each
+ * time) as `infrastructure_error`; null for anything else. `always`: the loop's own steps, which
+ * ended runs with a non-retryable failure's reason before the patch (the first step, `loadRun`,
+ * failed its workflow then).
+ */
+function failedStep(err: unknown, always: boolean): RunStop | null {
+  if (!(err instanceof wf.ActivityFailure)) return null;
+  if (err.cause instanceof ApplicationFailure && (always || wf.patched(ENDS_WITH_RECORD_PATCH)))
+    return new RunStop('failed', activityFailureReason(err.cause.type), err.cause.message);
+  if (err.cause instanceof wf.TimeoutFailure && wf.patched(ENDS_WITH_RECORD_PATCH))
+    return new RunStop('failed', 'infrastructure_error', timeoutDetail(err.activityType, err.cause.timeoutType));
+  return null;
 }
 
 function summarize(call: CallView): string {

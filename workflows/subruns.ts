@@ -432,6 +432,13 @@ export class Orchestration {
         });
       case 'unsupported':
         return errorResult(call.call_id, 'merge_conflict', { task_id: task.task_id, paths: prepared.paths, reason: prepared.reason });
+      case 'too_large':
+        return errorResult(call.call_id, 'too_large', {
+          task_id: task.task_id,
+          reason: prepared.reason,
+          workspace_bytes: prepared.workspace_bytes,
+          limit: prepared.limit,
+        });
       case 'empty':
         task.merged = true;
         return okResult(call.call_id, { task_id: task.task_id, paths: [] });

@@ -174,7 +174,7 @@ export const run = command({
     }
     const log = (line: string) => (values.json ? process.stderr : process.stdout).write(`${line}\n`);
     log(`workflow ${handle.workflowId}`);
-    const { followRun, StdinClosed } = await import('../follow');
+    const { followRun, stateFolderDiagnosis, StdinClosed } = await import('../follow');
     try {
       const stored = (runId: string) => {
         const store = openStore(session.settings.stateDir);
@@ -184,7 +184,15 @@ export const run = command({
           store?.close();
         }
       };
-      const record = await followRun(handle, { interactive: approver === 'interactive', principal: principal(), log, stored });
+      const record = await followRun(handle, {
+        interactive: approver === 'interactive',
+        principal: principal(),
+        log,
+        stored,
+        diagnose: () => stateFolderDiagnosis(session.settings.stateDir, session.embedded),
+        // As long as a worker waits for space before the run ends disk_full.
+        diagnosedPatienceMs: session.settings.diskFullWaitS * 1000,
+      });
       if (values.json) out(JSON.stringify(record));
       else
         log(

@@ -22,6 +22,8 @@
  * - A worker killed while the process ran leaves `undo.json`: the next guarded process of the run
  *   (the retried attempt, the verifier's) puts the workspace back first and reports that too.
  * - Modes other than the executable bit are not compared: a tree records only that bit.
+ * - No space left while keeping or undoing is a DiskFullError of the workspace; what was not put
+ *   back is put back by the next guarded process, from `undo.json`.
  */
 import {
   statSync,
@@ -39,6 +41,7 @@ import {
 } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
+import { onDisk } from '../disk';
 import { writeFileAtomic } from '../files';
 import { copyRegular, digestRegular } from './hostile-read';
 import { nonRetryable } from '../../core/failures';
@@ -90,18 +93,20 @@ const byDepth = (paths: string[]) => [...paths].sort((a, b) => depth(a) - depth(
  * The workspace is put back whether the process ended, timed out, was cancelled or threw.
  */
 export async function withUndo<T>(paths: RunPaths, run: () => Promise<T>): Promise<{ result: T; undone: Undone | null }> {
-  const earlier = settle(paths);
+  // With no space left, `undo.json` stays and the next guarded process (a retry) puts the workspace back first.
+  const full = <R>(what: string, fn: () => R) => onDisk('workspace', `${what} a test process's changes in the control folder`, fn);
+  const earlier = full('undoing', () => settle(paths));
   const base = baselineByPath(paths);
   const before = manifest(paths.workspace);
-  keep(paths, before, base);
+  full('keeping what is needed to undo', () => keep(paths, before, base));
   let result: T;
   try {
     result = await run();
   } catch (err) {
-    undo(paths, base, before);
+    full('undoing', () => undo(paths, base, before));
     throw err;
   }
-  const changed = undo(paths, base, before);
+  const changed = full('undoing', () => undo(paths, base, before));
   const all = [...new Set([...earlier, ...changed])].sort();
   return { result, undone: all.length === 0 ? null : { paths: all.slice(0, UNDONE_PATHS_SHOWN), count: all.length } };
 }

@@ -74,6 +74,8 @@ interface Cached {
   dirs: Map<string, SeenDir>;
   files: number;
   digest: string | null;
+  /** The sizes of its regular files, summed when first asked for. */
+  bytes?: number;
 }
 
 /** Most recently used last. */
@@ -102,6 +104,18 @@ export function workspaceDigest(dir: string, options: ManifestOptions = {}): str
   const cached = check(dir, options);
   cached.digest ??= manifestDigest(cached.entries);
   return cached.digest;
+}
+
+/** The digest of `dir`'s manifest and the bytes of its regular files (their sizes), from one walk. */
+export function workspaceState(dir: string, options: ManifestOptions = {}): { digest: string; bytes: number } {
+  const cached = check(dir, options);
+  cached.digest ??= manifestDigest(cached.entries);
+  if (cached.bytes === undefined) {
+    let bytes = 0;
+    for (const d of cached.dirs.values()) for (const f of d.files) bytes += f?.size ?? 0;
+    cached.bytes = bytes;
+  }
+  return { digest: cached.digest, bytes: cached.bytes };
 }
 
 export function manifestDigest(entries: ManifestEntry[]): string {

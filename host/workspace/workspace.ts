@@ -18,6 +18,7 @@ import {
   existsSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import { asDiskFull, DiskFullError } from '../disk';
 import { writeFileAtomic } from '../files';
 import { manifest, manifestDigest, type ManifestEntry } from './manifest';
 import type { PreparedWorkspace } from '../../core/activities';
@@ -76,6 +77,21 @@ export function prepareWorkspace(paths: RunPaths, repoDir: string): PreparedWork
   };
   writeFileAtomic(marker, JSON.stringify(prepared), { tmpDir: paths.tmp });
   return prepared;
+}
+
+/**
+ * Runs `make` (which makes the run's workspace and control folder). On a full disk the half-made
+ * run folder is removed, giving its space back (the next attempt starts over), and a
+ * DiskFullError names the workspace.
+ */
+export function makingWorkspace<T>(paths: RunPaths, make: () => T): T {
+  try {
+    return make();
+  } catch (err) {
+    const full = asDiskFull(err, 'workspace', "making the run's workspace and its baseline copy");
+    if (full instanceof DiskFullError) rmSync(paths.root, { recursive: true, force: true });
+    throw full;
+  }
 }
 
 export function baselineManifest(paths: RunPaths): ManifestEntry[] {

@@ -1,8 +1,9 @@
 /**
  * The container backend: every exec runs in a fresh, throwaway container of the sandbox image
  * (docker/build-image.sh) with no network, a read-only root, no capabilities, a non-root user,
- * pid/memory/cpu limits and a fixed environment. Only three host folders are visible: the
- * workspace (/workspace), the report folder (/out) and the acceptance files (/acceptance, ro).
+ * pid/memory/cpu limits, a largest file and a fixed environment. Only three host folders are
+ * visible: the workspace (/workspace), the report folder (/out) and the acceptance files
+ * (/acceptance, ro); what a process writes into the first two is bounded by sandbox/disk-bound.ts.
  *
  * `settings()` is the exact container configuration as plain JSON, so a run can record it and
  * `probeIsolation` (isolation.ts) can measure it through this same code path.
@@ -12,6 +13,7 @@ import { lstat, lchown, chmod, mkdir, readdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
+import { DEFAULT_LIMITS as HARNESS_LIMITS } from '../../core/limits';
 import { processAlive } from '../../host/processes';
 import { CappedSink, capturedResult } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
@@ -38,6 +40,12 @@ export interface DockerLimits {
   pids: number;
   nanoCpus: number;
   tmpfsBytes: number;
+  /**
+   * The largest file a process may write (RLIMIT_FSIZE; a write past it fails with EFBIG): the
+   * workspace limit (core/limits.ts `workspaceBytes`), so one file cannot outgrow the bound that
+   * sandbox/disk-bound.ts measures, even between two measures.
+   */
+  fileBytes: number;
 }
 
 export const DEFAULT_LIMITS: DockerLimits = {
@@ -45,6 +53,7 @@ export const DEFAULT_LIMITS: DockerLimits = {
   pids: 128,
   nanoCpus: 1_000_000_000,
   tmpfsBytes: 64 * 1024 * 1024,
+  fileBytes: HARNESS_LIMITS.workspaceBytes,
 };
 
 /** The environment of every sandboxed process; nothing is taken from the host. */
@@ -69,6 +78,7 @@ export interface SandboxHostConfig {
   MemorySwap: number;
   NanoCpus: number;
   IpcMode: string;
+  Ulimits: { Name: string; Soft: number; Hard: number }[];
   LogConfig: { Type: string; Config: Record<string, string> };
 }
 
@@ -267,6 +277,7 @@ export class DockerBackend implements ExecBackend {
         MemorySwap: l.memoryBytes, // equal to Memory: no swap on top
         NanoCpus: l.nanoCpus,
         IpcMode: 'private',
+        Ulimits: [{ Name: 'fsize', Soft: l.fileBytes, Hard: l.fileBytes }],
         // No log driver: output is only streamed through the attach, never stored by the
         // engine, so a chatty process cannot fill the host disk.
         LogConfig: { Type: 'none', Config: {} },

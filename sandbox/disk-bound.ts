@@ -1,0 +1,113 @@
+/**
+ * A test or acceptance process kept within the run's disk share. Its writable folders (the
+ * workspace, unless mounted read-only, and the report folder `{out}`) may hold at most
+ * `limits.workspaceBytes` (or what the workspace held before, if that was more): the folders are
+ * measured while it runs, at each progress tick of the backend, and after it; a process past the
+ * bound is stopped like a timeout, and its changes are undone by the caller (byproducts.ts). The
+ * docker backend also caps each file a container writes at the same size (RLIMIT_FSIZE), so a
+ * single growing file stops at once rather than at the next tick.
+ *
+ * A process that found the disk full (the folders' file system has next to nothing left when it
+ * ends) has no result to trust: that is a DiskFullError of the workspace, which waits for space
+ * like every full disk (activities/failures.ts).
+ *
+ * Hazards: sizes are the files' lengths (a sparse file counts whole, which is stricter); links are
+ * never followed; a large tree is measured less often (at most a tenth of the time is spent
+ * measuring), so a fast writer can pass the bound by what it writes between two measures; the
+ * file-system check runs before the undo, which may give space back.
+ */
+import { lstat, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { DiskFullError, freeBytes } from '../host/disk';
+import type { ExecBackend, ExecResult, ExecSpec } from './backends/types';
+
+/** Less than this left on the workspace's file system after a process means it found the disk full. */
+export const FULL_BELOW_BYTES = 64 * 1024;
+
+export interface BoundedResult extends ExecResult {
+  /** The process was stopped because its folders grew past the bound. */
+  overLimit: { bytes: number; limit: number } | null;
+}
+
+/** Sum of the sizes of the regular files below `dir` (links not followed); stops counting past `stopAbove`. */
+export async function treeBytes(dir: string, stopAbove = Infinity): Promise<number> {
+  let total = 0;
+  const walk = async (path: string): Promise<void> => {
+    let names: string[];
+    try {
+      names = await readdir(path);
+    } catch (err) {
+      if (['ENOENT', 'ENOTDIR'].includes((err as NodeJS.ErrnoException).code ?? '')) return; // changed meanwhile
+      throw err;
+    }
+    for (const name of names) {
+      if (total > stopAbove) return;
+      const child = join(path, name);
+      const st = await lstat(child).catch(() => null);
+      if (st?.isFile()) total += st.size;
+      else if (st?.isDirectory()) await walk(child);
+    }
+  };
+  await walk(dir);
+  return total;
+}
+
+/** Runs `spec` on `backend` within `limitBytes` (see the header); `bytesBefore` is what the workspace held. */
+export async function execWithinDisk(
+  backend: ExecBackend,
+  spec: ExecSpec,
+  o: { limitBytes: number; bytesBefore: number },
+): Promise<BoundedResult> {
+  const bound = Math.max(o.limitBytes, o.bytesBefore);
+  const folders = spec.workspaceReadOnly ? [spec.outDir] : [spec.workspaceDir, spec.outDir];
+  const measure = async () => {
+    let bytes = 0;
+    for (const dir of folders) bytes += await treeBytes(dir, bound - bytes);
+    return bytes;
+  };
+  const stop = new AbortController();
+  const onAbort = () => stop.abort();
+  spec.signal.addEventListener('abort', onAbort, { once: true });
+  if (spec.signal.aborted) stop.abort();
+  let overLimit: BoundedResult['overLimit'] = null;
+  let measuring = false;
+  let nextAt = 0;
+  const tick = () => {
+    spec.onProgress?.();
+    if (measuring || overLimit !== null || Date.now() < nextAt) return;
+    measuring = true;
+    const started = Date.now();
+    void measure()
+      .then((bytes) => {
+        if (bytes > bound && !spec.signal.aborted) {
+          overLimit = { bytes, limit: bound };
+          stop.abort();
+        }
+      })
+      .catch(() => undefined) // a tree changing under the walk is measured again at the next tick
+      .finally(() => {
+        measuring = false;
+        nextAt = Date.now() + 9 * (Date.now() - started);
+      });
+  };
+  let result: ExecResult;
+  try {
+    result = await backend.exec({ ...spec, signal: stop.signal, onProgress: tick });
+  } finally {
+    spec.signal.removeEventListener('abort', onAbort);
+  }
+  const free = freeBytes(spec.outDir);
+  if (free < FULL_BELOW_BYTES)
+    throw new DiskFullError('workspace', `a test or acceptance process: ${free} bytes were left when it ended`, 'ENOSPC');
+  if (overLimit === null && !result.cancelled && !result.timedOut) {
+    const bytes = await measure();
+    if (bytes > bound) overLimit = { bytes, limit: bound };
+  }
+  // Stopped for its size, not cancelled: the caller reports the limit.
+  return overLimit !== null ? { ...result, cancelled: false, overLimit } : { ...result, overLimit };
+}
+
+/** What a run's tests or acceptance are told when their process wrote past the bound. */
+export function overLimitDetail(over: { bytes: number; limit: number }): string {
+  return `the process wrote past the workspace limit (${over.bytes} bytes in the workspace and its report folder, over ${over.limit}: the workspace limit, limits.workspaceBytes): it was stopped and its changes undone`;
+}
