@@ -40,7 +40,7 @@ export type PriceTable = Record<string, { input: number; output: number; cached_
 export interface LiveContext {
   store: Store;
   prices: PriceTable;
-  /** Timeout of one HTTP request. */
+  /** Timeout of one HTTP request until its response begins, and the longest silence of its stream after. */
   timeoutMs: number;
   signal: AbortSignal;
   heartbeat: () => void;

@@ -24,6 +24,7 @@ import {
   addEndpoint,
   endpointOf,
   ProviderServer,
+  servedPerTest,
   reply,
   type Api,
   type ReplyCall,
@@ -49,15 +50,7 @@ process.env[KEY_ENV] = KEY;
 
 const ADAPTERS: Record<Api, ProviderAdapter> = { openai: openaiAdapter, anthropic: anthropicAdapter };
 
-const servers: ProviderServer[] = [];
-afterEach(async () => {
-  for (const s of servers.splice(0)) await s.close();
-});
-async function serve(script: Script): Promise<ProviderServer> {
-  const server = await new ProviderServer(script).start();
-  servers.push(server);
-  return server;
-}
+const serve = servedPerTest();
 
 const LONG_PLAN = `Read the checker and its tests, reproduce with a failing test, then fix. ${'Relative links resolve from the folder of the document that holds them. '.repeat(6)}`;
 const CALL: ReplyCall = { id: 'read-source', name: 'read_file', arguments: { path: 'src/linkcheck.py', start: 1, end: 40 } };

@@ -350,3 +350,16 @@ export class ProviderServer {
     res.end(() => this.completed++);
   }
 }
+
+/** The servers of a test file: `serve` starts one on a free port; each is closed after its test. */
+export function servedPerTest(): (script: Script) => Promise<ProviderServer> {
+  const servers: ProviderServer[] = [];
+  afterEach(async () => {
+    for (const s of servers.splice(0)) await s.close();
+  });
+  return async (script) => {
+    const server = await new ProviderServer(script).start();
+    servers.push(server);
+    return server;
+  };
+}
