@@ -27,6 +27,7 @@ export const RUN_REASONS = [
   'harness_error',
   'activity_failed',
   'setup_failed',
+  'fork_unavailable',
 ] as const;
 
 /**

@@ -275,6 +275,7 @@ describe('failures as data', () => {
   it('maps every non-retryable failure type to a reason, and any other type to activity_failed', () => {
     expect([...NON_RETRYABLE_FAILURE_TYPES].sort()).toEqual([
       'DataError',
+      'ForkUnavailable',
       'InfrastructureError',
       'PayloadTooLarge',
       'ProtocolError',

@@ -30,7 +30,7 @@ import { isolationRefusal } from '../core/isolation';
 import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, parseApprover, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunOutcome, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
-import { Trace, type TraceRequest } from '../core/trace';
+import { Trace, type TraceRequest, type TurnState } from '../core/trace';
 import { isOrchestrationTool, READ_ONLY_TOOLS } from '../core/tools';
 import { brief, resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
@@ -229,7 +229,7 @@ class AgentRun {
     if (loaded instanceof RunStop) return this.finish(loaded);
     this.adopt(input, loaded);
     const stop = await this.withDeadline(async () => {
-      await this.act.prepareWorkspace.executeWithOptions(
+      const prepared = await this.act.prepareWorkspace.executeWithOptions(
         { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
         [
           {
@@ -237,9 +237,12 @@ class AgentRun {
             fixture_dir: this.ref.fixture_dir,
             ...(child ? { from_run: child.from_run } : {}),
             ...(this.ref.repository ? { repository: this.ref.repository } : {}),
+            ...(loaded.fork ? { fork: loaded.fork.plan } : {}),
           },
         ],
       );
+      this.state.workspace_digest = prepared.workspace_digest;
+      if (loaded.fork) this.trace.add('fork_restored', { workspace_digest: prepared.workspace_digest, writes: loaded.fork.writes });
       return (await this.setup()) ?? this.loop();
     });
     return this.finish(stop);
@@ -259,12 +262,14 @@ class AgentRun {
     this.view.approver = input.approver;
     if (input.repo) this.view.trust_repository = input.repo.trusted === true;
     if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
+    if (input.fork) this.view.forked_from = { workflow_id: input.fork.workflow_id, turn: input.fork.turn };
     this.trace.add('run_started', {
       source: input.source.kind,
       backend: input.backend,
       approver: input.approver,
       ...(input.repo ? { trust_repository: input.repo.trusted === true } : {}),
       ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}),
+      ...(input.fork ? { forked_from: this.view.forked_from } : {}),
     });
     const approver = parseApprover(input.approver);
     if (approver.kind === 'policy' && !approver.known)
@@ -338,6 +343,13 @@ class AgentRun {
       ...(loaded.image !== undefined ? { image: loaded.image } : {}),
     };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
+    // A fork goes on from the forked run's turn: its transcript, its replay's cursor, its turn count.
+    if (loaded.fork) {
+      this.state.transcript = { head: loaded.fork.transcript, append: [] };
+      this.state.cursor = loaded.fork.cursor;
+      this.state.plan = loaded.fork.stated_plan ?? null;
+      this.view.counters.turns = input.fork!.turn;
+    }
     this.setStatus('running');
   }
 
@@ -416,6 +428,7 @@ class AgentRun {
       omitted: r.egress.omitted,
     });
     if (!r.ok) return new RunStop('failed', r.reason, r.detail);
+    this.state.workspace_digest = r.workspace_digest ?? null;
     // Every later test and acceptance process runs in the setup image, which is probed like any image.
     this.state.ref = { ...this.ref, image: r.image_id };
     const evidence = await this.act.checkIsolation.executeWithOptions(
@@ -554,6 +567,8 @@ class AgentRun {
   private async requestDecision(toolsEnabled: boolean, retries: number): Promise<DecideResult> {
     const source = this.state.source!;
     const live = source.kind === 'provider';
+    // What the turn starts from (a fork after the previous turn restores it): before this request's messages.
+    const start = retries === 0 && toolsEnabled ? { start: this.turnState() } : {};
     const messages = this.state.steering.splice(0);
     for (const message of messages) this.state.transcript.append.push({ message });
     // Messages about tasks are pinned: compaction never drops them.
@@ -567,6 +582,7 @@ class AgentRun {
       messages: [...messages, ...notes],
       ...prompt,
       ...(retries > 0 ? { retry: retries } : {}),
+      ...start,
     });
     const input = {
       run_id: this.ref.run_id,
@@ -828,6 +844,7 @@ class AgentRun {
       default:
         this.view.counters.writes++;
         this.state.recent_calls = [];
+        this.state.workspace_digest = outcome.workspace_digest ?? null;
         this.trace.add(
           'action_written',
           {
@@ -836,6 +853,7 @@ class AgentRun {
             before: action.before,
             after: action.after,
             recovered: outcome.recovered,
+            ...(outcome.workspace_digest ? { workspace_digest: outcome.workspace_digest } : {}),
           },
           ids,
         );
@@ -1072,6 +1090,7 @@ class AgentRun {
       detail: stop.detail,
       deadline_reached: this.view.deadline_reached,
       builds: this.view.builds ?? [],
+      end: this.turnState(),
     });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
@@ -1156,6 +1175,16 @@ class AgentRun {
   }
 
   // ---- small helpers ----
+
+  /** Where the run stands now: replay cursor, workspace digest, transcript (see TurnState). */
+  private turnState(): TurnState {
+    const { head, append } = this.state.transcript;
+    return {
+      cursor: this.state.cursor,
+      workspace_digest: this.state.workspace_digest ?? null,
+      transcript: { head, pending: append.length },
+    };
+  }
 
   private pinTo(queue: string | null): void {
     this.state.host_queue = queue;
