@@ -241,7 +241,8 @@ class AgentRun {
           },
         ],
       );
-      this.state.workspace_digest = prepared.workspace_digest;
+      // A reopened task's workspace is its earlier run's as that run left it, not as first prepared.
+      this.state.workspace_digest = child?.reopen ? null : prepared.workspace_digest;
       if (loaded.fork) this.trace.add('fork_restored', { workspace_digest: prepared.workspace_digest, writes: loaded.fork.writes });
       return (await this.setup()) ?? this.loop();
     });
