@@ -58,6 +58,12 @@ const SEEN_MESSAGES = 256;
 const MAX_MODEL_RETRIES = 2;
 /** The change that made tasks draw on their orchestrating run's budgets (docs/sub-runs.md). */
 const TREE_BUDGETS_PATCH = 'tree-budgets';
+/**
+ * The change that records each turn's start and the run's end (`TurnState`, which a fork restores)
+ * in the trace. Not a command of its own, but more bytes of trace move where the trace is stored
+ * (`storeTrace` by size): a run recorded before it keeps its trace as it was.
+ */
+const TURN_STATE_PATCH = 'turn-state';
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
 const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
@@ -569,7 +575,7 @@ class AgentRun {
     const source = this.state.source!;
     const live = source.kind === 'provider';
     // What the turn starts from (a fork after the previous turn restores it): before this request's messages.
-    const start = retries === 0 && toolsEnabled ? { start: this.turnState() } : {};
+    const start = retries === 0 && toolsEnabled && wf.patched(TURN_STATE_PATCH) ? { start: this.turnState() } : {};
     const messages = this.state.steering.splice(0);
     for (const message of messages) this.state.transcript.append.push({ message });
     // Messages about tasks are pinned: compaction never drops them.
@@ -1091,7 +1097,7 @@ class AgentRun {
       detail: stop.detail,
       deadline_reached: this.view.deadline_reached,
       builds: this.view.builds ?? [],
-      end: this.turnState(),
+      ...(wf.patched(TURN_STATE_PATCH) ? { end: this.turnState() } : {}),
     });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
