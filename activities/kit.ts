@@ -6,7 +6,7 @@
  */
 import { join, resolve } from 'node:path';
 import { Context } from '@temporalio/activity';
-import type { RunRef } from '../core/activities';
+import type { RunRef, Written } from '../core/activities';
 import type { Budgets, IsolationEvidence, PreparedAction, RunSpec } from '../core/contracts';
 import { nonRetryable } from '../core/failures';
 import type { Limits } from '../core/limits';
@@ -16,7 +16,7 @@ import { CredentialsFileError, lookupCredentials } from '../host/credentials';
 import { ProvidersFileError, resolveEndpoint } from '../host/endpoints';
 import type { Ledger } from '../host/ledger';
 import type { Store } from '../host/store';
-import { runPaths, type RunPaths } from '../host/workspace/workspace';
+import { runPaths, workspaceDigest, type RunPaths } from '../host/workspace/workspace';
 import type { DockerBackend } from '../sandbox/backends/docker';
 import type { ProxySettings } from '../sandbox/setup';
 import { BackendUnavailableError, type ExecBackend } from '../sandbox/backends/types';
@@ -163,6 +163,19 @@ export class Kit {
    */
   keepWholeDiff(prepared: { action: PreparedAction; whole_diff: string | null }): PreparedAction {
     return prepared.whole_diff === null ? prepared.action : { ...prepared.action, diff_ref: this.store.put('diff', prepared.whole_diff) };
+  }
+
+  /**
+   * A write's or merge's outcome as the run gets it: whether the ledger holds its receipt, and once
+   * it is in the workspace, the workspace's digest (the trace records it: a fork checks against it).
+   */
+  written<O extends { kind: string }>(ref: RunRef, action: PreparedAction, outcome: O): O & Written {
+    const done = outcome.kind === 'written' || outcome.kind === 'receipt_recovered' || outcome.kind === 'already_recorded';
+    return {
+      ...outcome,
+      receipted: this.ledger.receipt(action.action_id) !== null,
+      ...(done ? { workspace_digest: workspaceDigest(this.paths(ref.run_id).workspace) } : {}),
+    };
   }
 
   /** Whether this worker is on the host of the run whose host queue is `hostQueue`. */

@@ -4,12 +4,21 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
-import type { LoadRunResult, PreparedWorkspace, RepositoryFacts, RepositoryRef, SourceRef } from '../core/activities';
+import type {
+  LoadedFork,
+  LoadRunResult,
+  PreparedWorkspace,
+  RepositoryFacts,
+  RepositoryRef,
+  SourceRef,
+  WorkspaceSource,
+} from '../core/activities';
 import { capBudgets, effectiveBudgets, type CappedBudget } from '../core/budgets';
 import {
   fixtureSchema,
   setupProblem,
   type Budgets,
+  type Decision,
   type Fixture,
   type IsolationEvidence,
   type ParsedRunInput,
@@ -20,9 +29,12 @@ import { egressProblems } from '../core/egress';
 import { nonRetryable } from '../core/failures';
 import type { PromptRef } from '../core/prompt';
 import { taskFixture, type DispatchCall } from '../core/tasks';
+import { brief } from '../core/transcript';
 import { formatIssues } from '../core/validate';
 import { buildId } from '../host/build';
 import { faultPoint } from '../host/faults';
+import { planFork, type ForkPlan } from '../host/fork';
+import { prepareForkWorkspace } from '../host/workspace/fork';
 import { loadRepository, prepareRepositoryWorkspace } from '../host/repository';
 import { activeTraceId } from '../host/tracing';
 import { makingWorkspace, prepareWorkspace as prepareRunWorkspace } from '../host/workspace/workspace';
@@ -181,6 +193,10 @@ function replaySource(
     // The parent read its replay once; a task without a replay of its own has no decision to take.
     replay = child.replay_digest ? store.get<Replay>(child.replay_digest) : { schema_version: 1, decisions: [] };
     name = child.title;
+  } else if (input.fork?.replay_digest !== undefined) {
+    // A fork goes on with the forked run's replay as that run read it, whatever the file holds now.
+    replay = store.get<Replay>(input.fork.replay_digest);
+    name = basename(source.path).replace(/\.json$/, '');
   } else {
     try {
       replay = loadReplay(source.path);
@@ -196,6 +212,34 @@ function replaySource(
   return { replay: name, digest, children };
 }
 
+/**
+ * A fork: what it restores, planned from what this host keeps of the forked run, its plan stored
+ * for prepareWorkspace. Runs whose state is more than a workspace and a transcript (a setup's
+ * image, tasks) are refused.
+ */
+function loadFork(kit: Kit, input: ParsedRunInput, found: Work): LoadedFork | Refusal {
+  const fork = input.fork!;
+  if (found.fixture.setup || input.subruns || found.fixture.subruns)
+    return {
+      ok: false,
+      reason: 'invalid_input',
+      detail: 'a run with a setup phase or with sub-runs cannot be forked: its state is more than a workspace and a transcript',
+    };
+  const finding = planFork({ store: kit.store, ledger: kit.ledger, stateDir: kit.config.stateDir }, fork);
+  if (!finding.ok) return { ok: false, reason: 'fork_unavailable', detail: finding.detail };
+  const { plan } = finding;
+  const decisions = kit.store.transcript(plan.transcript).flatMap((e) => ('decision' in e ? [kit.store.get<Decision>(e.decision)] : []));
+  const stated = decisions.filter((d) => d.kind === 'plan').at(-1);
+  return {
+    plan: kit.store.put('fork', plan),
+    transcript: plan.transcript,
+    cursor: plan.cursor,
+    workspace_digest: plan.workspace_digest,
+    writes: plan.writes.length,
+    stated_plan: stated ? (brief(stated.text) as string) : null,
+  };
+}
+
 /** Reads and checks the fixture and the decision source; nothing is created yet. */
 async function loadRun(kit: Kit, input: ParsedRunInput): Promise<LoadRunResult> {
   const { config } = kit;
@@ -205,6 +249,10 @@ async function loadRun(kit: Kit, input: ParsedRunInput): Promise<LoadRunResult> 
   if ('ok' in found) return found;
   const rulesRefused = checkRules(kit, input, found.fixture);
   if (rulesRefused) return rulesRefused;
+  const fork = input.fork ? loadFork(kit, input, found) : null;
+  if (fork !== null && 'ok' in fork) return fork;
+  // A fork's task, when the user gave one, instead of the forked run's.
+  if (input.fork?.task !== undefined) found.fixture = { ...found.fixture, task: input.fork.task };
   const loaded: Loaded = {
     host_queue: config.hostQueue ?? null,
     build: buildId(),
@@ -214,7 +262,7 @@ async function loadRun(kit: Kit, input: ParsedRunInput): Promise<LoadRunResult> 
   if (input.source.kind === 'provider') {
     const source = liveSource(kit, { ...input, source: input.source }, loaded.budgets);
     if ('ok' in source) return source;
-    return { ok: true, ...found, ...loaded, replay: null, source, child_replays: {} };
+    return { ok: true, ...found, ...loaded, ...(fork ? { fork } : {}), replay: null, source, child_replays: {} };
   }
   const replay = replaySource(kit, { ...input, source: input.source });
   if ('ok' in replay) return replay;
@@ -222,6 +270,7 @@ async function loadRun(kit: Kit, input: ParsedRunInput): Promise<LoadRunResult> 
     ok: true,
     ...found,
     ...loaded,
+    ...(fork ? { fork } : {}),
     replay: replay.replay,
     source: { kind: 'replay', digest: replay.digest },
     child_replays: replay.children,
@@ -242,15 +291,17 @@ export function loadActivities(kit: Kit) {
       return deps.isolation();
     },
 
-    /** A fresh workspace from the fixture's repository, or (a task's run) from the parent run's workspace as it is now. */
-    async prepareWorkspace(ref: {
-      run_id: string;
-      fixture_dir: string;
-      from_run?: string;
-      repository?: RepositoryRef;
-    }): Promise<PreparedWorkspace> {
+    /**
+     * A fresh workspace from the fixture's repository, or (a task's run) from the parent run's
+     * workspace as it is now, or (a fork) the forked run's as it was after the forked turn.
+     */
+    async prepareWorkspace(ref: WorkspaceSource): Promise<PreparedWorkspace> {
       const paths = kit.paths(ref.run_id);
       return makingWorkspace(paths, () => {
+        if (ref.fork) {
+          const plan = kit.store.get<ForkPlan>(ref.fork);
+          return prepareForkWorkspace(paths, kit.paths(plan.from_run), plan, (digest) => kit.store.content(digest));
+        }
         if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(paths, ref.repository);
         const from = ref.from_run ? kit.paths(ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
         return prepareRunWorkspace(paths, from);

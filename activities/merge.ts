@@ -1,5 +1,5 @@
 /** merge_task's two halves: a task's change as one action over its paths, then the approved merge, exactly once. */
-import type { MergeEntry, MergeOutcome, PreparedMerge, RunRef } from '../core/activities';
+import type { MergeEntry, MergeOutcome, PreparedMerge, RunRef, Written } from '../core/activities';
 import type { PreparedAction } from '../core/contracts';
 import { prepareMerge as mergePrepare, writeMerge as mergeWrite } from '../tools/merge_task';
 import type { Kit } from './kit';
@@ -14,9 +14,9 @@ export function mergeActivities(kit: Kit) {
     },
 
     /** merge_task's second half: the approved merge, exactly once; receipted like a write. */
-    async writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & { receipted: boolean }> {
+    async writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & Written> {
       const outcome = mergeWrite(kit.toolContext(ref, 0), action, kit.store.get<MergeEntry[]>(entriesRef));
-      return { ...outcome, receipted: kit.ledger.receipt(action.action_id) !== null };
+      return kit.written(ref, action, outcome);
     },
   };
 }

@@ -1,5 +1,5 @@
 /** The write path's two halves, each keyed by its action_id: prepare (no side effect), then the approved write. */
-import type { PreparedPatch, RunRef, WriteOutcome } from '../core/activities';
+import type { PreparedPatch, RunRef, WriteOutcome, Written } from '../core/activities';
 import type { PreparedAction } from '../core/contracts';
 import type { CallView } from '../core/transcript';
 import { preparePatch as prepare, writePatch as write } from '../tools/apply_patch';
@@ -12,10 +12,16 @@ export function writeActivities(kit: Kit) {
       return prepared.kind === 'prepared' ? { kind: 'prepared', action: kit.keepWholeDiff(prepared) } : prepared;
     },
 
-    /** The write, and whether the ledger holds its receipt now: the run counts receipts from the ledger, not beside writes. */
-    async writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & { receipted: boolean }> {
-      const outcome = write(kit.toolContext(ref, 0), action, kit.storedCall(view, 'apply_patch').arguments);
-      return { ...outcome, receipted: kit.ledger.receipt(action.action_id) !== null };
+    /**
+     * The write, whether the ledger holds its receipt now (the run counts receipts from the ledger,
+     * not beside writes), and the workspace's digest once written. The written bytes are kept in
+     * the host store by their digest (a fork restores them).
+     */
+    async writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & Written> {
+      const outcome = write(kit.toolContext(ref, 0), action, kit.storedCall(view, 'apply_patch').arguments, (bytes) =>
+        kit.store.putContent(bytes),
+      );
+      return kit.written(ref, action, outcome);
     },
   };
 }

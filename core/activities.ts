@@ -142,7 +142,8 @@ export interface SetupCommon {
 }
 
 export type SetupResult =
-  | (SetupCommon & { ok: true; cached: boolean; image_id: string; added: number })
+  /** `workspace_digest`: the workspace with the setup's products (absent from results recorded before it was returned). */
+  | (SetupCommon & { ok: true; cached: boolean; image_id: string; added: number; workspace_digest?: string })
   | (SetupCommon & { ok: false; reason: 'setup_failed' | 'isolation_unverified'; detail: string });
 
 export type PrepareOutcome =
@@ -184,6 +185,23 @@ export type MergeOutcome =
 export interface PreparedWorkspace {
   workspace_digest: string;
   files: number;
+}
+
+/**
+ * A fork, as loadRun found it on this host: the plan of its workspace (the forked run's baseline
+ * and receipted writes, in the host store under `plan`) and where its transcript and replay stand
+ * after the forked turn.
+ */
+export interface LoadedFork {
+  plan: string;
+  transcript: string | null;
+  cursor: number;
+  /** The workspace digest the forked run recorded after that turn: the restored workspace must have it. */
+  workspace_digest: string;
+  /** Receipted writes restored on the baseline. */
+  writes: number;
+  /** The latest plan the forked run's model stated by then (shortened), for a live context. */
+  stated_plan: string | null;
 }
 
 /** Where a repository run's workspace comes from, as its RunRef carries it. */
@@ -267,8 +285,14 @@ export type LoadRunResult =
       budgets?: Budgets;
       /** The budgets the operator's maximums lowered. */
       capped?: CappedBudget[];
+      /** A fork: its restored state (absent for any other run). */
+      fork?: LoadedFork;
     }
-  | { ok: false; reason: 'invalid_input' | 'replay_untrusted' | 'local_not_allowed' | 'repository_untrusted'; detail: string };
+  | {
+      ok: false;
+      reason: 'invalid_input' | 'replay_untrusted' | 'local_not_allowed' | 'repository_untrusted' | 'fork_unavailable';
+      detail: string;
+    };
 
 /**
  * What a local activity answers when the worker running it is not on the run's host: the
@@ -286,8 +310,11 @@ export interface Activities {
   loadRun(input: ParsedRunInput): Promise<LoadRunResult>;
   /** The isolation evidence of the docker backend (for `image`, when the run has its own). */
   checkIsolation(image?: string): Promise<IsolationEvidence>;
-  /** A fresh workspace from the fixture or the repository, or (a task's run) from the parent run's workspace. */
-  prepareWorkspace(ref: { run_id: string; fixture_dir: string; from_run?: string; repository?: RepositoryRef }): Promise<PreparedWorkspace>;
+  /**
+   * A fresh workspace from the fixture or the repository, or (a task's run) from the parent run's
+   * workspace, or (a fork, `fork` naming its plan in the host store) the forked run's after a turn.
+   */
+  prepareWorkspace(ref: WorkspaceSource): Promise<PreparedWorkspace>;
   /** The setup phase (SPEC section 11). */
   runSetup(ref: RunRef): Promise<SetupResult>;
   /** The setup's egress events from `offset` on, a page at a time. */
@@ -295,7 +322,7 @@ export interface Activities {
   /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */
   prepareMerge(ref: RunRef, task: { task_id: string; run_id: string }): Promise<PreparedMerge>;
   /** merge_task's second half: the approved merge, exactly once; receipted like a write. */
-  writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & { receipted: boolean }>;
+  writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & Written>;
   /** The next decision, and the build of the worker that took it. */
   decide(input: DecideInput): Promise<DecideResult>;
   /** `decide` of a replay as a local activity, on the run's host only. */
@@ -313,12 +340,31 @@ export interface Activities {
   localTool(hostQueue: string | null, ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView | Elsewhere>;
   /** apply_patch's first half: every check, no side effect. */
   preparePatch(ref: RunRef, view: CallView): Promise<PreparedPatch>;
-  /** The approved write, and whether the ledger holds its receipt now. */
-  writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & { receipted: boolean }>;
+  /** The approved write, whether the ledger holds its receipt now, and the workspace's digest after it. */
+  writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & Written>;
   /** The host verifier: what "done" means. */
   verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings>;
   /** Changed paths of a run that ended before verification (empty when no workspace exists). */
   diffPaths(ref: { run_id: string }): Promise<string[]>;
+}
+
+/** Where `prepareWorkspace` makes a run's workspace from. */
+export interface WorkspaceSource {
+  run_id: string;
+  fixture_dir: string;
+  from_run?: string;
+  repository?: RepositoryRef;
+  /** A fork: the digest of its plan in the host store (LoadedFork). */
+  fork?: string;
+}
+
+/**
+ * What a write or merge activity adds to its outcome: whether the ledger holds its receipt, and
+ * (once written, absent from results recorded before it was returned) the workspace's digest after it.
+ */
+export interface Written {
+  receipted: boolean;
+  workspace_digest?: string;
 }
 
 /** preparePatch's answer as history carries it: a prepared action whose cut diff's whole text is in the host store. */

@@ -359,6 +359,26 @@ export const childSchema = z.strictObject({
 });
 export type ChildInput = z.infer<typeof childSchema>;
 
+/**
+ * A fork: a new run that starts from another run's state after one of its turns (its workspace,
+ * its transcript, the rest of its replay), made by `fork`. The worker restores that state from
+ * what its host keeps of the forked run and refuses the fork where it no longer can.
+ */
+export const forkSchema = z.strictObject({
+  /** The forked run: its workflow id (the new run's record names it) and its first execution's run id. */
+  workflow_id: z.string().min(1).max(256),
+  run_id: matching(/^[A-Za-z0-9_.-]{1,128}$/, 'a run id: 1-128 characters of [A-Za-z0-9_.-]'),
+  /** The turn after which the new run starts (0: before the first). */
+  turn: z.int().min(0).max(1_000_000),
+  /** The forked run's final transcript head (its outcome's): the first `turn` turns are taken from it. */
+  transcript: digest.nullable(),
+  /** A replay source: the forked run's replay as it read it (a digest in the host store); the new run goes on from its cursor. */
+  replay_digest: digest.optional(),
+  /** The new run's task, instead of the forked run's. */
+  task: z.string().min(1).max(65_536).optional(),
+});
+export type ForkInput = z.infer<typeof forkSchema>;
+
 /** A commit id: 40 hex digits (SHA-1 repositories) or 64 (SHA-256). */
 export const COMMIT_ID = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
 
@@ -418,10 +438,16 @@ export const runInputSchema = z
     prompt: promptVersionSchema.optional(),
     /** Set only by a parent run for the child run of one of its tasks. */
     child: childSchema.optional(),
+    /** A fork of another run after one of its turns (`fork`). */
+    fork: forkSchema.optional(),
   })
   .refine((input) => (input.fixture === undefined) !== (input.repo === undefined), {
     message: 'a run works on a fixture or on a repository: give exactly one of fixture and repo',
     path: ['fixture'],
+  })
+  .refine((input) => input.fork === undefined || input.child === undefined, {
+    message: "a task's run is not a fork: give at most one of child and fork",
+    path: ['fork'],
   });
 export type RunInput = z.input<typeof runInputSchema>;
 export type ParsedRunInput = z.output<typeof runInputSchema>;
@@ -534,6 +560,12 @@ export function addUsage(total: Usage | null, step: Usage): Usage {
   };
 }
 
+/** The run a fork started from, and the turn after which it did. */
+export interface ForkedFrom {
+  workflow_id: string;
+  turn: number;
+}
+
 export interface RunRecord {
   fixture: string;
   replay: string | null;
@@ -567,6 +599,8 @@ export interface RunRecord {
   trust_repository?: boolean;
   /** An orchestrating run: what its whole tree spent (itself, and every run of its tasks with their own tasks). */
   tree?: TreeSpend;
+  /** A fork (`fork`): the run it started from and the turn after which it did. */
+  forked_from?: ForkedFrom;
   /** A run that ended `max_cost_usd`: its budget, what it had spent, and what the next call could have cost. */
   cost_limit?: CostLimit;
   /**

@@ -11,7 +11,8 @@
 import { ApplicationFailure } from '@temporalio/common';
 
 /** A run's reason when an activity failure ends it. */
-export type ActivityFailureReason = 'infrastructure_error' | 'model_error' | 'harness_error' | 'activity_failed' | 'disk_full';
+export type ActivityFailureReason =
+  'infrastructure_error' | 'model_error' | 'harness_error' | 'activity_failed' | 'disk_full' | 'fork_unavailable';
 
 interface FailureType {
   /** The `ApplicationFailure.type`, equal to its key. */
@@ -55,6 +56,12 @@ export const FAILURE_TYPES = {
     type: 'ProviderUnavailable',
     reason: 'model_error',
     meaning: "the run's endpoint is gone from the providers file or changed kind, or its key variable is not set on the worker",
+  },
+  ForkUnavailable: {
+    type: 'ForkUnavailable',
+    reason: 'fork_unavailable',
+    meaning:
+      "a fork's workspace cannot be restored as the forked run left it after that turn: a written content the host store no longer holds, or a restored workspace whose digest differs from the one recorded",
   },
   PayloadTooLarge: {
     type: 'PayloadTooLarge',

@@ -28,6 +28,7 @@ export const RUN_REASONS = [
   'activity_failed',
   'setup_failed',
   'disk_full',
+  'fork_unavailable',
 ] as const;
 
 /**

@@ -6,6 +6,7 @@ import {
   type Budgets,
   type CostLimit,
   type EgressSummary,
+  type ForkedFrom,
   IsolationEvidence,
   PreparedAction,
   RunRecord,
@@ -135,6 +136,8 @@ export interface RunView {
   tasks_spent?: TreeSpend | null;
   /** Set when the run stopped for `max_cost_usd`. */
   cost_limit?: CostLimit | null;
+  /** A fork: the run it started from and the turn after which it did (absent for any other run). */
+  forked_from?: ForkedFrom | null;
 }
 
 /** What a run and its tasks spent: the run's own figures plus its tasks' (an orchestrating run). */
@@ -188,6 +191,7 @@ export function buildRecord(view: RunView): RunRecord {
     ...(typeof view.trust_repository === 'boolean' ? { trust_repository: view.trust_repository } : {}),
     ...(view.subruns !== null && view.tasks_spent ? { tree: treeSpend(view) } : {}),
     ...(view.reason === 'max_cost_usd' && view.cost_limit ? { cost_limit: view.cost_limit } : {}),
+    ...(view.forked_from ? { forked_from: view.forked_from } : {}),
     trace_id: view.trace_id ?? null,
   };
 }

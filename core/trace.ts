@@ -14,6 +14,8 @@ export const TRACE_TYPES = [
   'egress_allowed',
   'egress_denied',
   'setup_finished',
+  /** A fork's state restored from the forked run: the workspace's digest, the writes put back, the replay's cursor. */
+  'fork_restored',
   'model_requested',
   /** A live call's usage: tokens in, out, read from and written to the prompt cache, cost. */
   'model_usage',
@@ -43,6 +45,19 @@ export const TRACE_TYPES = [
 ] as const;
 
 export type TraceType = (typeof TRACE_TYPES)[number];
+
+/**
+ * The state a turn starts from (`model_requested`, on a turn's first request) and a run ends in
+ * (`run_finished`): what a fork restores after a turn. The transcript is its stored head and the
+ * number of entries appended after that head by then (stored later, in order, on the same chain).
+ */
+export interface TurnState {
+  /** Decisions taken from the replay. */
+  cursor: number;
+  /** The workspace's digest (null when the run does not know it: its workspace was made before digests were kept). */
+  workspace_digest: string | null;
+  transcript: { head: string | null; pending: number };
+}
 
 export interface TraceEvent {
   seq: number;

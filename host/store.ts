@@ -9,6 +9,14 @@
  *
  * Each commit costs a sync of the WAL (about a millisecond on the worker's disk): an activity
  * writes the rows of its step inside one `batch`, so it pays one sync, not one per row.
+ *
+ * Two tables are not content-addressed JSON:
+ * - `fragments`: a live reply's text as it streams, by run, turn and index (`appendFragment`,
+ *   `fragmentsAfter`). They may be lost (a worker killed mid-reply keeps what it flushed); the
+ *   turn's authoritative text is the stored response and the decisions made from it.
+ * - `contents`: the bytes each receipted write put into the workspace, under their SHA-256 (the
+ *   ledger's `after`), kept before the write's intent is recorded, so every receipt's content is
+ *   here; a fork rebuilds a workspace from the baseline and these.
  */
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
@@ -30,7 +38,21 @@ export type BlobKind =
   | 'instructions'
   | 'prompt'
   /** The whole diff of an action whose diff history carries cut (the console shows it whole). */
-  | 'diff';
+  | 'diff'
+  /** A fork's plan (host/fork.ts): what its workspace is restored from. */
+  | 'fork';
+
+/** Text of a live reply as it streamed: the `index`-th fragment of `turn`, from request `stream` of that turn (1, 2, ...). */
+export interface Fragment {
+  turn: number;
+  index: number;
+  /** Each request of a turn that streamed text (a retry, a request asked again) is a new stream. */
+  stream: number;
+  text: string;
+}
+
+/** Fragments a reader gets at most per call. */
+export const FRAGMENTS_PAGE = 500;
 
 /** One link of a run's transcript: the entry and the digest of the link before it. */
 export interface TranscriptNode {
@@ -56,6 +78,9 @@ export class Store {
       CREATE TABLE IF NOT EXISTS blobs (digest TEXT PRIMARY KEY, kind TEXT NOT NULL, bytes INTEGER NOT NULL, body TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS trace (run_id TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (run_id, seq));
       CREATE TABLE IF NOT EXISTS model_calls (request TEXT PRIMARY KEY, response TEXT NOT NULL REFERENCES blobs(digest));
+      CREATE TABLE IF NOT EXISTS fragments (run_id TEXT NOT NULL, turn INTEGER NOT NULL, idx INTEGER NOT NULL, stream INTEGER NOT NULL,
+        text TEXT NOT NULL, PRIMARY KEY (run_id, turn, idx));
+      CREATE TABLE IF NOT EXISTS contents (digest TEXT PRIMARY KEY, body BLOB NOT NULL);
     `,
     );
     this.insertBlob = this.db.prepare(`INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?)`);
@@ -109,6 +134,13 @@ export class Store {
     return entries.reverse();
   }
 
+  /** The digests of the transcript's links ending at `head`, oldest first (a missing link is a StoreError). */
+  transcriptLinks(head: string | null): string[] {
+    const links: string[] = [];
+    for (let at = head; at !== null; at = this.get<TranscriptNode>(at).prev) links.push(at);
+    return links.reverse();
+  }
+
   /**
    * The raw response stored for a model request, or null. A retried `decide` finds the answer
    * here instead of paying the provider again.
@@ -126,6 +158,54 @@ export class Store {
       this.db.prepare(`INSERT OR IGNORE INTO model_calls VALUES (?, ?)`).run(requestDigest, digest);
       return digest;
     });
+  }
+
+  /** The number the next stream of fragments of a run's turn takes (1 for the first). */
+  nextFragmentStream(runId: string, turn: number): number {
+    const row = this.db.prepare(`SELECT MAX(stream) AS s FROM fragments WHERE run_id = ? AND turn = ?`).get(runId, turn) as {
+      s: number | null;
+    };
+    return (row.s ?? 0) + 1;
+  }
+
+  /** Appends a fragment of `stream` to the run's turn; returns its index (0, 1, ... over every stream of the turn). */
+  appendFragment(runId: string, turn: number, stream: number, text: string): number {
+    return this.batch(() => {
+      const row = this.db.prepare(`SELECT MAX(idx) AS i FROM fragments WHERE run_id = ? AND turn = ?`).get(runId, turn) as {
+        i: number | null;
+      };
+      const index = (row.i ?? -1) + 1;
+      this.db.prepare(`INSERT INTO fragments VALUES (?, ?, ?, ?, ?)`).run(runId, turn, index, stream, text);
+      return index;
+    });
+  }
+
+  /**
+   * A run's fragments after the cursor `after` (a turn and an index of it; null: from the start),
+   * in order of turn and index, at most `limit`. A reader passes the last one it got as the next cursor.
+   */
+  fragmentsAfter(runId: string, after: { turn: number; index: number } | null, limit = FRAGMENTS_PAGE): Fragment[] {
+    const at = after ?? { turn: -1, index: -1 };
+    const rows = this.db
+      .prepare(
+        `SELECT turn, idx AS "index", stream, text FROM fragments
+         WHERE run_id = ? AND (turn > ? OR (turn = ? AND idx > ?)) ORDER BY turn, idx LIMIT ?`,
+      )
+      .all(runId, at.turn, at.turn, at.index, limit) as Fragment[];
+    return rows;
+  }
+
+  /** Keeps bytes written to a workspace under their SHA-256, which it returns. */
+  putContent(bytes: Buffer): string {
+    const digest = sha256(bytes);
+    this.db.prepare(`INSERT OR IGNORE INTO contents VALUES (?, ?)`).run(digest, bytes);
+    return digest;
+  }
+
+  /** The bytes kept under `digest`, or null when this store does not hold them. */
+  content(digest: string): Buffer | null {
+    const row = this.db.prepare(`SELECT body FROM contents WHERE digest = ?`).get(digest) as { body: Buffer } | undefined;
+    return row ? row.body : null;
   }
 
   /** Records trace events; a retried append of the same events changes nothing. */

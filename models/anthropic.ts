@@ -10,7 +10,9 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import type { BuiltContext } from '../core/context';
+import { MessageAssembly, type MessageEvent } from './anthropic-stream';
 import { singleCredentialFetch } from './secrets';
+import { streamedReply, type ProviderStream } from './stream';
 import { anthropicTools } from './tool-schemas';
 import type { Usage } from '../core/contracts';
 import type { ParsedReply, ProviderAdapter, ReplyDecision, SendOptions } from './types';
@@ -113,7 +115,8 @@ export const anthropicAdapter: ProviderAdapter = {
       timeout: options.timeoutMs,
       fetch: singleCredentialFetch(options.apiKey),
     });
-    return client.messages.create(body as never, { signal: options.signal });
+    const stream = await client.messages.create({ ...body, stream: true } as never, { signal: options.signal });
+    return streamedReply(stream as unknown as ProviderStream<MessageEvent>, new MessageAssembly(), options);
   },
   parse(raw): ParsedReply {
     const r = raw as { stop_reason?: string; content?: { type: string; text?: string; id?: string; name?: string; input?: unknown }[] };

@@ -20,11 +20,26 @@ export function retryAfterMs(headers: HeaderBag, now = Date.now()): number | nul
 
 function errorCode(error: unknown): string | null {
   const e = error as { code?: unknown; type?: unknown; error?: { code?: unknown; type?: unknown } } | undefined;
-  const code = e?.code ?? e?.error?.code ?? e?.type ?? e?.error?.type;
+  // Anthropic's body is `{type: 'error', error: {type, message}}`: the inner type names the error.
+  const code = e?.code ?? e?.error?.code ?? e?.error?.type ?? e?.type;
   return typeof code === 'string' ? code : null;
 }
 
+/**
+ * A reply stream that broke off before its end: the connection was cut, it stalled longer than the
+ * request timeout, or it ended without the protocol's last event. Nothing of it is kept but the
+ * fragments already shown; the reply is asked for again.
+ */
+export class StreamCut extends Error {
+  override name = 'StreamCut';
+}
+
+/** Error types a stream's `error` event carries that asking again cannot mend (a status-less APIError). */
+const PERMANENT_STREAM_ERRORS = new Set(['invalid_request_error', 'authentication_error', 'permission_error', 'insufficient_quota']);
+
 export function classify(err: unknown): ProviderFailure | null {
+  if (err instanceof StreamCut)
+    return { transient: true, retry_after_ms: null, context_overflow: false, status: null, detail: err.message };
   const isConnection = err instanceof OpenAI.APIConnectionError || err instanceof Anthropic.APIConnectionError;
   if (err instanceof OpenAI.APIUserAbortError || err instanceof Anthropic.APIUserAbortError) return null; // a cancellation, not a provider failure
   if (isConnection) {
@@ -43,7 +58,8 @@ export function classify(err: unknown): ProviderFailure | null {
   const code = errorCode(err.error);
   const message = (err.message || '').slice(0, 500);
   const overflow = code === 'context_length_exceeded' || code === 'model_context_window_exceeded' || /prompt is too long/i.test(message);
-  let transient = status !== null && (RETRYABLE_STATUS.has(status) || status >= 500);
+  // No status: an `error` event inside a stream whose answer began with 200 (Anthropic's overloaded_error).
+  let transient = status !== null ? RETRYABLE_STATUS.has(status) || status >= 500 : !PERMANENT_STREAM_ERRORS.has(code ?? '');
   if (code === 'insufficient_quota') transient = false;
   const should = headers?.get('x-should-retry');
   if (should === 'true') transient = true;

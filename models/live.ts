@@ -1,9 +1,16 @@
 /**
  * `decide` for a live provider. The request is rebuilt from the run's authoritative facts and the
  * stored transcript; it is identified by a digest of (provider, model, run, turn, retry, body).
- * The raw response is stored under that digest before the activity returns, so an activity that
- * Temporal retries after the provider answered (a worker killed at the wrong moment) finds the
- * answer in the store and does not pay for it again.
+ * The reply streams: its text goes to the host store as fragments while it arrives, and the whole
+ * raw response, put back together from the stream, is stored under that digest before the
+ * activity returns, so an activity that Temporal retries after the provider answered (a worker
+ * killed at the wrong moment) finds the answer in the store and does not pay for it again.
+ *
+ * Paid once, exactly: a reply that was stored is never asked for again. A reply whose stream never
+ * ended (the worker killed mid-stream, the connection cut, a stall) was not stored: the retried
+ * activity sends the same request again, and only that second, whole reply is stored, counted
+ * (`model_calls`, tokens) and priced. The provider may still bill what it generated for the
+ * abandoned stream; its usage never arrived (it comes at a stream's end), so no record shows it.
  */
 import { CancelledFailure } from '@temporalio/common';
 import { BUDGET_DEFAULTS } from '../core/budgets';
@@ -16,6 +23,7 @@ import { nonRetryable } from '../core/failures';
 import { faultPoint } from '../host/faults';
 import { anthropicAdapter } from './anthropic';
 import { classify } from './errors';
+import { FragmentWriter } from './fragments';
 import { openaiAdapter } from './openai';
 import { scrubbedError, scrubSecret } from '../core/secrets';
 import type { Prompt } from './tool-schemas';
@@ -32,7 +40,7 @@ export type PriceTable = Record<string, { input: number; output: number; cached_
 export interface LiveContext {
   store: Store;
   prices: PriceTable;
-  /** Timeout of one HTTP request. */
+  /** Timeout of one HTTP request until its response begins, and the longest silence of its stream after. */
   timeoutMs: number;
   signal: AbortSignal;
   heartbeat: () => void;
@@ -172,7 +180,7 @@ export async function liveDecide(
     }
     if (stored === null) {
       store.put('model_request', body);
-      const sent = await send(ctx, adapter, body, apiKey);
+      const sent = await send(ctx, adapter, body, apiKey, new FragmentWriter(store, input.run_id, input.turn));
       if ('failure' in sent) {
         if (sent.failure.context_overflow && !compacted) {
           compacted = true;
@@ -201,14 +209,16 @@ export async function liveDecide(
 }
 
 /**
- * One request to the provider, heartbeating while it is out; a provider's failure classified and
- * scrubbed of the key (its text goes to history, the trace and reports), anything else thrown.
+ * One request to the provider, heartbeating while it is out, its text written as fragments as it
+ * streams; a provider's failure classified and scrubbed of the key (its text goes to history, the
+ * trace and reports), anything else thrown.
  */
 async function send(
   ctx: LiveContext,
   adapter: ProviderAdapter,
   body: Record<string, unknown>,
   apiKey: string,
+  fragments: FragmentWriter,
 ): Promise<{ raw: unknown } | { failure: NonNullable<ReturnType<typeof classify>> }> {
   const { endpoint, signal } = ctx;
   const beat = setInterval(ctx.heartbeat, 1000);
@@ -220,6 +230,7 @@ async function send(
         baseURL: endpoint.base_url ?? ctx.baseUrls[endpoint.kind],
         timeoutMs: ctx.timeoutMs,
         signal,
+        onText: fragments.push,
       }),
     };
   } catch (err) {
@@ -230,6 +241,8 @@ async function send(
     return { failure };
   } finally {
     clearInterval(beat);
+    // Before the response is stored: a reader sees every kept fragment of a turn before its end.
+    fragments.flush();
   }
 }
 

@@ -1,7 +1,9 @@
 /** OpenAI Chat Completions, and every server that speaks it (chosen by `baseURL`). */
 import OpenAI from 'openai';
 import type { BuiltContext, ContextGroup } from '../core/context';
+import { ChatAssembly, type ChatChunk } from './openai-stream';
 import { singleCredentialFetch } from './secrets';
+import { streamedReply, type ProviderStream } from './stream';
 import { dropNulls, openaiTools, type Prompt } from './tool-schemas';
 import { sha256 } from '../host/digest';
 import type { Usage } from '../core/contracts';
@@ -87,7 +89,11 @@ export const openaiAdapter: ProviderAdapter = {
       timeout: options.timeoutMs,
       fetch: singleCredentialFetch(options.apiKey),
     });
-    return client.chat.completions.create(body as never, { signal: options.signal });
+    // Usage comes in the stream's last chunk only when asked for.
+    const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } } as never, {
+      signal: options.signal,
+    });
+    return streamedReply(stream as unknown as ProviderStream<ChatChunk>, new ChatAssembly(), options);
   },
   parse(raw): ParsedReply {
     const r = raw as {

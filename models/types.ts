@@ -27,8 +27,11 @@ export interface SendOptions {
   apiKey: string;
   /** Always given (the endpoint's, else the worker's settings), so the SDK reads no base URL from the environment. */
   baseURL: string;
+  /** Until the response's headers arrive, and then the longest silence of its stream. */
   timeoutMs: number;
   signal: AbortSignal;
+  /** The reply's text as it streams, a piece at a time (joined, exactly the text `parse` reads). */
+  onText?: (text: string) => void;
 }
 
 export interface ProviderAdapter {
@@ -47,7 +50,11 @@ export interface ProviderAdapter {
     maxOutputTokens: number,
     orchestrating?: boolean,
   ): Record<string, unknown>;
-  /** Sends the body; resolves to the raw JSON response. */
+  /**
+   * Sends the body as a streaming request (the protocol's `stream` fields are added here, not in
+   * `body`, whose digest names the request) and resolves to the raw JSON response put back
+   * together from the stream, exactly as the same request without streaming answers it.
+   */
   send(body: Record<string, unknown>, options: SendOptions): Promise<unknown>;
   parse(raw: unknown): ParsedReply;
 }

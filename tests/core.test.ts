@@ -275,6 +275,7 @@ describe('failures as data', () => {
   it('maps every failure type to a reason (all but DiskFull never retried), and any other type to activity_failed', () => {
     expect([...NON_RETRYABLE_FAILURE_TYPES].sort()).toEqual([
       'DataError',
+      'ForkUnavailable',
       'InfrastructureError',
       'PayloadTooLarge',
       'ProtocolError',

@@ -20,6 +20,7 @@ import {
   addEndpoint,
   endpointOf,
   ProviderServer,
+  servedPerTest,
   reply,
   type Api,
   type ReplyCall,
@@ -96,15 +97,7 @@ function session(api: Api, ...first: (Scripted | ((i: number) => Scripted))[]): 
   };
 }
 
-const servers: ProviderServer[] = [];
-afterEach(async () => {
-  for (const s of servers.splice(0)) await s.close();
-});
-async function serve(script: Script): Promise<ProviderServer> {
-  const server = await new ProviderServer(script).start();
-  servers.push(server);
-  return server;
-}
+const serve = servedPerTest();
 
 /** The worker operator's providers file shared by this file's runs: one endpoint per test server. */
 const PROVIDERS = join(tempDir('providers'), 'providers.json');

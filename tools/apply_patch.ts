@@ -137,9 +137,15 @@ export function currentDigest(abs: string, path: string): string {
 
 /**
  * Performs an approved action. Safe to call any number of times for the same action: the ledger
- * intent marks that a write may have started, the receipt that it finished.
+ * intent marks that a write may have started, the receipt that it finished. `keep` gets the bytes
+ * about to be written before the intent is recorded, so whatever has an intent has its content kept.
  */
-export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAction, args: ApplyPatchArgs): WriteOutcome {
+export function writePatch(
+  ctx: Omit<ToolContext, 'backend'>,
+  action: PreparedAction,
+  args: ApplyPatchArgs,
+  keep: (bytes: Buffer) => void = () => undefined,
+): WriteOutcome {
   const receipt = ctx.ledger.receipt(action.action_id);
   if (receipt) return { kind: 'already_recorded', recovered: receipt.recovered };
   // An earlier attempt's kept link to the old file would count as a second hard link.
@@ -171,6 +177,7 @@ export function writePatch(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
   const next = action.before === 'absent' ? args.new : text.replace(args.old, () => args.new);
   if (sha256(next) !== action.after) return { kind: 'recovery_uncertain', current };
 
+  keep(Buffer.from(next, 'utf8'));
   ctx.ledger.recordIntent(ctx.runId, action);
   writeAndReceipt(ctx, replacement, action, resolved.abs, resolved.stat ? resolved.stat.mode & 0o777 : 0o644, next);
   return { kind: 'written', recovered: false };

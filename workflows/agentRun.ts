@@ -30,7 +30,7 @@ import { isolationRefusal } from '../core/isolation';
 import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, parseApprover, type PolicyEvaluation } from '../core/policy';
 import { buildRecord, type RunOutcome, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
-import { Trace, type TraceRequest } from '../core/trace';
+import { Trace, type TraceRequest, type TurnState } from '../core/trace';
 import { isOrchestrationTool, READ_ONLY_TOOLS } from '../core/tools';
 import { brief, resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
@@ -68,6 +68,12 @@ const ENDS_WITH_RECORD_PATCH = 'ends-with-record';
 const TEST_ATTEMPTS = 3;
 /** The change that made tasks draw on their orchestrating run's budgets (docs/sub-runs.md). */
 const TREE_BUDGETS_PATCH = 'tree-budgets';
+/**
+ * The change that records each turn's start and the run's end (`TurnState`, which a fork restores)
+ * in the trace. Not a command of its own, but more bytes of trace move where the trace is stored
+ * (`storeTrace` by size): a run recorded before it keeps its trace as it was.
+ */
+const TURN_STATE_PATCH = 'turn-state';
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
 const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
@@ -239,7 +245,7 @@ class AgentRun {
     if (loaded instanceof RunStop) return this.finish(loaded);
     this.adopt(input, loaded);
     const stop = await this.withDeadline(async () => {
-      await this.act.prepareWorkspace.executeWithOptions(
+      const prepared = await this.act.prepareWorkspace.executeWithOptions(
         { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
         [
           {
@@ -247,9 +253,13 @@ class AgentRun {
             fixture_dir: this.ref.fixture_dir,
             ...(child ? { from_run: child.from_run } : {}),
             ...(this.ref.repository ? { repository: this.ref.repository } : {}),
+            ...(loaded.fork ? { fork: loaded.fork.plan } : {}),
           },
         ],
       );
+      // A reopened task's workspace is its earlier run's as that run left it, not as first prepared.
+      this.state.workspace_digest = child?.reopen ? null : prepared.workspace_digest;
+      if (loaded.fork) this.trace.add('fork_restored', { workspace_digest: prepared.workspace_digest, writes: loaded.fork.writes });
       return (await this.setup()) ?? this.loop();
     });
     return this.finish(stop);
@@ -269,12 +279,14 @@ class AgentRun {
     this.view.approver = input.approver;
     if (input.repo) this.view.trust_repository = input.repo.trusted === true;
     if (child) this.view.parent = { workflow_id: child.parent_workflow_id, task_id: child.task_id, title: child.title };
+    if (input.fork) this.view.forked_from = { workflow_id: input.fork.workflow_id, turn: input.fork.turn };
     this.trace.add('run_started', {
       source: input.source.kind,
       backend: input.backend,
       approver: input.approver,
       ...(input.repo ? { trust_repository: input.repo.trusted === true } : {}),
       ...(child ? { task_id: child.task_id, reopened: child.reopen !== null } : {}),
+      ...(input.fork ? { forked_from: this.view.forked_from } : {}),
     });
     const approver = parseApprover(input.approver);
     if (approver.kind === 'policy' && !approver.known)
@@ -355,6 +367,13 @@ class AgentRun {
       ...(loaded.image !== undefined ? { image: loaded.image } : {}),
     };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
+    // A fork goes on from the forked run's turn: its transcript, its replay's cursor, its turn count.
+    if (loaded.fork) {
+      this.state.transcript = { head: loaded.fork.transcript, append: [] };
+      this.state.cursor = loaded.fork.cursor;
+      this.state.plan = loaded.fork.stated_plan ?? null;
+      this.view.counters.turns = input.fork!.turn;
+    }
     this.setStatus('running');
   }
 
@@ -433,6 +452,7 @@ class AgentRun {
       omitted: r.egress.omitted,
     });
     if (!r.ok) return new RunStop('failed', r.reason, r.detail);
+    this.state.workspace_digest = r.workspace_digest ?? null;
     // Every later test and acceptance process runs in the setup image, which is probed like any image.
     this.state.ref = { ...this.ref, image: r.image_id };
     const evidence = await this.act.checkIsolation.executeWithOptions(
@@ -571,6 +591,8 @@ class AgentRun {
   private async requestDecision(toolsEnabled: boolean, retries: number): Promise<DecideResult> {
     const source = this.state.source!;
     const live = source.kind === 'provider';
+    // What the turn starts from (a fork after the previous turn restores it): before this request's messages.
+    const start = retries === 0 && toolsEnabled && wf.patched(TURN_STATE_PATCH) ? { start: this.turnState() } : {};
     const messages = this.state.steering.splice(0);
     for (const message of messages) this.state.transcript.append.push({ message });
     // Messages about tasks are pinned: compaction never drops them.
@@ -584,6 +606,7 @@ class AgentRun {
       messages: [...messages, ...notes],
       ...prompt,
       ...(retries > 0 ? { retry: retries } : {}),
+      ...start,
     });
     const input = {
       run_id: this.ref.run_id,
@@ -847,6 +870,7 @@ class AgentRun {
       default:
         this.view.counters.writes++;
         this.state.recent_calls = [];
+        this.state.workspace_digest = outcome.workspace_digest ?? null;
         this.trace.add(
           'action_written',
           {
@@ -855,6 +879,7 @@ class AgentRun {
             before: action.before,
             after: action.after,
             recovered: outcome.recovered,
+            ...(outcome.workspace_digest ? { workspace_digest: outcome.workspace_digest } : {}),
           },
           ids,
         );
@@ -1093,6 +1118,7 @@ class AgentRun {
       detail: stop.detail,
       deadline_reached: this.view.deadline_reached,
       builds: this.view.builds ?? [],
+      ...(wf.patched(TURN_STATE_PATCH) ? { end: this.turnState() } : {}),
     });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
@@ -1192,6 +1218,16 @@ class AgentRun {
   }
 
   // ---- small helpers ----
+
+  /** Where the run stands now: replay cursor, workspace digest, transcript (see TurnState). */
+  private turnState(): TurnState {
+    const { head, append } = this.state.transcript;
+    return {
+      cursor: this.state.cursor,
+      workspace_digest: this.state.workspace_digest ?? null,
+      transcript: { head, pending: append.length },
+    };
+  }
 
   private pinTo(queue: string | null): void {
     this.state.host_queue = queue;

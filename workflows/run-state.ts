@@ -78,6 +78,11 @@ export interface RunState {
   /** Identities of the calls made since the last write (a repeat among them is a repeated call). */
   recent_calls: string[];
   /**
+   * The workspace's digest as the run last made it (prepared, after setup, after each write):
+   * recorded with each turn's start, which a fork restores. Unset in runs that began before it was kept.
+   */
+  workspace_digest?: string | null;
+  /**
    * Tasks draw on this orchestrating run's budgets (a run started before that was decided has it
    * unset: its tasks each got the run's budgets, as then).
    */

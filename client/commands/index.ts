@@ -10,6 +10,7 @@ import { cache } from './cache';
 import { consoleCommand } from './console';
 import { evaluate } from './eval';
 import { exportReplay } from './export-replay';
+import { fork } from './fork';
 import { run } from './run';
 import { status, trace } from './status';
 import { interrupt, steer } from './steer';
@@ -23,6 +24,7 @@ export const COMMANDS: Command<OptionSpecs>[] = [
   status,
   trace,
   exportReplay,
+  fork,
   evaluate,
   steer,
   interrupt,

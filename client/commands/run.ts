@@ -7,8 +7,7 @@ import { PROMPT_VERSION } from '../../core/prompt';
 import { replayTrusted, type Settings } from '../../host/settings';
 import { command, RefusedInput, UsageError, type Values } from '../command';
 import { checkRepositoryRun, localCredentialsFile, taskText, type CheckedRepositoryRun } from '../repository-run';
-import { openStore, storedTrace } from '../stored-trace';
-import { access, localEndpoint, out, principal } from './shared';
+import { localEndpoint, startAndFollow } from './shared';
 
 const options = {
   task: { kind: 'string', value: 'TEXT' },
@@ -165,56 +164,18 @@ export const run = command({
     };
     const name = repository ? repository.facts.name : basename(resolve(fixture));
     const workflowId = values.id ?? `agent-${name}-${randomBytes(4).toString('hex')}`;
-    const { startRun } = await access();
-    await session.ensureWorker();
-    const handle = await startRun(session.client, input, { taskQueue: session.settings.taskQueue, workflowId });
-    if (!values.wait) {
-      out(values.json ? { workflow_id: handle.workflowId, run_id: handle.firstExecutionRunId } : handle.workflowId);
-      return 0;
-    }
-    const log = (line: string) => (values.json ? process.stderr : process.stdout).write(`${line}\n`);
-    log(`workflow ${handle.workflowId}`);
-    const { followRun, stateFolderDiagnosis, StdinClosed } = await import('../follow');
-    try {
-      const stored = (runId: string) => {
-        const store = openStore(session.settings.stateDir);
-        try {
-          return store ? storedTrace(store, runId) : [];
-        } finally {
-          store?.close();
-        }
-      };
-      const record = await followRun(handle, {
-        interactive: approver === 'interactive',
-        principal: principal(),
-        log,
-        stored,
-        diagnose: () => stateFolderDiagnosis(session.settings.stateDir, session.embedded),
-        // As long as a worker waits for space before the run ends disk_full.
-        diagnosedPatienceMs: session.settings.diskFullWaitS * 1000,
-      });
-      if (values.json) out(JSON.stringify(record));
-      else
-        log(
-          `\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}${record.trace_id ? `; trace ${record.trace_id}` : ''}`,
-        );
-      if (record.status !== 'completed') return 1;
-      if (values.branch) {
-        const { branchFromRun, NoBranch } = await import('../branch');
-        try {
-          const made = await branchFromRun(session, handle.workflowId);
-          log(`branch ${made.branch} at ${made.commit} (parent ${made.base})`);
-        } catch (err) {
-          if (!(err instanceof NoBranch)) throw err;
-          process.stderr.write(`the run completed, but no branch was made: ${err.message}\n`);
-          return 1;
-        }
+    return startAndFollow(session, input, workflowId, values, async (_record, log) => {
+      if (!values.branch) return 0;
+      const { branchFromRun, NoBranch } = await import('../branch');
+      try {
+        const made = await branchFromRun(session, workflowId);
+        log(`branch ${made.branch} at ${made.commit} (parent ${made.base})`);
+        return 0;
+      } catch (err) {
+        if (!(err instanceof NoBranch)) throw err;
+        process.stderr.write(`the run completed, but no branch was made: ${err.message}\n`);
+        return 1;
       }
-      return 0;
-    } catch (err) {
-      if (!(err instanceof StdinClosed)) throw err;
-      process.stderr.write(`${err.message}\nthe run keeps waiting; approve with: npm run agent -- approve ${handle.workflowId}\n`);
-      return 3;
-    }
+    });
   },
 });

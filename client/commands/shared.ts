@@ -1,5 +1,6 @@
 /** What several commands share: output, the principal, a run's handle, state and trace, the queue's workers. */
 import { userInfo } from 'node:os';
+import type { RunInput, RunRecord } from '../../core/contracts';
 import type { RunView } from '../../core/run-view';
 import type { TraceEvent } from '../../core/trace';
 import { workerIdentity } from '../../host/build';
@@ -106,4 +107,59 @@ export function localEndpoint(session: Session, values: ProviderValues): string 
     `endpoint ${name} (${kind}, key from ${wanted.api_key_env}) ${added ? 'added to' : 'found in'} ${session.settings.providersFile}\n`,
   );
   return name;
+}
+
+/**
+ * Starts a run and prints its workflow id; with `--wait` follows it to its end instead (asking at
+ * the terminal for each approval when its approver is interactive) and prints its record. `completed`
+ * runs `after`, whose status is the command's. The exit status: 0 completed, 1 any other end, 3
+ * when the terminal closed while a write waits.
+ */
+export async function startAndFollow(
+  session: Session,
+  input: RunInput,
+  workflowId: string,
+  values: { wait: boolean; json: boolean },
+  after: (record: RunRecord, log: (line: string) => void) => Promise<number> = async () => 0,
+): Promise<number> {
+  const { startRun } = await access();
+  await session.ensureWorker();
+  const handle = await startRun(session.client, input, { taskQueue: session.settings.taskQueue, workflowId });
+  if (!values.wait) {
+    out(values.json ? { workflow_id: handle.workflowId, run_id: handle.firstExecutionRunId } : handle.workflowId);
+    return 0;
+  }
+  const log = (line: string) => (values.json ? process.stderr : process.stdout).write(`${line}\n`);
+  log(`workflow ${handle.workflowId}`);
+  const { followRun, stateFolderDiagnosis, StdinClosed } = await import('../follow');
+  try {
+    const stored = (runId: string) => {
+      const store = openStore(session.settings.stateDir);
+      try {
+        return store ? storedTrace(store, runId) : [];
+      } finally {
+        store?.close();
+      }
+    };
+    const interactive = (input.approver ?? 'interactive') === 'interactive';
+    const record = await followRun(handle, {
+      interactive,
+      principal: principal(),
+      log,
+      stored,
+      diagnose: () => stateFolderDiagnosis(session.settings.stateDir, session.embedded),
+      // As long as a worker waits for space before the run ends disk_full.
+      diagnosedPatienceMs: session.settings.diskFullWaitS * 1000,
+    });
+    if (values.json) out(JSON.stringify(record));
+    else
+      log(
+        `\n${record.status}${record.reason ? ` (${record.reason})` : ''}: ${record.writes} writes, ${record.receipts} receipts, diff ${record.diff_paths.join(', ') || '(none)'}${record.trace_id ? `; trace ${record.trace_id}` : ''}`,
+      );
+    return record.status === 'completed' ? after(record, log) : 1;
+  } catch (err) {
+    if (!(err instanceof StdinClosed)) throw err;
+    process.stderr.write(`${err.message}\nthe run keeps waiting; approve with: npm run agent -- approve ${handle.workflowId}\n`);
+    return 3;
+  }
 }

@@ -172,12 +172,12 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
 /** Writes the image's products into the workspace; a product the workspace may not take fails the setup. */
 async function finish(docker: Dockerode, paths: RunPaths, done: Extract<SetupResult, { ok: true }>): Promise<SetupResult> {
   try {
-    const { added } = await applyProducts(docker, done.image_id, paths);
-    return { ...done, added };
+    const { added, workspace_digest } = await applyProducts(docker, done.image_id, paths);
+    return { ...done, added, workspace_digest };
   } catch (err) {
     if (!(err instanceof SetupProductError)) throw err;
     restorePreSetup(paths);
-    const { ok: _ok, cached: _c, image_id: _i, added: _a, ...common } = done;
+    const { ok: _ok, cached: _c, image_id: _i, added: _a, workspace_digest: _w, ...common } = done;
     return { ...common, ok: false, reason: 'setup_failed', detail: err.message };
   }
 }

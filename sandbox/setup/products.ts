@@ -41,7 +41,7 @@ import { writeFileAtomic } from '../../host/files';
 import { engineError, MOUNT_WORKSPACE, removeContainer } from '../backends/docker';
 import { copyRegular } from '../../host/workspace/hostile-read';
 import { unsafeTreePath } from '../../host/repository';
-import { baselineManifest, copyTree, manifest, type ManifestEntry, type RunPaths } from '../../host/workspace/workspace';
+import { baselineManifest, copyTree, manifest, manifestDigest, type ManifestEntry, type RunPaths } from '../../host/workspace/workspace';
 
 /** A setup that left something other than additions in the workspace. */
 export class SetupProductError extends Error {
@@ -120,7 +120,11 @@ function ensureFolder(root: string, rel: string): void {
  * Writes into the run's workspace, reset to the pre-setup copy, what the image's `/workspace` has
  * beyond it, and makes the result the baseline. Returns the number of files and links added.
  */
-export async function applyProducts(docker: Dockerode, imageId: string, paths: RunPaths): Promise<{ added: number }> {
+export async function applyProducts(
+  docker: Dockerode,
+  imageId: string,
+  paths: RunPaths,
+): Promise<{ added: number; workspace_digest: string }> {
   const base = new Map((JSON.parse(readFileSync(preSetupManifest(paths), 'utf8')) as ManifestEntry[]).map((e) => [e.path, e]));
   restorePreSetup(paths);
 
@@ -196,8 +200,9 @@ export async function applyProducts(docker: Dockerode, imageId: string, paths: R
   }
   rmSync(paths.baseline, { recursive: true, force: true });
   copyTree(paths.workspace, paths.baseline);
-  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(manifest(paths.workspace)), { tmpDir: paths.tmp });
-  return { added };
+  const entries = manifest(paths.workspace);
+  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(entries), { tmpDir: paths.tmp });
+  return { added, workspace_digest: manifestDigest(entries) };
 }
 
 /** A file entry's bytes on their way: a temporary file of the control folder and their digest. */

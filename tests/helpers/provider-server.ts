@@ -3,6 +3,13 @@
  * 127.0.0.1 and a free port, scripted per test. It logs every request, and answers a conversation
  * with an unanswered tool call by a 400, as both real APIs do. Not a live provider: a protocol
  * double driven through the official SDKs.
+ *
+ * A request with `stream: true` gets its scripted reply as the protocol streams it: Chat
+ * Completions as `data:` chunks (the role first, the content, refusal and each tool call's
+ * arguments in pieces, the finish reason, the usage chunk when `stream_options.include_usage`
+ * asks for it, then `data: [DONE]`); Messages as its named events (message_start, a ping,
+ * content_block_start / _delta / _stop per block, message_delta with the stop reason and output
+ * tokens, message_stop). A script may hold a stream open after some events, or cut it.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -19,9 +26,21 @@ export interface LoggedRequest {
   bytes: number;
 }
 
+/** How a streamed answer goes (a request without `stream` gets its body whole). */
+export interface StreamPlan {
+  /** Events sent before the stream is held open. */
+  holdAfter?: number;
+  /** The held stream goes on when this settles; without it, it is held until the client goes away. */
+  release?: Promise<void>;
+  /** The connection is cut after this many events (no further event, no end). */
+  cutAfter?: number;
+  /** After `after` events, the protocol's error event with `error` (`{type, message}`), then the end. */
+  fail?: { after: number; error: { type: string; message: string } };
+}
+
 /** What the server does with one request. */
 export type Scripted =
-  | { status?: number; headers?: Record<string, string>; body: unknown }
+  | { status?: number; headers?: Record<string, string>; body: unknown; stream?: StreamPlan }
   /** Never answers (the client times out or aborts). */
   | { hang: true }
   /** Closes the connection without an answer. */
@@ -128,6 +147,74 @@ export function unansweredCalls(api: Api, body: any): string[] {
   return missing;
 }
 
+/** A text in the pieces a stream sends it in. */
+function pieces(text: string, size = 12): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < text.length; i += size) out.push(text.slice(i, i + size));
+  return out;
+}
+
+/** The `data:` payloads of a Chat Completions stream of `reply` (an `openaiReply`), ending with `[DONE]`. */
+export function openaiChunks(reply: any, includeUsage: boolean): string[] {
+  const base = { id: reply.id, object: 'chat.completion.chunk', created: reply.created, model: reply.model, system_fingerprint: null };
+  const chunk = (delta: unknown, finish: string | null = null) =>
+    JSON.stringify({
+      ...base,
+      choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+      ...(includeUsage ? { usage: null } : {}),
+    });
+  const choice = reply.choices[0];
+  const message = choice.message;
+  const out = [chunk({ role: 'assistant', content: '', refusal: null })];
+  for (const p of pieces(message.content ?? '')) out.push(chunk({ content: p }));
+  for (const p of pieces(message.refusal ?? '')) out.push(chunk({ refusal: p }));
+  (message.tool_calls ?? []).forEach((c: any, index: number) => {
+    out.push(chunk({ tool_calls: [{ index, id: c.id, type: 'function', function: { name: c.function.name, arguments: '' } }] }));
+    for (const p of pieces(c.function.arguments)) out.push(chunk({ tool_calls: [{ index, function: { arguments: p } }] }));
+  });
+  out.push(chunk({}, choice.finish_reason));
+  if (includeUsage) out.push(JSON.stringify({ ...base, choices: [], usage: reply.usage }));
+  out.push('[DONE]');
+  return out;
+}
+
+/** The named events of a Messages stream of `reply` (an `anthropicReply`). */
+export function anthropicEvents(reply: any): { event: string; data: unknown }[] {
+  const { content, stop_reason, stop_sequence, usage, ...message } = reply;
+  const out: { event: string; data: any }[] = [
+    {
+      event: 'message_start',
+      data: {
+        type: 'message_start',
+        message: { ...message, content: [], stop_reason: null, stop_sequence: null, usage: { ...usage, output_tokens: 1 } },
+      },
+    },
+    { event: 'ping', data: { type: 'ping' } },
+  ];
+  content.forEach((block: any, index: number) => {
+    const start = block.type === 'text' ? { type: 'text', text: '' } : { ...block, input: {} };
+    out.push({ event: 'content_block_start', data: { type: 'content_block_start', index, content_block: start } });
+    const deltas =
+      block.type === 'text'
+        ? pieces(block.text).map((text) => ({ type: 'text_delta', text }))
+        : pieces(JSON.stringify(block.input)).map((partial_json) => ({ type: 'input_json_delta', partial_json }));
+    for (const delta of deltas) out.push({ event: 'content_block_delta', data: { type: 'content_block_delta', index, delta } });
+    out.push({ event: 'content_block_stop', data: { type: 'content_block_stop', index } });
+  });
+  out.push({
+    event: 'message_delta',
+    data: { type: 'message_delta', delta: { stop_reason, stop_sequence }, usage: { output_tokens: usage.output_tokens } },
+  });
+  out.push({ event: 'message_stop', data: { type: 'message_stop' } });
+  return out;
+}
+
+/** The SSE text of each event of a streamed answer to `body` (the request's). */
+export function sseEvents(api: Api, reply: unknown, body: any): string[] {
+  if (api === 'openai') return openaiChunks(reply, body?.stream_options?.include_usage === true).map((d) => `data: ${d}\n\n`);
+  return anthropicEvents(reply).map((e) => `event: ${e.event}\ndata: ${JSON.stringify(e.data)}\n\n`);
+}
+
 /** Adds (or replaces) an endpoint in a worker's providers file; returns its name. */
 export function addEndpoint(file: string, endpoint: Endpoint): string {
   const current: ProvidersFile = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : { schema_version: 1, endpoints: [] };
@@ -145,6 +232,10 @@ export class ProviderServer {
   readonly requests: LoggedRequest[] = [];
   /** Requests whose client went away before an answer (aborted or timed out). */
   aborted = 0;
+  /** Answers sent to their end: a whole body, or a stream through its last event. */
+  completed = 0;
+  /** Streams held open by their script right now. */
+  held = 0;
   private server: Server | null = null;
   port = 0;
   private readonly hanging = new Set<ServerResponse>();
@@ -184,7 +275,7 @@ export class ProviderServer {
     const api: Api | null = path.endsWith('/chat/completions') ? 'openai' : path.endsWith('/messages') ? 'anthropic' : null;
     const send = (status: number, body: unknown, headers: Record<string, string> = {}) => {
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
-      res.end(JSON.stringify(body));
+      res.end(JSON.stringify(body), () => this.completed++);
     };
     if (api === null) return send(404, { error: { type: 'not_found', message: `no such endpoint ${path}` } });
     let body: any;
@@ -216,6 +307,59 @@ export class ProviderServer {
       return;
     }
     if ('drop' in scripted) return void req.socket.destroy();
-    send(scripted.status ?? 200, scripted.body, scripted.headers);
+    const status = scripted.status ?? 200;
+    // Errors come before a stream starts, as a JSON body, as both real APIs send them.
+    if (body.stream === true && status < 300) return this.stream(api, res, scripted, body);
+    send(status, scripted.body, scripted.headers);
   }
+
+  private async stream(api: Api, res: ServerResponse, scripted: Extract<Scripted, { body: unknown }>, body: any): Promise<void> {
+    const plan = scripted.stream ?? {};
+    let cut = false;
+    const gone = new Promise<void>((resolve) =>
+      res.on('close', () => {
+        if (!res.writableEnded && !cut) this.aborted++;
+        this.hanging.delete(res);
+        resolve();
+      }),
+    );
+    this.hanging.add(res);
+    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...scripted.headers });
+    for (const [i, event] of sseEvents(api, scripted.body, body).entries()) {
+      if (i === plan.cutAfter) {
+        cut = true;
+        return void res.socket?.destroy();
+      }
+      if (i === plan.fail?.after) {
+        const error = plan.fail.error;
+        const event =
+          api === 'openai'
+            ? `data: ${JSON.stringify({ error: { ...error, code: error.type } })}\n\n`
+            : `event: error\ndata: ${JSON.stringify({ type: 'error', error })}\n\n`;
+        return void res.end(event);
+      }
+      if (i === plan.holdAfter) {
+        this.held++;
+        await Promise.race([plan.release ?? new Promise<void>(() => undefined), gone]);
+        this.held--;
+      }
+      if (res.destroyed) return;
+      // Each event reaches the socket before the next (and before a cut), as a real stream's would.
+      await new Promise<void>((resolve) => res.write(event, () => resolve()));
+    }
+    res.end(() => this.completed++);
+  }
+}
+
+/** The servers of a test file: `serve` starts one on a free port; each is closed after its test. */
+export function servedPerTest(): (script: Script) => Promise<ProviderServer> {
+  const servers: ProviderServer[] = [];
+  afterEach(async () => {
+    for (const s of servers.splice(0)) await s.close();
+  });
+  return async (script) => {
+    const server = await new ProviderServer(script).start();
+    servers.push(server);
+    return server;
+  };
 }
