@@ -198,7 +198,7 @@ export class Store {
   /** Keeps bytes written to a workspace under their SHA-256, which it returns. */
   putContent(bytes: Buffer): string {
     const digest = sha256(bytes);
-    this.db.prepare(`INSERT OR IGNORE INTO contents VALUES (?, ?)`).run(digest, bytes);
+    onDisk('state folder', 'the host store', () => this.db.prepare(`INSERT OR IGNORE INTO contents VALUES (?, ?)`).run(digest, bytes));
     return digest;
   }
 

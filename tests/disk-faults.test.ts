@@ -261,11 +261,12 @@ describe('a full workspace', () => {
 });
 
 describe('a full state folder', () => {
-  it('during a write: the ledger cannot record the intent, nothing is written; freed, the run completes with one write and one receipt each', async () => {
-    // (The ledger is on the full file system: it is read once space is freed, in the record's receipts.)
+  it('during a write: the host store cannot keep the content, so no intent is recorded and nothing is written; freed, the run completes with one write and one receipt each', async () => {
+    // (The content is kept before the intent, so whatever has an intent has its content: a fork restores it.
+    // The ledger is on the same full file system: it is read once space is freed, in the record's receipts.)
     await writeWaitsForSpace(
       'state',
-      /^writePatch: no space left on the file system of the state folder \(the ledger\): SQLITE_FULL; waiting for space/,
+      /^writePatch: no space left on the file system of the state folder \(the host store\): SQLITE_FULL; waiting for space/,
     );
   });
 
