@@ -10,6 +10,7 @@ import { formatIssues } from '../../core/validate';
 import { UsageError } from '../command';
 import type { RunHandle } from '../run-access';
 import type { Session } from '../session';
+import type { ConsoleLink } from '../event-stream';
 import { fullEvent, mergeTrace, openStore, storedTrace } from '../stored-trace';
 
 export const out = (value: unknown) => process.stdout.write(`${typeof value === 'string' ? value : JSON.stringify(value, null, 2)}\n`);
@@ -54,6 +55,32 @@ export async function readRunWithTrace(session: Session, handle: RunHandle, full
   } finally {
     store.close();
   }
+}
+
+/** The stored trace of a run in this machine's host store (none when the store is elsewhere). */
+export function storedTraceOf(session: Session): (runId: string) => TraceEvent[] {
+  return (runId) => {
+    const store = openStore(session.settings.stateDir);
+    try {
+      return store ? storedTrace(store, runId) : [];
+    } finally {
+      store?.close();
+    }
+  };
+}
+
+/**
+ * The console that serves this state folder, with the command line's API token for it, or null
+ * (said once on stderr: the run is then read directly, as without `--follow`).
+ */
+export async function consoleLink(session: Session): Promise<ConsoleLink | null> {
+  const { consoleFor } = await import('../console/record');
+  const found = consoleFor(session.settings.stateDir);
+  if ('none' in found) {
+    process.stderr.write(`(${found.none}: following the run directly)\n`);
+    return null;
+  }
+  return found;
 }
 
 /**

@@ -93,10 +93,10 @@ export class RunFeed {
     if (this.timer !== null || this.ended || this.failure || this.stopped) return;
     const loop = async () => {
       await this.tick();
-      if (this.streams > 0 && !this.ended && !this.failure) this.timer = setTimeout(() => void loop(), this.o.pollMs);
+      if (this.streams > 0 && !this.ended && !this.failure && !this.stopped) this.timer = setTimeout(() => void loop(), this.o.pollMs).unref();
       else this.timer = null;
     };
-    this.timer = setTimeout(() => void loop(), 0);
+    this.timer = setTimeout(() => void loop(), 0).unref();
   }
 
   /** Stops reading for good; the store is closed once a tick under way is over. */
@@ -158,12 +158,13 @@ export class RunFeed {
   private async tick(): Promise<void> {
     if (this.ticking) return;
     this.ticking = true;
+    const started = Date.now();
     try {
       await this.read();
     } catch (err) {
       if (err instanceof GapError) this.failure = { error: 'gap', detail: err.message };
       else if (err instanceof WorkflowNotFoundError) this.failure = { error: 'unavailable', detail: `there is no run ${this.workflowId}` };
-      else this.noAnswer(err);
+      else this.noAnswer(started);
     } finally {
       this.ticking = false;
       if (this.stopped) this.closeStore();
@@ -300,11 +301,10 @@ export class RunFeed {
     this.dirty = true;
   }
 
-  /** A Query that failed while the run runs: its worker is being replaced, or none serves it yet. */
-  private noAnswer(_err: unknown): void {
-    const now = Date.now();
-    this.failingSince ??= now;
-    if (now - this.failingSince >= NO_WORKER_MS) this.setHint({ hint: 'no_worker', since: this.cursor?.seq ?? 0 });
+  /** A Query asked at `asked` failed while the run runs: its worker is being replaced, or none serves it yet. */
+  private noAnswer(asked: number): void {
+    this.failingSince ??= asked;
+    if (Date.now() - this.failingSince >= NO_WORKER_MS) this.setHint({ hint: 'no_worker', since: this.cursor?.seq ?? 0 });
   }
 }
 
@@ -348,7 +348,7 @@ export class Feeds {
         if (feed.streams > 0) return;
         feed.stop();
         this.feeds.delete(feed.workflowId);
-      }, 5000),
+      }, 5000).unref(),
     );
   }
 

@@ -53,8 +53,7 @@ const SCRIPT = String.raw`(() => {
       const el = document.getElementById('card-state');
       el.hidden = false;
       el.dataset.state = f.state;
-      text(el, 'Resolved: ' + f.state + (f.principal ? ' by ' + f.principal : '') + (f.reason ? ' (' + f.reason + ')' : '') + '.');
-      for (const b of document.querySelectorAll('#decide button')) b.disabled = true;
+      text(el, 'Resolved: ' + f.state + (f.principal ? ' by ' + f.principal : '') + (f.reason ? ' (' + f.reason + ')' : '') + '. A decision sent from this card now is not applied.');
     };
     const reply = document.getElementById('reply');
     const es = follow(live.dataset.events, live.dataset.after, 2, {
