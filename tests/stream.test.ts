@@ -291,7 +291,9 @@ describe('the event stream of a run', () => {
     expect(a.connections).toBeGreaterThan(2);
     expect(a.comments).toBeGreaterThan(0);
     // The page: the events it was rendered with and those its script added, once each, in order.
-    const rows = await page.$$eval('#trace li', (lis) => lis.map((li) => [Number(li.getAttribute('data-seq')), li.getAttribute('data-type')]));
+    const rows = await page.$$eval('#trace li', (lis) =>
+      lis.map((li) => [Number(li.getAttribute('data-seq')), li.getAttribute('data-type')]),
+    );
     expect(rows).toEqual(trace.map((e) => [e.seq, e.type]));
     expect(streamRequests.length).toBeGreaterThan(1);
     expect(await page.textContent('#status')).toBe('completed');
@@ -320,7 +322,11 @@ describe('the event stream of a run', () => {
     follow.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
     follow.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     const exited = new Promise<number | null>((resolve) => follow.once('exit', (code) => resolve(code)));
-    await waitFor('status --follow to follow through the console', async () => stdout.includes('(following through the console at'), 30_000);
+    await waitFor(
+      'status --follow to follow through the console',
+      async () => stdout.includes('(following through the console at'),
+      30_000,
+    );
 
     const steer = { id: 'steer-1', action: 'steer', message: 'keep the fix small' };
     const [s1, s2] = await Promise.all([act(id, steer), act(id, steer)]);
@@ -377,9 +383,7 @@ describe('the event stream of a run', () => {
     expect(await statusOf(events('?v=0'))).toBe(400);
     expect(await statusOf(events('?v=1', { authorization: `Bearer ${BOT}`, 'frame-version': '2' }))).toBe(400);
     expect(await statusOf(events('', { authorization: `Bearer ${BOT}`, 'last-event-id': '12x' }))).toBe(400);
-    expect(
-      await statusOf(fetch(`${app.url}/api/runs/no-such-run/events`, { headers: { authorization: `Bearer ${BOT}` } })),
-    ).toBe(404);
+    expect(await statusOf(fetch(`${app.url}/api/runs/no-such-run/events`, { headers: { authorization: `Bearer ${BOT}` } }))).toBe(404);
 
     // A signed-in browser's session: CSRF for actions; a closed run takes none.
     const res = await fetch(`${app.url}/login`, {

@@ -12,7 +12,7 @@ export const consoleCommand = command({
     'Bound to 127.0.0.1 unless --host is given; any other address needs --public-url, the https address of the TLS terminator\n' +
     'in front of it (cookies are then Secure and only that name is answered). Prints a one-time sign-in link (one use, within\n' +
     '10 minutes); after that, sign in by typing the token: the first line of --token-file, or a fresh one written to\n' +
-    '<state>/console-token (mode 0600). Machine clients of its API (a run\'s event stream, actions) send one of the tokens of\n' +
+    "<state>/console-token (mode 0600). Machine clients of its API (a run's event stream, actions) send one of the tokens of\n" +
     '<state>/api-tokens (NAME TOKEN a line, mode 0600; made with a token for this command line when missing) as a bearer token.',
   options: {
     port: { kind: 'int', value: '8787', default: 8787, min: 0 },

@@ -93,7 +93,8 @@ export class RunFeed {
     if (this.timer !== null || this.ended || this.failure || this.stopped) return;
     const loop = async () => {
       await this.tick();
-      if (this.streams > 0 && !this.ended && !this.failure && !this.stopped) this.timer = setTimeout(() => void loop(), this.o.pollMs).unref();
+      if (this.streams > 0 && !this.ended && !this.failure && !this.stopped)
+        this.timer = setTimeout(() => void loop(), this.o.pollMs).unref();
       else this.timer = null;
     };
     this.timer = setTimeout(() => void loop(), 0).unref();
