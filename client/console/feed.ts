@@ -176,8 +176,9 @@ export class RunFeed {
   }
 
   private async read(): Promise<void> {
-    // A run that recorded its end closes at once: asking a closed run's Query would replay it on a worker.
-    if (this.newestEvent?.type === 'run_finished' && !(await isRunning(this.handle))) return this.readClosed();
+    // Asking a closed run's Query would replay its whole history on a worker: a run first read, or
+    // one that recorded its end, is asked whether it still runs first.
+    if ((this.cursor === null || this.newestEvent?.type === 'run_finished') && !(await isRunning(this.handle))) return this.readClosed();
     let snap: RunSnapshot;
     try {
       snap = await querySnapshot(this.handle, this.run?.version);
