@@ -31,10 +31,20 @@ import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, parseApprover, type P
 import { buildRecord, type RunOutcome, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type TraceRequest, type TurnState } from '../core/trace';
+import { snapshotVersion, type RunSnapshot, type SnapshotRequest } from '../core/delivery';
 import { isOrchestrationTool, READ_ONLY_TOOLS } from '../core/tools';
 import { brief, resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
-import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
+import {
+  approvalSignal,
+  interruptSignal,
+  snapshotQuery,
+  stateQuery,
+  steerSignal,
+  stopSignal,
+  taskUpdateSignal,
+  traceQuery,
+} from './messages';
 import { Orchestration } from './subruns';
 import { initialState, type PendingWrite, type RunState } from './run-state';
 import { RunMetrics } from './metrics';
@@ -199,6 +209,7 @@ class AgentRun {
     });
     wf.setHandler(stateQuery, () => this.state.view);
     wf.setHandler(traceQuery, (request?: TraceRequest) => this.trace.page(cleanRequest(request)));
+    wf.setHandler(snapshotQuery, (request?: SnapshotRequest) => this.snapshot(request));
     wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
     wf.setHandler(interruptSignal, (payload) => {
       if (this.repeated(payload?.message_id)) return;
@@ -223,6 +234,17 @@ class AgentRun {
 
   private get budgets(): Budgets {
     return this.state.view.budgets!;
+  }
+
+  /**
+   * The state, its version and where the trace stands, read together. A Query does not change the
+   * history length workflowInfo() reports: it is the segment's length at its last workflow task.
+   */
+  private snapshot(request?: SnapshotRequest): RunSnapshot {
+    const page = this.trace.page({ tail: 1 });
+    const version = snapshotVersion(page.newest, this.view.segment, wf.workflowInfo().historyLength);
+    const since = typeof request?.since === 'number' ? request.since : null;
+    return { version, newest: page.newest, oldest: page.oldest, view: since === version ? null : this.view };
   }
 
   /** True when a client message with this id was taken before (a retried send); remembers it otherwise. */
