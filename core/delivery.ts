@@ -47,9 +47,9 @@ export const FRAME_VERSION = 2;
 
 /**
  * The trace event that carries a model reply's authoritative text, keyed by turn (`{turn, text,
- * text_ref?}`), when the run's build records one; a string, so a trace without it reads the same.
+ * text_ref?}`); a run recorded before it has none.
  */
-export const REPLY_EVENT: string = 'model_replied';
+export const REPLY_EVENT = 'model_replied';
 
 // ---- ids ----
 

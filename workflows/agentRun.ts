@@ -84,6 +84,8 @@ const TREE_BUDGETS_PATCH = 'tree-budgets';
  * (`storeTrace` by size): a run recorded before it keeps its trace as it was.
  */
 const TURN_STATE_PATCH = 'turn-state';
+/** The change that records each reply's text as `model_replied` (a stream's turn-end frame; docs/delivery.md). */
+const REPLY_EVENT_PATCH = 'reply-event';
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
 const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
@@ -520,6 +522,7 @@ class AgentRun {
       switch (decision.kind) {
         case 'plan':
           this.noteEmpty(decision.text);
+          this.noteReply(decision);
           this.state.plan = decision.text;
           this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
@@ -530,11 +533,21 @@ class AgentRun {
           break;
         case 'final':
           this.noteEmpty(decision.text);
+          this.noteReply(decision);
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           return this.verify(decision.text);
       }
     }
     return null;
+  }
+
+  /**
+   * A reply's text as the turn's end for a client of the event stream: the text as history holds
+   * it (cut when long) and the stored decision, which holds it whole.
+   */
+  private noteReply(decision: { text: string; ref: string }): void {
+    if (wf.patched(REPLY_EVENT_PATCH))
+      this.trace.add('model_replied', { turn: this.view.counters.turns, text: decision.text, text_ref: decision.ref });
   }
 
   /** A reply that says nothing: neither a call nor any text. */

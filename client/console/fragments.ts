@@ -26,10 +26,11 @@ export function fragmentsAfter(
   return rows.filter((f) => f.stream === newest).map((f) => ({ index: f.index + 1, stream: f.stream, text: f.text }));
 }
 
-/** The whole text of a reply event whose `text` is cut (its `text_ref` names a stored JSON string); undefined otherwise. */
+/** The whole text of a reply event (its `text_ref` names the stored decision); undefined when the store does not hold it. */
 export function replyText(store: Store, event: TraceEvent): string | undefined {
   const ref = (event.data as { text_ref?: unknown } | null)?.text_ref;
   if (typeof ref !== 'string' || !store.has(ref)) return undefined;
-  const text = store.get<unknown>(ref);
+  const decision = store.get<unknown>(ref);
+  const text = typeof decision === 'object' && decision !== null ? (decision as { text?: unknown }).text : decision;
   return typeof text === 'string' ? text : undefined;
 }
