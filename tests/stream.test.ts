@@ -7,7 +7,8 @@
  * and no gap. An approval sent from one client shows as resolved on the other (the time is
  * printed). A client that declares frame version 1 gets no later frame. Actions repeated under one
  * idempotency id answer the first outcome and act once, even through a second console that never
- * saw the first; `status --follow` reads the same stream. Credentials, versions and ids that are
+ * saw the first; the list of pending approvals shows an approval sent by another client; `status
+ * --follow` and `run --follow` (asking for each write at the terminal) read the same stream. Credentials, versions and ids that are
  * not as the contract says are refused.
  */
 import { spawn } from 'node:child_process';
@@ -43,7 +44,8 @@ describe('the event stream of a run', () => {
   let runs = 0;
   let tokens: Map<string, string>;
 
-  const consoleOn = () =>
+  /** A console on the test's state folder; `record`: the command line of that folder finds it (the newest recorded wins). */
+  const consoleOn = (record = true) =>
     startConsole({
       client: env.client,
       token: CONSOLE_TOKEN,
@@ -53,7 +55,7 @@ describe('the event stream of a run', () => {
       namespace: 'default',
       stateDir,
       apiTokens: tokens,
-      recordDir: stateDir,
+      recordDir: record ? stateDir : null,
       confirmMs: 30_000,
       keepAliveMs: 1000,
       // Every stream is closed after a few seconds: each client reconnects several times in a run.
@@ -201,7 +203,7 @@ describe('the event stream of a run', () => {
     expect(outside.aborted).toEqual([]);
   });
 
-  it('takes an action once however often it is sent, through a second console too; status --follow reads the same stream', async () => {
+  it('takes an action once however often it is sent, through a second console too; the list of pending approvals shows it resolved; status --follow reads the same stream', async () => {
     const handle = await startRun();
     const id = handle.workflowId;
     const p1 = await pendingApproval(handle);
@@ -226,14 +228,28 @@ describe('the event stream of a run', () => {
     expect(s1).toEqual({ status: 200, body: { id: 'steer-1', action: 'steer', outcome: 'sent', detail: null, seq: null } });
     expect([s2, s3]).toEqual([s1, s1]);
     // A console that never saw the first request sends it again, under the same message id: the run takes it once.
-    const other = await consoleOn();
+    const other = await consoleOn(false);
     try {
       expect((await act(id, steer, { url: other.url })).body.outcome).toBe('sent');
     } finally {
       await other.close();
     }
+    // The list of pending approvals follows the run's stream too: the row shows the approval another client sends.
+    const row = `#pending tr[data-action="${p1.action_id}"]`;
+    await waitFor(
+      'the run on the list of pending approvals',
+      async () => {
+        await page.goto(`${app.url}/`);
+        return (await page.locator(row).count()) === 1;
+      },
+      30_000,
+    );
+    // The list reloads itself every 5 s: the approval goes out right after a load, and its row must show it before the next.
     const approve = { id: 'approve-1', action: 'approve', ...digests(p1) };
+    const onList = page.waitForSelector(`${row}[data-state="approved"]`, { timeout: 4500 });
     const [a1, a2] = await Promise.all([act(id, approve), act(id, approve)]);
+    await onList;
+    expect(await page.textContent(`${row} .resolution`)).toBe('approved by api:bot');
     expect(a1.body).toMatchObject({ outcome: 'approved', seq: expect.any(Number) });
     expect(a2).toEqual(a1);
     expect(await act(id, { ...approve, action: 'reject' })).toEqual({
@@ -258,6 +274,48 @@ describe('the event stream of a run', () => {
     expect(shown.map((l) => Number(l.slice(1).split(' ')[0]))).toEqual(trace.filter((e) => e.seq >= from).map((e) => e.seq));
     expect(stdout.trimEnd().split('\n').at(-1)).toBe('cancelled (cancelled)');
     expect(stderr).not.toContain('following the run directly');
+    expect(outside.aborted).toEqual([]);
+  });
+
+  it('run --follow prints each event once through the console and asks for each write at the terminal from the run frames', async () => {
+    const child = spawn(
+      process.execPath,
+      [
+        join(PROJECT_ROOT, 'dist', 'client', 'cli.js'),
+        'run',
+        'fixtures/linkcheck-nested',
+        '--replay',
+        'fixtures/linkcheck-nested/replays/canonical.json',
+        '--follow',
+        '--id',
+        `${taskQueue}-followed`,
+      ],
+      {
+        cwd: PROJECT_ROOT,
+        env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_STATE_DIR: stateDir, AGENT_TASK_QUEUE: taskQueue },
+      },
+    );
+    let output = '';
+    let stdout = '';
+    let answered = 0;
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      for (const asked = output.split('Approve this write? [y/N]').length - 1; answered < asked; answered++) child.stdin.write('y\n');
+    };
+    // The prompt goes to stderr without a newline: events are read from stdout alone.
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+      onData(chunk);
+    });
+    child.stderr.on('data', onData);
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect([code, answered]).toEqual([0, 2]);
+    expect(output).toContain(`(following through the console at ${app.url})`);
+    expect(output).not.toContain('reading the run directly');
+    const outcome = await access.runOutcome(access.runHandle(env.client, `${taskQueue}-followed`));
+    expect(outcome.record).toMatchObject({ status: 'completed', writes: 2, receipts: 2 });
+    const shown = stdout.split('\n').filter((l) => /^#\d+ /.test(l));
+    expect(shown.map((l) => Number(l.slice(1).split(' ')[0]))).toEqual(stored(outcome.trace.run_id).map((e) => e.seq));
   });
 
   it('refuses what the contract does not allow, and replays a closed run from the store', async () => {
