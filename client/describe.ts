@@ -11,6 +11,8 @@ export function describeEvent(e: TraceEvent): string {
   switch (e.type) {
     case 'plan_recorded':
       return `${head} ${d.text}`;
+    case 'model_replied':
+      return `${head} turn ${d.turn}: ${String(d.text).length} characters${d.text_ref ? ' (cut; whole in the host store)' : ''}`;
     case 'tool_proposed': {
       const call = d.call as { name?: unknown; arguments?: Record<string, unknown> } | null;
       const args = call?.arguments ?? {};

@@ -4,9 +4,12 @@
  */
 import { createInterface } from 'node:readline';
 import type { RunRecord } from '../core/contracts';
+import { FRAME_VERSION } from '../core/delivery';
+import type { RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import { freeBytes } from '../host/disk';
 import { describeEvent, describePending } from './describe';
+import { runFrames, StreamLost, type ConsoleLink } from './event-stream';
 import {
   approvalFor,
   ORIGIN,
@@ -90,6 +93,12 @@ export interface FollowOptions {
    */
   diagnose?: () => string | null;
   diagnosedPatienceMs?: number;
+  /** A console serving this state folder: the run is followed through its event stream while it answers. */
+  console?: ConsoleLink | null;
+  /** Where a model reply's text goes as it streams (only through a console); none: not shown. */
+  text?: (piece: string) => void;
+  /** Events up to this seq are not printed (default 0: all of them). */
+  after?: number;
 }
 
 /**
@@ -135,32 +144,96 @@ class Patience {
 
 /**
  * Follows a run to its end. Events go to `log` (stderr with --json). Returns the run's record.
- * With `interactive`, pending approvals are asked at the terminal and signalled. The trace is read
- * page by page after the last event printed; events the run no longer holds in memory come from
- * the host store (`stored`). A step that Temporal retries (a full disk waiting for space, say) is
- * said once per attempt.
+ * With `interactive`, pending approvals are asked at the terminal and signalled. Through a
+ * console's event stream when one is given and answers; otherwise (or once it stops answering) the
+ * trace is read page by page after the last event printed, and events the run no longer holds in
+ * memory come from the host store (`stored`); a step that Temporal retries (a full disk waiting for
+ * space, say) is said once per attempt.
  */
 export async function followRun(handle: RunHandle, opts: FollowOptions): Promise<RunRecord> {
-  let printed = 0; // the highest seq printed
-  let runId: string | null = null;
-  const print = (events: TraceEvent[]) => {
+  const printer = new Printer(opts.log, opts.after ?? 0);
+  if (opts.console) {
+    try {
+      return await followStream(handle, opts.console, opts, printer);
+    } catch (err) {
+      if (!(err instanceof StreamLost)) throw err;
+      opts.log(`(${err.message}; reading the run directly)`);
+    }
+  }
+  return pollRun(handle, opts, printer);
+}
+
+/** Prints each event once, in order. */
+class Printer {
+  constructor(
+    private readonly log: (line: string) => void,
+    /** The highest seq printed. */
+    public printed: number,
+  ) {}
+
+  print(events: TraceEvent[]): void {
     for (const e of events) {
-      if (e.seq <= printed) continue;
-      opts.log(describeEvent(e));
-      printed = e.seq;
+      if (e.seq <= this.printed) continue;
+      this.log(describeEvent(e));
+      this.printed = e.seq;
     }
-  };
+  }
+}
+
+/** Asks at the terminal about the write `view` waits for, once per action, and signals the answer. */
+async function askOnce(handle: RunHandle, view: RunView, asked: { action: string | null }, opts: FollowOptions): Promise<void> {
+  const pending = view.pending_approval;
+  if (view.status !== 'awaiting_approval' || !pending || asked.action === pending.action_id) return;
+  asked.action = pending.action_id;
+  opts.log(describePending(pending));
+  const answer = await ask(`Approve this write? [y/N] `);
+  if (answer === null) throw new StdinClosed(`standard input closed while action ${pending.action_id} awaits approval`);
+  const yes = /^y(es)?$/i.test(answer.trim());
+  const approval = approvalFor(
+    pending,
+    yes ? 'approve' : 'reject',
+    opts.principal,
+    yes ? undefined : 'rejected at the terminal',
+    `${ORIGIN}:approval:${pending.action_id}`,
+  );
+  await sendApproval(handle, approval);
+}
+
+/** Follows through the console's stream: events as frames, the run's snapshots for approvals, streamed text. */
+async function followStream(handle: RunHandle, link: ConsoleLink, opts: FollowOptions, printer: Printer): Promise<RunRecord> {
+  opts.log(`(following through the console at ${link.url})`);
+  const asked = { action: null as string | null };
+  let streaming = false;
+  for await (const f of runFrames(link, handle.workflowId, { after: String(printer.printed), version: FRAME_VERSION })) {
+    const event = (f as { event?: TraceEvent }).event;
+    if (event !== undefined) {
+      if (streaming) opts.text?.('\n');
+      streaming = false;
+      printer.print([event]);
+    } else if (f.type === 'fragment' && opts.text) {
+      opts.text(String(f.text));
+      streaming = true;
+    } else if (f.type === 'run' && opts.interactive) {
+      await askOnce(handle, f.run as RunView, asked, opts);
+    } else if (f.type === 'fault') throw new StreamLost(`the console's stream stopped: ${String(f.detail)}`);
+  }
+  return (await runOutcome(handle)).record;
+}
+
+/** Follows by asking the run (and the host store) every `pollMs`. */
+async function pollRun(handle: RunHandle, opts: FollowOptions, printer: Printer): Promise<RunRecord> {
+  const asked = { action: null as string | null };
+  let runId: string | null = null;
   const flush = async () => {
-    const page = await traceSince(handle, printed);
-    if (page.oldest !== null && page.oldest > printed + 1 && opts.stored) {
+    const page = await traceSince(handle, printer.printed);
+    if (page.oldest !== null && page.oldest > printer.printed + 1 && opts.stored) {
       runId ??= (await queryState(handle)).run_id;
-      print(opts.stored(runId));
+      printer.print(opts.stored(runId));
     }
-    print(page.events);
+    printer.print(page.events);
   };
   const patience = new Patience(opts);
   const retried = new Set<string>();
-  const asked = { action: null as string | null };
   for (;;) {
     // Either can fail while the server cannot write (a full disk) or the run's worker is replaced
     // or restarts (its sticky cache gone, a task replaying): keep following for a while, and say so.
@@ -177,11 +250,11 @@ export async function followRun(handle: RunHandle, opts: FollowOptions): Promise
     }
     patience.reset();
     if (!running) break;
-    if (opts.interactive) await askPending(handle, opts, asked);
+    if (opts.interactive) await askOnce(handle, await queryState(handle), asked, opts);
     await new Promise((r) => setTimeout(r, opts.pollMs ?? 300));
   }
   const outcome = await runOutcome(handle);
-  print(opts.stored?.(outcome.trace.run_id) ?? []);
+  printer.print(opts.stored?.(outcome.trace.run_id) ?? []);
   return outcome.record;
 }
 
@@ -193,24 +266,4 @@ function noteRetried(steps: RetriedStep[], seen: Set<string>, log: (line: string
     seen.add(key);
     log(`(${step.activity} is retried, attempt ${step.attempt}: ${step.failure})`);
   }
-}
-
-/** Asks at the terminal about the pending write, once per action, and signals the answer. */
-async function askPending(handle: RunHandle, opts: FollowOptions, asked: { action: string | null }): Promise<void> {
-  const view = await queryState(handle);
-  const pending = view.pending_approval;
-  if (view.status !== 'awaiting_approval' || !pending || asked.action === pending.action_id) return;
-  asked.action = pending.action_id;
-  opts.log(describePending(pending));
-  const answer = await ask(`Approve this write? [y/N] `);
-  if (answer === null) throw new StdinClosed(`standard input closed while action ${pending.action_id} awaits approval`);
-  const yes = /^y(es)?$/i.test(answer.trim());
-  const approval = approvalFor(
-    pending,
-    yes ? 'approve' : 'reject',
-    opts.principal,
-    yes ? undefined : 'rejected at the terminal',
-    `${ORIGIN}:approval:${pending.action_id}`,
-  );
-  await sendApproval(handle, approval);
 }

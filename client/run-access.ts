@@ -19,10 +19,13 @@ import {
   approvalSignal,
   evalProgressQuery,
   interruptSignal,
+  snapshotQuery,
   stateQuery,
   steerSignal,
+  stopSignal,
   traceQuery,
 } from '../workflows/messages';
+import type { RunSnapshot } from '../core/delivery';
 import type { EvalInput, EvalProgress, EvalResult } from '../core/batch-plan';
 
 /** How long a Query may take before the command says no worker answered. */
@@ -74,6 +77,11 @@ export function queryState(handle: RunHandle, ms = QUERY_DEADLINE_MS): Promise<R
 
 export function queryTrace(handle: RunHandle, request: TraceRequest = {}, ms = QUERY_DEADLINE_MS): Promise<TracePage> {
   return withDeadline(handle, ms, () => handle.query(traceQuery, request));
+}
+
+/** The run's state with its version; `view` is null while `since` is still the current version. */
+export function querySnapshot(handle: RunHandle, since?: number, ms = QUERY_DEADLINE_MS): Promise<RunSnapshot> {
+  return withDeadline(handle, ms, () => handle.query(snapshotQuery, since === undefined ? {} : { since }));
 }
 
 /**
@@ -215,6 +223,36 @@ export function sendSteer(handle: RunHandle, message: string, messageId: string)
 
 export function sendInterrupt(handle: RunHandle, reason: string | undefined, messageId: string): Promise<void> {
   return handle.signal(interruptSignal, { ...(reason ? { reason } : {}), message_id: messageId });
+}
+
+/**
+ * Stops a run from a client: a task's run by the `stop` Signal its parent would send (it ends
+ * `cancelled` / `interrupted` and its parent hears of it), any other run by cancelling its workflow
+ * (it ends `cancelled`, its tasks stopped with it). A repeat changes nothing: the Signal is taken
+ * once by its message id, and a cancellation already asked for stays one.
+ */
+export async function stopRun(handle: RunHandle, reason: string, messageId: string): Promise<void> {
+  // Whether it is a task's run is in its start input: read from history, with no worker needed.
+  const input = await startInput<{ child?: unknown }>(handle);
+  if (input?.child) return handle.signal(stopSignal, { reason, message_id: messageId });
+  await handle.cancel();
+}
+
+/**
+ * What the run did with an approval of `actionId` sent after trace event `afterSeq`: the
+ * `approval_recorded` or `approval_ignored` event, or null when neither came within `ms`.
+ */
+export async function approvalAnswer(handle: RunHandle, actionId: string, afterSeq: number, ms: number): Promise<TraceEvent | null> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    const events = (await queryTrace(handle, { after: afterSeq }, 3000).catch(() => null))?.events;
+    const answer = events?.find(
+      (e) => e.seq > afterSeq && e.action_id === actionId && (e.type === 'approval_recorded' || e.type === 'approval_ignored'),
+    );
+    if (answer) return answer;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return null;
 }
 
 export function evalProgress(handle: BatchHandle, ms = QUERY_DEADLINE_MS): Promise<EvalProgress> {

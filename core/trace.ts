@@ -20,6 +20,8 @@ export const TRACE_TYPES = [
   /** A live call's usage: tokens in, out, read from and written to the prompt cache, cost. */
   'model_usage',
   'model_retry',
+  /** A reply's text, keyed by its turn (cut when long; `text_ref` names the stored decision, whole): the turn's end for a client. */
+  'model_replied',
   'plan_recorded',
   'tool_proposed',
   'tool_observed',

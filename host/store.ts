@@ -220,6 +220,14 @@ export class Store {
     return rows.map((r) => JSON.parse(r.event) as TraceEvent);
   }
 
+  /** At most `limit` stored events of a run with seq above `after`, oldest first (a reader's page). */
+  traceAfter(runId: string, after: number, limit: number): TraceEvent[] {
+    const rows = this.db.prepare(`SELECT event FROM trace WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`).all(runId, after, limit) as {
+      event: string;
+    }[];
+    return rows.map((r) => JSON.parse(r.event) as TraceEvent);
+  }
+
   close(): void {
     this.db.close();
   }

@@ -32,9 +32,12 @@ import { canonicalInput, startServer, uniqueQueue, writeReplay } from './support
 import { type Settings } from '../host/settings';
 import { createWorker, type WorkerOptions } from '../worker';
 import type { RunOutcome } from '../core/run-view';
-import { queryState, runOutcome, approvalFor, sendApproval, startRun } from '../client/run-access';
+import { queryState, queryTrace, runOutcome, approvalFor, sendApproval, sendSteer, startRun } from '../client/run-access';
+import { startConsole, type RunningConsole } from '../client/console/server';
+import { runFrames, type ConsoleLink } from '../client/event-stream';
+import type { Frame } from '../core/delivery';
 
-const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'setup'] as const;
+const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'setup', 'stream'] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** What the bench measures and how much: one field per row of `VARIABLES`. */
@@ -110,6 +113,7 @@ async function main(): Promise<void> {
   if (runs(o, 'cli')) benchCli(o);
   if (runs(o, 'undo')) await benchUndo(o);
   if (runs(o, 'setup')) await benchSetupCache(o, settings);
+  if (runs(o, 'stream')) await benchStream(o, settings);
   report(o, settings, loadAtStart);
 }
 
@@ -698,6 +702,171 @@ async function setupMs(rig: Rig, repo: { dir: string; head: string }, replay: st
   );
   if (!scheduled || !completed) throw new Error(`${run}: no runSetup activity in its history`);
   return ms(completed) - ms(scheduled);
+}
+
+/** Steps of the run whose closed trace one stream reads whole (three events a step). */
+const STREAM_STEPS = 1000;
+/** Events timed from the workflow to a client, per repeat. */
+const STREAM_EVENTS = 20;
+
+/**
+ * The console's event stream (docs/delivery.md): how long an event in the workflow takes to reach
+ * a connected client, how long an approval sent by one client takes to show as resolved on
+ * another, and how many frames one stream delivers per second, each on a console and a worker of
+ * this process (one machine), the console asking each followed run every 100 ms.
+ */
+async function benchStream(o: BenchOptions, settings: Settings): Promise<void> {
+  const stateDir = tempDir('bench-stream-state');
+  const worker = { stateDir, docker: false as const, settings: { ...settings, allowLocal: true } };
+  await onWorker('stream', worker, async (rig) => {
+    const token = 'bench-stream-token-0123456789-0123456789';
+    const app = await startConsole({
+      client: rig.env.client,
+      token: 'bench-stream-console-token',
+      host: '127.0.0.1',
+      port: 0,
+      webUi: null,
+      namespace: 'default',
+      stateDir,
+      apiTokens: new Map([['bench', token]]),
+    });
+    try {
+      const link = { url: app.url, token };
+      await eventLatency(rig, o, link);
+      await approvalShown(rig, o, app, link);
+      await framesPerSecond(rig, o, link);
+    } finally {
+      await app.close();
+    }
+  });
+}
+
+/** A run parked on the approval of its one write (it takes steering while it waits). */
+const parkedRun = () =>
+  replayInput(
+    [
+      {
+        kind: 'tool',
+        call: {
+          call_id: 'add',
+          name: 'apply_patch',
+          arguments: { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' },
+        },
+      },
+      STOP,
+    ],
+    { approver: 'interactive' },
+  );
+
+/** Reads frames of one stream in the background; `next(test)` resolves at the first frame passing `test` after the call. */
+function frameWaiter(link: ConsoleLink, workflowId: string): { next: (test: (f: Frame) => boolean) => Promise<number>; stop: () => void } {
+  const abort = new AbortController();
+  const waiting: { current: { test: (f: Frame) => boolean; resolve: (at: number) => void } | null } = { current: null };
+  void (async () => {
+    try {
+      for await (const f of runFrames(link, workflowId, { after: '0', version: 2, signal: abort.signal })) {
+        if (waiting.current?.test(f)) {
+          waiting.current.resolve(performance.now());
+          waiting.current = null;
+        }
+      }
+    } catch {
+      // Stopped.
+    }
+  })();
+  return {
+    next: (test) => new Promise((resolve) => (waiting.current = { test, resolve })),
+    stop: () => abort.abort(),
+  };
+}
+
+/** Steering a parked run: from the Signal to the event in a tight Query loop, and to the frame on a connected client. */
+async function eventLatency(rig: Rig, o: BenchOptions, link: ConsoleLink): Promise<void> {
+  process.stderr.write(`event stream: ${STREAM_EVENTS * o.repeats} events from the workflow to a client\n`);
+  const handle = await rig.start(parkedRun());
+  while ((await queryState(handle)).status !== 'awaiting_approval') await sleep(50);
+  const frames = frameWaiter(link, handle.workflowId);
+  const toClient: number[] = [];
+  const toQuery: number[] = [];
+  try {
+    await sleep(1000);
+    for (let i = 0; i < STREAM_EVENTS * o.repeats; i++) {
+      const message = `bench ${i}`;
+      const seen = frames.next((f) => (f.event as { data?: { message?: string } } | undefined)?.data?.message === message);
+      const before = (await queryTrace(handle, { tail: 1 })).newest;
+      const t0 = performance.now();
+      await sendSteer(handle, message, `bench-steer-${i}`);
+      while ((await queryTrace(handle, { after: before })).events.length === 0);
+      toQuery.push(performance.now() - t0);
+      toClient.push((await seen) - t0);
+      await sleep(50 + (i % 7) * 17); // not in step with the console's 100 ms tick
+    }
+  } finally {
+    frames.stop();
+    await handle.terminate('bench done');
+  }
+  const query = figure('event stream: a Signal to its event, seen by a tight Query loop (the floor)', 'ms', toQuery);
+  figure('event stream: an event in the workflow to a connected client (Signal to frame)', 'ms', toClient, {
+    op: '<=',
+    limit: 250,
+    why: () => `the Signal itself takes ${fmt(query.median)} ms to become an event; the console asks each followed run every 100 ms`,
+  });
+}
+
+/** Parked runs approved over the API by one client, each timed until another client's stream shows it resolved. */
+async function approvalShown(rig: Rig, o: BenchOptions, app: RunningConsole, link: ConsoleLink): Promise<void> {
+  process.stderr.write(`event stream: ${o.repeats} approvals sent by one client, shown on another\n`);
+  const shown: number[] = [];
+  for (let r = 0; r < o.repeats; r++) {
+    const handle = await rig.start(parkedRun());
+    let p = (await queryState(handle)).pending_approval;
+    while (p === null) {
+      await sleep(50);
+      p = (await queryState(handle)).pending_approval;
+    }
+    const frames = frameWaiter(link, handle.workflowId);
+    try {
+      await sleep(500);
+      const resolved = frames.next((f) => f.type === 'card' && f.state === 'approved');
+      const t0 = performance.now();
+      const res = await fetch(`${app.url}/api/runs/${encodeURIComponent(handle.workflowId)}/actions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${link.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({
+          id: `approve-${r}`,
+          action: 'approve',
+          action_id: p.action_id,
+          args_digest: p.args_digest,
+          workspace_digest: p.workspace_digest,
+        }),
+      });
+      if (res.status !== 200) throw new Error(`bench stream: the approval answered ${res.status}: ${await res.text()}`);
+      shown.push((await resolved) - t0);
+      await runOutcome(handle, null);
+    } finally {
+      frames.stop();
+    }
+  }
+  figure('event stream: an approval sent by one client, resolved on another', 'ms', shown, { op: '<=', limit: 1000 });
+}
+
+/** One stream reading a closed run of STREAM_STEPS read-only steps whole, from the store, to its end. */
+async function framesPerSecond(rig: Rig, o: BenchOptions, link: ConsoleLink): Promise<void> {
+  process.stderr.write(`event stream: frames per second of one stream (a closed run of ${STREAM_STEPS} steps)\n`);
+  const run = await rig.finish(
+    replayInput([...Array.from({ length: STREAM_STEPS }, (_, i) => read(i)), STOP], {
+      budgets: { max_turns: STREAM_STEPS + 10, max_tool_calls: STREAM_STEPS + 10 },
+    }),
+  );
+  const rates: number[] = [];
+  let frames = 0;
+  for (let r = 0; r < o.repeats; r++) {
+    frames = 0;
+    const t0 = performance.now();
+    for await (const f of runFrames(link, run.handle.workflowId, { after: '0', version: 1 })) if (f.id) frames++;
+    rates.push((frames * 1000) / (performance.now() - t0));
+  }
+  figure(`event stream: frames per second on one stream (${frames} frames of a closed run, from the store)`, 'frames/s', rates);
 }
 
 main().catch((err) => {

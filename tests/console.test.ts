@@ -9,7 +9,7 @@
  */
 import { createHash } from 'node:crypto';
 import { spawn } from 'node:child_process';
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -729,6 +729,8 @@ describe('the approval console', () => {
       // Without --token-file: a one-time link is printed, and a fresh token goes to a 0600 file in
       // the state folder, never to the output.
       const tokenFile = join(stateDir, 'console-token');
+      const apiTokens = join(stateDir, 'api-tokens');
+      const quote = (path: string) => path.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
       let fresh = '';
       const seen: Record<string, unknown> = {};
       const local = await start([], async (url, link) => {
@@ -738,14 +740,22 @@ describe('the approval console', () => {
         seen.first = (await signIn(url, { code: codeOf(link), name: 'grace' })).status;
         seen.again = (await signIn(url, { code: codeOf(link), name: 'grace' })).status;
         seen.typed = (await signIn(url, { token: fresh, name: 'grace' })).status;
+        // Where it listens, for the command line of this state folder, and a token for it beside the console's.
+        seen.record = JSON.parse(readFileSync(join(stateDir, 'console.json'), 'utf8')).url === url;
+        seen.apiTokens = [statSync(apiTokens).mode & 0o777, /^cli [\w-]{43}$/m.test(readFileSync(apiTokens, 'utf8'))];
       });
       expect(local.stdout).toMatch(
         new RegExp(
-          `^console on http://127\\.0\\.0\\.1:\\d+; sign in at http://127\\.0\\.0\\.1:\\d+/login\\?code=[\\w-]{43} \\(one use, within 10 minutes\\)\nor sign in at http://127\\.0\\.0\\.1:\\d+/login with the token in ${tokenFile.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\n$`,
+          `^console on http://127\\.0\\.0\\.1:\\d+; sign in at http://127\\.0\\.0\\.1:\\d+/login\\?code=[\\w-]{43} \\(one use, within 10 minutes\\)\nor sign in at http://127\\.0\\.0\\.1:\\d+/login with the token in ${quote(tokenFile)}\nmachine clients: http://127\\.0\\.0\\.1:\\d+/api/runs/<workflow-id>/events with a bearer token of ${quote(apiTokens)}\n$`,
         ),
       );
-      expect([fresh, seen]).toEqual([expect.stringMatching(/^[\w-]{32}$/), { mode: 0o600, look: 200, first: 303, again: 401, typed: 303 }]);
+      expect([fresh, seen]).toEqual([
+        expect.stringMatching(/^[\w-]{32}$/),
+        { mode: 0o600, look: 200, first: 303, again: 401, typed: 303, record: true, apiTokens: [0o600, true] },
+      ]);
       expect(local.stdout).not.toContain(fresh);
+      expect(local.stdout).not.toContain(readFileSync(apiTokens, 'utf8').split('\n')[1].split(' ')[1]);
+      expect(existsSync(join(stateDir, 'console.json'))).toBe(false);
       expect(local.stderr).not.toContain('warning');
       // Off loopback without the operator's https address: refused in one line, nothing served or written.
       const tokenBefore = readFileSync(tokenFile, 'utf8');

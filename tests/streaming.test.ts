@@ -3,14 +3,18 @@
  * both protocols through the official SDKs: the reply put back together from its stream is the
  * reply the server would have sent whole, its text arrives in pieces that join to exactly the
  * reply's text, and a stream that breaks off is a transient failure. Then whole live runs on the
- * docker backend: fragments in the host store before the turn ends, the turn's recorded text equal
- * to them, and a worker SIGKILLed mid-stream.
+ * docker backend: fragments in the host store and on a console's event stream before the turn
+ * ends, the turn's recorded text and the stream's turn-end frames equal to them (a client of frame
+ * version 1 getting none of either), and a worker SIGKILLed mid-stream.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { startConsole } from '../client/console/server';
+import { API_TOKENS_FILE, readApiTokens } from '../client/console/token';
 import { queryState, startRun } from '../client/run-access';
 import type { RunInput } from '../core/contracts';
+import { FRAME_TYPES, type FrameType } from '../core/delivery';
 import type { RunOutcome } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import { Store, type Fragment } from '../host/store';
@@ -19,6 +23,7 @@ import { classify } from '../models/errors';
 import { openaiAdapter } from '../models/openai';
 import type { ProviderAdapter } from '../models/types';
 import { createSandbox } from '../worker/sandbox';
+import { SseClient } from './helpers/sse';
 import { LINKCHECK, SETTINGS, tempDir } from './helpers/run-dir';
 import {
   addEndpoint,
@@ -194,6 +199,41 @@ function session(api: Api, plan: StreamPlan, askedAgain = false): Script {
   });
 }
 
+const API_TOKEN = 'streaming-test-api-token-0123456789-0123456789';
+
+/** A console over the run's state folder and two clients of its event stream, of frame versions 2 and 1. */
+async function followers(environment: TestWorkflowEnvironment, stateDir: string, workflowId: string) {
+  writeFileSync(join(stateDir, API_TOKENS_FILE), `reader ${API_TOKEN}\n`, { mode: 0o600 });
+  const app = await startConsole({
+    client: environment.client,
+    token: 'streaming-test-console-token-0123456789',
+    host: '127.0.0.1',
+    port: 0,
+    webUi: null,
+    namespace: 'default',
+    stateDir,
+    apiTokens: readApiTokens(join(stateDir, API_TOKENS_FILE)),
+    recordDir: stateDir,
+    confirmMs: 30_000,
+    keepAliveMs: 1000,
+  });
+  const client = (v: number) =>
+    new SseClient(`${app.url}/api/runs/${encodeURIComponent(workflowId)}/events?v=${v}`, { authorization: `Bearer ${API_TOKEN}` });
+  const v2 = client(2);
+  const v1 = client(1);
+  v2.connect();
+  v1.connect();
+  return {
+    v1,
+    v2,
+    close: async () => {
+      v1.cut();
+      v2.cut();
+      await app.close();
+    },
+  };
+}
+
 /** A run's fragments by turn: the text of each turn's latest stream, and every stream's. */
 function fragmentsOf(store: Store, runId: string) {
   const all: Fragment[] = [];
@@ -230,12 +270,13 @@ const CANONICAL_LIVE = {
 };
 
 describe.each(['openai', 'anthropic'] as const)('a live run on the %s protocol, streamed', (api) => {
-  it('writes the reply text to the host store while it streams, before the turn ends, and records the same text at its end', async () => {
+  it('writes the reply text to the host store and to a console event stream while it streams, before the turn ends, and ends the turn with the recorded text', async () => {
     const environment = await liveEnv();
     let release = () => undefined as void;
     const released = new Promise<void>((resolve) => (release = resolve));
     const server = await serve(session(api, { holdAfter: 5, release: released }));
     let stateDir = '';
+    let streams: Awaited<ReturnType<typeof followers>> | undefined;
     const { outcome, trace, runId } = await runOnce(environment, liveInput(api, server), {
       providersFile: PROVIDERS,
       prepareState: (dir) => void (stateDir = dir),
@@ -244,8 +285,12 @@ describe.each(['openai', 'anthropic'] as const)('a live run on the %s protocol, 
         await waitFor('the host store', async () => existsSync(file));
         const store = new Store(file);
         const id = (await handle.describe()).runId; // the run does not continue as new
+        streams = await followers(environment, stateDir, handle.workflowId);
         try {
           const seen = await waitFor('fragments of turn 1', async () => fragmentsOf(store, id).latest[1]);
+          // The client of version 2 gets them as fragment frames, before the turn has ended.
+          await streams.v2.waitFor('a fragment frame', (f) => f.event === 'fragment');
+          expect(streams.v2.frames.some((f) => f.event === 'turn_end')).toBe(false);
           // Mid-reply: the server holds the stream, and the run has neither the reply nor a second request.
           expect(server.held).toBe(1);
           expect(server.count()).toBe(1);
@@ -258,9 +303,21 @@ describe.each(['openai', 'anthropic'] as const)('a live run on the %s protocol, 
           store.close();
           release();
         }
+        await streams.v2.waitFor('the end', (f) => f.event === 'end', 120_000);
+        await streams.v1.waitFor('the end', (f) => f.event === 'end', 120_000);
       },
-    });
+    }).finally(() => streams?.close());
     expect(outcome.record).toEqual(CANONICAL_LIVE);
+    // The stream's turn ends: each reply's whole text keyed by its turn, equal to what the run recorded;
+    // every fragment of a turn came before its end. A client of version 1 got no frame of version 2.
+    const { v1, v2 } = streams!;
+    const ends = v2.frames.filter((f) => f.event === 'turn_end');
+    expect(Object.fromEntries(ends.map((f) => [f.data.turn, f.data.text]))).toEqual(recordedTexts(trace));
+    for (const f of v2.frames.filter((x) => x.event === 'fragment'))
+      expect(v2.frames.indexOf(f)).toBeLessThan(v2.frames.indexOf(ends.find((e) => e.data.turn === f.data.turn)!));
+    expect(v1.frames.filter((f) => FRAME_TYPES[f.event as FrameType].version > 1)).toEqual([]);
+    expect(v2.frames.some((f) => f.event === 'fragment') && v1.frames.some((f) => f.event === 'trace')).toBe(true);
+    expect(v1.events()).toEqual(v2.events());
     expect(server.count()).toBe(REPLIES.length);
     const store = new Store(join(stateDir, 'store.sqlite'));
     try {

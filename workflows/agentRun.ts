@@ -31,10 +31,20 @@ import { APPROVAL_POLICIES, endsRedWindow, evaluatePolicy, parseApprover, type P
 import { buildRecord, type RunOutcome, type RunView } from '../core/run-view';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type TraceRequest, type TurnState } from '../core/trace';
+import { snapshotVersion, type RunSnapshot, type SnapshotRequest } from '../core/delivery';
 import { isOrchestrationTool, READ_ONLY_TOOLS } from '../core/tools';
 import { brief, resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
-import { approvalSignal, interruptSignal, stateQuery, steerSignal, stopSignal, taskUpdateSignal, traceQuery } from './messages';
+import {
+  approvalSignal,
+  interruptSignal,
+  snapshotQuery,
+  stateQuery,
+  steerSignal,
+  stopSignal,
+  taskUpdateSignal,
+  traceQuery,
+} from './messages';
 import { Orchestration } from './subruns';
 import { initialState, type PendingWrite, type RunState } from './run-state';
 import { RunMetrics } from './metrics';
@@ -74,6 +84,8 @@ const TREE_BUDGETS_PATCH = 'tree-budgets';
  * (`storeTrace` by size): a run recorded before it keeps its trace as it was.
  */
 const TURN_STATE_PATCH = 'turn-state';
+/** The change that records each reply's text as `model_replied` (a stream's turn-end frame; docs/delivery.md). */
+const REPLY_EVENT_PATCH = 'reply-event';
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
 const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
@@ -199,6 +211,7 @@ class AgentRun {
     });
     wf.setHandler(stateQuery, () => this.state.view);
     wf.setHandler(traceQuery, (request?: TraceRequest) => this.trace.page(cleanRequest(request)));
+    wf.setHandler(snapshotQuery, (request?: SnapshotRequest) => this.snapshot(request));
     wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
     wf.setHandler(interruptSignal, (payload) => {
       if (this.repeated(payload?.message_id)) return;
@@ -223,6 +236,17 @@ class AgentRun {
 
   private get budgets(): Budgets {
     return this.state.view.budgets!;
+  }
+
+  /**
+   * The state, its version and where the trace stands, read together. A Query does not change the
+   * history length workflowInfo() reports: it is the segment's length at its last workflow task.
+   */
+  private snapshot(request?: SnapshotRequest): RunSnapshot {
+    const page = this.trace.page({ tail: 1 });
+    const version = snapshotVersion(page.newest, this.view.segment, wf.workflowInfo().historyLength);
+    const since = typeof request?.since === 'number' ? request.since : null;
+    return { version, newest: page.newest, oldest: page.oldest, view: since === version ? null : this.view };
   }
 
   /** True when a client message with this id was taken before (a retried send); remembers it otherwise. */
@@ -498,6 +522,7 @@ class AgentRun {
       switch (decision.kind) {
         case 'plan':
           this.noteEmpty(decision.text);
+          this.noteReply(decision);
           this.state.plan = decision.text;
           this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
@@ -508,11 +533,21 @@ class AgentRun {
           break;
         case 'final':
           this.noteEmpty(decision.text);
+          this.noteReply(decision);
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           return this.verify(decision.text);
       }
     }
     return null;
+  }
+
+  /**
+   * A reply's text as the turn's end for a client of the event stream: the text as history holds
+   * it (cut when long) and the stored decision, which holds it whole.
+   */
+  private noteReply(decision: { text: string; ref: string }): void {
+    if (wf.patched(REPLY_EVENT_PATCH))
+      this.trace.add('model_replied', { turn: this.view.counters.turns, text: decision.text, text_ref: decision.ref });
   }
 
   /** A reply that says nothing: neither a call nor any text. */

@@ -6,6 +6,7 @@
 import * as wf from '@temporalio/workflow';
 import type { RunView } from '../core/run-view';
 import type { TracePage, TraceRequest } from '../core/trace';
+import type { RunSnapshot, SnapshotRequest } from '../core/delivery';
 import type { EvalProgress } from '../core/batch-plan';
 
 /** Workflow types. */
@@ -33,6 +34,11 @@ export const taskUpdateSignal =
   wf.defineSignal<[{ task_id: string; status: string; pending_path: string | null; run_id: string }]>('task_update');
 
 export const stateQuery = wf.defineQuery<RunView>('state');
+/**
+ * The state with its version and where the trace stands, in one answer (the event stream's reader
+ * asks it every tick; the view comes only when it changed since the caller's version).
+ */
+export const snapshotQuery = wf.defineQuery<RunSnapshot, [SnapshotRequest?]>('snapshot');
 /** A page of the trace events the run holds in memory (the host store has the rest). */
 export const traceQuery = wf.defineQuery<TracePage, [TraceRequest?]>('trace');
 

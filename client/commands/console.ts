@@ -12,7 +12,8 @@ export const consoleCommand = command({
     'Bound to 127.0.0.1 unless --host is given; any other address needs --public-url, the https address of the TLS terminator\n' +
     'in front of it (cookies are then Secure and only that name is answered). Prints a one-time sign-in link (one use, within\n' +
     '10 minutes); after that, sign in by typing the token: the first line of --token-file, or a fresh one written to\n' +
-    '<state>/console-token (mode 0600).',
+    "<state>/console-token (mode 0600). Machine clients of its API (a run's event stream, actions) send one of the tokens of\n" +
+    '<state>/api-tokens (NAME TOKEN a line, mode 0600; made with a token for this command line when missing) as a bearer token.',
   options: {
     port: { kind: 'int', value: '8787', default: 8787, min: 0 },
     host: { kind: 'string', value: 'ADDRESS', default: '127.0.0.1' },
@@ -26,7 +27,7 @@ export const consoleCommand = command({
     if (refused !== null) throw new RefusedInput(refused);
   },
   async run(session, _positionals, values) {
-    const { freshToken, readToken } = await import('../console/token');
+    const { freshToken, readToken, stateApiTokens } = await import('../console/token');
     let token: string;
     let tokenFile: string;
     if (values['token-file']) {
@@ -38,6 +39,12 @@ export const consoleCommand = command({
       }
     } else {
       ({ token, file: tokenFile } = freshToken(session.settings.stateDir));
+    }
+    let api: { file: string; tokens: Map<string, string> };
+    try {
+      api = stateApiTokens(session.settings.stateDir);
+    } catch (err) {
+      throw new UsageError(`API tokens: ${(err as Error).message}`);
     }
     const { CODE_TTL_MS, startConsole } = await import('../console/server');
     const { host, port } = values;
@@ -55,9 +62,12 @@ export const consoleCommand = command({
       webUi: webUi(session),
       namespace: session.namespace,
       stateDir: session.settings.stateDir,
+      apiTokens: api.tokens,
+      recordDir: session.settings.stateDir,
     });
     out(`console on ${app.url}; sign in at ${app.signInLink()} (one use, within ${CODE_TTL_MS / 60_000} minutes)`);
     out(`or sign in at ${app.publicUrl}/login with the token in ${resolve(tokenFile)}`);
+    out(`machine clients: ${app.publicUrl}/api/runs/<workflow-id>/events with a bearer token of ${resolve(api.file)}`);
     await new Promise<void>((done) => {
       process.once('SIGINT', done);
       process.once('SIGTERM', done);

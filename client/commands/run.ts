@@ -27,6 +27,7 @@ const options = {
   /** Default: the repository settings' `policy` (only one that asks a person), else interactive. */
   approver: { kind: 'string', value: 'interactive|policy:NAME' },
   wait: { kind: 'flag' },
+  follow: { kind: 'flag' },
   json: { kind: 'flag' },
   id: { kind: 'string', value: 'ID' },
   'max-turns': { kind: 'int', value: 'N' },
@@ -65,13 +66,15 @@ function repositoryRun(path: string, values: RunValues, settings: Settings): Che
 export const run = command({
   name: 'run',
   usage: [
-    'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S]',
+    'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--follow] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S]',
     'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [--max-cost-usd USD] [--prompt VERSION] [...the options above]',
     'run <fixture-dir> --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR] --backend docker [...the options above]',
     'run <repo> --task TEXT|--task-file FILE [--base REF] [--image NAME] [--branch] [--trust-repository] (--replay FILE | --endpoint NAME ... | --provider ...) [...the options above]',
   ],
   summary:
     'start an agentRun; print its workflow id; with --wait follow it to the end.\n' +
+    '--follow is --wait through the event stream of the console that serves this state folder (the model text as it streams too),\n' +
+    'or, with no console, as --wait reads the run.\n' +
     'On the local backend a replay runs only when trusted: --trust-replay, or a file under fixtures/ (AGENT_TRUSTED_REPLAY_DIRS).\n' +
     "--endpoint names one of the worker operator's endpoints (its providers file); on the embedded default,\n" +
     '--provider [--base-url] [--api-key-env] adds such an endpoint to the local providers file, or reuses an equal one.\n' +
@@ -96,7 +99,8 @@ export const run = command({
       throw new UsageError('--prompt VERSION goes with a live source (--endpoint or --provider)');
     if (values.prompt !== undefined && !PROMPT_VERSION.test(values.prompt))
       throw new UsageError(`--prompt must name a version such as v1, got ${JSON.stringify(values.prompt)}`);
-    if (values.branch && !values.wait) throw new UsageError('--branch needs --wait: the branch is made when the run has completed');
+    if (values.branch && !values.wait && !values.follow)
+      throw new UsageError('--branch needs --wait: the branch is made when the run has completed');
     if (values.image && values.backend !== 'docker')
       throw new UsageError('--image goes with --backend docker: the local backend runs on this machine, in no image');
     if (isFixture(positionals[0])) {

@@ -11,6 +11,7 @@ import { formatIssues } from '../../core/validate';
 import { UsageError } from '../command';
 import type { RunHandle } from '../run-access';
 import type { Session } from '../session';
+import type { ConsoleLink } from '../event-stream';
 import { fullEvent, mergeTrace, openStore, storedTrace } from '../stored-trace';
 
 export const out = (value: unknown) => process.stdout.write(`${typeof value === 'string' ? value : JSON.stringify(value, null, 2)}\n`);
@@ -55,6 +56,32 @@ export async function readRunWithTrace(session: Session, handle: RunHandle, full
   } finally {
     store.close();
   }
+}
+
+/** The stored trace of a run in this machine's host store (none when the store is elsewhere). */
+export function storedTraceOf(session: Session): (runId: string) => TraceEvent[] {
+  return (runId) => {
+    const store = openStore(session.settings.stateDir);
+    try {
+      return store ? storedTrace(store, runId) : [];
+    } finally {
+      store?.close();
+    }
+  };
+}
+
+/**
+ * The console that serves this state folder, with the command line's API token for it, or null
+ * (said once on stderr: the run is then read directly, as without `--follow`).
+ */
+export async function consoleLink(session: Session): Promise<ConsoleLink | null> {
+  const { consoleFor } = await import('../console/record');
+  const found = consoleFor(session.settings.stateDir);
+  if ('none' in found) {
+    process.stderr.write(`(${found.none}: following the run directly)\n`);
+    return null;
+  }
+  return found;
 }
 
 /**
@@ -110,8 +137,9 @@ export function localEndpoint(session: Session, values: ProviderValues): string 
 }
 
 /**
- * Starts a run and prints its workflow id; with `--wait` follows it to its end instead (asking at
- * the terminal for each approval when its approver is interactive) and prints its record. `completed`
+ * Starts a run and prints its workflow id; with `--wait` (or `--follow`, through the console's
+ * event stream with the reply's text as it streams) follows it to its end instead (asking at the
+ * terminal for each approval when its approver is interactive) and prints its record. `completed`
  * runs `after`, whose status is the command's. The exit status: 0 completed, 1 any other end, 3
  * when the terminal closed while a write waits.
  */
@@ -119,37 +147,30 @@ export async function startAndFollow(
   session: Session,
   input: RunInput,
   workflowId: string,
-  values: { wait: boolean; json: boolean },
+  values: { wait: boolean; json: boolean; follow?: boolean },
   after: (record: RunRecord, log: (line: string) => void) => Promise<number> = async () => 0,
 ): Promise<number> {
   const { startRun } = await access();
   await session.ensureWorker();
   const handle = await startRun(session.client, input, { taskQueue: session.settings.taskQueue, workflowId });
-  if (!values.wait) {
+  if (!values.wait && !values.follow) {
     out(values.json ? { workflow_id: handle.workflowId, run_id: handle.firstExecutionRunId } : handle.workflowId);
     return 0;
   }
-  const log = (line: string) => (values.json ? process.stderr : process.stdout).write(`${line}\n`);
+  const stream = values.json ? process.stderr : process.stdout;
+  const log = (line: string) => stream.write(`${line}\n`);
   log(`workflow ${handle.workflowId}`);
   const { followRun, stateFolderDiagnosis, StdinClosed } = await import('../follow');
   try {
-    const stored = (runId: string) => {
-      const store = openStore(session.settings.stateDir);
-      try {
-        return store ? storedTrace(store, runId) : [];
-      } finally {
-        store?.close();
-      }
-    };
-    const interactive = (input.approver ?? 'interactive') === 'interactive';
     const record = await followRun(handle, {
-      interactive,
+      interactive: (input.approver ?? 'interactive') === 'interactive',
       principal: principal(),
       log,
-      stored,
+      stored: storedTraceOf(session),
       diagnose: () => stateFolderDiagnosis(session.settings.stateDir, session.embedded),
       // As long as a worker waits for space before the run ends disk_full.
       diagnosedPatienceMs: session.settings.diskFullWaitS * 1000,
+      ...(values.follow ? { console: await consoleLink(session), text: (piece: string) => stream.write(piece) } : {}),
     });
     if (values.json) out(JSON.stringify(record));
     else

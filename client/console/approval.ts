@@ -13,7 +13,7 @@ import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { MESSAGE_ID } from '../../core/contracts';
 import type { PendingApproval } from '../../core/run-view';
-import { queryState, queryTrace, runHandle, approvalFor, sendApproval, type RunHandle } from '../run-access';
+import { approvalAnswer, queryState, queryTrace, runHandle, approvalFor, sendApproval, type RunHandle } from '../run-access';
 import { csrfHeld, formOf, html, type Door } from './guards';
 import { messagePage, type Notice } from './pages';
 import type { Session } from './sign-in';
@@ -104,14 +104,7 @@ async function confirmation(
   decision: 'approve' | 'reject',
   ms: number,
 ): Promise<Notice> {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    const events = (await queryTrace(handle, { after: afterSeq }, 3000).catch(() => null))?.events;
-    const answer = events?.find(
-      (e) => e.seq > afterSeq && e.action_id === actionId && (e.type === 'approval_recorded' || e.type === 'approval_ignored'),
-    );
-    if (answer) return answer.type === 'approval_ignored' ? 'stale' : decision === 'approve' ? 'approved' : 'rejected';
-    await new Promise((r) => setTimeout(r, 200));
-  }
-  return 'unanswered';
+  const answer = await approvalAnswer(handle, actionId, afterSeq, ms);
+  if (answer === null) return 'unanswered';
+  return answer.type === 'approval_ignored' ? 'stale' : decision === 'approve' ? 'approved' : 'rejected';
 }

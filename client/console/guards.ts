@@ -80,6 +80,11 @@ export class Door {
     return s === null ? null : { sid: sid!, s };
   }
 
+  /** Whether session `sid` is still live, without restarting its idle timer (an open stream asks this). */
+  alive(sid: string): boolean {
+    return this.sessions.peek(sid) !== null;
+  }
+
   /** Opens a session for `name` and sets its cookie on `reply`. */
   open(reply: FastifyReply, name: string): void {
     reply.header('set-cookie', `${COOKIE}=${this.sessions.open(name)}; ${this.attributes}`);

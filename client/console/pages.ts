@@ -1,9 +1,12 @@
 /**
- * The console's pages, rendered on the server as plain HTML (no script): the login form, the list
- * of runs and the card of a run's pending action. Every value is escaped where it is placed.
+ * The console's pages, rendered on the server as HTML: the login form, the list of runs and the
+ * card of a run's pending action. Every value is escaped where it is placed. The list and the card
+ * carry the console's own script (live-script.ts), which follows their runs' event streams; every
+ * other page runs none.
  */
 import type { PendingApproval, RunView } from '../../core/run-view';
 import type { TraceEvent } from '../../core/trace';
+import { LIVE_SCRIPT } from './live-script';
 
 const esc = (value: unknown): string =>
   String(value ?? '').replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
@@ -17,13 +20,16 @@ pre.diff{background:#fafafa;border:1px solid #ddd;padding:.5em;overflow:auto}pre
 .ok{border-color:#1a7f37;background:#dafbe1}dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em}dt{font-weight:600}
 button{font-size:14px;padding:.3em 1em;margin-right:.5em}.who{float:right}.who button{margin:0 0 0 .5em}ol.trace{font-size:12px;font-family:ui-monospace,monospace}`;
 
-function page(title: string, body: string, refreshS?: number): string {
+function page(title: string, body: string, o: { refreshS?: number; live?: boolean } = {}): string {
   return `<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>${esc(title)}</title>${refreshS ? `<meta http-equiv="refresh" content="${refreshS}">` : ''}
+<html lang="en"><head><meta charset="utf-8"><title>${esc(title)}</title>${o.refreshS ? `<meta http-equiv="refresh" content="${o.refreshS}">` : ''}
 <style>${STYLE}</style></head>
-<body>${body}</body></html>
+<body>${body}${o.live ? `<script>${LIVE_SCRIPT}</script>` : ''}</body></html>
 `;
 }
+
+/** The address of a run's event stream. */
+const eventsLink = (id: string) => `/api/runs/${encodeURIComponent(id)}/events`;
 
 /**
  * The sign-in form. With a one-time code (from the link the console printed) it asks only for a
@@ -70,6 +76,9 @@ export interface PendingRow {
   counters: RunView['counters'] | null;
   /** The orchestrating run this run does a task for, when it is one. */
   parent: string | null;
+  /** The pending action's id, and the newest trace event when the row was read (the row follows the stream from there). */
+  action_id: string | null;
+  newest: number | null;
 }
 
 export interface FinishedRow {
@@ -93,8 +102,8 @@ export function listPage(user: string, csrf: string, pending: PendingRow[], fini
     .map(
       (
         r,
-      ) => `<tr class="pending"><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a>${r.parent ? `<br><small class="parent">task of <a href="${runLink(r.parent)}">${esc(r.parent)}</a></small>` : ''}</td><td>${esc(r.fixture)}</td><td>${esc(r.path)}</td><td>${age(r.started, now)}</td>
-<td>${r.counters ? `${r.counters.turns} turns, ${r.counters.tool_calls} calls, ${r.counters.writes} writes` : ''}</td></tr>`,
+      ) => `<tr class="pending"${r.newest !== null ? ` data-events="${esc(eventsLink(r.workflow_id))}" data-after="${r.newest}" data-action="${esc(r.action_id)}"` : ''}><td><a href="${runLink(r.workflow_id)}">${esc(r.workflow_id)}</a>${r.parent ? `<br><small class="parent">task of <a href="${runLink(r.parent)}">${esc(r.parent)}</a></small>` : ''}</td><td>${esc(r.fixture)}</td><td>${esc(r.path)}</td><td>${age(r.started, now)}</td>
+<td class="counters">${r.counters ? `${r.counters.turns} turns, ${r.counters.tool_calls} calls, ${r.counters.writes} writes` : ''}</td><td class="resolution"></td></tr>`,
     )
     .join('\n');
   const done = finished
@@ -107,10 +116,10 @@ export function listPage(user: string, csrf: string, pending: PendingRow[], fini
     'Agent console',
     `${signedIn(user, csrf)}<h1>Agent console</h1><p>This page refreshes every 5 s.</p>
 <h2>Awaiting approval (${pending.length})</h2>
-${pending.length === 0 ? '<p id="no-pending">No run is waiting for an approval.</p>' : `<table id="pending"><thead><tr><th>run</th><th>fixture</th><th>pending write</th><th>age</th><th>counters</th></tr></thead><tbody>\n${rows}\n</tbody></table>`}
+${pending.length === 0 ? '<p id="no-pending">No run is waiting for an approval.</p>' : `<table id="pending"><thead><tr><th>run</th><th>fixture</th><th>pending write</th><th>age</th><th>counters</th><th>resolved</th></tr></thead><tbody>\n${rows}\n</tbody></table>`}
 <h2>Recently finished</h2>
 ${finished.length === 0 ? '<p>None yet.</p>' : `<table id="finished"><thead><tr><th>run</th><th>fixture</th><th>status</th><th>reason</th><th>closed</th></tr></thead><tbody>\n${done}\n</tbody></table>`}`,
-    5,
+    { refreshS: 5, live: true },
   );
 }
 
@@ -210,7 +219,7 @@ function pendingHtml(id: string, p: PendingApproval, c: CardData): string {
 <p><label>Reason (for a rejection; optional for an approval) <input name="reason" id="reason" maxlength="2000" size="60"></label></p>
 <p>Your decision is recorded as <code id="principal">console:${esc(user)}</code>, with the digests above.</p>
 <p><button type="submit" name="decision" value="approve" id="approve"${whole.locked ? ' disabled' : ''}>Approve</button><button type="submit" name="decision" value="reject" id="reject">Reject</button></p>
-</form></section>`;
+</form><p class="notice ok" id="card-state" hidden></p></section>`;
 }
 
 export function cardPage(c: CardData, notice: Notice | null): string {
@@ -218,6 +227,7 @@ export function cardPage(c: CardData, notice: Notice | null): string {
   const plans = c.trace.filter((e) => e.type === 'plan_recorded').map((e) => String((e.data as { text?: unknown })?.text ?? ''));
   const recent = c.trace.slice(-25);
   const [cls, text] = notice ? NOTICES[notice] : ['', ''];
+  const p = v.pending_approval;
   return page(
     `${c.workflow_id}: agent console`,
     `${signedIn(c.user, c.csrf)}<p><a href="/">&larr; all runs</a></p>
@@ -226,11 +236,15 @@ ${notice ? `<p class="notice ${cls}" id="notice" data-notice="${notice}">${esc(t
 <dl><dt>status</dt><dd id="status">${esc(v.status)}${v.reason ? ` / ${esc(v.reason)}` : ''}</dd>
 <dt>fixture</dt><dd>${esc(v.fixture)}</dd>${v.parent ? `<dt>task of</dt><dd id="parent"><a href="/runs/${encodeURIComponent(v.parent.workflow_id)}">${esc(v.parent.workflow_id)}</a> (${esc(v.parent.title)})</dd>` : ''}<dt>task</dt><dd id="task">${esc(v.task)}</dd>
 <dt>plan</dt><dd id="plan">${plans.length ? esc(plans.at(-1)) : '(none yet)'}</dd>
-<dt>counters</dt><dd>${v.counters.turns} turns, ${v.counters.tool_calls} tool calls, ${v.counters.writes} writes, ${v.counters.receipts} receipts</dd>
+<dt>counters</dt><dd id="counters">${v.counters.turns} turns, ${v.counters.tool_calls} tool calls, ${v.counters.writes} writes, ${v.counters.receipts} receipts</dd>
 <dt>approver</dt><dd>${esc(v.approver)}</dd>
 <dt>trace</dt><dd id="trace-id">${v.trace_id ? `<code class="digest">${esc(v.trace_id)}</code> (give this id with a report of a problem: it finds the run's spans in your tracing backend)` : 'not exported (its worker has no OTEL_EXPORTER_OTLP_ENDPOINT)'}</dd>
 <dt>Web UI</dt><dd>${c.web_ui ? `<a id="web-ui" href="${esc(c.web_ui)}" rel="noreferrer">this run in the Temporal Web UI</a>` : 'address not known'}</dd></dl>
-${v.pending_approval ? pendingHtml(c.workflow_id, v.pending_approval, c) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
-<h2>Recent trace</h2><ol class="trace" id="trace">${recent.map((e) => `<li>${esc(describe(e))}</li>`).join('')}</ol>`,
+<p id="live" data-events="${esc(eventsLink(c.workflow_id))}" data-after="${recent.at(-1)?.seq ?? 0}" data-action="${esc(p?.action_id ?? '')}"><span id="live-state">not following</span> <span id="hint"></span></p>
+<p class="notice" id="new-card" hidden></p>
+${p ? pendingHtml(c.workflow_id, p, c) : '<p id="no-card">No write is waiting for an approval in this run.</p>'}
+<pre id="reply"></pre>
+<h2>Recent trace</h2><ol class="trace" id="trace">${recent.map((e) => `<li data-seq="${e.seq}" data-type="${esc(e.type)}">${esc(describe(e))}</li>`).join('')}</ol>`,
+    { live: true },
   );
 }

@@ -9,7 +9,8 @@ import { randomBytes } from 'node:crypto';
 import { WorkflowNotFoundError, type Client, type WorkflowExecutionInfo } from '@temporalio/client';
 import type { FastifyInstance } from 'fastify';
 import { FIXTURE_ATTRIBUTE, REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../../core/search-attributes';
-import { queryState, readRun, runHandle, runsQuery } from '../run-access';
+import { querySnapshot, readRun, runHandle, runsQuery } from '../run-access';
+import { LIVE_POLICY } from './live-script';
 import { csrfHeld, formOf, html, same, type Door } from './guards';
 import { cardPage, listPage, loginPage, messagePage, type FinishedRow, type Notice, type PendingRow } from './pages';
 import type { SignInCodes } from './sign-in';
@@ -73,7 +74,7 @@ export function runPages(app: FastifyInstance, door: Door, client: Client, ui: W
     const s = door.session(req)?.s;
     if (!s) return door.denied(req, reply);
     const [pending, finished] = await Promise.all([pendingRuns(client), finishedRuns(client)]);
-    return html(reply, 200, listPage(s.name, s.csrf, pending, finished, new Date()));
+    return html(reply.header('content-security-policy', LIVE_POLICY), 200, listPage(s.name, s.csrf, pending, finished, new Date()));
   });
 
   app.get('/runs/:id', async (req, reply) => {
@@ -101,7 +102,7 @@ export function runPages(app: FastifyInstance, door: Door, client: Client, ui: W
     const formToken = `console-${randomBytes(12).toString('base64url')}`;
     const p = run.view.pending_approval;
     return html(
-      reply,
+      reply.header('content-security-policy', LIVE_POLICY),
       200,
       cardPage(
         {
@@ -135,7 +136,8 @@ async function pendingRuns(client: Client): Promise<PendingRow[]> {
   runs.sort((a, b) => b.startTime.getTime() - a.startTime.getTime());
   return Promise.all(
     runs.map(async (w) => {
-      const view = await queryState(runHandle(client, w.workflowId), 3000).catch(() => null);
+      const snap = await querySnapshot(runHandle(client, w.workflowId), undefined, 3000).catch(() => null);
+      const view = snap?.view ?? null;
       return {
         workflow_id: w.workflowId,
         fixture: w.typedSearchAttributes.get(FIXTURE_ATTRIBUTE) ?? view?.fixture ?? null,
@@ -143,6 +145,8 @@ async function pendingRuns(client: Client): Promise<PendingRow[]> {
         path: view?.pending_approval?.path ?? null,
         counters: view?.counters ?? null,
         parent: view?.parent?.workflow_id ?? null,
+        action_id: view?.pending_approval?.action_id ?? null,
+        newest: snap?.newest ?? null,
       };
     }),
   );

@@ -20,12 +20,22 @@
  * whole diff: plain text from the host store, served only while that action is the pending one,
  * and only when its digest is the `diff_ref` the prepare activity put in history and it begins
  * with the cut diff the card showed (whole-diff.ts). Reject needs no such step (approval.ts).
+ *
+ * The API (`/api/...`, docs/delivery.md) serves each run's event stream (events.ts, from one shared
+ * reader per run: feed.ts) and takes actions with idempotency ids (actions.ts), for a signed-in
+ * browser or a machine client with one of the operator's API tokens (access.ts). The run page and
+ * the list follow the stream with the console's own script, allowed by its hash (live-script.ts).
  */
 import type { AddressInfo } from 'node:net';
 import type { Client } from '@temporalio/client';
 import Fastify from 'fastify';
+import { ApiDoor } from './access';
+import { actionsRoute, Outcomes } from './actions';
 import { approvalRoute } from './approval';
+import { eventsRoute } from './events';
+import { Feeds } from './feed';
 import { acceptForms, Door, guardRequests } from './guards';
+import { removeConsoleRecord, writeConsoleRecord } from './record';
 import { parsePublicUrl, refusal, type PublicOrigin } from './origin';
 import { runPages, signInRoutes } from './routes';
 import { Sessions, SignInCodes } from './sign-in';
@@ -60,6 +70,16 @@ export interface ConsoleOptions {
   sessionMaxMs?: number;
   /** A sign-in code is good for this long after it was made (default 10 minutes). */
   codeTtlMs?: number;
+  /** The operator's API tokens for machine clients, by name (client/console/token.ts); none: browsers only. */
+  apiTokens?: ReadonlyMap<string, string>;
+  /** How often a followed run is asked for news (default 100 ms). */
+  pollMs?: number;
+  /** A stream sends a comment line after this long without a frame (default 5 s). */
+  keepAliveMs?: number;
+  /** A stream is closed after this long, and its client reconnects (default 10 minutes). */
+  streamMaxMs?: number;
+  /** Writes `console.json` (where this console listens) into this folder while it serves: the command line finds it there. */
+  recordDir?: string | null;
 }
 
 export interface RunningConsole {
@@ -77,6 +97,10 @@ export const SESSION_MAX_MS = 24 * 3600_000;
 export const CODE_TTL_MS = 10 * 60_000;
 export const MAX_SESSIONS = 100;
 const MAX_CODES = 100;
+/** Runs followed at once, streams open at once, and action outcomes kept, at most. */
+const MAX_FEEDS = 200;
+const MAX_STREAMS = 500;
+const MAX_OUTCOMES = 10_000;
 
 export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
   const publicOrigin = checkedOrigin(o);
@@ -88,17 +112,38 @@ export async function startConsole(o: ConsoleOptions): Promise<RunningConsole> {
   acceptForms(app);
   // The guards before any route: no route is ever answered to a foreign Host or without the headers.
   guardRequests(app, publicOrigin);
+  const api = new ApiDoor(door, o.apiTokens ?? new Map());
+  const stateDir = o.stateDir ?? null;
+  const feeds = new Feeds({ client: o.client, stateDir, pollMs: o.pollMs ?? 100 }, MAX_FEEDS);
   signInRoutes(app, door, codes, o.token);
   runPages(app, door, o.client, { webUi: o.webUi, namespace: o.namespace });
-  wholeDiffRoute(app, door, o.client, o.stateDir ?? null);
+  wholeDiffRoute(app, door, api, o.client, stateDir);
   approvalRoute(app, door, o.client, o.confirmMs ?? 10_000);
+  eventsRoute(app, api, o.client, feeds, {
+    keepAliveMs: o.keepAliveMs ?? 5000,
+    maxMs: o.streamMaxMs ?? 10 * 60_000,
+    maxStreams: MAX_STREAMS,
+  });
+  actionsRoute(app, api, o.client, { stateDir, confirmMs: o.confirmMs ?? 10_000, outcomes: new Outcomes(MAX_OUTCOMES) });
 
   await app.listen({ host: o.host, port: o.port });
   const address = app.server.address() as AddressInfo;
   const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const url = `http://${shown}:${address.port}`;
   const publicUrl = publicOrigin?.url ?? url;
-  return { url, publicUrl, signInLink: () => `${publicUrl}/login?code=${codes.make()}`, close: () => app.close() };
+  const record = o.recordDir ? writeConsoleRecord(o.recordDir, { url, public_url: publicUrl, pid: process.pid }) : null;
+  return {
+    url,
+    publicUrl,
+    signInLink: () => `${publicUrl}/login?code=${codes.make()}`,
+    close: async () => {
+      if (record) removeConsoleRecord(record);
+      feeds.close();
+      // Open streams hold their connections: closed with the server, their clients reconnect elsewhere.
+      app.server.closeAllConnections();
+      await app.close();
+    },
+  };
 }
 
 /** The operator's public origin, or null on loopback; throws when the token or the address may not serve. */

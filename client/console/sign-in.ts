@@ -124,6 +124,12 @@ export class Sessions {
     return s;
   }
 
+  /** The live session of `sid` as it is, its idle timer untouched; null for an unknown, idle, too old or ended one. */
+  peek(sid: string): Session | null {
+    const s = this.live.get(sid);
+    return s === undefined || this.over(s, this.now()) ? null : s;
+  }
+
   end(sid: string): void {
     this.live.delete(sid);
   }

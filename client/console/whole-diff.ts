@@ -10,12 +10,13 @@
 import { createHash } from 'node:crypto';
 import { Readable } from 'node:stream';
 import type { Client } from '@temporalio/client';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { canonicalJson } from '../../core/canonical';
 import type { PendingApproval } from '../../core/run-view';
 import { queryState, runHandle } from '../run-access';
 import { openStore } from '../stored-trace';
+import { json, type ApiDoor } from './access';
 import { html, type Door } from './guards';
 import { messagePage } from './pages';
 import { markDiffOpened, type Session } from './sign-in';
@@ -39,46 +40,66 @@ export const diffLink = (id: string, p: PendingApproval) =>
 
 export const cardLink = (id: string) => ({ href: `/runs/${encodeURIComponent(id)}`, text: 'back to the card' });
 
-/** `GET /runs/:id/diff`: the whole diff of the pending action; sending it whole unlocks Approve for the session. */
-export function wholeDiffRoute(app: FastifyInstance, door: Door, client: Client, stateDir: string | null): void {
+/**
+ * `GET /runs/:id/diff` (a page of the console) and `GET /api/runs/:id/diff` (a session or an API
+ * token): the whole diff of the pending action. Sending it whole to a session unlocks Approve there.
+ */
+export function wholeDiffRoute(app: FastifyInstance, door: Door, api: ApiDoor, client: Client, stateDir: string | null): void {
   app.get('/runs/:id/diff', async (req, reply) => {
     const current = door.session(req);
     if (current === null) return door.denied(req, reply);
     const id = (req.params as { id: string }).id;
-    const q = actionQuery.safeParse(req.query);
-    if (!q.success)
-      return html(reply, 400, messagePage('Refused', "The address names no action: open the whole diff from the run's card."));
-    let p: PendingApproval | null;
-    try {
-      p = (await queryState(runHandle(client, id))).pending_approval;
-    } catch {
-      return html(reply, 409, messagePage('Not shown', `Run ${id} is not running, or no worker answers for it.`));
-    }
-    if (
-      p === null ||
-      p.action_id !== q.data.action_id ||
-      p.args_digest !== q.data.args_digest ||
-      p.workspace_digest !== q.data.workspace_digest
-    )
-      return html(
-        reply,
-        409,
-        messagePage('Not shown', 'That action is no longer the pending one of this run: open its card again.', cardLink(id)),
-      );
-    const whole = wholeDiff(stateDir, p);
-    if (typeof whole !== 'string') return html(reply, whole.status, messagePage('Not shown', whole.why, cardLink(id)));
-    if (req.method === 'GET') {
-      const key = diffKey(p);
-      // Only a body sent whole counts as opened: an aborted transfer never emits 'finish'.
-      reply.raw.once('finish', () => markDiffOpened(current.s, key));
-    }
-    return reply
-      .code(200)
-      .type('text/plain; charset=utf-8')
-      .header('content-security-policy', "default-src 'none'; sandbox; frame-ancestors 'none'")
-      .header('content-disposition', 'inline')
-      .send(Readable.from(slices(whole)));
+    return serveWholeDiff(req, reply, client, stateDir, current.s, (status, why, back) =>
+      html(reply, status, messagePage(status === 400 ? 'Refused' : 'Not shown', why, back ? cardLink(id) : undefined)),
+    );
   });
+  app.get('/api/runs/:id/diff', async (req, reply) => {
+    const a = api.allow(req, reply);
+    if (a === null) return reply;
+    return serveWholeDiff(req, reply, client, stateDir, a.kind === 'session' ? a.session : null, (status, why) =>
+      json(reply, status, { error: why }),
+    );
+  });
+}
+
+/** Sends the whole diff of the pending action the address names, or `refuse`s (`back`: a link to the card helps). */
+async function serveWholeDiff(
+  req: FastifyRequest,
+  reply: FastifyReply,
+  client: Client,
+  stateDir: string | null,
+  session: Session | null,
+  refuse: (status: number, why: string, back?: boolean) => FastifyReply,
+) {
+  const id = (req.params as { id: string }).id;
+  const q = actionQuery.safeParse(req.query);
+  if (!q.success) return refuse(400, "The address names no action: open the whole diff from the run's card.");
+  let p: PendingApproval | null;
+  try {
+    p = (await queryState(runHandle(client, id))).pending_approval;
+  } catch {
+    return refuse(409, `Run ${id} is not running, or no worker answers for it.`);
+  }
+  if (
+    p === null ||
+    p.action_id !== q.data.action_id ||
+    p.args_digest !== q.data.args_digest ||
+    p.workspace_digest !== q.data.workspace_digest
+  )
+    return refuse(409, 'That action is no longer the pending one of this run: open its card again.', true);
+  const whole = wholeDiff(stateDir, p);
+  if (typeof whole !== 'string') return refuse(whole.status, whole.why, true);
+  if (req.method === 'GET' && session !== null) {
+    const key = diffKey(p);
+    // Only a body sent whole counts as opened: an aborted transfer never emits 'finish'.
+    reply.raw.once('finish', () => markDiffOpened(session, key));
+  }
+  return reply
+    .code(200)
+    .type('text/plain; charset=utf-8')
+    .header('content-security-policy', "default-src 'none'; sandbox; frame-ancestors 'none'")
+    .header('content-disposition', 'inline')
+    .send(Readable.from(slices(whole)));
 }
 
 function* slices(text: string): Generator<string> {
@@ -89,7 +110,7 @@ function* slices(text: string): Generator<string> {
  * The whole diff of pending action `p`: its own diff when nothing was cut, else the host store's
  * text under `diff_ref`, checked against that digest and against the cut diff history holds.
  */
-function wholeDiff(stateDir: string | null, p: PendingApproval): string | { status: number; why: string } {
+export function wholeDiff(stateDir: string | null, p: PendingApproval): string | { status: number; why: string } {
   if (!p.diff_truncated) return p.diff;
   if (p.diff_ref === undefined)
     return {

@@ -1,12 +1,15 @@
 /**
  * Text a repository or a model wrote reaches the console only as text: a proposed file holding
- * HTML and script, shown on the card (its first 32 KiB, escaped under a no-script policy) and as
- * the whole diff (plain text under a sandboxing policy), in a real headless Chromium against a real
- * dev server and worker. A listener on loopback that the markup points at counts every request.
+ * HTML and script, shown on the card (its first 32 KiB, escaped under a policy that runs only the
+ * console's own script, by its hash), carried by the run's event stream to that script (which sets
+ * text only), and as the whole diff (plain text under a sandboxing policy), in a real headless
+ * Chromium against a real dev server and worker. A listener on loopback that the markup points at
+ * counts every request.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { LIVE_SCRIPT } from '../../client/console/live-script';
 import { startConsole, type RunningConsole } from '../../client/console/server';
 import * as access from '../../client/run-access';
 import type { HostWorkers } from '../../worker';
@@ -83,7 +86,13 @@ describe('the console and untrusted diff text', () => {
 
       await page.goto(`${app.url}/runs/${encodeURIComponent(handle.workflowId)}`);
       expect(await page.textContent('#diff')).toContain(`+${markup('top').trimEnd()}`);
-      expect([await page.locator('[id^=injected], #diff script, #diff img').count(), await page.locator('script').count()]).toEqual([0, 0]);
+      // The stream has delivered the run's state (the markup in its pending diff) and a hint to the page's script.
+      await page.waitForSelector('#live-state:text-is("live")');
+      await page.waitForSelector('#hint:text-is("waiting for approval")');
+      expect([
+        await page.locator('[id^=injected], #diff script, #diff img').count(),
+        await page.$$eval('script', (all) => all.map((s) => s.textContent)),
+      ]).toEqual([0, [LIVE_SCRIPT]]);
 
       const whole = (await page.goto(`${app.url}${await page.getAttribute('#whole-diff', 'href')}`))!;
       expect(await whole.text()).toBe(creationDiff(pending.path, test));
