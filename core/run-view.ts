@@ -44,6 +44,8 @@ export interface TaskView {
   merged: boolean;
   /** 1, plus one for each time a message reopened it. */
   executions: number;
+  /** Messages sent to its last execution that it ended before reading (absent when none). */
+  unread?: number;
 }
 
 /** A run's setup phase (SPEC section 11), once it started. */
@@ -135,6 +137,11 @@ export interface RunView {
   tasks_spent?: TreeSpend | null;
   /** Set when the run stopped for `max_cost_usd`. */
   cost_limit?: CostLimit | null;
+  /**
+   * Messages that arrived and that no decision read because the run ended first (steering, and an
+   * interrupt with nothing left to stop); null when there were none (absent in older runs).
+   */
+  unread?: { messages: string[]; interrupt: string | null } | null;
 }
 
 /** What a run and its tasks spent: the run's own figures plus its tasks' (an orchestrating run). */
