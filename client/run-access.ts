@@ -1,6 +1,6 @@
 /**
  * Typed access to runs and batches, in one place: starting them, reading their state and trace,
- * sending approvals, steering and interrupts. The command line, the console, `follow`, the eval
+ * sending approvals, steering, interrupts and a task's stop. The command line, the console, `follow`, the eval
  * client, the bench and the tests go through here; the names of workflow types, Signals and
  * Queries come from workflows/messages.ts and are spelled nowhere else.
  *
@@ -21,6 +21,7 @@ import {
   interruptSignal,
   stateQuery,
   steerSignal,
+  stopSignal,
   traceQuery,
 } from '../workflows/messages';
 import type { EvalInput, EvalProgress, EvalResult } from '../core/batch-plan';
@@ -188,6 +189,11 @@ export function sendSteer(handle: RunHandle, message: string, messageId: string)
 
 export function sendInterrupt(handle: RunHandle, reason: string | undefined, messageId: string): Promise<void> {
   return handle.signal(interruptSignal, { ...(reason ? { reason } : {}), message_id: messageId });
+}
+
+/** Stops the run of a task as its parent's `stop_task` does; a run of its own records it ignored (it stops by a cancel request). */
+export function sendStop(handle: RunHandle, reason: string, messageId: string): Promise<void> {
+  return handle.signal(stopSignal, { reason, message_id: messageId });
 }
 
 export function evalProgress(handle: BatchHandle, ms = QUERY_DEADLINE_MS): Promise<EvalProgress> {

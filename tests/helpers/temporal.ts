@@ -11,7 +11,7 @@ import type { Decision, ToolResult } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
 import type { Limits } from '../../core/limits';
 import type { Settings } from '../../host/settings';
-import { createWorker } from '../../worker';
+import { createWorker, type WorkerOptions } from '../../worker';
 import type { SandboxOptions } from '../../worker/sandbox';
 import type { RunOutcome } from '../../core/run-view';
 import { tempDir } from '../../scripts/support/run-dir';
@@ -61,6 +61,8 @@ export interface RunOnceOptions {
   settings?: Settings;
   /** The run's workflow id (default: made from the queue). */
   workflowId?: string;
+  /** Wraps the worker's activities (to hold a step back while the test sends a message). */
+  wrapActivities?: WorkerOptions['wrapActivities'];
 }
 
 /** Runs one agentRun on a fresh in-process worker and state folder, and collects what tests check. */
@@ -76,6 +78,7 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
     docker: opts.docker,
     modelTimeoutMs: opts.modelTimeoutMs,
     providersFile: opts.providersFile,
+    wrapActivities: opts.wrapActivities,
     ...(opts.settings || opts.promptsDir
       ? { settings: { ...(opts.settings ?? readSettings()), ...(opts.promptsDir ? { promptsDir: opts.promptsDir } : {}) } }
       : {}),
