@@ -487,6 +487,29 @@ describe('a task', () => {
     ]);
   });
 
+  it("interrupted and steered while its write waits for approval: the waiting call answered interrupted, the steer read, the task completed and its parent told", async () => {
+    const { outcome, trace, stateDir, ledgerEntries } = await run(
+      input([dispatch, waitTask('asks'), waitTask('ends'), final('done')], [newTest('more'), read('after'), final('done')]),
+      async (h) => {
+        const task = await taskHandle(h);
+        await pendingApproval(task);
+        await sendSteer(task, 'no new test file', 'test:steer');
+        await sendInterrupt(task, 'skip that write', 'test:interrupt');
+      },
+    );
+    expect(outcome.record).toMatchObject({ status: 'completed', tasks: [{ status: 'completed' }] });
+    expect(observed(trace, 'ends')).toMatchObject([{ ok: true, data: { tasks: [{ status: 'completed' }] } }]);
+    expect(ledgerEntries).toBe(0);
+    const child = await taskRun(outcome);
+    expect(child.record).toMatchObject({ status: 'completed', writes: 0, tool_errors: { interrupted: 1 } });
+    const childTrace = traceIn(stateDir, child.state.run_id);
+    expect(observed(childTrace, 'more')).toMatchObject([
+      { ok: false, error: 'interrupted', data: { reason: 'not executed: skip that write' } },
+    ]);
+    expect(requestOf(childTrace, 2)).toEqual(['no new test file']);
+    expect(observed(childTrace, 'after')).toMatchObject([{ ok: true }]);
+  });
+
   it('interrupted and steered during its long test run behaves as a run does: the test cut off, the steer read, the task completed', async () => {
     holdTests(true);
     const { outcome, stateDir } = await run(
