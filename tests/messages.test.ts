@@ -487,7 +487,7 @@ describe('a task', () => {
     ]);
   });
 
-  it("interrupted and steered while its write waits for approval: the waiting call answered interrupted, the steer read, the task completed and its parent told", async () => {
+  it('interrupted and steered while its write waits for approval: the waiting call answered interrupted, the steer read, the task completed and its parent told', async () => {
     const { outcome, trace, stateDir, ledgerEntries } = await run(
       input([dispatch, waitTask('asks'), waitTask('ends'), final('done')], [newTest('more'), read('after'), final('done')]),
       async (h) => {
