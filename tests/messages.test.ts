@@ -466,6 +466,46 @@ describe('a task', () => {
     expect(traceIn(stateDir, child.state.run_id).find((e) => e.type === 'stop_received')?.data).toEqual({ reason: 'the user stops it' });
   });
 
+  it('interrupted and steered while its workspace is prepared: its first request reads both, its reply runs, the task completes', async () => {
+    const prepare = new Hold();
+    const { outcome, stateDir } = await run(
+      input([dispatch, waitTask('wait'), final('done')], [read('read'), final('done')]),
+      async (h) => {
+        await prepare.reached;
+        const task = await taskHandle(h);
+        await sendSteer(task, 'keep value() as it is', 'test:steer');
+        await sendInterrupt(task, 'wait for me', 'test:interrupt');
+        await waitFor('the messages to be taken', async () => (await traceOf(task)).some((e) => e.type === 'interrupt_received'));
+        prepare.release();
+      },
+      prepare.on('prepareWorkspace', (i) => i.from_run !== undefined),
+    );
+    expect(outcome.record).toMatchObject({ status: 'completed', tasks: [{ status: 'completed' }] });
+    const child = await taskRun(outcome);
+    expect(child.record).toMatchObject({ status: 'completed', tool_calls: 1, tool_errors: {} });
+    const childTrace = traceIn(stateDir, child.state.run_id);
+    expect(requestOf(childTrace, 1)).toEqual(['keep value() as it is', 'interrupt: wait for me']);
+    expect(observed(childTrace, 'read')).toMatchObject([{ ok: true }]);
+  });
+
+  it('stopped by the stop Signal while its write waits for approval ends cancelled / interrupted, the waiting call answered, nothing written', async () => {
+    const { outcome, stateDir, ledgerEntries } = await run(
+      input([dispatch, waitTask('asks'), waitTask('ends'), final('done')], [newTest('more'), final('done')]),
+      async (h) => {
+        const task = await taskHandle(h);
+        await pendingApproval(task);
+        await sendStop(task, 'enough', 'test:stop');
+      },
+    );
+    expect(outcome.record).toMatchObject({ status: 'completed', tasks: [{ status: 'cancelled', reason: 'interrupted' }] });
+    expect(ledgerEntries).toBe(0);
+    const child = await taskRun(outcome);
+    expect(child.record).toMatchObject({ status: 'cancelled', reason: 'interrupted', writes: 0 });
+    expect(observed(traceIn(stateDir, child.state.run_id), 'more')).toMatchObject([
+      { ok: false, error: 'interrupted', data: { run_end: 'interrupted' } },
+    ]);
+  });
+
   it('stopped by stop_task during its long test run: the test process tree is gone within seconds and the task is reported stopped', async () => {
     holdTests(true);
     const parentTurn = new Hold();
@@ -544,6 +584,54 @@ describe('a task', () => {
     const child = await taskRun(outcome);
     expect(child.state.verification).toBeNull();
     expect(types(traceIn(stateDir, child.state.run_id)).slice(-3)).toEqual(['verification_started', 'stop_received', 'run_finished']);
+  });
+
+  it('interrupted and steered during its verification: the verifier cut off, its tests gone, the task goes on to a second final', async () => {
+    holdTests(true);
+    const { outcome, stateDir } = await run(
+      input([dispatch, waitTask('wait'), final('done')], [final('first'), final('second')]),
+      async (h) => {
+        const pids = await heldTree();
+        const task = await taskHandle(h);
+        expect((await queryState(task)).status).toBe('verifying');
+        await sendSteer(task, 'also look at the tests', 'test:steer');
+        await sendInterrupt(task, 'not yet', 'test:interrupt');
+        await gone(pids);
+        holdTests(false);
+      },
+    );
+    expect(outcome.record).toMatchObject({ status: 'completed', tasks: [{ status: 'completed' }] });
+    const child = await taskRun(outcome);
+    expect(child.record).toMatchObject({ status: 'completed', turns: 2 });
+    expect(child.state.final_summary).toBe('second');
+    const childTrace = traceIn(stateDir, child.state.run_id);
+    expect(childTrace.find((e) => e.type === 'final_interrupted')?.data).toEqual({ reason: 'not yet', during: 'verification' });
+    expect(requestOf(childTrace, 2)).toEqual(['also look at the tests', 'interrupt: not yet (your final answer was not verified)']);
+  });
+
+  it('interrupted and steered between two segments of continue-as-new: its next segment answers the carried write interrupted and reads the steer', async () => {
+    const boundary = new Hold();
+    const { outcome, stateDir } = await run(
+      input([dispatch, waitTask('asks'), waitTask('ends'), final('done')], [newTest('more'), read('after'), final('done')]),
+      async (h) => {
+        const task = await taskHandle(h);
+        await growUntil(task, boundary);
+        await sendSteer(task, 'no new test file', 'test:steer');
+        await sendInterrupt(task, 'skip that write', 'test:interrupt');
+        boundary.release();
+      },
+      boundary.on('persist', continuing),
+    );
+    expect(outcome.record).toMatchObject({ status: 'completed', tasks: [{ status: 'completed' }] });
+    const child = await taskRun(outcome);
+    expect(child.record).toMatchObject({ status: 'completed', writes: 0, tool_errors: { interrupted: 1 } });
+    expect(child.state.segment).toBe(2);
+    const childTrace = traceIn(stateDir, child.state.run_id);
+    expect(after(childTrace, isType('continued_as_new'), isType('interrupt_received'))).toBe(true);
+    expect(observed(childTrace, 'more')).toMatchObject([
+      { ok: false, error: 'interrupted', data: { reason: 'not executed: skip that write' } },
+    ]);
+    expect(requestOf(childTrace, 2)).toEqual(['no new test file']);
   });
 
   it('stopped by the stop Signal between two segments of continue-as-new ends cancelled / interrupted, the waiting call answered', async () => {
