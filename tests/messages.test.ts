@@ -109,6 +109,14 @@ async function gone(pids: number[]): Promise<void> {
   );
 }
 
+/** Steers and interrupts `target` while the held test runs, then waits for that test's tree (`pids`) to be gone. */
+async function steerAndCut(target: RunHandle, pids: number[], steer: string, reason: string): Promise<void> {
+  await sendSteer(target, steer, 'test:steer');
+  await sendInterrupt(target, reason, 'test:interrupt');
+  await gone(pids);
+  holdTests(false);
+}
+
 // ---- holding an activity back ----
 
 /** One activity call held back: `reached` once the run gets there; it goes on at `release()`. */
@@ -295,10 +303,7 @@ describe('a run', () => {
     holdTests(true);
     const { outcome, trace, transcript } = await run(input([runTests('tests'), read('after'), final('done')]), async (h) => {
       const pids = await heldTree();
-      await sendSteer(h, 'the tests take too long; read the source instead', 'test:steer');
-      await sendInterrupt(h, 'too slow', 'test:interrupt');
-      await gone(pids);
-      holdTests(false);
+      await steerAndCut(h, pids, 'the tests take too long; read the source instead', 'too slow');
     });
     expect(outcome.record).toMatchObject({ status: 'completed', tool_calls: 2, tool_errors: { interrupted: 1 } });
     expect(observed(trace, 'tests')).toMatchObject([{ ok: false, error: 'interrupted', data: { reason: 'cut off: too slow' } }]);
@@ -326,10 +331,7 @@ describe('a run', () => {
     const { outcome, trace } = await run(input([final('first'), final('second')]), async (h) => {
       const pids = await heldTree();
       expect((await queryState(h)).status).toBe('verifying');
-      await sendSteer(h, 'also look at the tests', 'test:steer');
-      await sendInterrupt(h, 'not yet', 'test:interrupt');
-      await gone(pids);
-      holdTests(false);
+      await steerAndCut(h, pids, 'also look at the tests', 'not yet');
     });
     expect(outcome.record).toMatchObject({ status: 'completed', turns: 2, candidate_tests: { discovered: 1, passed: 1 } });
     expect(outcome.state.final_summary).toBe('second');
@@ -557,10 +559,7 @@ describe('a task', () => {
       async (h) => {
         const pids = await heldTree();
         const task = await taskHandle(h);
-        await sendSteer(task, 'read the source', 'test:steer');
-        await sendInterrupt(task, 'too slow', 'test:interrupt');
-        await gone(pids);
-        holdTests(false);
+        await steerAndCut(task, pids, 'read the source', 'too slow');
       },
     );
     expect(outcome.record).toMatchObject({ status: 'completed', tasks: [{ status: 'completed' }] });
@@ -594,10 +593,7 @@ describe('a task', () => {
         const pids = await heldTree();
         const task = await taskHandle(h);
         expect((await queryState(task)).status).toBe('verifying');
-        await sendSteer(task, 'also look at the tests', 'test:steer');
-        await sendInterrupt(task, 'not yet', 'test:interrupt');
-        await gone(pids);
-        holdTests(false);
+        await steerAndCut(task, pids, 'also look at the tests', 'not yet');
       },
     );
     expect(outcome.record).toMatchObject({ status: 'completed', tasks: [{ status: 'completed' }] });
