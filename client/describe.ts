@@ -23,22 +23,11 @@ export function describeEvent(e: TraceEvent): string {
     }
     case 'tool_observed': {
       if (d.ok) {
-        const data = d.data as Record<string, any>;
-        const detail = data?.status
-          ? `${data.status}: ${data.passed}/${data.discovered} passed`
-          : data?.paths
-            ? `changed ${data.paths.join(', ')}`
-            : data?.after
-              ? `${data.path} -> ${short(data.after)}`
-              : data?.matches
-                ? `${data.matches.length} matches`
-                : data?.total_lines !== undefined
-                  ? `lines ${data.start}-${data.end} of ${data.total_lines}`
-                  : '';
+        const detail = okDetail(d.data as Record<string, any> | null);
         return `${head} ok ${detail}${d.truncated ? ' (truncated)' : ''}`;
       }
       const data = d.data as Record<string, any> | null;
-      const why = data?.reason ?? (data?.status ? `${data.failed} of ${data.discovered} failed (${data.status})` : '');
+      const why = data?.reason ?? (isTestRun(data) ? `${data!.failed} of ${data!.discovered} failed (${data!.status})` : '');
       return `${head} ${d.error}${why ? `: ${why}` : ''}`;
     }
     case 'unreceipted_change':
@@ -58,11 +47,42 @@ export function describeEvent(e: TraceEvent): string {
       return `${head} ${d.name} at ${short(d.base_commit)}: tests ${d.tests_source}; settings ${d.settings_digest ? short(d.settings_digest) : 'none'}; AGENTS.md ${d.instructions ? `${d.instructions.bytes} bytes${d.instructions.cut ? ', cut to the cap' : ''}` : 'none'}${d.submodules?.length ? `; submodules left out: ${d.submodules.join(', ')}` : ''}${d.image ? `; image ${d.image}` : ''}`;
     case 'model_usage':
       return `${head} ${d.input_tokens} in (${d.cached_tokens} from the prompt cache${d.cache_write_tokens ? `, ${d.cache_write_tokens} written to it` : ''}), ${d.output_tokens} out${d.cost_usd === null ? '' : `, $${Number(d.cost_usd).toFixed(6)}`}${d.from_store ? ' (stored response)' : ''}`;
-    case 'run_finished':
-      return `${head} ${d.status}${d.reason ? ` (${d.reason})` : ''}${d.detail ? `: ${d.detail}` : ''}`;
+    case 'run_finished': {
+      const unread = d.unread
+        ? `; not read before the end: ${[...d.unread.messages, ...(d.unread.interrupt ? [`interrupt: ${d.unread.interrupt}`] : [])].map((m: string) => JSON.stringify(m)).join(', ')}`
+        : '';
+      return `${head} ${d.status}${d.reason ? ` (${d.reason})` : ''}${d.detail ? `: ${d.detail}` : ''}${unread}`;
+    }
     default:
       return Object.keys(d).length ? `${head} ${JSON.stringify(d)}` : head;
   }
+}
+
+/** A run_tests result's data (an orchestration result has a `status` too: a task's). */
+const isTestRun = (data: Record<string, any> | null) => typeof data?.discovered === 'number';
+
+/** What a successful call's data says, in a few words. */
+function okDetail(data: Record<string, any> | null): string {
+  if (data?.tasks) return (data.tasks as Record<string, any>[]).map(taskDetail).join('; ');
+  if (data?.task_id !== undefined) return taskDetail(data);
+  if (isTestRun(data)) return `${data!.status}: ${data!.passed}/${data!.discovered} passed`;
+  if (data?.paths) return `changed ${data.paths.join(', ')}`;
+  if (data?.after) return `${data.path} -> ${short(data.after)}`;
+  if (data?.matches) return `${data.matches.length} matches`;
+  if (data?.total_lines !== undefined) return `lines ${data.start}-${data.end} of ${data.total_lines}`;
+  return '';
+}
+
+/** An orchestration tool's answer about one task: dispatched, messaged, stopped, its status, merged. */
+function taskDetail(t: Record<string, any>): string {
+  const title = typeof t.title === 'string' ? ` "${t.title}"` : '';
+  const state = t.delivered
+    ? `: ${t.delivered}`
+    : t.status
+      ? `: ${t.status}${t.reason ? ` (${t.reason})` : ''}${t.already_dispatched ? ', dispatched before' : ''}`
+      : '';
+  const merged = t.already_merged ? ': merged before' : Array.isArray(t.paths) ? `: merged ${t.paths.join(', ') || 'nothing'}` : '';
+  return `task ${t.task_id}${title}${state}${merged}`;
 }
 
 export function describePending(p: PendingApproval): string {

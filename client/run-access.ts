@@ -1,6 +1,6 @@
 /**
  * Typed access to runs and batches, in one place: starting them, reading their state and trace,
- * sending approvals, steering and interrupts. The command line, the console, `follow`, the eval
+ * sending approvals, steering, interrupts and a task's stop. The command line, the console, `follow`, the eval
  * client, the bench and the tests go through here; the names of workflow types, Signals and
  * Queries come from workflows/messages.ts and are spelled nowhere else.
  *
@@ -225,6 +225,11 @@ export function sendInterrupt(handle: RunHandle, reason: string | undefined, mes
   return handle.signal(interruptSignal, { ...(reason ? { reason } : {}), message_id: messageId });
 }
 
+/** Stops the run of a task as its parent's `stop_task` does; a run of its own records it ignored (it stops by a cancel request). */
+export function sendStop(handle: RunHandle, reason: string, messageId: string): Promise<void> {
+  return handle.signal(stopSignal, { reason, message_id: messageId });
+}
+
 /**
  * Stops a run from a client: a task's run by the `stop` Signal its parent would send (it ends
  * `cancelled` / `interrupted` and its parent hears of it), any other run by cancelling its workflow
@@ -234,7 +239,7 @@ export function sendInterrupt(handle: RunHandle, reason: string | undefined, mes
 export async function stopRun(handle: RunHandle, reason: string, messageId: string): Promise<void> {
   // Whether it is a task's run is in its start input: read from history, with no worker needed.
   const input = await startInput<{ child?: unknown }>(handle);
-  if (input?.child) return handle.signal(stopSignal, { reason, message_id: messageId });
+  if (input?.child) return sendStop(handle, reason, messageId);
   await handle.cancel();
 }
 

@@ -45,6 +45,8 @@ export interface TaskView {
   merged: boolean;
   /** 1, plus one for each time a message reopened it. */
   executions: number;
+  /** Messages sent to its last execution that it ended before reading (absent when none). */
+  unread?: number;
 }
 
 /** A run's setup phase (SPEC section 11), once it started. */
@@ -138,6 +140,11 @@ export interface RunView {
   cost_limit?: CostLimit | null;
   /** A fork: the run it started from and the turn after which it did (absent for any other run). */
   forked_from?: ForkedFrom | null;
+  /**
+   * Messages that arrived and that no decision read because the run ended first (steering, and an
+   * interrupt with nothing left to stop); null when there were none (absent in older runs).
+   */
+  unread?: { messages: string[]; interrupt: string | null } | null;
 }
 
 /** What a run and its tasks spent: the run's own figures plus its tasks' (an orchestrating run). */

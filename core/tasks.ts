@@ -75,7 +75,8 @@ export function taskEnded(task: TaskView): boolean {
 export function taskEndedMessage(task: TaskView): string {
   const how = `${task.status}${task.reason ? ` (${task.reason})` : ''}`;
   const changed = task.diff_paths.length ? task.diff_paths.join(', ') : 'nothing';
-  return `[task ${task.task_id} "${task.title}" ended ${how}] summary: ${task.summary ?? '(none)'}; changed: ${changed}${task.status === 'completed' ? '; merge it with merge_task' : ''}`;
+  const unread = task.unread ? `; it ended before reading ${task.unread} message${task.unread === 1 ? '' : 's'} sent to it` : '';
+  return `[task ${task.task_id} "${task.title}" ended ${how}] summary: ${task.summary ?? '(none)'}; changed: ${changed}${unread}${task.status === 'completed' ? '; merge it with merge_task' : ''}`;
 }
 
 /** The roster line of a task, as the model sees it each turn. */

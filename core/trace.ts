@@ -43,6 +43,10 @@ export const TRACE_TYPES = [
   /** An orchestrating run waits for a task to give back budget it holds before its next step. */
   'budget_wait',
   'stop_received',
+  /** The stop Signal reached a run of its own (not a task's): such a run stops by a cancel request. */
+  'stop_ignored',
+  /** An interrupt reached a `final` while it was decided or verified: not verified, the run goes on. */
+  'final_interrupted',
   'run_finished',
 ] as const;
 

@@ -127,6 +127,8 @@ export interface WorkerOptions {
   settings?: Settings;
   /** Wraps each execution backend (the benchmark times test processes this way). */
   wrapBackend?: (backend: ExecBackend) => ExecBackend;
+  /** Wraps the activities (a test holds a step back this way, to send a message while it runs). */
+  wrapActivities?: (activities: Activities) => Activities;
   /** This process's tracing (host/tracing.ts), or none: spans of workflows and activities go nowhere. */
   tracing?: Tracing | null;
 }
@@ -172,7 +174,8 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   const hostQueue = `${options.taskQueue}@${hostId(options.stateDir)}`;
   const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
   const store = new Store(join(options.stateDir, 'store.sqlite'));
-  const activities = createActivities({ ...activityWiring({ ...options, limits }, settings, sandbox, hostQueue), ledger, store });
+  const made = createActivities({ ...activityWiring({ ...options, limits }, settings, sandbox, hostQueue), ledger, store });
+  const activities = options.wrapActivities ? options.wrapActivities(made) : made;
   const worker = await temporalWorkers(options, settings, activities, hostQueue);
   // The probe runs when the worker starts, in the background; a run on the docker backend waits
   // for it (or probes again if it found no engine).

@@ -51,7 +51,7 @@ import { RunMetrics } from './metrics';
 
 export type { RunState };
 import { workflowTime } from './time';
-import type { Activities, DecideResult, Elsewhere, LoadRunResult, RunRef } from '../core/activities';
+import type { Activities, DecideResult, Elsewhere, LoadRunResult, MergeOutcome, RunRef, WriteOutcome, Written } from '../core/activities';
 import type { RunReason } from '../core/reasons';
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
@@ -86,6 +86,12 @@ const TREE_BUDGETS_PATCH = 'tree-budgets';
 const TURN_STATE_PATCH = 'turn-state';
 /** The change that records each reply's text as `model_replied` (a stream's turn-end frame; docs/delivery.md). */
 const REPLY_EVENT_PATCH = 'reply-event';
+/**
+ * The change that made a stop, a cancel request and an interrupt take effect at any moment
+ * (docs/how-a-run-goes.md, "Messages at any moment"): from loading on, cutting off the running
+ * call or verification, never abandoning a write that has started.
+ */
+const MESSAGES_PATCH = 'messages-at-any-moment';
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
 const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
@@ -193,6 +199,12 @@ class AgentRun {
   private readonly tasks: Orchestration;
   /** The scope of the loop: a parent's stop cancels it. */
   private loopScope: wf.CancellationScope | null = null;
+  /** The scope of all the run's work from loading on (`prompt_messages`): a stop or a cancel request cancels it. */
+  private runScope: wf.CancellationScope | null = null;
+  /** The running step an interrupt cuts off (a tool call, a task_status wait, verification), or null. */
+  private callScope: wf.CancellationScope | null = null;
+  /** Set as the run records its end: a message arriving later is not taken (nothing is left to take it). */
+  private ended = false;
   /** The governance metrics (not emitted while replaying). */
   private readonly metrics = new RunMetrics();
 
@@ -200,30 +212,44 @@ class AgentRun {
     this.state = carried ?? initialState(wf.workflowInfo().runId);
     this.trace = new Trace(this.state.trace);
     this.tasks = new Orchestration(this);
-    wf.setHandler(stopSignal, (payload) => {
-      if (this.view.parent === null || this.repeated(payload?.message_id)) return;
-      this.state.stop =
-        typeof payload?.reason === 'string' && payload.reason !== ''
-          ? payload.reason.slice(0, MAX_STEER_CHARS)
-          : 'stopped by the parent run';
-      this.trace.add('stop_received', { reason: this.state.stop });
-      this.loopScope?.cancel();
-    });
     wf.setHandler(stateQuery, () => this.state.view);
     wf.setHandler(traceQuery, (request?: TraceRequest) => this.trace.page(cleanRequest(request)));
     wf.setHandler(snapshotQuery, (request?: SnapshotRequest) => this.snapshot(request));
+  }
+
+  /**
+   * The Signals. Set once the run's first facts are known and traced: a message sent with the
+   * start, buffered until now, is then taken after `run_started` (a task's stop as a task's).
+   */
+  private listen(): void {
+    wf.setHandler(stopSignal, (payload) => this.onStop(payload));
     wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
     wf.setHandler(interruptSignal, (payload) => {
-      if (this.repeated(payload?.message_id)) return;
+      if (this.ended || this.repeated(payload?.message_id)) return;
       this.state.interrupted = typeof payload?.reason === 'string' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'interrupted by the user';
       this.trace.add('interrupt_received', { reason: this.state.interrupted });
+      this.callScope?.cancel();
     });
     wf.setHandler(steerSignal, (payload) => {
       const message = typeof payload?.message === 'string' ? payload.message.slice(0, MAX_STEER_CHARS) : '';
-      if (message === '' || this.repeated(payload?.message_id)) return;
+      if (this.ended || message === '' || this.repeated(payload?.message_id)) return;
       this.state.steering.push(message);
       this.trace.add('steer_received', { message });
     });
+  }
+
+  /** A parent stops its task's run: the run's work is cancelled at once (before its loop: as it begins). */
+  private onStop(payload: { reason?: unknown; message_id?: unknown } | undefined): void {
+    if (this.ended) return;
+    if (this.view.parent === null) {
+      this.trace.add('stop_ignored', { reason: 'a run of its own is stopped by a cancel request, not by the stop Signal' });
+      return;
+    }
+    if (this.repeated(payload?.message_id)) return;
+    this.state.stop =
+      typeof payload?.reason === 'string' && payload.reason !== '' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'stopped by the parent run';
+    this.trace.add('stop_received', { reason: this.state.stop });
+    (this.runScope ?? this.loopScope)?.cancel();
   }
 
   private get view(): RunView {
@@ -260,31 +286,35 @@ class AgentRun {
 
   async execute(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
+    this.state.prompt_messages = wf.patched(MESSAGES_PATCH);
     const child = input.child ?? null;
     const refused = this.begin(input);
+    this.listen();
     if (refused) return this.finish(refused);
     // A task runs on the host that holds its parent's workspace.
     if (child) this.pinTo(child.host_queue);
-    const loaded = await this.load(input);
-    if (loaded instanceof RunStop) return this.finish(loaded);
-    this.adopt(input, loaded);
-    const stop = await this.withDeadline(async () => {
-      const prepared = await this.act.prepareWorkspace.executeWithOptions(
-        { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
-        [
-          {
-            run_id: this.ref.run_id,
-            fixture_dir: this.ref.fixture_dir,
-            ...(child ? { from_run: child.from_run } : {}),
-            ...(this.ref.repository ? { repository: this.ref.repository } : {}),
-            ...(loaded.fork ? { fork: loaded.fork.plan } : {}),
-          },
-        ],
-      );
-      // A reopened task's workspace is its earlier run's as that run left it, not as first prepared.
-      this.state.workspace_digest = child?.reopen ? null : prepared.workspace_digest;
-      if (loaded.fork) this.trace.add('fork_restored', { workspace_digest: prepared.workspace_digest, writes: loaded.fork.writes });
-      return (await this.setup()) ?? this.loop();
+    const stop = await this.inRunScope(async () => {
+      const loaded = await this.load(input);
+      if (loaded instanceof RunStop) return loaded;
+      this.adopt(input, loaded);
+      return this.withDeadline(async () => {
+        const prepared = await this.act.prepareWorkspace.executeWithOptions(
+          { startToCloseTimeout: loaded.repository ? '10 minutes' : '60 seconds', summary: `prepare workspace ${loaded.fixture.id}` },
+          [
+            {
+              run_id: this.ref.run_id,
+              fixture_dir: this.ref.fixture_dir,
+              ...(child ? { from_run: child.from_run } : {}),
+              ...(this.ref.repository ? { repository: this.ref.repository } : {}),
+              ...(loaded.fork ? { fork: loaded.fork.plan } : {}),
+            },
+          ],
+        );
+        // A reopened task's workspace is its earlier run's as that run left it, not as first prepared.
+        this.state.workspace_digest = child?.reopen ? null : prepared.workspace_digest;
+        if (loaded.fork) this.trace.add('fork_restored', { workspace_digest: prepared.workspace_digest, writes: loaded.fork.writes });
+        return (await this.setup()) ?? this.loop();
+      });
     });
     return this.finish(stop);
   }
@@ -404,14 +434,19 @@ class AgentRun {
   /** The next segment of a run that continued as new: the state it carried, the same workspace. */
   async resume(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
+    // A segment of a run that began before the change takes it from its own start on.
+    this.state.prompt_messages ??= wf.patched(MESSAGES_PATCH);
+    this.listen();
     this.pinTo(this.state.host_queue);
     const pending = this.state.pending_write;
     this.state.pending_write = null;
     this.setStatus(this.view.status);
-    const stop = await this.withDeadline(async () => {
-      if (pending) this.observe(await this.approveAndWrite(pending));
-      return (await this.runReply(this.state.reply_rest)) ?? this.loop();
-    });
+    const stop = await this.inRunScope(() =>
+      this.withDeadline(async () => {
+        if (pending) this.observe(await this.approveAndWrite(pending));
+        return (await this.runReply(this.state.reply_rest)) ?? this.loop();
+      }),
+    );
     return this.finish(stop);
   }
 
@@ -528,14 +563,18 @@ class AgentRun {
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           break;
         case 'tool':
-          this.observe(await this.toolCall(decision, this.state.turn_interrupted));
+          this.observe(await this.toolCall(decision, this.turnInterrupt()));
           this.countFormatError(decision);
           break;
-        case 'final':
+        case 'final': {
           this.noteEmpty(decision.text);
           this.noteReply(decision);
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
-          return this.verify(decision.text);
+          const interrupted = this.state.prompt_messages ? this.turnInterrupt() : null;
+          if (interrupted === null) return this.verify(decision.text);
+          this.finalInterrupted(interrupted, 'decision');
+          return null;
+        }
       }
     }
     return null;
@@ -548,6 +587,54 @@ class AgentRun {
   private noteReply(decision: { text: string; ref: string }): void {
     if (wf.patched(REPLY_EVENT_PATCH))
       this.trace.add('model_replied', { turn: this.view.counters.turns, text: decision.text, text_ref: decision.ref });
+  }
+
+  /**
+   * The interrupt of the turn running now. One that arrived while the reply was awaited is taken
+   * in `loop`; one that arrives while the reply's decisions are carried out stops the rest of
+   * them (a run that began before `prompt_messages` took it at its next decision).
+   */
+  private turnInterrupt(): string | null {
+    if (this.state.prompt_messages && this.state.interrupted !== null) this.takeInterrupt();
+    return this.state.turn_interrupted;
+  }
+
+  /** Takes the interrupt that arrived for the turn running now: the rest of the turn does not run. */
+  private takeInterrupt(): string {
+    const reason = this.state.interrupted ?? 'interrupted';
+    this.state.interrupted = null;
+    if (this.state.prompt_messages) this.state.turn_interrupted = reason;
+    return reason;
+  }
+
+  /**
+   * An interrupt reached a `final` while it was decided or verified: it is not verified, the run
+   * goes on, and the next request says why.
+   */
+  private finalInterrupted(reason: string, during: 'decision' | 'verification'): void {
+    this.view.final_summary = null;
+    this.trace.add('final_interrupted', { reason, during });
+    this.state.steering.push(`interrupt: ${reason} (your final answer was not verified)`);
+  }
+
+  /**
+   * Runs a step an interrupt cuts off at once (a tool call's activity, a task_status wait,
+   * verification): null when it did, with the interrupt taken for the turn. A stop, a cancel
+   * request or the deadline cancels the scopes around it too, and goes on up. A run that began
+   * before `prompt_messages` waits for the step.
+   */
+  private async interruptible<T>(step: () => Promise<T>): Promise<T | null> {
+    if (!this.state.prompt_messages) return step();
+    const scope = new wf.CancellationScope();
+    this.callScope = scope;
+    try {
+      return await scope.run(step);
+    } catch (err) {
+      if (!isCancellation(err) || this.state.interrupted === null || wf.CancellationScope.current().consideredCancelled) throw err;
+      return null;
+    } finally {
+      this.callScope = null;
+    }
   }
 
   /** A reply that says nothing: neither a call nor any text. */
@@ -628,6 +715,12 @@ class AgentRun {
     const live = source.kind === 'provider';
     // What the turn starts from (a fork after the previous turn restores it): before this request's messages.
     const start = retries === 0 && toolsEnabled && wf.patched(TURN_STATE_PATCH) ? { start: this.turnState() } : {};
+    // An interrupt that arrived while no turn ran (loading, between turns, a continue-as-new) has
+    // nothing to stop: the model reads it with this request, and its reply runs.
+    if (this.state.prompt_messages && this.state.interrupted !== null) {
+      this.state.steering.push(`interrupt: ${this.state.interrupted}`);
+      this.state.interrupted = null;
+    }
     const messages = this.state.steering.splice(0);
     for (const message of messages) this.state.transcript.append.push({ message });
     // Messages about tasks are pinned: compaction never drops them.
@@ -792,7 +885,12 @@ class AgentRun {
     if (interrupted !== null) return this.interruptedResult(callId, interrupted);
     if (call.name === 'apply_patch')
       return this.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
-    if (isOrchestrationTool(call.name)) return this.tasks.call(decision.ref, decision.reply, call);
+    if (isOrchestrationTool(call.name)) {
+      const orchestrate = () => this.tasks.call(decision.ref, decision.reply, call);
+      // Of these only task_status's wait is cut off: the others start, signal or write.
+      if (call.name !== 'task_status') return orchestrate();
+      return (await this.interruptible(orchestrate)) ?? this.interruptedResult(callId, this.takeInterrupt(), 'cut off');
+    }
     // The call's own limit only: the deadline is the workflow timer's, which cancels the call, so
     // a call cut by the deadline gets the harness's result rather than a tool timeout.
     const timeout = this.budgets.call_timeout_s * 1000;
@@ -804,9 +902,13 @@ class AgentRun {
     const attempts = call.name === 'run_tests' ? { retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS } } : {};
     const remote = () =>
       this.act.executeTool.executeWithOptions({ ...options, ...attempts, heartbeatTimeout: '10 seconds' }, [this.ref, call, timeout]);
-    const result = READ_ONLY_TOOLS.has(call.name)
-      ? await this.readOnly(() => local.localTool.executeWithOptions(options, [this.state.host_queue, this.ref, call, timeout]), remote)
-      : await remote();
+    const result = await this.interruptible(() =>
+      READ_ONLY_TOOLS.has(call.name)
+        ? this.readOnly(() => local.localTool.executeWithOptions(options, [this.state.host_queue, this.ref, call, timeout]), remote)
+        : remote(),
+    );
+    // Cut off by an interrupt: a test run's process tree is gone (the activity waits for that).
+    if (result === null) return this.interruptedResult(callId, this.takeInterrupt(), 'cut off');
     if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.state.wrote_writable) this.view.red_observed = true;
     if (result.unreceipted) this.unreceipted(result.unreceipted, callId);
     return result;
@@ -818,8 +920,8 @@ class AgentRun {
     this.view.counters.unreceipted_changes = (this.view.counters.unreceipted_changes ?? 0) + 1;
   }
 
-  private interruptedResult(callId: string, reason: string): ToolResult {
-    return errorResult(callId, 'interrupted', { reason: `not executed: ${reason}` });
+  private interruptedResult(callId: string, reason: string, how: 'not executed' | 'cut off' = 'not executed'): ToolResult {
+    return errorResult(callId, 'interrupted', { reason: `${how}: ${reason}` });
   }
 
   /**
@@ -868,11 +970,7 @@ class AgentRun {
   async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
     const { call, action } = pending;
     const decision = await this.awaitApproval(pending);
-    if (decision === 'interrupted') {
-      const reason = this.state.interrupted ?? 'interrupted';
-      this.state.interrupted = null;
-      return this.interruptedResult(call.call_id, reason);
-    }
+    if (decision === 'interrupted') return this.interruptedResult(call.call_id, this.takeInterrupt());
     if (decision.decision === 'reject') {
       return errorResult(call.call_id, 'approval_rejected', {
         action_id: action.action_id,
@@ -880,13 +978,14 @@ class AgentRun {
         reason: decision.reason ?? null,
       });
     }
-    const outcome = pending.merge
-      ? await this.act.writeMerge.executeWithOptions({ summary: `merge_task ${action.path}` }, [
-          this.ref,
-          action,
-          pending.merge.entries_ref,
-        ])
-      : await this.act.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
+    const write = (): Promise<(WriteOutcome | MergeOutcome) & Written> =>
+      pending.merge
+        ? this.act.writeMerge.executeWithOptions({ summary: `merge_task ${action.path}` }, [this.ref, action, pending.merge.entries_ref])
+        : this.act.writePatch.executeWithOptions({ summary: `apply_patch ${action.path}` }, [this.ref, action, call]);
+    // A write that has started is finished and recorded whatever arrives meanwhile: a stop, a
+    // cancel request or the deadline takes effect at the next step (a run that began before
+    // `prompt_messages` stopped waiting for it, and its record missed a write that then happened).
+    const outcome = await (this.state.prompt_messages ? wf.CancellationScope.nonCancellable(write) : write());
     const ids = { call_id: call.call_id, action_id: action.action_id };
     const paths = action.paths ?? [action.path];
     switch (outcome.kind) {
@@ -1010,21 +1109,29 @@ class AgentRun {
 
   // ---- verification, continue-as-new and the end ----
 
-  private async verify(finalText: string): Promise<RunStop> {
+  /** The host verifier's judgement of a `final`; null when an interrupt cut it off and the run goes on. */
+  private async verify(finalText: string): Promise<RunStop | null> {
     this.view.final_summary = brief(finalText) as string;
     this.setStatus('verifying');
     this.trace.add('verification_started', { final: finalText });
     const timeout = Math.max(1000, this.msLeft());
-    const findings = await this.act.verify.executeWithOptions(
-      {
-        startToCloseTimeout: timeout,
-        heartbeatTimeout: '10 seconds',
-        retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS },
-        cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-        summary: 'verify',
-      },
-      [this.ref, timeout],
+    const findings = await this.interruptible(() =>
+      this.act.verify.executeWithOptions(
+        {
+          startToCloseTimeout: timeout,
+          heartbeatTimeout: '10 seconds',
+          retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS },
+          cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+          summary: 'verify',
+        },
+        [this.ref, timeout],
+      ),
     );
+    if (findings === null) {
+      this.setStatus('running');
+      this.finalInterrupted(this.takeInterrupt(), 'verification');
+      return null;
+    }
     this.view.verification = findings;
     for (const change of findings.unreceipted ?? []) this.unreceipted(change);
     if (findings.passed) {
@@ -1086,6 +1193,26 @@ class AgentRun {
   }
 
   /**
+   * The run's work from loading on, in one scope that a stop or a cancel request cancels at once
+   * (a stop that arrived earlier, with the start or carried, cancels it as it begins); what ends
+   * it becomes the run's end. A run that began before `prompt_messages` loads outside any scope,
+   * as it ran.
+   */
+  private async inRunScope(work: () => Promise<RunStop>): Promise<RunStop> {
+    if (!this.state.prompt_messages) return work();
+    const scope = new wf.CancellationScope();
+    this.runScope = scope;
+    if (this.state.stop !== null) scope.cancel();
+    try {
+      return await scope.run(work);
+    } catch (err) {
+      return this.endOf(err);
+    } finally {
+      this.runScope = null;
+    }
+  }
+
+  /**
    * Runs `body` under the run's deadline (a workflow timer). When the deadline and an external
    * cancellation coincide, both are kept and the reason is `cancelled`.
    */
@@ -1110,22 +1237,27 @@ class AgentRun {
     try {
       return await loopScope.run(body);
     } catch (err) {
-      if (err instanceof RunStop) return err;
-      // A parent stopped this task's run: its cut-off call gets its result in finish().
-      if (isCancellation(err) && this.state.stop !== null) return new RunStop('cancelled', 'interrupted', this.state.stop);
-      if (isCancellation(err)) {
-        if (wf.CancellationScope.current().consideredCancelled)
-          return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
-        if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
-      }
-      if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
-      const stop = failedStep(err, true);
-      if (stop === null) throw err;
-      return stop;
+      return this.endOf(err);
     } finally {
       timerScope.cancel();
       this.loopScope = null;
     }
+  }
+
+  /** What the error that ended the run's work means: a stop, a cancel request, the deadline, a lost host, a failure. */
+  private endOf(err: unknown): RunStop {
+    if (err instanceof RunStop) return err;
+    // A parent stopped this task's run: its cut-off call gets its result in finish().
+    if (isCancellation(err) && this.state.stop !== null) return new RunStop('cancelled', 'interrupted', this.state.stop);
+    if (isCancellation(err)) {
+      if (wf.CancellationScope.current().consideredCancelled)
+        return new RunStop('cancelled', 'cancelled', this.view.deadline_reached ? 'the deadline was also reached' : null);
+      if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
+    }
+    if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
+    const stop = failedStep(err, true);
+    if (stop === null) throw err;
+    return stop;
   }
 
   /**
@@ -1147,6 +1279,8 @@ class AgentRun {
     this.view.pending_approval = null;
     this.view.reason = stop.reason === '' ? null : stop.reason;
     this.view.detail = stop.detail;
+    this.view.unread = this.unread();
+    this.ended = true;
     this.trace.add('run_finished', {
       status: stop.status,
       reason: this.view.reason,
@@ -1154,6 +1288,7 @@ class AgentRun {
       deadline_reached: this.view.deadline_reached,
       builds: this.view.builds ?? [],
       ...(wf.patched(TURN_STATE_PATCH) ? { end: this.turnState() } : {}),
+      ...(this.view.unread ? { unread: this.view.unread } : {}),
     });
     // A lost host's store is gone with it: the trace then lives in history only.
     if (!this.hostLost) {
@@ -1200,6 +1335,16 @@ class AgentRun {
       if (!(err instanceof wf.ActivityFailure) || !wf.patched(ENDS_WITH_RECORD_PATCH)) throw err;
       return err.cause?.message ?? err.message;
     }
+  }
+
+  /**
+   * Messages no decision read because the run ended first (a steer during the verification that
+   * ended it, say): kept with its end, so none is lost without a word. Null when there are none.
+   */
+  private unread(): RunView['unread'] {
+    const messages = [...this.state.steering];
+    const interrupt = this.state.interrupted;
+    return messages.length > 0 || interrupt !== null ? { messages, interrupt } : null;
   }
 
   // ---- budgets ----

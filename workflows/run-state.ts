@@ -87,6 +87,12 @@ export interface RunState {
    * unset: its tasks each got the run's budgets, as then).
    */
   tree_budgets?: boolean;
+  /**
+   * A stop, a cancel request and an interrupt take effect at any moment: from loading on, cutting
+   * off the running call or verification (the `messages-at-any-moment` patch). Unset in a run
+   * that began before: it replays as it ran (docs/how-a-run-goes.md).
+   */
+  prompt_messages?: boolean;
 }
 
 /** A task's dispatch and what its last run left, to reopen it with its context. */

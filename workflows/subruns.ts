@@ -276,8 +276,10 @@ export class Orchestration {
       (outcome) => this.finished(task.task_id, outcome as RunOutcome),
       (err: unknown) =>
         this.ended(task.task_id, {
+          // A run that ended without its record: cancelled before it could make one (a run that
+          // began before stops were taken from loading on), or failed.
           status: wf.isCancellation(err) ? 'cancelled' : 'failed',
-          reason: 'workflow_failed',
+          reason: wf.isCancellation(err) ? 'cancelled' : 'workflow_failed',
           summary: String((err as Error)?.message ?? err).slice(0, 240),
           diff_paths: [],
           spent: this.whole(task.task_id),
@@ -297,6 +299,7 @@ export class Orchestration {
       summary: outcome.state.final_summary ?? outcome.state.wrap_up,
       diff_paths: r.diff_paths,
       run_id: outcome.state.run_id,
+      unread: outcome.state.unread?.messages.length ?? 0,
       spent: r.tree ?? { runs: 1, turns: r.turns, tool_calls: r.tool_calls, usage: r.usage ?? null },
     });
   }
@@ -323,6 +326,8 @@ export class Orchestration {
       summary: string | null;
       diff_paths: string[];
       run_id?: string;
+      /** Messages sent to it that it ended before reading. */
+      unread?: number;
       /** What the task's execution spent (with its own tasks): added to the tree, its allotment given back. */
       spent: TreeSpend;
     },
@@ -343,6 +348,8 @@ export class Orchestration {
     task.diff_paths = end.diff_paths;
     task.pending_path = null;
     if (end.run_id) task.run_id = end.run_id;
+    if (end.unread) task.unread = end.unread;
+    else delete task.unread;
     this.state.task_refs[id].news++;
     this.host.trace.add('task_ended', {
       task_id: id,

@@ -20,7 +20,7 @@ export const steer = command({
 export const interrupt = command({
   name: 'interrupt',
   usage: ['interrupt <workflow-id> [--reason TEXT]'],
-  summary: 'stop the current turn at the next step boundary (Signal interrupt)',
+  summary: 'stop the current turn at once: its running call or verification is cut off (Signal interrupt)',
   options: { reason: { kind: 'string', value: 'TEXT' } },
   async run(session, positionals, values) {
     const { ORIGIN, sendInterrupt } = await access();

@@ -63,6 +63,8 @@ export interface RunOnceOptions {
   workflowId?: string;
   /** Wraps each execution backend of the worker (a test that makes its tests stop heartbeating). */
   wrapBackend?: WorkerOptions['wrapBackend'];
+  /** Wraps the worker's activities (to hold a step back while the test sends a message). */
+  wrapActivities?: WorkerOptions['wrapActivities'];
 }
 
 /** Runs one agentRun on a fresh in-process worker and state folder, and collects what tests check. */
@@ -79,6 +81,7 @@ export async function runOnce(env: TestWorkflowEnvironment, input: object, opts:
     modelTimeoutMs: opts.modelTimeoutMs,
     providersFile: opts.providersFile,
     wrapBackend: opts.wrapBackend,
+    wrapActivities: opts.wrapActivities,
     ...(opts.settings || opts.promptsDir
       ? { settings: { ...(opts.settings ?? readSettings()), ...(opts.promptsDir ? { promptsDir: opts.promptsDir } : {}) } }
       : {}),
