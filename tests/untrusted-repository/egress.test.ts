@@ -159,11 +159,11 @@ const ofType = (trace: TraceEvent[], type: string) => trace.filter((e) => e.type
 /** Everything the test's servers saw, as text. */
 const seen = () => JSON.stringify([server.requests]);
 
-/** Names of containers this process's workers created since `sinceS` (engine events, by owner label). */
-async function containersCreated(sinceS: number): Promise<string[]> {
+/** Names of containers this process's workers created since `sinceMs` (engine events, by owner label; the engine's filter is by whole seconds, so the events are filtered again by their own time). */
+async function containersCreated(sinceMs: number): Promise<string[]> {
   const [key, value] = Object.entries(ownerLabel())[0];
   const stream = (await docker.getEvents({
-    since: sinceS,
+    since: Math.floor(sinceMs / 1000),
     until: Math.ceil(Date.now() / 1000) + 1,
     filters: { type: ['container'], event: ['create'], label: [`${key}=${value}`] },
   })) as unknown as NodeJS.ReadableStream;
@@ -172,7 +172,9 @@ async function containersCreated(sinceS: number): Promise<string[]> {
   return text
     .split('\n')
     .filter(Boolean)
-    .map((l) => (JSON.parse(l) as { Actor: { Attributes: { name: string } } }).Actor.Attributes.name);
+    .map((l) => JSON.parse(l) as { timeNano: number; Actor: { Attributes: { name: string } } })
+    .filter((e) => e.timeNano / 1e6 >= sinceMs)
+    .map((e) => e.Actor.Attributes.name);
 }
 
 /** Activity types a run's history scheduled. */
@@ -241,7 +243,7 @@ describe('a repository that reaches for a secret or this machine', () => {
       ...(machine ? [[MACHINE_HOST, machine] as [string, string]] : []),
     ];
     const before = server.requests.length;
-    const since = Math.floor(Date.now() / 1000);
+    const since = Date.now();
     const r = repo({
       setup: {
         commands: [askEach([...targets.map(([name]) => `http://${name}:${server.port}/`), `https://${INDEX_HOST}/`])],
@@ -306,7 +308,7 @@ describe('a repository that reaches for a secret or this machine', () => {
     });
     // The worker's own isolation probe (measured once per process) is done before the window opens.
     await createSandbox({}, SETTINGS).isolation();
-    const since = Math.floor(Date.now() / 1000);
+    const since = Date.now();
     const { outcome, handle } = await runOnce(env, repoInput(r), { settings: settings() });
     expect(outcome.record).toMatchObject({ status: 'failed', reason: 'invalid_input' });
     expect(outcome.state.detail).toBe(`egress.credentials: the worker's credentials file has no credential "private-index" (it has: none)`);

@@ -345,7 +345,8 @@ describe('a run tree over max_cost_usd', () => {
         usage: { model_calls: sum.model_calls, input_tokens: sum.input_tokens, output_tokens: sum.output_tokens },
       });
       // Each task had its share of what was left, and kept to it; the run stopped at the call it could not afford.
-      const shares = outcomes.map((o) => o.state.budgets!.max_cost_usd!);
+      // A task stopped before it loaded has no budgets yet and spent nothing.
+      const shares = outcomes.map((o) => o.state.budgets?.max_cost_usd ?? 0);
       outcomes.forEach((o, i) => expect(o.record.usage?.cost_usd ?? 0).toBeLessThanOrEqual(shares[i]));
       expect(trace.filter((e) => e.type === 'task_ended')).toHaveLength(tasks.length);
       expect(record.cost_limit!.max_cost_usd).toBe(BUDGET_USD);
