@@ -62,7 +62,9 @@ export async function describeVersion(
 /**
  * Makes `version` the deployment's current version once the server lists every queue this worker
  * polls in it. `ignoreMissingTaskQueues`: the version before may have polled queues this worker
- * never will (another host's own queue), which would otherwise refuse the change.
+ * never will (another host's own queue), which would otherwise refuse the change. A worker that
+ * polls no workflow queue (a host serving only its own queue) only waits for its queues: made
+ * current, its version would take new runs it cannot run.
  */
 export async function becomeCurrent(
   connection: NativeConnection,
@@ -71,7 +73,7 @@ export async function becomeCurrent(
   queues: PolledQueues,
   identity: string,
   timeoutMs = 60_000,
-): Promise<'made_current' | 'already_current'> {
+): Promise<'made_current' | 'already_current' | 'not_made_current'> {
   const wanted = [...queues.workflow.map((q) => `${q}/workflow`), ...queues.activity.map((q) => `${q}/activity`)];
   const until = Date.now() + timeoutMs;
   for (;;) {
@@ -79,6 +81,7 @@ export async function becomeCurrent(
     const missing = wanted.filter((q) => !view.queues.includes(q));
     if (missing.length === 0) {
       if (view.status === 'CURRENT') return 'already_current';
+      if (queues.workflow.length === 0) return 'not_made_current';
       await connection.workflowService.setWorkerDeploymentCurrentVersion({
         namespace,
         deploymentName: version.deploymentName,
