@@ -110,15 +110,17 @@ function watchdog(settings: Settings, worker: HostWorkers): NodeJS.Timeout {
   return setInterval(() => {
     const record = readWorkerRecord(settings.stateDir);
     const replaced = record !== null && record.pid !== process.pid;
-    if (replaced && record.build !== worker.version.buildId) {
-      if (!draining)
-        console.error(
-          `worker ${process.pid}: replaced by worker ${record.pid} of build ${record.build}; serving the runs pinned to build ${worker.version.buildId} until its version drains`,
-        );
-      draining = true;
-    } else if (replaced || (server !== null && !processAlive(server))) {
-      console.error(`worker ${process.pid}: ${replaced ? `replaced by worker ${record!.pid}` : 'the dev server has ended'}; stopping`);
+    if (server !== null && !processAlive(server)) {
+      console.error(`worker ${process.pid}: the dev server has ended; stopping`);
       worker.shutdown();
+    } else if (replaced && record.build === worker.version.buildId) {
+      console.error(`worker ${process.pid}: replaced by worker ${record.pid}; stopping`);
+      worker.shutdown();
+    } else if (replaced && !draining) {
+      console.error(
+        `worker ${process.pid}: replaced by worker ${record.pid} of build ${record.build}; serving the runs pinned to build ${worker.version.buildId} until its version drains`,
+      );
+      draining = true;
     }
   }, 2000);
 }
