@@ -15,7 +15,9 @@ import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { approvalFor, sendApproval, startRun } from '../client/run-access';
 import type { RunOutcome } from '../core/run-view';
+import { stopWorker as stopBackground } from '../host/background-worker';
 import { buildId } from '../host/build';
+import { processAlive, processEnded } from '../host/processes';
 import { temporalBinary } from '../host/temporal-bin';
 import { LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from '../scripts/support/run-dir';
 import { describeVersion } from '../worker/deployment';
@@ -31,8 +33,13 @@ const SUGGEST_CAN_EVENTS = 60;
 const DEPLOYMENT = 'versioning-suite';
 
 let env: TestWorkflowEnvironment;
+/** Build B, made once for the file. */
+let b: { root: string; bundle: string };
 beforeAll(async () => {
-  env = await startServer(['--dynamic-config-value', `limit.historyCount.suggestContinueAsNew=${SUGGEST_CAN_EVENTS}`]);
+  [env, b] = await Promise.all([
+    startServer(['--dynamic-config-value', `limit.historyCount.suggestContinueAsNew=${SUGGEST_CAN_EVENTS}`]),
+    buildB(),
+  ]);
 });
 afterAll(async () => {
   await env?.teardown();
@@ -61,20 +68,23 @@ interface WorkerProcess {
   stderr: () => string;
 }
 
+/** The environment of a worker of either build. */
+const workerEnv = (taskQueue: string, stateDir: string, deployment: string): NodeJS.ProcessEnv => ({
+  ...process.env,
+  TEMPORAL_ADDRESS: env.address,
+  AGENT_TASK_QUEUE: taskQueue,
+  AGENT_STATE_DIR: stateDir,
+  AGENT_DEPLOYMENT_NAME: deployment,
+  AGENT_DRAIN_CHECK_S: '1',
+  AGENT_ALLOW_LOCAL: '1',
+  // Build B's copy has no tools environment of its own.
+  AGENT_TOOLS_DIR: SETTINGS.toolsDir,
+});
+
 /** A real worker process of the build in `root` (this checkout, or build B's copy). */
 function startWorker(root: string, taskQueue: string, stateDir: string): WorkerProcess {
   const child = spawn(process.execPath, [join(root, 'dist', 'worker', 'main.js')], {
-    env: {
-      ...process.env,
-      TEMPORAL_ADDRESS: env.address,
-      AGENT_TASK_QUEUE: taskQueue,
-      AGENT_STATE_DIR: stateDir,
-      AGENT_DEPLOYMENT_NAME: DEPLOYMENT,
-      AGENT_DRAIN_CHECK_S: '1',
-      AGENT_ALLOW_LOCAL: '1',
-      // Build B's copy has no tools environment of its own.
-      AGENT_TOOLS_DIR: SETTINGS.toolsDir,
-    },
+    env: workerEnv(taskQueue, stateDir, DEPLOYMENT),
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let text = '';
@@ -91,9 +101,9 @@ async function stopWorker(w: WorkerProcess): Promise<void> {
 const reportedBuild = (w: WorkerProcess) => waitFor('the worker to poll', async () => /build (\S+);/.exec(w.stderr())?.[1]);
 
 /** Waits until the server names `build` the deployment's current version. */
-const currentIs = (build: string) =>
+const currentIs = (build: string, deploymentName = DEPLOYMENT) =>
   waitFor(`version ${build} current`, async () => {
-    const view = await describeVersion(env.nativeConnection, 'default', { deploymentName: DEPLOYMENT, buildId: build });
+    const view = await describeVersion(env.nativeConnection, 'default', { deploymentName, buildId: build });
     return view.status === 'CURRENT';
   });
 
@@ -130,6 +140,13 @@ function replay(tests = 0): string {
   ]);
 }
 
+const input = (path: string) => ({
+  fixture: LINKCHECK,
+  source: { kind: 'replay' as const, path, trusted: true },
+  backend: 'local' as const,
+  approver: 'interactive',
+});
+
 async function approvePending(handle: WorkflowHandle): Promise<void> {
   const pending = await pendingApproval(handle);
   await sendApproval(handle, approvalFor(pending, 'approve', 'user:test'));
@@ -140,8 +157,6 @@ it('keeps parked runs on the build that started them, starts new ones on the new
   const taskQueue = uniqueQueue('versioning');
   const stateDir = tempDir('agent-state');
   mkdirSync(stateDir, { recursive: true });
-  const b = buildB();
-  b.catch(() => undefined); // awaited below; a failure then fails the test
   const buildA = buildId();
   const workerA = startWorker(PROJECT_ROOT, taskQueue, stateDir);
   let workerB: WorkerProcess | null = null;
@@ -150,12 +165,6 @@ it('keeps parked runs on the build that started them, starts new ones on the new
     await currentIs(buildA);
 
     // Four runs park on their write's approval on A; a fifth, a long session, too.
-    const input = (path: string) => ({
-      fixture: LINKCHECK,
-      source: { kind: 'replay' as const, path, trusted: true },
-      backend: 'local' as const,
-      approver: 'interactive',
-    });
     const parked = await Promise.all(
       [0, 1, 2, 3].map((i) => startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-parked-${i}` })),
     );
@@ -163,7 +172,7 @@ it('keeps parked runs on the build that started them, starts new ones on the new
     const waiting = await Promise.all([...parked, session].map((h) => pendingApproval(h)));
 
     // Build B: a workflow change no history of A replays on.
-    const { root, bundle } = await b;
+    const { root, bundle } = b;
     const history = await parked[0].fetchHistory();
     await expect(Worker.runReplayHistory({ workflowBundle: { code: bundle } }, history, parked[0].workflowId)).rejects.toThrow(
       DeterminismViolationError,
@@ -215,4 +224,55 @@ it('keeps parked runs on the build that started them, starts new ones on the new
     if (workerB) await stopWorker(workerB);
   }
   // Unpinned, a parked run would replay on B and fail its workflow task until this ends the test.
+}, 120_000);
+
+it("leaves the embedded default's background worker of the old build running after a rebuild until its runs have ended", async () => {
+  const taskQueue = uniqueQueue('background');
+  const stateDir = tempDir('agent-state');
+  const deployment = 'versioning-background';
+  const workers = workerEnv(taskQueue, stateDir, deployment);
+  const buildA = buildId();
+  // Each build's command line ensures the background worker with its own modules, as `npm run agent` does.
+  const ensure = async (root: string) => {
+    const { ensureBackgroundWorker } = require(
+      join(root, 'dist', 'host', 'background-worker.js'),
+    ) as typeof import('../host/background-worker');
+    const { readSettings } = require(join(root, 'dist', 'host', 'settings.js')) as typeof import('../host/settings');
+    return ensureBackgroundWorker(readSettings(workers), workers);
+  };
+  const first = await ensure(PROJECT_ROOT);
+  let second: Awaited<ReturnType<typeof ensure>> | null = null;
+  try {
+    expect(first).toMatchObject({ action: 'started', record: { build: buildA } });
+    await currentIs(buildA, deployment);
+    const old = await startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-old` });
+    const waiting = await pendingApproval(old);
+
+    second = await ensure(b.root);
+    const buildNew = second.record.build;
+    expect(second).toMatchObject({ action: 'replaced', why: `it runs build ${buildA}, this is ${buildNew}` });
+    await currentIs(buildNew, deployment);
+    const log = () => readFileSync(join(stateDir, 'worker.log'), 'utf8');
+    await waitFor('the old worker to say it drains', async () =>
+      log().includes(
+        `worker ${first.record.pid}: replaced by worker ${second!.record.pid} of build ${buildNew}; serving the runs pinned to build ${buildA} until its version drains`,
+      ),
+    );
+    expect(processAlive(first.record)).toBe(true);
+
+    const fresh = await startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-new` });
+    await sendApproval(old, approvalFor(waiting, 'approve', 'user:test'));
+    await approvePending(fresh);
+    for (const handle of [old, fresh])
+      expect(((await handle.result()) as RunOutcome).record).toMatchObject({ status: 'completed', writes: 1 });
+    expect(await versionOf(old.workflowId)).toEqual({ behavior: 'VERSIONING_BEHAVIOR_PINNED', build: buildA });
+    expect(await versionOf(fresh.workflowId)).toEqual({ behavior: 'VERSIONING_BEHAVIOR_PINNED', build: buildNew });
+
+    expect(await processEnded(first.record, 60_000)).toBe(true);
+    expect(log()).toContain(`worker ${first.record.pid}: version ${deployment}.${buildA} has drained`);
+    expect(processAlive(second.record)).toBe(true);
+  } finally {
+    await stopBackground(first.record);
+    if (second) await stopBackground(second.record);
+  }
 }, 120_000);
