@@ -4,13 +4,17 @@
  * on it). Runs parked on a write's approval on A stay on A while B becomes current, new runs start
  * on B, a long session moves to B at its continue-as-new, and A's worker exits once its version
  * has drained. Every version is read back with the `temporal` CLI.
+ *
+ * `AGENT_TEST_CLUSTER=1` runs the suite on this project's PostgreSQL cluster instead
+ * (scripts/ensure-cluster.sh, on ports of its own unless AGENT_CLUSTER_PORT and
+ * AGENT_CLUSTER_PG_PORT say otherwise; stopped at the end).
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
-import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import { DeterminismViolationError } from '@temporalio/workflow';
 import { approvalFor, sendApproval, startRun } from '../client/run-access';
@@ -30,20 +34,63 @@ const exec = promisify(execFile);
  * of its last turn (about 45; it ends with 65), the session more after its tests (see `replay`).
  */
 const SUGGEST_CAN_EVENTS = 60;
-const DEPLOYMENT = 'versioning-suite';
+const ON_CLUSTER = process.env.AGENT_TEST_CLUSTER === '1';
+/** Deployments outlive a run of the suite on the cluster's database: each run names its own. */
+const RUN = ON_CLUSTER ? `-${Date.now().toString(36)}` : '';
+const DEPLOYMENT = `versioning-suite${RUN}`;
 
 let env: TestWorkflowEnvironment;
 /** Build B, made once for the file. */
 let b: { root: string; bundle: string };
 beforeAll(async () => {
   [env, b] = await Promise.all([
-    startServer(['--dynamic-config-value', `limit.historyCount.suggestContinueAsNew=${SUGGEST_CAN_EVENTS}`]),
+    ON_CLUSTER ? startCluster() : startServer(['--dynamic-config-value', `limit.historyCount.suggestContinueAsNew=${SUGGEST_CAN_EVENTS}`]),
     buildB(),
   ]);
 });
 afterAll(async () => {
   await env?.teardown();
 });
+
+/**
+ * The project's cluster (scripts/ensure-cluster.sh start), with the dynamic configuration a dev
+ * server of this suite gets: continue-as-new suggested from SUGGEST_CAN_EVENTS, drainage seen in seconds.
+ */
+async function startCluster(): Promise<TestWorkflowEnvironment> {
+  const config = join(tempDir('cluster-config'), 'versioning.yaml');
+  writeFileSync(
+    config,
+    [
+      'limit.historyCount.suggestContinueAsNew:',
+      `  - value: ${SUGGEST_CAN_EVENTS}`,
+      'matching.wv.VersionDrainageStatusRefreshInterval:',
+      '  - value: 5s',
+      'matching.wv.VersionDrainageStatusVisibilityGracePeriod:',
+      '  - value: 5s',
+      '',
+    ].join('\n'),
+  );
+  const clusterEnv = {
+    ...process.env,
+    AGENT_CLUSTER_PORT: process.env.AGENT_CLUSTER_PORT ?? '7633',
+    AGENT_CLUSTER_PG_PORT: process.env.AGENT_CLUSTER_PG_PORT ?? '55632',
+    AGENT_CLUSTER_DYNAMIC_CONFIG: config,
+  };
+  const script = (command: string) => exec('bash', [join(PROJECT_ROOT, 'scripts', 'ensure-cluster.sh'), command], { env: clusterEnv });
+  const { stdout } = await script('start');
+  const address = /^TEMPORAL_ADDRESS=(\S+)$/m.exec(stdout)?.[1];
+  if (address === undefined) throw new Error(`ensure-cluster.sh start printed no address: ${stdout}`);
+  const cluster = await TestWorkflowEnvironment.createFromExistingServer({ address });
+  const teardown = cluster.teardown.bind(cluster);
+  cluster.teardown = async () => {
+    try {
+      await teardown();
+    } finally {
+      await script('stop');
+    }
+  };
+  return cluster;
+}
 
 /** Build B: this build's compiled tree with the test-only workflows of helpers/versioning-workflows bundled in. */
 async function buildB(): Promise<{ root: string; bundle: string }> {
@@ -229,7 +276,7 @@ it('keeps parked runs on the build that started them, starts new ones on the new
 it("leaves the embedded default's background worker of the old build running after a rebuild until its runs have ended", async () => {
   const taskQueue = uniqueQueue('background');
   const stateDir = tempDir('agent-state');
-  const deployment = 'versioning-background';
+  const deployment = `versioning-background${RUN}`;
   const workers = workerEnv(taskQueue, stateDir, deployment);
   const buildA = buildId();
   // Each build's command line ensures the background worker with its own modules, as `npm run agent` does.
