@@ -200,7 +200,6 @@ async function approvePending(handle: WorkflowHandle): Promise<void> {
 }
 
 it('keeps parked runs on the build that started them, starts new ones on the new build, and drains the old worker', async () => {
-  const started = Date.now();
   const taskQueue = uniqueQueue('versioning');
   const stateDir = tempDir('agent-state');
   mkdirSync(stateDir, { recursive: true });
@@ -265,7 +264,6 @@ it('keeps parked runs on the build that started them, starts new ones on the new
     expect(described.drainageInfo.drainageStatus).toBe('drained');
     const deployment = await temporal(['worker', 'deployment', 'describe', '--name', DEPLOYMENT]);
     expect(deployment.routingConfig.currentVersionBuildID).toBe(buildNew);
-    console.log(`versioning suite: ${((Date.now() - started) / 1000).toFixed(1)} s`);
   } finally {
     await stopWorker(workerA);
     if (workerB) await stopWorker(workerB);

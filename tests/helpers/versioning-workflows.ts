@@ -1,8 +1,9 @@
 /**
  * The workflows of "build B" in tests/versioning.test.ts: the released ones, with agentRun taking
- * a one-millisecond timer before its first step. A history of the released agentRun starts with
- * an activity, so no run started on build A replays on this code (the suite shows it failing with
- * a determinism violation): the change a worker version must keep away from runs pinned to another.
+ * a one-millisecond timer before its first step. A history of the released agentRun has other
+ * commands there (its patch markers, then its first activity), so no run started on build A
+ * replays on this code (the suite shows it failing with a determinism violation): the change a
+ * worker version must keep away from runs pinned to another.
  * Test-only: bundled by the suite into its copy of the build, never into the harness's bundles.
  */
 import * as wf from '@temporalio/workflow';
