@@ -2,9 +2,12 @@
  * The embedded default's one worker per state folder: a detached `worker/main.js` recorded in
  * `<state>/worker.json` with the build it runs and digests of the provider variables it was
  * started with. A command that needs a worker reuses it only when both match its own; otherwise
- * it replaces it (SIGTERM, which drains in-flight work, then a new one), so a worker started from
- * another shell or before a rebuild never answers for a run. Commands never run a second worker
- * beside it on the same queue.
+ * it replaces it, so a worker started from another shell or before a rebuild never answers for a
+ * new run. A worker of the same build is stopped first (SIGTERM, which drains in-flight work); a
+ * worker of another build is left running beside the new one, which makes its own version the
+ * deployment's current one: the old worker serves only the runs pinned to its version and exits
+ * once they have ended (worker/main.ts, docs/versioning.md). Commands never run a second worker of
+ * the same build beside it on the same queue.
  *
  * Hazard: two commands may ensure the worker at once; a lock file serialises them, and a lock
  * left by a dead command is taken over.
@@ -135,7 +138,8 @@ export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.Pro
               : current.operator !== wanted.operator
                 ? 'its local-run or budget settings (AGENT_ALLOW_LOCAL, AGENT_MAX_BUDGETS) differ from this shell'
                 : 'its provider variables differ from this shell';
-      await stopWorker(current);
+      // Another build's runs are pinned to its version: it drains by itself once a new version is current.
+      if (current.build === wanted.build) await stopWorker(current);
     }
     const log = openSync(join(settings.stateDir, 'worker.log'), 'a');
     let child: ChildProcess;

@@ -20,6 +20,10 @@ import { formatIssues } from '../core/validate';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
 export const DEFAULT_TASK_QUEUE = 'coding-agent';
+/** The Worker Deployment every worker polls as a version of (docs/versioning.md). */
+export const DEFAULT_DEPLOYMENT_NAME = 'coding-agent';
+/** How often a worker whose version is no longer current asks whether it has drained: 60 s. */
+export const DEFAULT_DRAIN_CHECK_S = 60;
 /** The prompt versions the build ships: `prompts/` copied into `dist/prompts` (scripts/copy-assets.js). */
 export const BUILD_PROMPTS_DIR = resolve(__dirname, '..', 'prompts');
 export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
@@ -76,6 +80,10 @@ export interface Settings {
   /** TEMPORAL_GRPC_META_* as given (an empty one removes a header the profile sets). */
   temporalGrpcMeta: Record<string, string>;
   taskQueue: string;
+  /** The Worker Deployment this worker is a version of; its build id is the build's digest (host/build.ts). */
+  deploymentName: string;
+  /** Seconds between a superseded worker's questions whether its version has drained (then it exits). */
+  drainCheckS: number;
   stateDir: string;
   /** The operator's model endpoints (default `<state>/providers.json`). */
   providersFile: string;
@@ -256,6 +264,26 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: `\`${DEFAULT_TASK_QUEUE}\``,
     meaning: 'task queue of `agentRun` and its activities',
     read: (v) => given(v) ?? DEFAULT_TASK_QUEUE,
+  },
+  deploymentName: {
+    name: 'AGENT_DEPLOYMENT_NAME',
+    default: `\`${DEFAULT_DEPLOYMENT_NAME}\``,
+    meaning:
+      "the Worker Deployment every worker polls as a version of, its build id the build's digest; a run stays on the version that started it ([versioning](versioning.md))",
+    read: (v) => {
+      const name = given(v) ?? DEFAULT_DEPLOYMENT_NAME;
+      // The server joins deployment name and build id with a dot in a version's name.
+      if (!/^[A-Za-z0-9_-]{1,200}$/.test(name))
+        throw new Error(`AGENT_DEPLOYMENT_NAME must be letters, digits, '-' or '_' (at most 200), not ${JSON.stringify(name)}`);
+      return name;
+    },
+  },
+  drainCheckS: {
+    name: 'AGENT_DRAIN_CHECK_S',
+    default: String(DEFAULT_DRAIN_CHECK_S),
+    meaning:
+      'seconds between the checks of a worker whose version is no longer current: it exits once the deployment reports its version drained (no open run pinned to it)',
+    read: integer('AGENT_DRAIN_CHECK_S', 1, 24 * 3600, DEFAULT_DRAIN_CHECK_S),
   },
   stateDir: {
     name: 'AGENT_STATE_DIR',

@@ -52,6 +52,13 @@ export function devServerArgs(o: DevServerOptions): string[] {
     // waits up to 50 ms before matching sees it, about 40 ms per hop of a sequential run.
     '--dynamic-config-value',
     'history.transferProcessorMaxPollRPS=1000',
+    // How soon a version that is no longer current is reported drained once its last pinned run
+    // closed (stock: 3 minutes, then a 3-minute grace for visibility): its worker exits then
+    // (docs/versioning.md). The dev server's visibility store is written with the run.
+    '--dynamic-config-value',
+    'matching.wv.VersionDrainageStatusRefreshInterval="5s"',
+    '--dynamic-config-value',
+    'matching.wv.VersionDrainageStatusVisibilityGracePeriod="5s"',
     '--ui-disable-news-fetch',
     ...(o.namespace && o.namespace !== 'default' ? ['--namespace', o.namespace] : []),
     '--log-level',

@@ -20,6 +20,8 @@
 #   AGENT_CLUSTER_PORT  the frontend's port (default 7433); the server's other ports follow it
 #                       (+1 history, +2 matching, +6 worker, +3 HTTP; membership +100..+106)
 #   AGENT_CLUSTER_PG_PORT  PostgreSQL's port (default 55432)
+#   AGENT_CLUSTER_DYNAMIC_CONFIG  a YAML file of more dynamic configuration, appended to the
+#                       cluster's when the server starts (a test's shorter intervals)
 #   The build also makes <dir>/bin/toxiproxy-server (the network-fault tests start their own).
 #
 # Nothing it starts sends traffic off this machine: every listener is on 127.0.0.1, the server's
@@ -179,6 +181,9 @@ frontend.workerVersioningWorkflowAPIs:
 system.enableDeploymentVersions:
   - value: true
 YAML
+  if [ -n "${AGENT_CLUSTER_DYNAMIC_CONFIG:-}" ]; then
+    cat "$AGENT_CLUSTER_DYNAMIC_CONFIG" >>"$dir/config/dynamicconfig/cluster.yaml"
+  fi
   local store
   store() {
     cat <<YAML

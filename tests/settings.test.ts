@@ -47,6 +47,8 @@ describe('the settings module', () => {
       temporalTls: {},
       temporalGrpcMeta: {},
       taskQueue: 'coding-agent',
+      deploymentName: 'coding-agent',
+      drainCheckS: 60,
       stateDir: join(PROJECT_ROOT, '.agent-state'),
       providersFile: join(PROJECT_ROOT, '.agent-state', 'providers.json'),
       credentialsFile: join(PROJECT_ROOT, '.agent-state', 'credentials.json'),
@@ -160,6 +162,10 @@ describe('the settings module', () => {
     expect(() => readSettings({ AGENT_DISK_FULL_WAIT_S: '10m' })).toThrow(
       /AGENT_DISK_FULL_WAIT_S must be an integer from 0 to 604800, not "10m"/,
     );
+    expect(() => readSettings({ AGENT_DEPLOYMENT_NAME: 'team.agent' })).toThrow(
+      /AGENT_DEPLOYMENT_NAME must be letters, digits, '-' or '_' \(at most 200\), not "team.agent"/,
+    );
+    expect(() => readSettings({ AGENT_DRAIN_CHECK_S: '0' })).toThrow(/AGENT_DRAIN_CHECK_S must be an integer from 1 to 86400, not "0"/);
     expect(() => readSettings({ AGENT_FAULT: 'after_lunch' })).toThrow(
       /AGENT_FAULT must be one of before_write, .*after_model_response, .*not "after_lunch"/,
     );

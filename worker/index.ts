@@ -13,7 +13,7 @@ import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption
 import { createActivities, type ActivityDeps } from '../activities';
 import type { Activities } from '../core/activities';
 import { armFault } from '../host/faults';
-import { workerIdentity } from '../host/build';
+import { buildId, workerIdentity } from '../host/build';
 import { writeFileAtomic } from '../host/files';
 import { readCredential, readSettings, type Settings } from '../host/settings';
 import { hostPath } from '../host/tools-env';
@@ -23,6 +23,8 @@ import { DEFAULT_LIMITS, type Limits } from '../core/limits';
 import { Ledger } from '../host/ledger';
 import { Store } from '../host/store';
 import { PayloadSizeGuard } from './payload-guard';
+import { becomeCurrent, deploymentOptions } from './deployment';
+import type { WorkerDeploymentVersion } from '@temporalio/common';
 import { createSandbox, type Sandbox, type SandboxOptions } from './sandbox';
 import { workerTelemetry } from './telemetry';
 import type { Tracing } from '../host/tracing';
@@ -146,9 +148,13 @@ function loadPrices(file: string | null): PriceTable {
  * run's first activity); the host's own queue takes every later activity of the runs it holds.
  */
 export interface HostWorkers {
+  /** Polls until shut down; makes this version the deployment's current one once the server has seen it poll. */
   run(): Promise<void>;
+  /** Polls while `fn` runs, which starts once this version is the deployment's current one. */
   runUntil<T>(fn: () => Promise<T>): Promise<T>;
   shutdown(): void;
+  /** The Worker Deployment version both workers poll as (docs/versioning.md). */
+  version: WorkerDeploymentVersion;
 }
 
 export interface HarnessWorker {
@@ -249,13 +255,17 @@ async function temporalWorkers(
 ): Promise<HostWorkers> {
   const dataConverter = { payloadCodecs: [new PayloadSizeGuard()] };
   const telemetry = workerTelemetry(options.tracing ?? null);
+  const version: WorkerDeploymentVersion = { deploymentName: settings.deploymentName, buildId: buildId() };
+  const namespace = options.namespace ?? 'default';
   const common = {
     connection: options.connection,
-    namespace: options.namespace ?? 'default',
+    namespace,
     activities,
     dataConverter,
     interceptors: { activity: telemetry.activity },
     identity: workerIdentity(),
+    // Every workflow this worker starts stays on this build: PINNED (docs/versioning.md).
+    workerDeploymentOptions: deploymentOptions(version),
     // A worker that is stopped (replaced, or told to end) gives in-flight activities time to finish.
     shutdownGraceTime: '10 seconds',
   } as const;
@@ -271,15 +281,29 @@ async function temporalWorkers(
         });
   const own = await Worker.create({ ...common, taskQueue: hostQueue });
   const workers = shared ? [shared, own] : [own];
+  const polled = { workflow: shared ? [options.taskQueue] : [], activity: [...(shared ? [options.taskQueue] : []), hostQueue] };
+  // Only once the workers poll does the server know the version's queues.
+  const current = () => becomeCurrent(options.connection, namespace, version, polled, common.identity);
   const worker: HostWorkers = {
     async run() {
       const stopBoth = () => worker.shutdown();
-      await Promise.all(workers.map((w) => w.run().finally(stopBoth)));
+      const running = workers.map((w) => w.run().finally(stopBoth));
+      await Promise.all([
+        ...running,
+        current().catch((err: unknown) => {
+          stopBoth();
+          throw err;
+        }),
+      ]);
     },
-    runUntil: (fn) => (shared ? shared.runUntil(() => own.runUntil(fn)) : own.runUntil(fn)),
+    runUntil: (fn) => {
+      const afterCurrent = () => current().then(fn);
+      return shared ? shared.runUntil(() => own.runUntil(afterCurrent)) : own.runUntil(afterCurrent);
+    },
     shutdown() {
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
+    version,
   };
   return worker;
 }

@@ -3,8 +3,10 @@
  * temporal.toml profile, as the `temporal` CLI reads them), or the embedded dev server when
  * neither gives an address. A connection that cannot be made ends it with one line, exit 2.
  * Started by the command line as the embedded default's background worker, it also stops by
- * itself when it is no longer the state folder's recorded worker, or when the dev server it
- * serves has ended.
+ * itself when another worker of its build is recorded in its place, or when the dev server it
+ * serves has ended. Any worker whose version is no longer the deployment's current one (a newer
+ * build started) keeps serving the runs pinned to it and exits once the server reports its
+ * version drained (docs/versioning.md).
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -17,6 +19,7 @@ import { embeddedDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
 import { installRuntime as install } from '../host/runtime';
 import { readSettings, type Settings } from '../host/settings';
+import { drained, versionName } from './deployment';
 import { createWorker, type HostWorkers } from './index';
 import { prometheusOptions, snakeCaseMetricTags } from './telemetry';
 
@@ -47,10 +50,12 @@ async function main(): Promise<void> {
   const background = settings.backgroundWorker;
   if (background) recordSelf(settings);
   const watch = background ? watchdog(settings, worker) : null;
+  const drain = drainWatch(settings, worker, () => drained(connection, target.namespace, worker.version));
   try {
-    await worker.run(); // ends on SIGINT / SIGTERM
+    await worker.run(); // ends on SIGINT / SIGTERM, or once drained
   } finally {
     if (watch) clearInterval(watch);
+    clearInterval(drain);
     close();
     await tracing?.shutdown();
     await connection.close();
@@ -67,7 +72,32 @@ function installRuntime(settings: Settings): Runtime {
   }
 }
 
-/** The background worker ends when another worker is recorded in its place, or its dev server has ended. */
+/**
+ * A worker ends once the server reports its version drained: a newer version is current and no
+ * open run is pinned to this one. Until then it serves the runs that started on it.
+ */
+function drainWatch(settings: Settings, worker: HostWorkers, isDrained: () => Promise<boolean>): NodeJS.Timeout {
+  let asking = false;
+  return setInterval(() => {
+    if (asking) return;
+    asking = true;
+    isDrained()
+      .then((yes) => {
+        if (!yes) return;
+        console.error(`worker ${process.pid}: version ${versionName(worker.version)} has drained (no open run pinned to it); stopping`);
+        worker.shutdown();
+      })
+      // The server unreachable for a moment: asked again at the next check.
+      .catch((err: unknown) => console.error(`worker ${process.pid}: drain check failed: ${(err as Error).message}`))
+      .finally(() => (asking = false));
+  }, settings.drainCheckS * 1000);
+}
+
+/**
+ * The background worker ends when another worker of its own build is recorded in its place, or its
+ * dev server has ended. A worker of another build recorded in its place leaves it running: it
+ * serves the runs pinned to its version until they have drained (drainWatch).
+ */
 function watchdog(settings: Settings, worker: HostWorkers): NodeJS.Timeout {
   let server: number | null = null;
   try {
@@ -76,12 +106,21 @@ function watchdog(settings: Settings, worker: HostWorkers): NodeJS.Timeout {
   } catch {
     // no pid file: the server was started elsewhere
   }
+  let draining = false;
   return setInterval(() => {
     const record = readWorkerRecord(settings.stateDir);
     const replaced = record !== null && record.pid !== process.pid;
-    if (replaced || (server !== null && !processAlive(server))) {
-      console.error(`worker ${process.pid}: ${replaced ? `replaced by worker ${record!.pid}` : 'the dev server has ended'}; stopping`);
+    if (server !== null && !processAlive(server)) {
+      console.error(`worker ${process.pid}: the dev server has ended; stopping`);
       worker.shutdown();
+    } else if (replaced && record.build === worker.version.buildId) {
+      console.error(`worker ${process.pid}: replaced by worker ${record.pid}; stopping`);
+      worker.shutdown();
+    } else if (replaced && !draining) {
+      console.error(
+        `worker ${process.pid}: replaced by worker ${record.pid} of build ${record.build}; serving the runs pinned to build ${worker.version.buildId} until its version drains`,
+      );
+      draining = true;
     }
   }, 2000);
 }

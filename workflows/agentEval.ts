@@ -115,7 +115,9 @@ export async function agentEval(input: EvalInput, carried?: EvalCarried): Promis
   refresh();
   if (next < total) {
     await wf.condition(wf.allHandlersFinished);
-    return wf.continueAsNew<typeof agentEval>(input, {
+    // No child in flight: a newer build that is the deployment's current version takes the next segment (docs/versioning.md).
+    const options = wf.workflowInfo().targetWorkerDeploymentVersionChanged ? { initialVersioningBehavior: 'AUTO_UPGRADE' as const } : {};
+    return wf.makeContinueAsNewFunc<typeof agentEval>(options)(input, {
       next,
       progress: { ...progress, segment: progress.segment + 1 },
       started_at: startedAt,

@@ -1150,11 +1150,16 @@ class AgentRun {
    */
   private async continueAsNew(pendingWrite: PendingWrite | null): Promise<never> {
     const info = wf.workflowInfo();
+    // A newer build is the deployment's current version: the next segment starts on it, unless a
+    // write waits for its approval, which the build that prepared it carries to its end
+    // (docs/versioning.md).
+    const upgrade = info.targetWorkerDeploymentVersionChanged && pendingWrite === null;
     this.trace.add('continued_as_new', {
       segment: this.view.segment,
       history_events: info.historyLength,
       history_bytes: info.historySize,
       pending_action: pendingWrite?.action.action_id ?? null,
+      to_current_version: upgrade,
     });
     await this.storeTrace();
     await wf.condition(wf.allHandlersFinished);
@@ -1165,7 +1170,8 @@ class AgentRun {
     this.state.pending_write = pendingWrite;
     if (pendingWrite === null) this.state.reply_rest = [];
     this.state.trace = this.trace.carried();
-    return wf.continueAsNew<typeof agentRun>(this.input, this.state);
+    if (!upgrade) return wf.continueAsNew<typeof agentRun>(this.input, this.state);
+    return wf.makeContinueAsNewFunc<typeof agentRun>({ initialVersioningBehavior: 'AUTO_UPGRADE' })(this.input, this.state);
   }
 
   /**

@@ -1,0 +1,105 @@
+/**
+ * Worker Versioning (docs/versioning.md): every worker polls as one version of the deployment the
+ * settings name (`AGENT_DEPLOYMENT_NAME`), its build id the build's digest (host/build.ts), and
+ * every workflow it runs is PINNED to that version. A worker makes its version the deployment's
+ * current one once the server has seen it poll each of its task queues, so new runs go to the
+ * newest worker started; a worker whose version is no longer current keeps serving the runs
+ * pinned to it, and exits once the server reports the version drained.
+ *
+ * Hazard: the server registers a version's task queues when its pollers arrive, asynchronously;
+ * a version made current before that would route its queues' new tasks nowhere, and a task sent
+ * to a queue the version does not list yet waits in the unversioned backlog. `becomeCurrent`
+ * therefore waits for the version to list every queue this worker polls.
+ */
+import { temporal } from '@temporalio/proto';
+import type { NativeConnection, WorkerDeploymentOptions } from '@temporalio/worker';
+import type { WorkerDeploymentVersion } from '@temporalio/common';
+
+const VersionStatus = temporal.api.enums.v1.WorkerDeploymentVersionStatus;
+const QueueType = temporal.api.enums.v1.TaskQueueType;
+
+/** The options of every Temporal worker of this build: its version, PINNED unless a workflow says otherwise. */
+export function deploymentOptions(version: WorkerDeploymentVersion): WorkerDeploymentOptions {
+  return { version, useWorkerVersioning: true, defaultVersioningBehavior: 'PINNED' };
+}
+
+/** `name.build`, as the server and `temporal worker deployment` name a version. */
+export const versionName = (v: WorkerDeploymentVersion): string => `${v.deploymentName}.${v.buildId}`;
+
+/** The queues a worker polls, by kind: workflow tasks on one, activity tasks on the others. */
+export interface PolledQueues {
+  workflow: string[];
+  activity: string[];
+}
+
+export interface VersionView {
+  /** CURRENT, RAMPING, DRAINING, DRAINED, INACTIVE (as the server names them, without the prefix); null: unknown to the server. */
+  status: string | null;
+  /** The task queues the server lists for the version, as `name/kind`. */
+  queues: string[];
+}
+
+/** What the server says of one version (null status: it has not seen the version yet). */
+export async function describeVersion(
+  connection: NativeConnection,
+  namespace: string,
+  version: WorkerDeploymentVersion,
+): Promise<VersionView> {
+  try {
+    const res = await connection.workflowService.describeWorkerDeploymentVersion({ namespace, deploymentVersion: version });
+    const info = res.workerDeploymentVersionInfo;
+    const status = info?.status ? VersionStatus[info.status].replace('WORKER_DEPLOYMENT_VERSION_STATUS_', '') : null;
+    const queues = (info?.taskQueueInfos ?? []).map(
+      (q) => `${q.name}/${q.type === QueueType.TASK_QUEUE_TYPE_WORKFLOW ? 'workflow' : 'activity'}`,
+    );
+    return { status, queues };
+  } catch (err) {
+    if ((err as { code?: number }).code === 5) return { status: null, queues: [] }; // NOT_FOUND
+    throw err;
+  }
+}
+
+/**
+ * Makes `version` the deployment's current version once the server lists every queue this worker
+ * polls in it. `ignoreMissingTaskQueues`: the version before may have polled queues this worker
+ * never will (another host's own queue), which would otherwise refuse the change. A worker that
+ * polls no workflow queue (a host serving only its own queue) only waits for its queues: made
+ * current, its version would take new runs it cannot run.
+ */
+export async function becomeCurrent(
+  connection: NativeConnection,
+  namespace: string,
+  version: WorkerDeploymentVersion,
+  queues: PolledQueues,
+  identity: string,
+  timeoutMs = 60_000,
+): Promise<'made_current' | 'already_current' | 'not_made_current'> {
+  const wanted = [...queues.workflow.map((q) => `${q}/workflow`), ...queues.activity.map((q) => `${q}/activity`)];
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const view = await describeVersion(connection, namespace, version);
+    const missing = wanted.filter((q) => !view.queues.includes(q));
+    if (missing.length === 0) {
+      if (view.status === 'CURRENT') return 'already_current';
+      if (queues.workflow.length === 0) return 'not_made_current';
+      await connection.workflowService.setWorkerDeploymentCurrentVersion({
+        namespace,
+        deploymentName: version.deploymentName,
+        buildId: version.buildId,
+        ignoreMissingTaskQueues: true,
+        identity,
+      });
+      return 'made_current';
+    }
+    if (Date.now() > until)
+      throw new Error(
+        `the server did not list ${missing.join(', ')} in version ${versionName(version)} within ${timeoutMs / 1000} s; is Worker Versioning enabled on it (docs/versioning.md)?`,
+      );
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** True when the server reports `version` drained: neither current nor ramping, and no open run pinned to it. */
+export async function drained(connection: NativeConnection, namespace: string, version: WorkerDeploymentVersion): Promise<boolean> {
+  return (await describeVersion(connection, namespace, version)).status === 'DRAINED';
+}
