@@ -89,6 +89,12 @@ async function soak(backend: SoakKind, server: ServerUnderTest, link: NetworkLin
 
   const faults: number[] = [];
   let faulting = true;
+  // A run still going 10 minutes after the last fault is lost: said so, not waited for forever.
+  let faultsOver: () => void = () => undefined;
+  const lost = new Promise<never>((_, reject) => {
+    faultsOver = () => setTimeout(() => reject(new Error('still not ended 10 minutes after the last fault')), 600_000).unref();
+  });
+  lost.catch(() => undefined);
   const results: Promise<RunResult>[] = [];
   let index = 0;
   const runOne = async (): Promise<RunResult> => {
@@ -96,7 +102,7 @@ async function soak(backend: SoakKind, server: ServerUnderTest, link: NetworkLin
     let handle: WorkflowHandleWithFirstExecutionRunId | null = null;
     try {
       handle = await startCanonical(server, taskQueue, `${taskQueue}-run-${++index}`);
-      const outcome = await outcomeThroughOutages(handle, 900_000);
+      const outcome = await Promise.race([outcomeThroughOutages(handle, 900_000), lost]);
       return { started, ended: Date.now(), state: finishedState(outcome, stateDir, handle.firstExecutionRunId), error: null };
     } catch (err) {
       return { started, ended: Date.now(), state: null, error: `${handle?.workflowId ?? 'a start'}: ${(err as Error).message}` };
@@ -125,6 +131,7 @@ async function soak(backend: SoakKind, server: ServerUnderTest, link: NetworkLin
     }
   }
   faulting = false;
+  faultsOver();
   await Promise.all(lanes);
   const settled = await Promise.all(results);
   stopping = true;
