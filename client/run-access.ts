@@ -27,6 +27,7 @@ import {
 } from '../workflows/messages';
 import type { RunSnapshot } from '../core/delivery';
 import type { EvalInput, EvalProgress, EvalResult } from '../core/batch-plan';
+import { startThroughOutage, type Patience } from './server-away';
 
 /** How long a Query may take before the command says no worker answered. */
 export const QUERY_DEADLINE_MS = 5_000;
@@ -51,8 +52,14 @@ export function batchHandle(client: Client, batch: string): BatchHandle {
   return client.workflow.getHandle<AgentEval>(batch);
 }
 
-export function startRun(client: Client, input: RunInput, o: { taskQueue: string; workflowId: string }) {
-  return client.workflow.start<AgentRun>(AGENT_RUN, { taskQueue: o.taskQueue, workflowId: o.workflowId, args: [input] });
+/** Starts a run; while the server is away (restarting, cut off) the start is asked again (client/server-away.ts). */
+export function startRun(client: Client, input: RunInput, o: { taskQueue: string; workflowId: string; patience?: Patience }) {
+  return startThroughOutage(
+    client,
+    o.workflowId,
+    () => client.workflow.start<AgentRun>(AGENT_RUN, { taskQueue: o.taskQueue, workflowId: o.workflowId, args: [input] }),
+    o.patience,
+  );
 }
 
 /** Starts a run with any arguments (the workflow validates them): for tests of bad input. */

@@ -139,6 +139,8 @@ export interface Settings {
   metricsAddress: string | null;
   /** Crash tests only: the point at which this worker kills itself with SIGKILL. */
   fault: FaultPoint | null;
+  /** Server-fault tests only: 0 kills at the fault point; more holds this worker there that many ms instead. */
+  faultHoldMs: number;
   /** Set by the command line on the background worker it starts (host/background-worker.ts). */
   backgroundWorker: boolean;
   /**
@@ -528,6 +530,13 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
         throw new Error(`AGENT_FAULT must be one of ${FAULT_POINTS.join(', ')}, not ${JSON.stringify(point)}`);
       return point as FaultPoint;
     },
+  },
+  faultHoldMs: {
+    name: 'AGENT_FAULT_HOLD_MS',
+    default: '0',
+    meaning:
+      'server-fault tests only: with `AGENT_FAULT`, the worker holds still at the fault point for this many ms (saying so on stderr) instead of killing itself, while the test kills the server',
+    read: integer('AGENT_FAULT_HOLD_MS', 0, 60_000, 0),
   },
   backgroundWorker: {
     name: BACKGROUND_WORKER_VARIABLE,

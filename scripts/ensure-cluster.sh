@@ -22,6 +22,8 @@
 #   AGENT_CLUSTER_PG_PORT  PostgreSQL's port (default 55432)
 #   AGENT_CLUSTER_DYNAMIC_CONFIG  a YAML file of more dynamic configuration, appended to the
 #                       cluster's when the server starts (a test's shorter intervals)
+#   AGENT_CLUSTER_BIN   the binaries' folder (default: <dir>/bin); a test's cluster in a temporary
+#                       folder uses the cached build of <state>/cluster/bin this way
 #   The build also makes <dir>/bin/toxiproxy-server (the network-fault tests start their own).
 #
 # Nothing it starts sends traffic off this machine: every listener is on 127.0.0.1, the server's
@@ -42,12 +44,13 @@ state="${AGENT_STATE_DIR:-$repo/.agent-state}"
 dir="${AGENT_CLUSTER_DIR:-$state/cluster}"
 port="${AGENT_CLUSTER_PORT:-7433}"
 pg_port="${AGENT_CLUSTER_PG_PORT:-55432}"
-bin="$dir/bin"
+bin="${AGENT_CLUSTER_BIN:-$dir/bin}"
 pg_data="$dir/pg"
 logs="$dir/logs"
 mkdir -p "$dir" "$logs"
 dir="$(cd "$dir" && pwd)"
-bin="$dir/bin"; pg_data="$dir/pg"; logs="$dir/logs"
+mkdir -p "$bin"
+bin="$(cd "$bin" && pwd)"; pg_data="$dir/pg"; logs="$dir/logs"
 
 say() { echo "ensure-cluster: $*" >&2; }
 die() { say "$*"; exit 1; }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # What `npm test` needs besides Node packages, prepared when missing: the tools environment
-# (Temporal CLI, pytest), a Docker engine and the sandbox image, a headless Chromium and promtool. When that is impossible here,
+# (Temporal CLI, pytest), a Docker engine and the sandbox image, a headless Chromium and promtool,
+# the Temporal cluster's binaries (the server, its SQL tool and Toxiproxy, built from their Go
+# modules once and cached) and PostgreSQL. When that is impossible here,
 # one message says why and what to do, and the tests do not start.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +25,15 @@ fi
 if ! log=$(bash scripts/ensure-promtool.sh 2>&1 >/dev/null); then
   echo "$log" | tail -n 5 >&2
   fail "the metrics test needs Prometheus's promtool" "run once as root (it installs Debian's prometheus with apt), or set PROMTOOL_BIN to a promtool binary"
+fi
+if ! log=$(bash scripts/ensure-cluster.sh build 2>&1 >/dev/null); then
+  echo "$log" | tail -n 5 >&2
+  fail "the server-fault suite needs the Temporal server, its SQL tool and Toxiproxy built from their Go modules" "install the Go toolchain (go on PATH) with access to the Go module proxy once; the build is cached in .agent-state/cluster/bin (AGENT_STATE_DIR)"
+fi
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 || true
+  fi
+  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 ||
+    fail "the server-fault suite's cluster needs PostgreSQL" "run once as root (it installs Debian's postgresql), or install postgresql"
 fi

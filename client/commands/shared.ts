@@ -152,7 +152,17 @@ export async function startAndFollow(
 ): Promise<number> {
   const { startRun } = await access();
   await session.ensureWorker();
-  const handle = await startRun(session.client, input, { taskQueue: session.settings.taskQueue, workflowId });
+  let said = false;
+  const handle = await startRun(session.client, input, {
+    taskQueue: session.settings.taskQueue,
+    workflowId,
+    patience: {
+      onAway: (err) => {
+        if (!said) process.stderr.write(`(the Temporal server does not answer yet: ${(err as Error).message}; asking again)\n`);
+        said = true;
+      },
+    },
+  });
   if (!values.wait && !values.follow) {
     out(values.json ? { workflow_id: handle.workflowId, run_id: handle.firstExecutionRunId } : handle.workflowId);
     return 0;

@@ -93,7 +93,7 @@ export async function approveAll(handle: WorkflowHandle, principal = 'user:test'
 
 /** A real worker process (`node dist/worker/main.js`), for tests that kill it. */
 export function spawnWorker(
-  env: TestWorkflowEnvironment,
+  env: Pick<TestWorkflowEnvironment, 'address'>,
   taskQueue: string,
   stateDir: string,
   extraEnv: Record<string, string> = {},

@@ -33,9 +33,18 @@ export interface WorkerProcess {
   stop(): Promise<ExitStatus>;
 }
 
-/** A real worker process (`node dist/worker/main.js`), optionally with AGENT_FAULT set. */
-export function startWorker(env: TestWorkflowEnvironment, taskQueue: string, stateDir: string, fault?: FaultPoint): WorkerProcess {
-  const child = spawnWorker(env, taskQueue, stateDir, fault ? { AGENT_FAULT: fault } : {});
+/**
+ * A real worker process (`node dist/worker/main.js`), optionally with AGENT_FAULT set; `extraEnv`
+ * goes last (a TEMPORAL_ADDRESS there connects the worker through a proxy).
+ */
+export function startWorker(
+  env: Pick<TestWorkflowEnvironment, 'address'>,
+  taskQueue: string,
+  stateDir: string,
+  fault?: FaultPoint,
+  extraEnv: Record<string, string> = {},
+): WorkerProcess {
+  const child = spawnWorker(env, taskQueue, stateDir, { ...(fault ? { AGENT_FAULT: fault } : {}), ...extraEnv });
   let log = '';
   const exit = new Promise<ExitStatus>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
   const ready = new Promise<void>((resolve, reject) => {

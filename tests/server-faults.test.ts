@@ -1,0 +1,165 @@
+/**
+ * The Temporal server itself dying, its database restarting and the network between a worker
+ * and the server cut, with real processes (docs/faults.md): the dev server on a database file
+ * and a cluster of the project's (the server built from its Go module, PostgreSQL, SQL
+ * visibility; scripts/ensure-cluster.sh), a real worker process, Toxiproxy between them.
+ *
+ * A worker started with `AGENT_FAULT=<point>` and `AGENT_FAULT_HOLD_MS` holds still at that point
+ * and says so: the server is SIGKILLed exactly while a write or a test run is in flight, and
+ * started again on the same data once the step has gone on without it. Every run must end
+ * completed with one write and one receipt per approved action, its workspace holding what the
+ * receipts say, and the worker process that lived through the fault still running.
+ *
+ * The partition lasts 2 minutes, longer than every activity timeout (10 s), so it runs once, on
+ * the cluster; the dev server gets a flapping, slow link instead.
+ */
+import { NamespaceNotFoundError } from '@temporalio/common';
+import { execFileSync } from 'node:child_process';
+import { Client } from '@temporalio/client';
+import { startRun } from '../client/run-access';
+import { serverAway } from '../client/server-away';
+import type { FaultPoint } from '../host/faults';
+import { CLEAN_FINISH, startWorker, type WorkerProcess } from './helpers/faults';
+import { SETTINGS, tempDir } from './helpers/run-dir';
+import { temporalBinary } from '../host/temporal-bin';
+import { endOf, holding, startCanonical } from './helpers/server-faults';
+import { networkLink, startBackend, type ServerKind, type ServerUnderTest } from './helpers/servers';
+import { canonicalInput, uniqueQueue } from './helpers/temporal';
+
+const HOLD_MS = '4000';
+/** How long the server stays dead after its SIGKILL: the held step goes on and finishes meanwhile. */
+const DOWN_MS = 6000;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One case's worker: a real process on a queue and state folder of its own, stopped by the suite. */
+function caseWorker(server: Pick<ServerUnderTest, 'address'>, name: string, point: FaultPoint, extraEnv: Record<string, string> = {}) {
+  const stateDir = tempDir('agent-state');
+  const taskQueue = uniqueQueue(name);
+  const worker = startWorker(server, taskQueue, stateDir, point, { AGENT_FAULT_HOLD_MS: HOLD_MS, ...extraEnv });
+  return { stateDir, taskQueue, worker };
+}
+
+const alive = (w: WorkerProcess) => [w.child.exitCode, w.child.signalCode];
+
+describe.each<ServerKind>(['dev', 'cluster'])('the Temporal server (%s) SIGKILLed in the middle of a step', (kind) => {
+  let server: ServerUnderTest;
+  const workers: WorkerProcess[] = [];
+
+  beforeAll(async () => {
+    server = await startBackend(kind);
+  }, 180_000);
+
+  afterAll(async () => {
+    await Promise.all(workers.map((w) => w.stop()));
+    await server?.close();
+  }, 60_000);
+
+  it.each<[string, FaultPoint]>([
+    ['a write (the target holds the new content, its receipt not yet recorded)', 'after_rename'],
+    ['a test run (the candidate tests just spawned)', 'during_tests'],
+  ])(
+    'during %s: the run completes with one write and one receipt per approved action',
+    async (_what, point) => {
+      const { stateDir, taskQueue, worker } = caseWorker(server, `server-kill-${kind}`, point);
+      workers.push(worker);
+      await worker.ready;
+      const handle = await startCanonical(server, taskQueue);
+      await holding(worker, point);
+      await server.kill();
+      await sleep(DOWN_MS);
+      await server.start();
+      expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
+      expect(alive(worker)).toEqual([null, null]);
+    },
+    240_000,
+  );
+
+  if (kind === 'cluster') {
+    it('with PostgreSQL restarted during a test run: the run completes with one write and one receipt per approved action', async () => {
+      const { stateDir, taskQueue, worker } = caseWorker(server, 'db-restart', 'during_tests');
+      workers.push(worker);
+      await worker.ready;
+      const handle = await startCanonical(server, taskQueue);
+      await holding(worker, 'during_tests');
+      await server.restartDb();
+      expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
+      expect(alive(worker)).toEqual([null, null]);
+    }, 240_000);
+
+    it('with the worker cut off from the frontend for 2 minutes during a test run: the run completes once the link is back', async () => {
+      const link = await networkLink(server.address);
+      try {
+        const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'partition', 'during_tests');
+        workers.push(worker);
+        await worker.ready;
+        const handle = await startCanonical(server, taskQueue);
+        await holding(worker, 'during_tests');
+        await link.cut();
+        await sleep(120_000);
+        // The run waited for the worker all along: still running, its test run's attempt timed out.
+        expect((await handle.describe()).status.name).toBe('RUNNING');
+        await link.heal();
+        expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
+        expect(alive(worker)).toEqual([null, null]);
+      } finally {
+        await link.close();
+      }
+    }, 300_000);
+  }
+
+  if (kind === 'dev') {
+    it('with a flapping, slow link between the worker and the server: the run completes with one write and one receipt per approved action', async () => {
+      const link = await networkLink(server.address);
+      try {
+        const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'flapping', 'during_tests');
+        workers.push(worker);
+        await worker.ready;
+        await link.latency(150, 100);
+        const handle = await startCanonical(server, taskQueue);
+        await holding(worker, 'during_tests');
+        for (let i = 0; i < 3; i++) {
+          await link.cut();
+          await sleep(4000);
+          await link.heal();
+          await sleep(2000);
+        }
+        expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
+        expect(alive(worker)).toEqual([null, null]);
+      } finally {
+        await link.close();
+      }
+    }, 240_000);
+
+    it('a start asked while the server is dead is made once the server is back', async () => {
+      await server.kill();
+      const taskQueue = uniqueQueue('start-away');
+      const starting = startRun(server.client, canonicalInput('canonical'), { taskQueue, workflowId: `${taskQueue}-run` });
+      await sleep(3000);
+      await server.start();
+      const handle = await starting;
+      const described = await handle.describe();
+      expect([described.status.name, described.runId]).toEqual(['RUNNING', handle.firstExecutionRunId]);
+      await handle.terminate('the test only started it');
+    }, 120_000);
+
+    it('a start asked while the namespace is not yet known (as a cluster answers while it starts) is made once it is known', async () => {
+      const namespace = `arriving-${process.pid}`;
+      const client = new Client({ connection: server.client.connection, namespace });
+      const taskQueue = uniqueQueue('start-namespace');
+      const starting = startRun(client, canonicalInput('canonical'), { taskQueue, workflowId: `${taskQueue}-run` });
+      await sleep(2000);
+      execFileSync(temporalBinary(SETTINGS), ['operator', 'namespace', 'create', '--namespace', namespace, '--address', server.address]);
+      const handle = await starting;
+      expect((await handle.describe()).status.name).toBe('RUNNING');
+      await handle.terminate('the test only started it');
+    }, 120_000);
+
+    it('tells a server away (not answering, namespace not yet known) from other errors', () => {
+      expect([serverAway(new NamespaceNotFoundError('default')), serverAway(new Error('UNAVAILABLE')), serverAway(null)]).toEqual([
+        true,
+        false,
+        false,
+      ]);
+    });
+  }
+});
