@@ -4,6 +4,8 @@
  * write, a test run and a store commit. A step that finds no space left waits for it: freed in
  * time, the run completes with exactly one write and one receipt per approved action; not freed,
  * it ends `disk_full` naming the owner, every target as before and the ledger saying not written.
+ * A full workspace during a write and a full state folder during a store commit are tried again with
+ * the runs on a PostgreSQL cluster of the test's own instead of the dev server.
  * Also: a test run whose heartbeats stop ends with its record and reason, the workspace limit
  * refuses a write and stops a test process, and `run --wait --json` on the embedded default says
  * what is wrong while its state folder is full, then prints the record once space is freed.
@@ -26,6 +28,7 @@ import { runTests } from '../tools/run_tests';
 import { approvalFor, queryState, runProgress, sendApproval } from '../client/run-access';
 import { freePort, LINKCHECK, PROJECT_ROOT, prepareRun, SETTINGS, tempDir } from './helpers/run-dir';
 import { activityAttempts, withLedger } from './helpers/faults';
+import { clusterEnvironment } from './helpers/servers';
 import {
   approveAll,
   CANONICAL_RECORD,
@@ -40,6 +43,11 @@ import {
 
 const ADDED_TEST = 'tests/test_agent_nested.py'; // the canonical run's first write (a new file)
 const MiB = 1024 * 1024;
+/** What a write into a full workspace, and a store commit into a full state folder, wait with. */
+const WORKSPACE_FULL_AT_WRITE =
+  /^writePatch: no space left on the file system of the workspace \(writing tests\/test_agent_nested\.py through the control folder\): ENOSPC; waiting for space \(attempt 1\)$/;
+const STATE_FULL_AT_COMMIT =
+  /^executeTool: no space left on the file system of the state folder \(the host store\): SQLITE_FULL; waiting for space/;
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
@@ -155,6 +163,16 @@ function linkcheckWith(body?: string) {
 const heldInput = (fixture: ReturnType<typeof linkcheckWith>): RunInput =>
   canonicalInput('canonical', { fixture: fixture.dir, source: { kind: 'replay', path: fixture.replay, trusted: true } });
 
+/** While the write waits for space: its intent is in the ledger, no receipt, one `not_written` row saying why. */
+const notWrittenForSpace = (state: string, actionId: string) =>
+  expect(
+    withLedger(state, (l) => ({
+      intent: l.hasIntent(actionId),
+      receipt: l.receipt(actionId),
+      not_written: l.notWritten(actionId).map((r) => r.reason),
+    })),
+  ).toEqual({ intent: true, receipt: null, not_written: ['disk_full'] });
+
 /**
  * The canonical run, its first write approved while `which` file system is full: the write waits
  * for space with `failure`, nothing of it is made (`whileFull` looks further), then space is
@@ -208,18 +226,7 @@ async function testRunWaitsForSpace(which: 'runs' | 'state', failure: RegExp) {
 
 describe('a full workspace', () => {
   it('during a write: the target stays as it was and the ledger says not written; freed, the run completes with one write and one receipt each', async () => {
-    await writeWaitsForSpace(
-      'runs',
-      /^writePatch: no space left on the file system of the workspace \(writing tests\/test_agent_nested\.py through the control folder\): ENOSPC; waiting for space \(attempt 1\)$/,
-      (state, actionId) =>
-        expect(
-          withLedger(state, (l) => ({
-            intent: l.hasIntent(actionId),
-            receipt: l.receipt(actionId),
-            not_written: l.notWritten(actionId).map((r) => r.reason),
-          })),
-        ).toEqual({ intent: true, receipt: null, not_written: ['disk_full'] }),
-    );
+    await writeWaitsForSpace('runs', WORKSPACE_FULL_AT_WRITE, notWrittenForSpace);
   });
 
   it('during a write, never freed: the run ends disk_full naming the workspace, the target as before, the ledger saying not written', async () => {
@@ -271,10 +278,7 @@ describe('a full state folder', () => {
   });
 
   it('during a store commit: the test run waits for space and runs again once it is freed', async () => {
-    await testRunWaitsForSpace(
-      'state',
-      /^executeTool: no space left on the file system of the state folder \(the host store\): SQLITE_FULL; waiting for space/,
-    );
+    await testRunWaitsForSpace('state', STATE_FULL_AT_COMMIT);
   });
 
   it('during a store commit, never freed: the run ends disk_full naming the state folder, its record whole though its trace could not be stored', async () => {
@@ -295,6 +299,26 @@ describe('a full state folder', () => {
     );
     // The end is in the record (and in history), not in the full store.
     expect(trace.map((e) => e.type)).not.toContain('run_finished');
+  });
+});
+
+describe('on a cluster (PostgreSQL, SQL visibility) rather than the dev server', () => {
+  let dev: TestWorkflowEnvironment;
+  beforeAll(async () => {
+    dev = env;
+    env = await clusterEnvironment();
+  }, 180_000);
+  afterAll(async () => {
+    await env?.teardown();
+    env = dev;
+  });
+
+  it('a full workspace during a write: the target as before, the ledger says not written; freed, one write and one receipt each', async () => {
+    await writeWaitsForSpace('runs', WORKSPACE_FULL_AT_WRITE, notWrittenForSpace);
+  });
+
+  it('a full state folder during a store commit: the test run waits for space and runs again once it is freed', async () => {
+    await testRunWaitsForSpace('state', STATE_FULL_AT_COMMIT);
   });
 });
 

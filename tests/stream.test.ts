@@ -159,14 +159,20 @@ describe('the event stream of a run', () => {
     await a.waitFor('a hint that no worker answers', (f) => f.event === 'hint' && f.data.hint === 'no_worker', 30_000);
     await worker();
     // Until the new worker answers for the run, the action is refused and nothing is sent: the client sends it again, under the same id.
+    const refusals: string[] = [];
     const second = await waitFor(
       'the second approval to be taken',
       async () => {
         const r = await act(id, { id: 'approve-second', action: 'approve', ...digests(card2.data as never) });
+        if (r.status !== 200) refusals.push(`${new Date().toISOString()} ${r.status} ${JSON.stringify(r.body)}`);
         return r.status === 200 ? r : null;
       },
       60_000,
-    );
+    ).catch((err: Error) => {
+      throw new Error(
+        `${err.message}; the refusals: ${refusals.slice(-5).join(' | ')}; the worker's last lines: ${workers.at(-1)?.log().slice(-3000)}`,
+      );
+    });
     expect(second.body.outcome).toBe('approved');
     await Promise.all([a.waitFor('the end', (f) => f.event === 'end', 120_000), v1.waitFor('the end', (f) => f.event === 'end')]);
     await page.waitForSelector('#live-state:text-is("the run ended")', { timeout: 30_000 });

@@ -5,9 +5,8 @@
  * on B, a long session moves to B at its continue-as-new, and A's worker exits once its version
  * has drained. Every version is read back with the `temporal` CLI.
  *
- * `AGENT_TEST_CLUSTER=1` runs the suite on this project's PostgreSQL cluster instead
- * (scripts/ensure-cluster.sh, on ports of its own unless AGENT_CLUSTER_PORT and
- * AGENT_CLUSTER_PG_PORT say otherwise; stopped at the end).
+ * The rollout runs on the dev server and on a PostgreSQL cluster of its own (scripts/ensure-cluster.sh,
+ * in a temp folder on free loopback ports); the embedded default's background worker on the dev server.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -26,6 +25,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import { LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from '../scripts/support/run-dir';
 import { describeVersion } from '../worker/deployment';
 import { SHARED_WORKFLOW_MODULES, WORKFLOW_BUNDLES } from '../worker';
+import { clusterEnvironment, type ServerKind } from './helpers/servers';
 import { killed, pendingApproval, startServer, traceIn, uniqueQueue, waitFor, writeReplay } from './helpers/temporal';
 
 const exec = promisify(execFile);
@@ -34,62 +34,33 @@ const exec = promisify(execFile);
  * of its last turn (about 45; it ends with 65), the session more after its tests (see `replay`).
  */
 const SUGGEST_CAN_EVENTS = 60;
-const ON_CLUSTER = process.env.AGENT_TEST_CLUSTER === '1';
-/** Deployments outlive a run of the suite on the cluster's database: each run names its own. */
-const RUN = ON_CLUSTER ? `-${Date.now().toString(36)}` : '';
-const DEPLOYMENT = `versioning-suite${RUN}`;
+const DEPLOYMENT = 'versioning-suite';
+/** Continue-as-new suggested from SUGGEST_CAN_EVENTS; a version's drainage seen in seconds (the dev server's default). */
+const DYNAMIC_CONFIG = {
+  'limit.historyCount.suggestContinueAsNew': SUGGEST_CAN_EVENTS,
+  'matching.wv.VersionDrainageStatusRefreshInterval': '5s',
+  'matching.wv.VersionDrainageStatusVisibilityGracePeriod': '5s',
+};
 
+/** The server of the `describe` block now running. */
 let env: TestWorkflowEnvironment;
 /** Build B, made once for the file. */
 let b: { root: string; bundle: string };
 beforeAll(async () => {
-  [env, b] = await Promise.all([
-    ON_CLUSTER ? startCluster() : startServer(['--dynamic-config-value', `limit.historyCount.suggestContinueAsNew=${SUGGEST_CAN_EVENTS}`]),
-    buildB(),
-  ]);
-});
-afterAll(async () => {
-  await env?.teardown();
+  b = await buildB();
 });
 
-/**
- * The project's cluster (scripts/ensure-cluster.sh start), with the dynamic configuration a dev
- * server of this suite gets: continue-as-new suggested from SUGGEST_CAN_EVENTS, drainage seen in seconds.
- */
-async function startCluster(): Promise<TestWorkflowEnvironment> {
-  const config = join(tempDir('cluster-config'), 'versioning.yaml');
-  writeFileSync(
-    config,
-    [
-      'limit.historyCount.suggestContinueAsNew:',
-      `  - value: ${SUGGEST_CAN_EVENTS}`,
-      'matching.wv.VersionDrainageStatusRefreshInterval:',
-      '  - value: 5s',
-      'matching.wv.VersionDrainageStatusVisibilityGracePeriod:',
-      '  - value: 5s',
-      '',
-    ].join('\n'),
-  );
-  const clusterEnv = {
-    ...process.env,
-    AGENT_CLUSTER_PORT: process.env.AGENT_CLUSTER_PORT ?? '7633',
-    AGENT_CLUSTER_PG_PORT: process.env.AGENT_CLUSTER_PG_PORT ?? '55632',
-    AGENT_CLUSTER_DYNAMIC_CONFIG: config,
-  };
-  const script = (command: string) => exec('bash', [join(PROJECT_ROOT, 'scripts', 'ensure-cluster.sh'), command], { env: clusterEnv });
-  const { stdout } = await script('start');
-  const address = /^TEMPORAL_ADDRESS=(\S+)$/m.exec(stdout)?.[1];
-  if (address === undefined) throw new Error(`ensure-cluster.sh start printed no address: ${stdout}`);
-  const cluster = await TestWorkflowEnvironment.createFromExistingServer({ address });
-  const teardown = cluster.teardown.bind(cluster);
-  cluster.teardown = async () => {
-    try {
-      await teardown();
-    } finally {
-      await script('stop');
-    }
-  };
-  return cluster;
+/** Each block's server: the dev server, or a cluster of its own with the same configuration. */
+function onServer(kind: ServerKind): void {
+  beforeAll(async () => {
+    env =
+      kind === 'dev'
+        ? await startServer(['--dynamic-config-value', `limit.historyCount.suggestContinueAsNew=${SUGGEST_CAN_EVENTS}`])
+        : await clusterEnvironment(DYNAMIC_CONFIG);
+  }, 180_000);
+  afterAll(async () => {
+    await env?.teardown();
+  });
 }
 
 /** Build B: this build's compiled tree with the test-only workflows of helpers/versioning-workflows bundled in. */
@@ -199,125 +170,131 @@ async function approvePending(handle: WorkflowHandle): Promise<void> {
   await sendApproval(handle, approvalFor(pending, 'approve', 'user:test'));
 }
 
-it('keeps parked runs on the build that started them, starts new ones on the new build, and drains the old worker', async () => {
-  const taskQueue = uniqueQueue('versioning');
-  const stateDir = tempDir('agent-state');
-  mkdirSync(stateDir, { recursive: true });
-  const buildA = buildId();
-  const workerA = startWorker(PROJECT_ROOT, taskQueue, stateDir);
-  let workerB: WorkerProcess | null = null;
-  try {
-    expect(await reportedBuild(workerA)).toBe(buildA);
-    await currentIs(buildA);
+describe.each<ServerKind>(['dev', 'cluster'])('on the %s server', (kind) => {
+  onServer(kind);
+  it('keeps parked runs on the build that started them, starts new ones on the new build, and drains the old worker', async () => {
+    const taskQueue = uniqueQueue('versioning');
+    const stateDir = tempDir('agent-state');
+    mkdirSync(stateDir, { recursive: true });
+    const buildA = buildId();
+    const workerA = startWorker(PROJECT_ROOT, taskQueue, stateDir);
+    let workerB: WorkerProcess | null = null;
+    try {
+      expect(await reportedBuild(workerA)).toBe(buildA);
+      await currentIs(buildA);
 
-    // Four runs park on their write's approval on A; a fifth, a long session, too.
-    const parked = await Promise.all(
-      [0, 1, 2, 3].map((i) => startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-parked-${i}` })),
-    );
-    const session = await startRun(env.client, input(replay(4)), { taskQueue, workflowId: `${taskQueue}-session` });
-    const waiting = await Promise.all([...parked, session].map((h) => pendingApproval(h)));
+      // Four runs park on their write's approval on A; a fifth, a long session, too.
+      const parked = await Promise.all(
+        [0, 1, 2, 3].map((i) => startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-parked-${i}` })),
+      );
+      const session = await startRun(env.client, input(replay(4)), { taskQueue, workflowId: `${taskQueue}-session` });
+      const waiting = await Promise.all([...parked, session].map((h) => pendingApproval(h)));
 
-    // Build B: a workflow change no history of A replays on.
-    const { root, bundle } = b;
-    const history = await parked[0].fetchHistory();
-    await expect(Worker.runReplayHistory({ workflowBundle: { code: bundle } }, history, parked[0].workflowId)).rejects.toThrow(
-      DeterminismViolationError,
-    );
-    await Worker.runReplayHistory({ workflowBundle: { codePath: WORKFLOW_BUNDLES.plain } }, history, parked[0].workflowId);
+      // Build B: a workflow change no history of A replays on.
+      const { root, bundle } = b;
+      const history = await parked[0].fetchHistory();
+      await expect(Worker.runReplayHistory({ workflowBundle: { code: bundle } }, history, parked[0].workflowId)).rejects.toThrow(
+        DeterminismViolationError,
+      );
+      await Worker.runReplayHistory({ workflowBundle: { codePath: WORKFLOW_BUNDLES.plain } }, history, parked[0].workflowId);
 
-    workerB = startWorker(root, taskQueue, stateDir);
-    const buildNew = await reportedBuild(workerB);
-    expect(buildNew).not.toBe(buildA);
-    await currentIs(buildNew);
+      workerB = startWorker(root, taskQueue, stateDir);
+      const buildNew = await reportedBuild(workerB);
+      expect(buildNew).not.toBe(buildA);
+      await currentIs(buildNew);
 
-    // New runs go to B; every parked run is approved and finishes on A.
-    const fresh = await Promise.all(
-      [0, 1].map((i) => startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-new-${i}` })),
-    );
-    await Promise.all(fresh.map((h) => pendingApproval(h)));
-    for (const [i, handle] of [...parked, session].entries()) await sendApproval(handle, approvalFor(waiting[i], 'approve', 'user:test'));
-    await Promise.all(fresh.map(approvePending));
-    const outcomes = (await Promise.all([...parked, session, ...fresh].map((h) => h.result()))) as RunOutcome[];
-    for (const outcome of outcomes) expect(outcome.record).toMatchObject({ status: 'completed', reason: null, writes: 1, receipts: 1 });
-    // The builds each run's steps saw, as its state records them.
-    expect(outcomes.map((o) => o.state.builds)).toEqual([
-      ...parked.map(() => [buildA]),
-      [buildA, buildNew],
-      ...fresh.map(() => [buildNew]),
-    ]);
+      // New runs go to B; every parked run is approved and finishes on A.
+      const fresh = await Promise.all(
+        [0, 1].map((i) => startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-new-${i}` })),
+      );
+      await Promise.all(fresh.map((h) => pendingApproval(h)));
+      for (const [i, handle] of [...parked, session].entries()) await sendApproval(handle, approvalFor(waiting[i], 'approve', 'user:test'));
+      await Promise.all(fresh.map(approvePending));
+      const outcomes = (await Promise.all([...parked, session, ...fresh].map((h) => h.result()))) as RunOutcome[];
+      for (const outcome of outcomes) expect(outcome.record).toMatchObject({ status: 'completed', reason: null, writes: 1, receipts: 1 });
+      // The builds each run's steps saw, as its state records them.
+      expect(outcomes.map((o) => o.state.builds)).toEqual([
+        ...parked.map(() => [buildA]),
+        [buildA, buildNew],
+        ...fresh.map(() => [buildNew]),
+      ]);
 
-    const pinned = (build: string) => ({ behavior: 'VERSIONING_BEHAVIOR_PINNED', build });
-    for (const handle of parked) expect(await versionOf(handle.workflowId)).toEqual(pinned(buildA));
-    for (const handle of fresh) expect(await versionOf(handle.workflowId)).toEqual(pinned(buildNew));
-    // The long session's first segment ran on A; after its approval it continued as new onto B.
-    expect(await versionOf(session.workflowId, session.firstExecutionRunId)).toEqual(pinned(buildA));
-    expect(await versionOf(session.workflowId)).toEqual(pinned(buildNew));
-    const continued = traceIn(stateDir, session.firstExecutionRunId).filter((e) => e.type === 'continued_as_new');
-    expect(continued.map((e) => (e.data as { to_current_version: boolean }).to_current_version)).toEqual([true]);
+      const pinned = (build: string) => ({ behavior: 'VERSIONING_BEHAVIOR_PINNED', build });
+      for (const handle of parked) expect(await versionOf(handle.workflowId)).toEqual(pinned(buildA));
+      for (const handle of fresh) expect(await versionOf(handle.workflowId)).toEqual(pinned(buildNew));
+      // The long session's first segment ran on A; after its approval it continued as new onto B.
+      expect(await versionOf(session.workflowId, session.firstExecutionRunId)).toEqual(pinned(buildA));
+      expect(await versionOf(session.workflowId)).toEqual(pinned(buildNew));
+      const continued = traceIn(stateDir, session.firstExecutionRunId).filter((e) => e.type === 'continued_as_new');
+      expect(continued.map((e) => (e.data as { to_current_version: boolean }).to_current_version)).toEqual([true]);
 
-    // A's version has no open run left: its worker exits by itself; B's keeps polling.
-    await waitFor('worker A to exit', async () => workerA.child.exitCode !== null, 60_000);
-    expect(workerA.child.exitCode).toBe(0);
-    expect(workerA.stderr()).toMatch(`version ${DEPLOYMENT}.${buildA} has drained`);
-    expect(workerB.child.exitCode).toBeNull();
-    const described = await temporal(['worker', 'deployment', 'describe-version', '--deployment-name', DEPLOYMENT, '--build-id', buildA]);
-    expect(described.drainageInfo.drainageStatus).toBe('drained');
-    const deployment = await temporal(['worker', 'deployment', 'describe', '--name', DEPLOYMENT]);
-    expect(deployment.routingConfig.currentVersionBuildID).toBe(buildNew);
-  } finally {
-    await stopWorker(workerA);
-    if (workerB) await stopWorker(workerB);
-  }
-  // Unpinned, a parked run would replay on B and fail its workflow task until this ends the test.
-}, 120_000);
+      // A's version has no open run left: its worker exits by itself; B's keeps polling.
+      await waitFor('worker A to exit', async () => workerA.child.exitCode !== null, 60_000);
+      expect(workerA.child.exitCode).toBe(0);
+      expect(workerA.stderr()).toMatch(`version ${DEPLOYMENT}.${buildA} has drained`);
+      expect(workerB.child.exitCode).toBeNull();
+      const described = await temporal(['worker', 'deployment', 'describe-version', '--deployment-name', DEPLOYMENT, '--build-id', buildA]);
+      expect(described.drainageInfo.drainageStatus).toBe('drained');
+      const deployment = await temporal(['worker', 'deployment', 'describe', '--name', DEPLOYMENT]);
+      expect(deployment.routingConfig.currentVersionBuildID).toBe(buildNew);
+    } finally {
+      await stopWorker(workerA);
+      if (workerB) await stopWorker(workerB);
+    }
+    // Unpinned, a parked run would replay on B and fail its workflow task until this ends the test.
+  }, 120_000);
+});
 
-it("leaves the embedded default's background worker of the old build running after a rebuild until its runs have ended", async () => {
-  const taskQueue = uniqueQueue('background');
-  const stateDir = tempDir('agent-state');
-  const deployment = `versioning-background${RUN}`;
-  const workers = workerEnv(taskQueue, stateDir, deployment);
-  const buildA = buildId();
-  // Each build's command line ensures the background worker with its own modules, as `npm run agent` does.
-  const ensure = async (root: string) => {
-    const { ensureBackgroundWorker } = require(
-      join(root, 'dist', 'host', 'background-worker.js'),
-    ) as typeof import('../host/background-worker');
-    const { readSettings } = require(join(root, 'dist', 'host', 'settings.js')) as typeof import('../host/settings');
-    return ensureBackgroundWorker(readSettings(workers), workers);
-  };
-  const first = await ensure(PROJECT_ROOT);
-  let second: Awaited<ReturnType<typeof ensure>> | null = null;
-  try {
-    expect(first).toMatchObject({ action: 'started', record: { build: buildA } });
-    await currentIs(buildA, deployment);
-    const old = await startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-old` });
-    const waiting = await pendingApproval(old);
+describe('the embedded default', () => {
+  onServer('dev');
+  it("leaves the embedded default's background worker of the old build running after a rebuild until its runs have ended", async () => {
+    const taskQueue = uniqueQueue('background');
+    const stateDir = tempDir('agent-state');
+    const deployment = 'versioning-background';
+    const workers = workerEnv(taskQueue, stateDir, deployment);
+    const buildA = buildId();
+    // Each build's command line ensures the background worker with its own modules, as `npm run agent` does.
+    const ensure = async (root: string) => {
+      const { ensureBackgroundWorker } = require(
+        join(root, 'dist', 'host', 'background-worker.js'),
+      ) as typeof import('../host/background-worker');
+      const { readSettings } = require(join(root, 'dist', 'host', 'settings.js')) as typeof import('../host/settings');
+      return ensureBackgroundWorker(readSettings(workers), workers);
+    };
+    const first = await ensure(PROJECT_ROOT);
+    let second: Awaited<ReturnType<typeof ensure>> | null = null;
+    try {
+      expect(first).toMatchObject({ action: 'started', record: { build: buildA } });
+      await currentIs(buildA, deployment);
+      const old = await startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-old` });
+      const waiting = await pendingApproval(old);
 
-    second = await ensure(b.root);
-    const buildNew = second.record.build;
-    expect(second).toMatchObject({ action: 'replaced', why: `it runs build ${buildA}, this is ${buildNew}` });
-    await currentIs(buildNew, deployment);
-    const log = () => readFileSync(join(stateDir, 'worker.log'), 'utf8');
-    await waitFor('the old worker to say it drains', async () =>
-      log().includes(
-        `worker ${first.record.pid}: replaced by worker ${second!.record.pid} of build ${buildNew}; serving the runs pinned to build ${buildA} until its version drains`,
-      ),
-    );
-    expect(processAlive(first.record)).toBe(true);
+      second = await ensure(b.root);
+      const buildNew = second.record.build;
+      expect(second).toMatchObject({ action: 'replaced', why: `it runs build ${buildA}, this is ${buildNew}` });
+      await currentIs(buildNew, deployment);
+      const log = () => readFileSync(join(stateDir, 'worker.log'), 'utf8');
+      await waitFor('the old worker to say it drains', async () =>
+        log().includes(
+          `worker ${first.record.pid}: replaced by worker ${second!.record.pid} of build ${buildNew}; serving the runs pinned to build ${buildA} until its version drains`,
+        ),
+      );
+      expect(processAlive(first.record)).toBe(true);
 
-    const fresh = await startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-new` });
-    await sendApproval(old, approvalFor(waiting, 'approve', 'user:test'));
-    await approvePending(fresh);
-    for (const handle of [old, fresh])
-      expect(((await handle.result()) as RunOutcome).record).toMatchObject({ status: 'completed', writes: 1 });
-    expect(await versionOf(old.workflowId)).toEqual({ behavior: 'VERSIONING_BEHAVIOR_PINNED', build: buildA });
-    expect(await versionOf(fresh.workflowId)).toEqual({ behavior: 'VERSIONING_BEHAVIOR_PINNED', build: buildNew });
+      const fresh = await startRun(env.client, input(replay()), { taskQueue, workflowId: `${taskQueue}-new` });
+      await sendApproval(old, approvalFor(waiting, 'approve', 'user:test'));
+      await approvePending(fresh);
+      for (const handle of [old, fresh])
+        expect(((await handle.result()) as RunOutcome).record).toMatchObject({ status: 'completed', writes: 1 });
+      expect(await versionOf(old.workflowId)).toEqual({ behavior: 'VERSIONING_BEHAVIOR_PINNED', build: buildA });
+      expect(await versionOf(fresh.workflowId)).toEqual({ behavior: 'VERSIONING_BEHAVIOR_PINNED', build: buildNew });
 
-    expect(await processEnded(first.record, 60_000)).toBe(true);
-    expect(log()).toContain(`worker ${first.record.pid}: version ${deployment}.${buildA} has drained`);
-    expect(processAlive(second.record)).toBe(true);
-  } finally {
-    await stopBackground(first.record);
-    if (second) await stopBackground(second.record);
-  }
-}, 120_000);
+      expect(await processEnded(first.record, 60_000)).toBe(true);
+      expect(log()).toContain(`worker ${first.record.pid}: version ${deployment}.${buildA} has drained`);
+      expect(processAlive(second.record)).toBe(true);
+    } finally {
+      await stopBackground(first.record);
+      if (second) await stopBackground(second.record);
+    }
+  }, 120_000);
+});

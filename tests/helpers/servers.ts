@@ -6,11 +6,12 @@
  * started here ends with `close()`.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, existsSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client, Connection } from '@temporalio/client';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { startDevServer, type DevServer } from '../../host/temporal-server';
 import { temporalBinary } from '../../host/temporal-bin';
 import { freePort, PROJECT_ROOT, SETTINGS, tempDir } from './run-dir';
@@ -127,16 +128,25 @@ function ended(pid: number): boolean {
 
 /**
  * A cluster of its own in a temp folder (scripts/ensure-cluster.sh start): PostgreSQL with the
- * default store and SQL visibility, the Temporal server on free loopback ports.
+ * default store and SQL visibility, the Temporal server on free loopback ports. `dynamicConfig`:
+ * more of the server's dynamic configuration (`key: value` each), as a suite's dev server gets it.
  */
-export async function cluster(): Promise<ServerUnderTest> {
+export async function cluster(dynamicConfig: Record<string, string | number> = {}): Promise<ServerUnderTest> {
   if (!clusterBuilt())
     throw new Error(`the cluster's binaries are missing in ${CLUSTER_BIN}: run scripts/test-setup.sh (or scripts/ensure-cluster.sh build)`);
   const dir = tempDir('temporal-cluster');
   chmodSync(dir, 0o755); // PostgreSQL runs as its own user when the tests run as root
   const port = await clusterPorts();
+  const config = join(dir, 'more-dynamic-config.yaml');
+  writeFileSync(
+    config,
+    Object.entries(dynamicConfig)
+      .map(([key, value]) => `${key}:\n  - value: ${value}\n`)
+      .join(''),
+  );
   const env = {
     ...process.env,
+    AGENT_CLUSTER_DYNAMIC_CONFIG: config,
     AGENT_CLUSTER_DIR: dir,
     AGENT_CLUSTER_BIN: CLUSTER_BIN,
     AGENT_CLUSTER_PORT: String(port),
@@ -185,6 +195,24 @@ export async function cluster(): Promise<ServerUnderTest> {
 }
 
 export const startBackend = (kind: ServerKind) => (kind === 'dev' ? devServer() : cluster());
+
+/** A cluster of its own (see `cluster`) as a suite's test environment; its teardown stops the cluster. */
+export async function clusterEnvironment(dynamicConfig: Record<string, string | number> = {}): Promise<TestWorkflowEnvironment> {
+  const server = await cluster(dynamicConfig);
+  const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address }).catch(async (err: unknown) => {
+    await server.close();
+    throw err;
+  });
+  const teardown = env.teardown.bind(env);
+  env.teardown = async () => {
+    try {
+      await teardown();
+    } finally {
+      await server.close();
+    }
+  };
+  return env;
+}
 
 /** Toxiproxy between a worker and a frontend: the worker connects to `address`. */
 export interface NetworkLink {
