@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
+import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { RACY_MARGIN_MS } from '../host/workspace/manifest';
 import { withUndo } from '../host/workspace/byproducts';
@@ -29,6 +30,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles, SETTINGS } from './support/run-dir';
 import { canonicalInput, startServer, uniqueQueue, writeReplay } from './support/temporal';
+import { environmentOf, startBackend, type ServerKind, type ServerUnderTest } from './support/servers';
 import { type Settings } from '../host/settings';
 import { createWorker, type WorkerOptions } from '../worker';
 import type { RunOutcome } from '../core/run-view';
@@ -37,7 +39,7 @@ import { startConsole, type RunningConsole } from '../client/console/server';
 import { runFrames, type ConsoleLink } from '../client/event-stream';
 import type { Frame } from '../core/delivery';
 
-const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'setup', 'stream'] as const;
+const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'setup', 'stream', 'servers'] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** What the bench measures and how much: one field per row of `VARIABLES`. */
@@ -114,6 +116,7 @@ async function main(): Promise<void> {
   if (runs(o, 'undo')) await benchUndo(o);
   if (runs(o, 'setup')) await benchSetupCache(o, settings);
   if (runs(o, 'stream')) await benchStream(o, settings);
+  if (runs(o, 'servers')) await benchServers(o, settings);
   report(o, settings, loadAtStart);
 }
 
@@ -243,7 +246,7 @@ function report(o: BenchOptions, settings: Settings, loadAtStart: number): void 
   writeFileSync(join(PROJECT_ROOT, 'bench', name), `${JSON.stringify({ machine, figures }, null, 2)}\n`);
 }
 
-/** What a section's runs are started on: a dev server and a harness worker of its own. */
+/** What a section's runs are started on: a server and a harness worker of its own. */
 interface Rig {
   env: TestWorkflowEnvironment;
   /** Starts a run; its workflow id is `<name>-<n>`. */
@@ -252,13 +255,14 @@ interface Rig {
   finish(input: RunInput): Promise<{ ms: number; handle: WorkflowHandle; outcome: RunOutcome }>;
 }
 
-/** Runs `body` on a fresh dev server and a worker on queue `<name>-...`; stops both after it, however it ends. */
+/** Runs `body` on a fresh server (a dev server unless `server` says) and a worker on queue `<name>-...`; stops both after it, however it ends. */
 async function onWorker<T>(
   name: string,
   options: Omit<WorkerOptions, 'connection' | 'taskQueue'>,
   body: (rig: Rig) => Promise<T>,
+  server: () => Promise<TestWorkflowEnvironment> = startServer,
 ): Promise<T> {
-  const env = await startServer();
+  const env = await server();
   try {
     const taskQueue = uniqueQueue(name);
     const { worker, close } = await createWorker({ connection: env.nativeConnection, taskQueue, ...options });
@@ -381,10 +385,13 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
   );
 }
 
+/** A history event's time on the server's clock, in milliseconds. */
+const eventMs = (e: temporal.api.history.v1.IHistoryEvent) => Number(e.eventTime?.seconds ?? 0) * 1000 + (e.eventTime?.nanos ?? 0) / 1e6;
+
 /** Where a run's time went, from its history's event times: activities and workflow tasks, schedule to completion. */
 async function historyParts(handle: WorkflowHandle) {
   const events = (await handle.fetchHistory()).events ?? [];
-  const at = new Map(events.map((e) => [Number(e.eventId), Number(e.eventTime!.seconds) * 1000 + (e.eventTime!.nanos ?? 0) / 1e6]));
+  const at = new Map(events.map((e) => [Number(e.eventId), eventMs(e)]));
   const parts = { activities: 0, activityMs: 0, workflowTasks: 0, workflowTaskMs: 0, localActivities: 0 };
   for (const e of events) {
     const id = Number(e.eventId);
@@ -695,13 +702,12 @@ async function setupMs(rig: Rig, repo: { dir: string; head: string }, replay: st
   if (outcome.record.status !== 'completed')
     throw new Error(`${run} ended ${outcome.record.status}/${outcome.record.reason}: ${outcome.state.detail}`);
   const events = (await handle.fetchHistory()).events ?? [];
-  const ms = (e: (typeof events)[number]) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
   const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'runSetup');
   const completed = events.find(
     (e) => Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1) === Number(scheduled?.eventId ?? -2),
   );
   if (!scheduled || !completed) throw new Error(`${run}: no runSetup activity in its history`);
-  return ms(completed) - ms(scheduled);
+  return eventMs(completed) - eventMs(scheduled);
 }
 
 /** Steps of the run whose closed trace one stream reads whole (three events a step). */
@@ -873,3 +879,70 @@ main().catch((err) => {
   console.error(err);
   process.exit(1);
 });
+
+/** Canonical runs at once, and read-only steps of one run, on each kind of server. */
+const AT_ONCE = 3;
+
+/**
+ * The dev server beside a cluster (PostgreSQL, SQL visibility; scripts/support/servers.ts), each
+ * fresh, in one run: canonical runs per minute (AT_ONCE at a time), read-only steps per second of
+ * one run, and the time from a SIGKILLed server's frontend answering again to the next step it
+ * records as completed.
+ */
+async function benchServers(o: BenchOptions, settings: Settings): Promise<void> {
+  for (const kind of ['dev', 'cluster'] as ServerKind[]) {
+    process.stderr.write(`the ${kind} server: throughput and a restart\n`);
+    const server = await startBackend(kind);
+    const worker = { stateDir: tempDir(`bench-${kind}`), docker: false as const, settings: { ...settings, allowLocal: true } };
+    await onWorker(
+      `servers-${kind}`,
+      worker,
+      async (rig) => {
+        await rig.finish(replayInput([STOP])); // warm-up
+        const perMinute: number[] = [];
+        const perSecond: number[] = [];
+        const recovery: number[] = [];
+        const long = replayInput([...Array.from({ length: READS }, (_, i) => read(i)), STOP]);
+        for (let r = 0; r < o.repeats; r++) {
+          const batch = await timed(() => Promise.all(Array.from({ length: AT_ONCE }, () => rig.finish(canonicalInput('canonical')))));
+          for (const run of batch.value)
+            if (run.outcome.record.status !== 'completed')
+              throw new Error(`a canonical run on the ${kind} server ended ${run.outcome.record.status}`);
+          perMinute.push((AT_ONCE * 60_000) / batch.ms);
+          perSecond.push(READS / ((await rig.finish(long)).ms / 1000));
+          recovery.push(await restartToStep(server, rig));
+        }
+        figure(`canonical runs per minute, ${AT_ONCE} at a time (${kind})`, 'runs/min', perMinute);
+        figure(`read-only steps per second, one run of ${READS} (${kind})`, 'steps/s', perSecond);
+        figure(`server SIGKILLed mid-run and started again: its frontend answering to the next completed step (${kind})`, 'ms', recovery);
+      },
+      () => environmentOf(server),
+    );
+  }
+}
+
+/**
+ * A run of test runs (each a regular activity) whose server is SIGKILLed after its first test
+ * run and started again: the time from the frontend answering again to the first activity the
+ * server records as completed after it (history event times, the same machine's clock).
+ */
+async function restartToStep(server: ServerUnderTest, rig: Rig): Promise<number> {
+  // Enough test runs that some are still to come once the server answers again.
+  const tests = Array.from({ length: 20 }, (_, i) => ({
+    kind: 'tool',
+    call: { call_id: `tests-${i}`, name: 'run_tests', arguments: { preset: 'candidate_tests' } },
+  }));
+  const handle = await rig.start(replayInput([...tests, STOP]));
+  const completed = async () => ((await handle.fetchHistory()).events ?? []).filter((e) => e.activityTaskCompletedEventAttributes);
+  for (let i = 0; (await completed()).length === 0; i++) {
+    if (i > 600) throw new Error(`bench run ${handle.workflowId}: no test run completed in 60 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await server.kill();
+  await server.start();
+  const back = Date.now();
+  await runOutcome(handle, null);
+  const after = (await completed()).map(eventMs).find((t) => t > back);
+  if (after === undefined) throw new Error(`bench run ${handle.workflowId}: no activity completed after the server answered again`);
+  return after - back;
+}

@@ -28,7 +28,7 @@ import { runTests } from '../tools/run_tests';
 import { approvalFor, queryState, runProgress, sendApproval } from '../client/run-access';
 import { freePort, LINKCHECK, PROJECT_ROOT, prepareRun, SETTINGS, tempDir } from './helpers/run-dir';
 import { activityAttempts, withLedger } from './helpers/faults';
-import { clusterEnvironment } from './helpers/servers';
+import { clusterEnvironment } from '../scripts/support/servers';
 import {
   approveAll,
   CANONICAL_RECORD,

@@ -10,8 +10,8 @@
  * completed with one write and one receipt per approved action, its workspace holding what the
  * receipts say, and the worker process that lived through the fault still running.
  *
- * The partition lasts 2 minutes, longer than every activity timeout (10 s), so it runs once, on
- * the cluster; the dev server gets a flapping, slow link instead.
+ * The partition lasts 2 minutes, longer than every activity timeout (10 s): the dev server's and
+ * the cluster's are cut at once, so the suite waits those 2 minutes once.
  */
 import { NamespaceNotFoundError } from '@temporalio/common';
 import { execFileSync } from 'node:child_process';
@@ -23,7 +23,7 @@ import { CLEAN_FINISH, startWorker, type WorkerProcess } from './helpers/faults'
 import { SETTINGS, tempDir } from './helpers/run-dir';
 import { temporalBinary } from '../host/temporal-bin';
 import { endOf, holding, startCanonical } from './helpers/server-faults';
-import { networkLink, startBackend, type ServerKind, type ServerUnderTest } from './helpers/servers';
+import { networkLink, startBackend, type ServerKind, type ServerUnderTest } from '../scripts/support/servers';
 import { canonicalInput, uniqueQueue } from './helpers/temporal';
 
 const HOLD_MS = '4000';
@@ -41,18 +41,49 @@ function caseWorker(server: Pick<ServerUnderTest, 'address'>, name: string, poin
 
 const alive = (w: WorkerProcess) => [w.child.exitCode, w.child.signalCode];
 
-describe.each<ServerKind>(['dev', 'cluster'])('the Temporal server (%s) SIGKILLed in the middle of a step', (kind) => {
+const KINDS: ServerKind[] = ['dev', 'cluster'];
+const servers = new Map<ServerKind, ServerUnderTest>();
+const workers: WorkerProcess[] = [];
+
+beforeAll(async () => {
+  for (const kind of KINDS) servers.set(kind, await startBackend(kind));
+}, 240_000);
+
+afterAll(async () => {
+  await Promise.all(workers.map((w) => w.stop()));
+  await Promise.all([...servers.values()].map((s) => s.close()));
+}, 60_000);
+
+/** The worker cut off from the server's frontend for 2 minutes while its test run is in flight. */
+async function partitionCase(server: ServerUnderTest) {
+  const link = await networkLink(server.address);
+  try {
+    const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'partition', 'during_tests');
+    workers.push(worker);
+    await worker.ready;
+    const handle = await startCanonical(server, taskQueue);
+    await holding(worker, 'during_tests');
+    await link.cut();
+    await sleep(120_000);
+    // The run waited for the worker all along: still running, its test run's attempt timed out.
+    const during = (await handle.describe()).status.name;
+    await link.heal();
+    return { during, end: await endOf(handle, stateDir), worker: alive(worker) };
+  } finally {
+    await link.close();
+  }
+}
+
+it('with the worker cut off from the frontend for 2 minutes during a test run (the dev server and the cluster at once): each run completes once the link is back', async () => {
+  const expected = { during: 'RUNNING', end: CLEAN_FINISH, worker: [null, null] };
+  expect(await Promise.all(KINDS.map((kind) => partitionCase(servers.get(kind)!)))).toEqual([expected, expected]);
+}, 360_000);
+
+describe.each(KINDS)('the Temporal server (%s) SIGKILLed in the middle of a step', (kind) => {
   let server: ServerUnderTest;
-  const workers: WorkerProcess[] = [];
-
-  beforeAll(async () => {
-    server = await startBackend(kind);
-  }, 180_000);
-
-  afterAll(async () => {
-    await Promise.all(workers.map((w) => w.stop()));
-    await server?.close();
-  }, 60_000);
+  beforeAll(() => {
+    server = servers.get(kind)!;
+  });
 
   it.each<[string, FaultPoint]>([
     ['a write (the target holds the new content, its receipt not yet recorded)', 'after_rename'],
@@ -85,26 +116,6 @@ describe.each<ServerKind>(['dev', 'cluster'])('the Temporal server (%s) SIGKILLe
       expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
       expect(alive(worker)).toEqual([null, null]);
     }, 240_000);
-
-    it('with the worker cut off from the frontend for 2 minutes during a test run: the run completes once the link is back', async () => {
-      const link = await networkLink(server.address);
-      try {
-        const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'partition', 'during_tests');
-        workers.push(worker);
-        await worker.ready;
-        const handle = await startCanonical(server, taskQueue);
-        await holding(worker, 'during_tests');
-        await link.cut();
-        await sleep(120_000);
-        // The run waited for the worker all along: still running, its test run's attempt timed out.
-        expect((await handle.describe()).status.name).toBe('RUNNING');
-        await link.heal();
-        expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
-        expect(alive(worker)).toEqual([null, null]);
-      } finally {
-        await link.close();
-      }
-    }, 300_000);
   }
 
   if (kind === 'dev') {

@@ -18,7 +18,7 @@ import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import { CLEAN_FINISH, finishedState, seededRandom, startWorker, type WorkerProcess } from './helpers/faults';
 import { tempDir } from './helpers/run-dir';
 import { outcomeThroughOutages, startCanonical } from './helpers/server-faults';
-import { networkLink, startBackend, type NetworkLink, type ServerUnderTest } from './helpers/servers';
+import { networkLink, startBackend, type NetworkLink, type ServerUnderTest } from '../scripts/support/servers';
 import { uniqueQueue } from './helpers/temporal';
 
 type SoakKind = 'dev' | 'cluster' | 'partition';

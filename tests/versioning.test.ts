@@ -25,7 +25,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import { LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from '../scripts/support/run-dir';
 import { describeVersion } from '../worker/deployment';
 import { SHARED_WORKFLOW_MODULES, WORKFLOW_BUNDLES } from '../worker';
-import { clusterEnvironment, type ServerKind } from './helpers/servers';
+import { clusterEnvironment, type ServerKind } from '../scripts/support/servers';
 import { killed, pendingApproval, startServer, traceIn, uniqueQueue, waitFor, writeReplay } from './helpers/temporal';
 
 const exec = promisify(execFile);

@@ -17,16 +17,20 @@ import { temporalBinary } from '../../host/temporal-bin';
 
 let runtimeInstalled = false;
 
+/** The SDK's runtime of a test or bench process, logging warnings and worse (once per process). */
+export function quietRuntime(): void {
+  if (runtimeInstalled) return;
+  installRuntime('WARN');
+  runtimeInstalled = true;
+}
+
 /**
  * A real Temporal dev server for one test file, started by the project's one launcher (in memory,
  * no Web UI); `teardown()` stops the server too. `extraArgs` go to `temporal server start-dev`,
  * e.g. dynamic configuration values.
  */
 export async function startServer(extraArgs: string[] = []): Promise<TestWorkflowEnvironment> {
-  if (!runtimeInstalled) {
-    installRuntime('WARN');
-    runtimeInstalled = true;
-  }
+  quietRuntime();
   const server = await startDevServer({
     temporal: temporalBinary(SETTINGS),
     stateDir: tempDir('temporal'),

@@ -10,7 +10,7 @@ import type { RunOutcome } from '../../core/run-view';
 import { holdLine, type FaultPoint } from '../../host/faults';
 import { finishedState, type WorkerProcess } from './faults';
 import { canonicalInput, waitFor } from './temporal';
-import type { ServerUnderTest } from './servers';
+import type { ServerUnderTest } from '../../scripts/support/servers';
 
 /** The run's outcome, read again while the server is away (killed, restarting, cut off). */
 export function outcomeThroughOutages(handle: WorkflowHandle, ms = 600_000): Promise<RunOutcome> {

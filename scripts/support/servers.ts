@@ -1,5 +1,6 @@
 /**
- * The Temporal servers the server-fault suites kill, and the network between a worker and one:
+ * The Temporal servers the server-fault suites kill and the bench compares, and the network
+ * between a worker and one:
  * the dev server (`temporal server start-dev`) on a database file, a cluster made by
  * scripts/ensure-cluster.sh (the server built from its Go module, PostgreSQL, SQL visibility) in
  * a temp folder of its own, and Toxiproxy in front of a frontend. All on loopback; every process
@@ -15,6 +16,7 @@ import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { startDevServer, type DevServer } from '../../host/temporal-server';
 import { temporalBinary } from '../../host/temporal-bin';
 import { freePort, PROJECT_ROOT, SETTINGS, tempDir } from './run-dir';
+import { quietRuntime } from './temporal';
 
 const run = promisify(execFile);
 
@@ -196,9 +198,9 @@ export async function cluster(dynamicConfig: Record<string, string | number> = {
 
 export const startBackend = (kind: ServerKind) => (kind === 'dev' ? devServer() : cluster());
 
-/** A cluster of its own (see `cluster`) as a suite's test environment; its teardown stops the cluster. */
-export async function clusterEnvironment(dynamicConfig: Record<string, string | number> = {}): Promise<TestWorkflowEnvironment> {
-  const server = await cluster(dynamicConfig);
+/** A test environment on `server`: its client and native connection; its teardown closes the server. */
+export async function environmentOf(server: ServerUnderTest): Promise<TestWorkflowEnvironment> {
+  quietRuntime();
   const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address }).catch(async (err: unknown) => {
     await server.close();
     throw err;
@@ -213,6 +215,10 @@ export async function clusterEnvironment(dynamicConfig: Record<string, string | 
   };
   return env;
 }
+
+/** A cluster of its own (see `cluster`) as a suite's test environment; its teardown stops the cluster. */
+export const clusterEnvironment = async (dynamicConfig: Record<string, string | number> = {}) =>
+  environmentOf(await cluster(dynamicConfig));
 
 /** Toxiproxy between a worker and a frontend: the worker connects to `address`. */
 export interface NetworkLink {
