@@ -30,7 +30,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles, SETTINGS } from './support/run-dir';
 import { canonicalInput, startServer, uniqueQueue, writeReplay } from './support/temporal';
-import { environmentOf, startBackend, type ServerKind, type ServerUnderTest } from './support/servers';
+import { CLUSTER_BIN, clusterBuilt, environmentOf, startBackend, type ServerKind, type ServerUnderTest } from './support/servers';
 import { type Settings } from '../host/settings';
 import { createWorker, type WorkerOptions } from '../worker';
 import type { RunOutcome } from '../core/run-view';
@@ -875,22 +875,21 @@ async function framesPerSecond(rig: Rig, o: BenchOptions, link: ConsoleLink): Pr
   figure(`event stream: frames per second on one stream (${frames} frames of a closed run, from the store)`, 'frames/s', rates);
 }
 
-main().catch((err) => {
-  console.error(err);
-  process.exit(1);
-});
-
-/** Canonical runs at once, and read-only steps of one run, on each kind of server. */
+/** How many canonical runs the servers section starts at once. */
 const AT_ONCE = 3;
 
 /**
  * The dev server beside a cluster (PostgreSQL, SQL visibility; scripts/support/servers.ts), each
  * fresh, in one run: canonical runs per minute (AT_ONCE at a time), read-only steps per second of
  * one run, and the time from a SIGKILLed server's frontend answering again to the next step it
- * records as completed.
+ * records as completed. The cluster is skipped, saying so, when its binaries are not built.
  */
 async function benchServers(o: BenchOptions, settings: Settings): Promise<void> {
   for (const kind of ['dev', 'cluster'] as ServerKind[]) {
+    if (kind === 'cluster' && !clusterBuilt()) {
+      process.stderr.write(`the cluster: skipped (no binaries in ${CLUSTER_BIN}; run scripts/ensure-cluster.sh build)\n`);
+      continue;
+    }
     process.stderr.write(`the ${kind} server: throughput and a restart\n`);
     const server = await startBackend(kind);
     const worker = { stateDir: tempDir(`bench-${kind}`), docker: false as const, settings: { ...settings, allowLocal: true } };
@@ -946,3 +945,8 @@ async function restartToStep(server: ServerUnderTest, rig: Rig): Promise<number>
   if (after === undefined) throw new Error(`bench run ${handle.workflowId}: no activity completed after the server answered again`);
   return after - back;
 }
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});
