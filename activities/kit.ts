@@ -9,14 +9,17 @@ import { Context } from '@temporalio/activity';
 import type { RunRef, Written } from '../core/activities';
 import type { Budgets, IsolationEvidence, PreparedAction, RunSpec } from '../core/contracts';
 import { nonRetryable } from '../core/failures';
-import type { Limits } from '../core/limits';
+import type { Limits, RepositoryLimits } from '../core/limits';
+import type { OpenRunner } from '../host/repository';
+import type { RepositoryRead } from '../sandbox/git-sandbox';
 import type { ValidCall } from '../core/tools';
 import type { CallView } from '../core/transcript';
 import { CredentialsFileError, lookupCredentials } from '../host/credentials';
 import { ProvidersFileError, resolveEndpoint } from '../host/endpoints';
 import type { Ledger } from '../host/ledger';
 import type { Store } from '../host/store';
-import { runPaths, workspaceDigest, type RunPaths } from '../host/workspace/workspace';
+import { runPaths, type RunPaths } from '../host/workspace/workspace';
+import { offThread } from '../host/workspace/thread';
 import type { DockerBackend } from '../sandbox/backends/docker';
 import type { ProxySettings } from '../sandbox/setup';
 import { BackendUnavailableError, type ExecBackend } from '../sandbox/backends/types';
@@ -26,6 +29,10 @@ export interface HarnessConfig {
   /** Project state folder: run workspaces, control folders and the ledger live below it. */
   stateDir: string;
   limits: Limits;
+  /** What a repository may make this worker read (AGENT_REPOSITORY_LIMITS). */
+  repositoryLimits: RepositoryLimits;
+  /** The images a repository's settings may name (AGENT_ALLOWED_IMAGES). */
+  allowedImages: string[];
   /** The largest budgets any run on this worker gets (the settings' `AGENT_MAX_BUDGETS`). */
   maxBudgets: Partial<Budgets>;
   /** Model prices in US dollars per million tokens (the settings' prices file); a model not listed costs null. */
@@ -64,6 +71,8 @@ export interface ActivityDeps {
   ledger: Ledger;
   store: Store;
   backends: Partial<Record<'local' | 'docker', ExecBackend>>;
+  /** Where git reads a repository: the machine's own for one trusted on the local backend, else a container. */
+  repositories: (read: RepositoryRead) => OpenRunner;
   /** The docker backend's isolation evidence (measured once per worker, then reused). */
   isolation?: () => Promise<IsolationEvidence>;
   /** The docker backend and its evidence for another image than the worker's (a run's --image, a repository's settings). */
@@ -169,12 +178,13 @@ export class Kit {
    * A write's or merge's outcome as the run gets it: whether the ledger holds its receipt, and once
    * it is in the workspace, the workspace's digest (the trace records it: a fork checks against it).
    */
-  written<O extends { kind: string }>(ref: RunRef, action: PreparedAction, outcome: O): O & Written {
+  async written<O extends { kind: string }>(ref: RunRef, action: PreparedAction, outcome: O): Promise<O & Written> {
+    const workspace = this.paths(ref.run_id).workspace;
     const done = outcome.kind === 'written' || outcome.kind === 'receipt_recovered' || outcome.kind === 'already_recorded';
     return {
       ...outcome,
       receipted: this.ledger.receipt(action.action_id) !== null,
-      ...(done ? { workspace_digest: workspaceDigest(this.paths(ref.run_id).workspace) } : {}),
+      ...(done ? { workspace_digest: await offThread('digest', [workspace], { key: workspace }) } : {}),
     };
   }
 

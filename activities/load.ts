@@ -34,10 +34,14 @@ import { formatIssues } from '../core/validate';
 import { buildId } from '../host/build';
 import { faultPoint } from '../host/faults';
 import { planFork, type ForkPlan } from '../host/fork';
-import { prepareForkWorkspace } from '../host/workspace/fork';
-import { loadRepository, prepareRepositoryWorkspace } from '../host/repository';
+import { loadRepository, prepareRepositoryWorkspace, type LoadedRepository } from '../host/repository';
+import { GitError } from '../host/git';
+import { offThread } from '../host/workspace/thread';
+import { GitSandboxUnavailable, sandboxRefusal } from '../sandbox/git-sandbox';
+import { imageAllowed, imageRefusal, repositoryRead } from '../core/repo-settings';
+import { Context } from '@temporalio/activity';
 import { activeTraceId } from '../host/tracing';
-import { makingWorkspace, prepareWorkspace as prepareRunWorkspace } from '../host/workspace/workspace';
+import { makingWorkspace } from '../host/workspace/workspace';
 import { loadPrompt, PromptError } from '../models/prompt';
 import { loadReplay, ReplayFileError } from '../models/replay';
 import { expectedFile } from '../sandbox/verifier';
@@ -106,21 +110,43 @@ function gate(kit: Kit, input: ParsedRunInput): Refusal | null {
   return null;
 }
 
+/**
+ * A repository run's base, read where the user's trust says (host/repository.ts), and the image
+ * its settings name checked against the operator's list before any container is made.
+ */
+async function repositoryWork(kit: Kit, input: ParsedRunInput, repo: NonNullable<ParsedRunInput['repo']>): Promise<Work | Refusal> {
+  const read = repositoryRead(input.backend, repo.trusted);
+  let loaded: LoadedRepository;
+  try {
+    loaded = await loadRepository(kit.deps.repositories(read), kit.config.repositoryLimits, repo, (instructions) =>
+      kit.store.put('instructions', instructions),
+    );
+  } catch (err) {
+    if (err instanceof GitSandboxUnavailable) return { ok: false, reason: 'invalid_input', detail: sandboxRefusal(err) };
+    throw err;
+  }
+  if (!loaded.ok) return { ok: false, reason: 'invalid_input', detail: loaded.detail };
+  // The user's --image is theirs to choose; a repository names only what the operator allows.
+  if (input.image === undefined && loaded.image !== null && !imageAllowed(loaded.image, kit.config.allowedImages))
+    return { ok: false, reason: 'invalid_input', detail: imageRefusal(loaded.image) };
+  const image = input.image ?? loaded.image ?? undefined;
+  return {
+    fixture: loaded.spec,
+    fixture_dir: '',
+    repository: { ref: { ...loaded.ref, read }, facts: loaded.facts },
+    instructions: loaded.instructions,
+    ...(image ? { image } : {}),
+  };
+}
+
 /** The fixture or repository a run works on; a task's run works on its parent's rules with the task's instruction and paths. */
-function work(kit: Kit, input: ParsedRunInput): Work | Refusal {
+async function work(kit: Kit, input: ParsedRunInput): Promise<Work | Refusal> {
   const { store } = kit;
   let found: Work;
   if (input.repo) {
-    const loaded = loadRepository(input.repo, (instructions) => store.put('instructions', instructions));
-    if (!loaded.ok) return { ok: false, reason: 'invalid_input', detail: loaded.detail };
-    const image = input.image ?? loaded.image ?? undefined;
-    found = {
-      fixture: loaded.spec,
-      fixture_dir: '',
-      repository: { ref: loaded.ref, facts: loaded.facts },
-      instructions: loaded.instructions,
-      ...(image ? { image } : {}),
-    };
+    const loaded = await repositoryWork(kit, input, input.repo);
+    if ('ok' in loaded) return loaded;
+    found = loaded;
   } else {
     const loaded = loadFixture(input.fixture!);
     if (!loaded.ok) return loaded;
@@ -245,7 +271,7 @@ async function loadRun(kit: Kit, input: ParsedRunInput): Promise<LoadRunResult> 
   const { config } = kit;
   const refused = gate(kit, input);
   if (refused) return refused;
-  const found = work(kit, input);
+  const found = await work(kit, input);
   if ('ok' in found) return found;
   const rulesRefused = checkRules(kit, input, found.fixture);
   if (rulesRefused) return rulesRefused;
@@ -297,14 +323,34 @@ export function loadActivities(kit: Kit) {
      */
     async prepareWorkspace(ref: WorkspaceSource): Promise<PreparedWorkspace> {
       const paths = kit.paths(ref.run_id);
-      return makingWorkspace(paths, () => {
+      const call = { key: paths.workspace, onProgress: () => Context.current().heartbeat() };
+      return makingWorkspace(paths, async () => {
         if (ref.fork) {
           const plan = kit.store.get<ForkPlan>(ref.fork);
-          return prepareForkWorkspace(paths, kit.paths(plan.from_run), plan, (digest) => kit.store.content(digest));
+          // The written contents, from the host store, go with the plan: the thread has no store.
+          const contents: Record<string, Uint8Array> = {};
+          for (const w of plan.writes) {
+            const bytes = kit.store.content(w.after);
+            if (bytes !== null) contents[w.after] = bytes;
+          }
+          return offThread('prepareFork', [paths, kit.paths(plan.from_run), plan, contents], call);
         }
-        if (ref.repository && !ref.from_run) return prepareRepositoryWorkspace(paths, ref.repository);
+        if (ref.repository && !ref.from_run) {
+          const repository = ref.repository;
+          return prepareRepositoryWorkspace(
+            paths,
+            repository,
+            kit.deps.repositories(repository.read ?? 'sandbox'),
+            kit.config.repositoryLimits,
+            call.onProgress,
+          ).catch((err: unknown) => {
+            if (err instanceof GitSandboxUnavailable) throw nonRetryable('InfrastructureError', sandboxRefusal(err));
+            if (err instanceof GitError) throw nonRetryable('InfrastructureError', `the repository cannot be read: ${err.message}`);
+            throw err;
+          });
+        }
         const from = ref.from_run ? kit.paths(ref.from_run).workspace : join(resolve(ref.fixture_dir), 'repo');
-        return prepareRunWorkspace(paths, from);
+        return offThread('prepareFixture', [paths, from], call);
       });
     },
   };

@@ -8,14 +8,14 @@ export function mergeActivities(kit: Kit) {
   return {
     /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */
     async prepareMerge(ref: RunRef, task: { task_id: string; run_id: string }): Promise<PreparedMerge> {
-      const prepared = mergePrepare(kit.toolContext(ref, 0), kit.config.stateDir, task);
+      const prepared = await mergePrepare(kit.toolContext(ref, 0), kit.config.stateDir, task);
       if (prepared.kind !== 'prepared') return prepared;
       return { kind: 'prepared', action: kit.keepWholeDiff(prepared), entries_ref: kit.store.put('merge', prepared.entries) };
     },
 
     /** merge_task's second half: the approved merge, exactly once; receipted like a write. */
     async writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & Written> {
-      const outcome = mergeWrite(kit.toolContext(ref, 0), action, kit.store.get<MergeEntry[]>(entriesRef));
+      const outcome = await mergeWrite(kit.toolContext(ref, 0), action, kit.store.get<MergeEntry[]>(entriesRef));
       return kit.written(ref, action, outcome);
     },
   };

@@ -5,7 +5,7 @@ import { CancelledFailure } from '@temporalio/common';
 import type { RunRef } from '../core/activities';
 import type { VerifierFindings } from '../core/contracts';
 import { verify as runVerifier } from '../sandbox/verifier';
-import { workspaceDiff } from '../tools/show_diff';
+import { offThread } from '../host/workspace/thread';
 import { infrastructure, type Kit } from './kit';
 
 export function verificationActivities(kit: Kit) {
@@ -23,7 +23,7 @@ export function verificationActivities(kit: Kit) {
     async diffPaths(ref: { run_id: string }): Promise<string[]> {
       const paths = kit.paths(ref.run_id);
       if (!existsSync(join(paths.control, 'prepared.json'))) return [];
-      return workspaceDiff(paths, 0, 0).paths;
+      return (await offThread('workspaceDiff', [paths, 0, 0], { key: paths.workspace })).paths;
     },
   };
 }

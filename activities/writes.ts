@@ -8,7 +8,7 @@ import type { Kit } from './kit';
 export function writeActivities(kit: Kit) {
   return {
     async preparePatch(ref: RunRef, view: CallView): Promise<PreparedPatch> {
-      const prepared = prepare(kit.toolContext(ref, 0), view.call_id, kit.storedCall(view, 'apply_patch').arguments);
+      const prepared = await prepare(kit.toolContext(ref, 0), view.call_id, kit.storedCall(view, 'apply_patch').arguments);
       return prepared.kind === 'prepared' ? { kind: 'prepared', action: kit.keepWholeDiff(prepared) } : prepared;
     },
 
@@ -18,7 +18,7 @@ export function writeActivities(kit: Kit) {
      * the host store by their digest (a fork restores them).
      */
     async writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & Written> {
-      const outcome = write(kit.toolContext(ref, 0), action, kit.storedCall(view, 'apply_patch').arguments, (bytes) =>
+      const outcome = await write(kit.toolContext(ref, 0), action, kit.storedCall(view, 'apply_patch').arguments, (bytes) =>
         kit.store.putContent(bytes),
       );
       return kit.written(ref, action, outcome);

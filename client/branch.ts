@@ -7,9 +7,14 @@
  */
 import { runInputSchema, type ParsedRunInput } from '../core/contracts';
 import type { Decision } from '../core/contracts';
-import { readVerifiedChange, VerifiedChangeError } from '../host/repository';
+import { repositoryRead } from '../core/repo-settings';
+import { withRepository } from '../host/repository';
+import { readVerifiedChange, VerifiedChangeError } from '../host/workspace/verified-change';
 import { runPaths } from '../host/workspace/workspace';
-import { GitError, GitRepository, type TreeChange } from '../host/git';
+import { commitToBranch, GitError, hostGit, RepositoryWriter, type GitRepository, type TreeChange } from '../host/git';
+import { hostPath } from '../host/tools-env';
+import { GitSandboxUnavailable, sandboxRefusal, type RepositoryRead } from '../sandbox/git-sandbox';
+import { repositoryReaders } from './repository-run';
 import type { Session } from './session';
 import { openStore } from './stored-trace';
 import type { RunOutcome } from '../core/run-view';
@@ -20,7 +25,9 @@ export class NoBranch extends Error {
 }
 
 interface RunChange {
-  repo: GitRepository;
+  /** The repository folder, and where it is read (the run's own trust decides). */
+  path: string;
+  read: RepositoryRead;
   base: string;
   changes: TreeChange[];
   message: string;
@@ -75,20 +82,36 @@ async function runChange(session: Session, workflowId: string): Promise<RunChang
   if (kept.base_commit !== input.repo.base_commit)
     throw new NoBranch(`the kept change of ${workflowId} is on ${kept.base_commit}, not on the run's base ${input.repo.base_commit}`);
   const model = input.source.kind === 'provider' ? input.source.model : `replay:${outcome.record.replay ?? 'unknown'}`;
-  let repo: GitRepository;
-  try {
-    repo = GitRepository.open(input.repo.path);
-    repo.resolveCommit(kept.base_commit);
-  } catch (err) {
-    if (err instanceof GitError) throw new NoBranch(`${input.repo.path}: ${err.message}`);
-    throw err;
-  }
   return {
-    repo,
+    path: input.repo.path,
+    read: repositoryRead(input.backend, input.repo.trusted),
     base: kept.base_commit,
     changes: kept.changes,
     message: commitMessage(finalSummary(session, outcome, workflowId), workflowId, model),
   };
+}
+
+/**
+ * Runs `fn` on the run's repository, read where the run's trust says; a repository that is gone,
+ * whose base is gone or that cannot be read is a NoBranch naming why.
+ */
+async function onRepository<T>(session: Session, change: RunChange, fn: (repo: GitRepository) => Promise<T>): Promise<T> {
+  try {
+    return await withRepository(
+      repositoryReaders(session.settings)(change.read),
+      change.path,
+      session.settings.repositoryLimits,
+      async (repo) => {
+        await repo.resolveCommit(change.base);
+        return fn(repo);
+      },
+    );
+  } catch (err) {
+    if (err instanceof GitSandboxUnavailable) throw new NoBranch(sandboxRefusal(err));
+    if (err instanceof GitError && err.kind !== 'ref_exists' && err.kind !== 'bad_ref_name')
+      throw new NoBranch(`${change.path}: ${err.message}`);
+    throw err;
+  }
 }
 
 /** Creates `name` (default `agent/<workflow-id>`) at one new commit on the run's base; refuses a name that exists. */
@@ -99,23 +122,38 @@ export async function branchFromRun(
 ): Promise<{ branch: string; ref: string; commit: string; base: string; paths: string[] }> {
   const branch = name ?? `agent/${workflowId}`;
   const change = await runChange(session, workflowId);
+  const settings = session.settings;
+  const writer = hostGitFor(settings, change.path);
   try {
-    // Checked before any object is written: a name that cannot be created leaves the repository as it was.
-    const ref = change.repo.branchRef(branch);
-    if (change.repo.refExists(ref)) throw new GitError('ref_exists', `branch ${branch} exists already; choose another name with --name`);
-    const { commit } = change.repo.commitChange(change.base, change.changes, change.message);
-    change.repo.createBranch(branch, commit, `coding-agent: branch from run ${workflowId}`);
+    const repository = await RepositoryWriter.open(writer, settings.repositoryLimits, change.path);
+    const { ref, commit } = await onRepository(session, change, (repo) =>
+      commitToBranch(repo, repository, {
+        ...change,
+        name: branch,
+        reason: `coding-agent: branch from run ${workflowId}`,
+        maxPackBytes: settings.repositoryLimits.bytes,
+      }),
+    );
     return { branch, ref, commit, base: change.base, paths: change.changes.map((c) => c.path) };
   } catch (err) {
     if (err instanceof GitError && (err.kind === 'ref_exists' || err.kind === 'bad_ref_name')) {
       throw new NoBranch(err.kind === 'bad_ref_name' && name === undefined ? `${err.message}: give one with --name NAME` : err.message);
     }
+    if (err instanceof GitError) throw new NoBranch(`${change.path}: ${err.message}`);
     throw err;
+  } finally {
+    await writer.close();
   }
+}
+
+/** The machine's git on the user's repository, for the one thing it writes there: a branch. */
+function hostGitFor(settings: Session['settings'], path: string) {
+  const l = settings.repositoryLimits;
+  return hostGit(path, { path: hostPath(settings), idleMs: l.idle_s * 1000, totalMs: l.read_s * 1000 });
 }
 
 /** The run's verified change as a patch that `git apply` takes, with nothing written to the repository. */
 export async function patchFromRun(session: Session, workflowId: string): Promise<string> {
   const change = await runChange(session, workflowId);
-  return change.repo.patch(change.base, change.changes, change.message);
+  return onRepository(session, change, (repo) => repo.patch(change.base, change.changes, change.message));
 }

@@ -40,7 +40,7 @@ async function main(argv: string[]): Promise<number> {
     }
     // The one reading of this process's settings: a malformed variable is named, and nothing starts.
     settings = readSettings();
-    command.check?.(parsed.positionals, parsed.values, settings);
+    await command.check?.(parsed.positionals, parsed.values, settings);
   } catch (err) {
     if (err instanceof UsageError) return usageError(err);
     if (err instanceof RefusedInput) return refused(err);

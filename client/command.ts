@@ -51,7 +51,7 @@ export interface Command<S extends OptionSpecs = OptionSpecs> {
   /** True when this invocation needs no Temporal connection: `runOffline` answers it, with no session. */
   offline?: (positionals: string[]) => boolean;
   /** Checks the arguments before any connection is made; throws a UsageError (or a RefusedInput). */
-  check?: (positionals: string[], values: Values<S>, settings: Settings) => void;
+  check?: (positionals: string[], values: Values<S>, settings: Settings) => void | Promise<void>;
   /** Every invocation `offline` does not claim (a command has this, or `runOffline`, or both). */
   run?: (session: Session, positionals: string[], values: Values<S>) => Promise<number>;
   runOffline?: (settings: Settings, positionals: string[], values: Values<S>) => Promise<number>;

@@ -24,6 +24,7 @@ import {
 } from '../core/batch-plan';
 import { localCredentialsFile } from './repository-run';
 import { readTasksFile } from './tasks-file';
+import { repositoryRead } from '../core/repo-settings';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord } from '../core/contracts';
@@ -79,22 +80,25 @@ export interface PlanOptions {
  * Entries without replays are left out (a task's are named in its line). Records are keyed by
  * a task's id where a fixture uses its folder name.
  */
-export function buildPlan(settings: Settings, args: string[], o: PlanOptions): EvalPlan {
+export async function buildPlan(settings: Settings, args: string[], o: PlanOptions): Promise<EvalPlan> {
   const trusted = (path: string) => replayTrusted(settings, path, o.trustReplay);
   const taskFiles = args.filter((a) => a.endsWith('.jsonl'));
   const dirs = args.filter((a) => !a.endsWith('.jsonl'));
+  const read = repositoryRead(o.backend, o.trustRepository);
+  const tasks: PlannedEntry[] = [];
+  for (const file of taskFiles)
+    for (const t of await readTasksFile(resolve(file), { settings, read, credentialsFile: localCredentialsFile(settings) }))
+      tasks.push({
+        dir: t.repo.path,
+        repo: o.trustRepository ? { ...t.repo, trusted: true } : t.repo,
+        replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })),
+      });
   const fixtures: PlannedEntry[] = [
     ...findFixtures(dirs).map((dir) => ({
       dir,
       replays: replaysOf(dir).map((path) => ({ path, name: basename(path, '.json'), trusted: trusted(path) })),
     })),
-    ...taskFiles.flatMap((file) =>
-      readTasksFile(resolve(file), localCredentialsFile(settings)).map((t) => ({
-        dir: t.repo.path,
-        repo: o.trustRepository ? { ...t.repo, trusted: true } : t.repo,
-        replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })),
-      })),
-    ),
+    ...tasks,
   ]
     .map((f) => (o.live ? { ...f, replays: [{ path: '', name: LIVE_REPLAY, trusted: false }] } : f))
     .filter((f) => f.replays.length > 0);

@@ -6,11 +6,14 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { RepoSource } from '../core/contracts';
-import { SETTINGS_FILE, type RepoSettings } from '../core/repo-settings';
-import { inspectBase } from '../host/repository';
+import Dockerode from 'dockerode';
+import { imageAllowed, imageRefusal, SETTINGS_FILE, type RepoSettings } from '../core/repo-settings';
+import { inspectBase, withRepository, type InspectedBase, type OpenRunner } from '../host/repository';
+import { hostPath } from '../host/tools-env';
+import { GitSandboxUnavailable, repositoryRunners, sandboxRefusal, type RepositoryRead } from '../sandbox/git-sandbox';
 import { resolveTarget } from '../host/connection';
 import { CredentialsFileError, lookupCredentials } from '../host/credentials';
-import { GitError, GitRepository } from '../host/git';
+import { GitError } from '../host/git';
 import type { Settings } from '../host/settings';
 import { RefusedInput } from './command';
 import type { RepositoryFacts } from '../core/activities';
@@ -51,12 +54,24 @@ export function localCredentialsFile(settings: Settings): string | null {
   }
 }
 
+/** Where this command reads repositories: the machine's git for a trusted one on local, a container otherwise. */
+export function repositoryReaders(settings: Settings): (read: RepositoryRead) => OpenRunner {
+  let docker: Dockerode | null;
+  try {
+    docker = new Dockerode();
+  } catch {
+    docker = null; // a malformed DOCKER_HOST: no engine to read in
+  }
+  return repositoryRunners({ docker, image: settings.gitImage, path: hostPath(settings), limits: settings.repositoryLimits });
+}
+
 /**
- * Opens the repository, resolves `base` to a commit and reads what the base tree says; with
- * `credentialsFile`, the credentials its settings name must be ones that file lets it use
- * (core/egress.ts). Any fault is a RefusedInput. Nothing is written anywhere.
+ * Opens the repository (where `read` says), resolves `base` to a commit and reads what the base
+ * tree says; with `credentialsFile`, the credentials its settings name must be ones that file
+ * lets it use (core/egress.ts); the image its settings name must be one `allowedImages` lists.
+ * Any fault is a RefusedInput. Nothing is written anywhere.
  */
-export function checkRepositoryRun(o: {
+export async function checkRepositoryRun(o: {
   path: string;
   task: string;
   base?: string;
@@ -64,29 +79,37 @@ export function checkRepositoryRun(o: {
   tests?: RepoSource['tests'];
   acceptance?: RepoSource['acceptance'];
   credentialsFile?: string | null;
-}): CheckedRepositoryRun {
-  let repo: GitRepository;
-  let commit: string;
+  settings: Settings;
+  read: RepositoryRead;
+  /** The user's own `--image`: then the settings' image is not used, and not checked. */
+  image?: string;
+}): Promise<CheckedRepositoryRun> {
+  let inspected: InspectedBase;
+  let source: RepoSource;
   try {
-    repo = GitRepository.open(o.path);
-    commit = repo.resolveCommit(o.base ?? 'HEAD');
+    [source, inspected] = await withRepository(repositoryReaders(o.settings)(o.read), o.path, o.settings.repositoryLimits, async (repo) => {
+      const found: RepoSource = {
+        path: resolve(o.path),
+        base_commit: await repo.resolveCommit(o.base ?? 'HEAD'),
+        task: o.task,
+        ...(o.id ? { id: o.id } : {}),
+        ...(o.tests ? { tests: o.tests } : {}),
+        ...(o.acceptance ? { acceptance: o.acceptance } : {}),
+      };
+      // The settings' approver is checked there too (only one that asks a person): the worker's loadRun reads the same.
+      return [found, await inspectBase(repo, found)] as const;
+    });
   } catch (err) {
+    if (err instanceof GitSandboxUnavailable) throw new RefusedInput(sandboxRefusal(err));
     if (err instanceof GitError && err.kind === 'unknown_ref' && o.base === undefined)
       throw new RefusedInput(`${o.path} has no commit yet (HEAD names none); commit something or give --base REF`);
+    if (err instanceof GitError && err.kind === 'too_large') throw new RefusedInput(`too_large: ${err.message}`);
     if (err instanceof GitError) throw new RefusedInput(err.kind === 'unknown_ref' ? `${err.message} in ${o.path}` : err.message);
     throw err;
   }
-  const source: RepoSource = {
-    path: resolve(o.path),
-    base_commit: commit,
-    task: o.task,
-    ...(o.id ? { id: o.id } : {}),
-    ...(o.tests ? { tests: o.tests } : {}),
-    ...(o.acceptance ? { acceptance: o.acceptance } : {}),
-  };
-  // The settings' approver is checked there too (only one that asks a person): the worker's loadRun reads the same.
-  const inspected = inspectBase(repo, source);
   if (!inspected.ok) throw new RefusedInput(inspected.detail);
+  const image = inspected.settings?.image;
+  if (image && o.image === undefined && !imageAllowed(image, o.settings.allowedImages)) throw new RefusedInput(imageRefusal(image));
   if (o.credentialsFile) {
     let found;
     try {

@@ -12,6 +12,8 @@ import { acceptanceSchema, FIXTURE_ID, testsSchema, type RepoSource } from '../c
 import { formatIssues } from '../core/validate';
 import { RefusedInput } from './command';
 import { checkRepositoryRun } from './repository-run';
+import type { Settings } from '../host/settings';
+import type { RepositoryRead } from '../sandbox/git-sandbox';
 
 const taskLineSchema = z.strictObject({
   id: z.string().regex(FIXTURE_ID, 'lowercase letters, digits, . _ - (at most 64), as a fixture id'),
@@ -32,7 +34,10 @@ export interface PlannedTask {
 }
 
 /** The tasks of a JSONL file, each checked (named credentials against `credentialsFile`, when given), with paths made absolute. */
-export function readTasksFile(file: string, credentialsFile: string | null = null): PlannedTask[] {
+export async function readTasksFile(
+  file: string,
+  o: { settings: Settings; read: RepositoryRead; credentialsFile: string | null },
+): Promise<PlannedTask[]> {
   let text: string;
   try {
     text = readFileSync(file, 'utf8');
@@ -43,8 +48,8 @@ export function readTasksFile(file: string, credentialsFile: string | null = nul
   const at = (p: string) => (isAbsolute(p) ? p : join(base, p));
   const seen = new Set<string>();
   const tasks: PlannedTask[] = [];
-  text.split('\n').forEach((line, i) => {
-    if (line.trim() === '') return;
+  for (const [i, line] of text.split('\n').entries()) {
+    if (line.trim() === '') continue;
     const where = `${file} line ${i + 1}`;
     let raw: unknown;
     try {
@@ -59,14 +64,16 @@ export function readTasksFile(file: string, credentialsFile: string | null = nul
     seen.add(t.id);
     let checked;
     try {
-      checked = checkRepositoryRun({
+      checked = await checkRepositoryRun({
         path: at(t.repo),
         task: t.task,
         base: t.base,
         id: t.id,
         tests: t.tests,
         acceptance: t.acceptance ? { ...t.acceptance, dir: at(t.acceptance.dir) } : undefined,
-        credentialsFile,
+        credentialsFile: o.credentialsFile,
+        settings: o.settings,
+        read: o.read,
       });
     } catch (err) {
       if (err instanceof RefusedInput) throw new RefusedInput(`${where} (task ${t.id}): ${err.message}`);
@@ -76,6 +83,6 @@ export function readTasksFile(file: string, credentialsFile: string | null = nul
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
       .map(([name, path]) => ({ name, path: at(path) }));
     tasks.push({ repo: checked.source, replays });
-  });
+  }
   return tasks;
 }

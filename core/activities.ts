@@ -213,6 +213,11 @@ export interface RepositoryRef {
   acceptance_tree_dir: string | null;
   /** A host folder of acceptance files (a batch task's). */
   acceptance_host_dir: string | null;
+  /**
+   * Where it is read: `host` (the machine's git) only for a repository the user trusts on the
+   * local backend; absent (a run loaded before this field) or `sandbox`: in a reading container.
+   */
+  read?: 'host' | 'sandbox';
 }
 
 /** What a repository run recorded about its base, for the trace (no host paths). */

@@ -168,6 +168,9 @@ export function parseRepoSettings(text: string | null): SettingsOutcome {
 }
 
 /** What the base tree looks like to the detector: its paths, and the text of a few small files. */
+/** The files `detectTests` reads (the others it only looks for). */
+export const DETECTION_FILES = ['pyproject.toml', 'setup.cfg', 'package.json'] as const;
+
 export interface TreeView {
   has(path: string): boolean;
   /** True when some path lies below this folder. */
@@ -299,4 +302,40 @@ export function repositoryName(path: string): string {
     .replace(/^[^a-z0-9]+/, '')
     .slice(0, 64);
   return name === '' ? 'repository' : name;
+}
+
+/**
+ * Where a repository is read: with the machine's own git only when the user trusts it and its
+ * commands run on this machine anyway (the local backend); in a reading container otherwise.
+ */
+export function repositoryRead(backend: 'local' | 'docker', trusted: boolean | undefined): 'host' | 'sandbox' {
+  return backend === 'local' && trusted === true ? 'host' : 'sandbox';
+}
+
+/** `name` with its tag: a reference without one means `:latest`, as the engine reads it. */
+function withTag(reference: string): string {
+  if (reference.startsWith('sha256:') || reference.includes('@')) return reference;
+  const slash = reference.lastIndexOf('/');
+  return reference.slice(slash + 1).includes(':') ? reference : `${reference}:latest`;
+}
+
+/**
+ * Whether a repository's settings may name `image`: it must be one of the operator's entries
+ * (`name:tag`, a content id, or `name:*` for every tag of a name), compared as the engine reads
+ * references; nothing else, however it resolves.
+ */
+export function imageAllowed(image: string, allowed: readonly string[]): boolean {
+  const wanted = withTag(image);
+  return allowed.some((entry) => {
+    if (entry.endsWith(':*')) {
+      const name = entry.slice(0, -2);
+      return wanted.startsWith(`${name}:`) && !wanted.slice(name.length + 1).includes('/');
+    }
+    return withTag(entry) === wanted;
+  });
+}
+
+/** The one line a repository's image outside the operator's list is refused with. */
+export function imageRefusal(image: string): string {
+  return `the repository's settings name the image ${image}, which is not one the operator allows repositories to name (AGENT_ALLOWED_IMAGES): ask the operator to list it, or give an image yourself with --image`;
 }

@@ -1,27 +1,48 @@
 /**
  * A git repository as a source of work and the place a verified change goes back to, driven
- * through plumbing only: `rev-parse`, `ls-tree`, `cat-file`, and for a change `hash-object`,
- * `read-tree` / `update-index` / `write-tree` on a temporary index, `commit-tree`, and one
- * `update-ref` with the expected old value. Nothing here touches a working tree, the repository's
- * index, HEAD or a ref other than the one `createBranch` creates.
+ * through plumbing only, through a `GitRunner`: the machine's own git for a repository the user
+ * trusts (`hostGit`), or git inside a container for every other (sandbox/git-sandbox.ts). The
+ * same code reads and writes through either; what a runner hands back is read as hostile.
  *
- * Hazards: a user's repository is configured by whoever wrote its `.git/config` (and a user's
- * own files add signing, pagers, helpers), and git runs commands from configuration: signing
- * programs (`gpg.program`, `gpg.ssh.defaultKeyCommand`), hooks, `core.fsmonitor`, filters,
- * external diff and text conversion, credential helpers, `core.sshCommand`, a pager or an editor.
- * Every invocation goes through `gitEnv`: the user's and the system's files are not read, none of
- * the caller's GIT_* variables is kept (a GIT_INDEX_FILE or GIT_WORK_TREE inherited from a hook
- * would redirect it), and command-line configuration (which beats the repository's) turns each of
- * those off; commit-tree also gets `--no-gpg-sign`. Replace refs are ignored, so a commit's tree
- * is the one its id names. Objects for a patch go to a temporary object folder with the
- * repository's objects as an alternate, so the repository gets nothing.
+ * Reading: `rev-parse`, `ls-tree` and `cat-file --batch`, each streamed and bounded while it
+ * streams (files, bytes, one blob, path length and depth: `RepositoryLimits`), in time linear in
+ * what it reads. A change is built in a scratch repository that borrows the repository's objects
+ * as an alternate (`git fast-import` from the base commit), so building it reads no setting of
+ * the repository and writes nothing to it; a branch then takes that change's objects as a pack
+ * (`unpack-objects`) and one `update-ref` whose expected old value is the null id, with the
+ * machine's git.
+ *
+ * Hazards: a repository is configured by whoever wrote its `.git`, and git runs commands and
+ * opens connections from configuration. The sandbox is the wall that holds whatever setting
+ * nobody has listed (no network, no secret, nothing of the host but the read-only repository).
+ * The hardened environment of every command is a second wall: no user or system configuration,
+ * command-line settings that beat the repository's for the programs git is known to run, no
+ * transport at all (`GIT_ALLOW_PROTOCOL` empty beats every per-protocol setting), no lazy fetch,
+ * and a repository that needs a promisor remote (a partial clone) is refused. Every command has an
+ * idle and a total time limit, and a repository whose reading stalls (a FIFO where git reads) is
+ * refused when the idle limit passes.
  */
-import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { lstatSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
+import { limitName, type RepositoryLimits } from '../core/limits';
 
-export type GitErrorKind = 'not_a_repository' | 'unknown_ref' | 'git_missing' | 'ref_exists' | 'bad_ref_name' | 'failed';
+export { DEFAULT_REPOSITORY_LIMITS, type RepositoryLimits } from '../core/limits';
+
+export type GitErrorKind =
+  | 'not_a_repository'
+  | 'unknown_ref'
+  | 'git_missing'
+  | 'ref_exists'
+  | 'bad_ref_name'
+  /** Over one of the operator's repository limits; the message names it. */
+  | 'too_large'
+  /** Something the harness will not read: a promisor remote, objects outside the folder. */
+  | 'unsupported'
+  /** A command that said nothing for the idle limit, or ran past the total one. */
+  | 'timeout'
+  | 'failed';
 
 export class GitError extends Error {
   override name = 'GitError';
@@ -33,12 +54,14 @@ export class GitError extends Error {
   }
 }
 
-/** One entry of a tree, as `ls-tree -r` lists it. */
+/** One entry of a tree, as `ls-tree -r -l` lists it. */
 export interface TreeEntry {
   /** `100644`, `100755`, `120000` (symlink) or `160000` (a submodule's commit). */
   mode: string;
   type: 'blob' | 'commit' | 'tree';
   oid: string;
+  /** Bytes of a blob; 0 for a submodule. */
+  size: number;
   path: string;
 }
 
@@ -48,15 +71,40 @@ export type TreeChange =
   | { path: string; kind: 'symlink'; target: string }
   | { path: string; kind: 'deleted' };
 
-const MAX_OUTPUT = 512 * 1024 * 1024;
+/** How one command is fed and read. */
+export interface GitIO {
+  input?: Buffer | string;
+  /** Each chunk of stdout as it comes; a returned promise holds the output until it settles; a throw stops the command. */
+  onStdout?: (chunk: Buffer) => void | Promise<void>;
+  /** Variables for this command only (paths as the runner's commands see them). */
+  env?: Record<string, string>;
+  /** Run in the repository folder (for discovery) rather than a neutral one. */
+  inRepository?: boolean;
+  /** Milliseconds without output before the command is stopped; null: only the total limit. */
+  idleMs?: number | null;
+  /** Bytes of stdout kept when there is no `onStdout`. */
+  maxOutput?: number;
+}
+
+/** Where git commands on one repository run. */
+export interface GitRunner {
+  readonly kind: 'host' | 'sandbox';
+  /** The repository folder as the runner's commands see it. */
+  readonly root: string;
+  /** Runs `git args`; resolves with stdout (empty with `onStdout`) when it exits 0, else a GitError. */
+  git(args: string[], io?: GitIO): Promise<Buffer>;
+  /** A new empty folder for a scratch repository, as the commands see it. */
+  scratch(): Promise<string>;
+  close(): Promise<void>;
+}
 
 /**
- * Configuration that beats the repository's (command-line scope): nothing configured runs.
- * Signing off (so no `gpg.*` program or key command); hooks from an empty folder; no fsmonitor;
- * the credential helper list emptied (an empty value resets it) and no askpass; no transport at
- * all, so no ssh command; `cat` and `:` are git's own words for no pager and no editor. External diff, text conversion and filters run only where a command asks
- * for them: `diff-tree` gets `--no-ext-diff --no-textconv`, `hash-object` gets `--no-filters`,
- * and `cat-file`, `read-tree` and `update-index --index-info` never filter.
+ * Command-line configuration (which beats the repository's): nothing the repository configured
+ * runs, should a command reach it. Signing off; hooks from nowhere; no fsmonitor; the credential
+ * helper list emptied and no askpass; no transport; `cat` and `:` are git's words for no pager and
+ * no editor. External diff, text conversion and filters run only where a command asks for them:
+ * `diff-tree` gets `--no-ext-diff --no-textconv`, and `cat-file`, `fast-import` and `ls-tree`
+ * never filter.
  */
 export const GIT_CONFIG_OVERRIDES: readonly (readonly [string, string])[] = [
   ['commit.gpgSign', 'false'],
@@ -69,188 +117,533 @@ export const GIT_CONFIG_OVERRIDES: readonly (readonly [string, string])[] = [
   ['core.askPass', ''],
   ['credential.helper', ''],
   ['protocol.allow', 'never'],
+  ['fetch.recurseSubmodules', 'false'],
+  ['submodule.recurse', 'false'],
 ];
 
-/**
- * The environment of every git command on a user's repository: the caller's, minus every GIT_*
- * variable, with the user's and the system's configuration files dropped and GIT_CONFIG_OVERRIDES on top.
- */
-export function gitEnv(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('GIT_')));
-  GIT_CONFIG_OVERRIDES.forEach(([key, value], i) => {
-    env[`GIT_CONFIG_KEY_${i}`] = key;
-    env[`GIT_CONFIG_VALUE_${i}`] = value;
-  });
-  return {
-    ...env,
-    GIT_CONFIG_COUNT: String(GIT_CONFIG_OVERRIDES.length),
+/** The variables of every git command: only these, whatever the caller's environment holds. */
+export function gitEnv(o: { path: string; safeDirectory?: boolean; extra?: Record<string, string> }): Record<string, string> {
+  const overrides = [...GIT_CONFIG_OVERRIDES, ...(o.safeDirectory ? [['safe.directory', '*'] as const] : [])];
+  const env: Record<string, string> = {
+    PATH: o.path,
+    LANG: 'C.UTF-8',
     GIT_CONFIG_GLOBAL: '/dev/null',
     GIT_CONFIG_NOSYSTEM: '1',
     GIT_ATTR_NOSYSTEM: '1',
     GIT_TERMINAL_PROMPT: '0',
     GIT_OPTIONAL_LOCKS: '0',
     GIT_NO_REPLACE_OBJECTS: '1',
+    // Empty: no protocol at all, over any `protocol.<name>.allow` of the repository's.
+    GIT_ALLOW_PROTOCOL: '',
+    GIT_NO_LAZY_FETCH: '1',
     GIT_PAGER: 'cat',
     GIT_EDITOR: ':',
-    ...extra,
+    GIT_CONFIG_COUNT: String(overrides.length),
+  };
+  overrides.forEach(([key, value], i) => {
+    env[`GIT_CONFIG_KEY_${i}`] = key;
+    env[`GIT_CONFIG_VALUE_${i}`] = value;
+  });
+  return { ...env, ...o.extra };
+}
+
+/** The last lines of a command's stderr, for an error message. */
+const lastLines = (stderr: string) => stderr.trim().split('\n').slice(-3).join(' ');
+
+/** Collects what `io.onStdout` does not take, up to `io.maxOutput` bytes (past it: a `too_large` error). */
+export function outputCollector(args: string[], io: GitIO): { take: (chunk: Buffer) => void | Promise<void>; result: () => Buffer } {
+  if (io.onStdout) return { take: io.onStdout, result: () => Buffer.alloc(0) };
+  const cap = io.maxOutput ?? 64 * 1024 * 1024;
+  const chunks: Buffer[] = [];
+  let size = 0;
+  return {
+    take: (chunk) => {
+      size += chunk.length;
+      if (size > cap) throw new GitError('too_large', `git ${args[0]} printed more than ${cap} bytes`);
+      chunks.push(chunk);
+    },
+    result: () => Buffer.concat(chunks, size),
   };
 }
 
-function git(args: string[], o: { env: NodeJS.ProcessEnv; cwd?: string; input?: Buffer | string }): Buffer {
-  try {
-    return execFileSync('git', args, {
-      env: o.env,
-      cwd: o.cwd ?? tmpdir(),
-      input: o.input,
-      maxBuffer: MAX_OUTPUT,
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-  } catch (err) {
-    const e = err as NodeJS.ErrnoException & { status?: number; stderr?: Buffer };
-    if (e.code === 'ENOENT')
-      throw new GitError('git_missing', 'git is not installed on this machine (it is needed to read and write repositories)');
-    const stderr = e.stderr?.toString('utf8').trim() ?? '';
-    throw new GitError('failed', `git ${args[0]} failed (exit ${e.status ?? '?'}): ${stderr.split('\n').slice(-3).join(' ')}`);
+/** The error for a command that exited `code`. */
+export function exitError(args: string[], code: number | null, stderr: string): GitError {
+  return new GitError('failed', `git ${args[0]} failed (exit ${code ?? 'by signal'}): ${lastLines(stderr)}`);
+}
+
+export const idleError = (args: string[], ms: number) =>
+  new GitError(
+    'timeout',
+    `git ${args[0]} read nothing for ${ms / 1000} s (${limitName('idle_s')}): something in the repository's git folder stalls a read (a FIFO, say)`,
+  );
+
+/**
+ * The machine's git, for a repository the user trusts: spawned asynchronously in the hardened
+ * environment, each command with the idle limit and `totalMs`, killed when it passes one.
+ */
+export function hostGit(path: string, o: { path: string; idleMs: number; totalMs: number }): GitRunner {
+  const root = resolve(path);
+  const scratches: string[] = [];
+  return {
+    kind: 'host',
+    root,
+    git: (args, io = {}) =>
+      new Promise<Buffer>((resolvePromise, reject) => {
+        const child = spawn('git', args, {
+          env: gitEnv({ path: o.path, extra: io.env }),
+          cwd: io.inRepository ? root : tmpdir(),
+          stdio: ['pipe', 'pipe', 'pipe'],
+        });
+        const out = outputCollector(args, io);
+        let failed: Error | null = null;
+        let stderr = '';
+        const idleMs = io.idleMs === undefined ? o.idleMs : io.idleMs;
+        let idle: NodeJS.Timeout | undefined;
+        const fail = (err: Error) => {
+          failed ??= err;
+          child.kill('SIGKILL');
+        };
+        const alive = () => {
+          if (idleMs === null) return;
+          clearTimeout(idle);
+          idle = setTimeout(() => fail(idleError(args, idleMs)), idleMs);
+        };
+        const total = setTimeout(() => fail(new GitError('timeout', `git ${args[0]} ran past ${o.totalMs / 1000} s`)), o.totalMs);
+        alive();
+        child.stdout.on('data', (chunk: Buffer) => {
+          if (failed) return;
+          alive();
+          try {
+            const wait = out.take(chunk);
+            if (wait) {
+              child.stdout.pause();
+              wait.then(
+                () => child.stdout.resume(),
+                (err: Error) => fail(err),
+              );
+            }
+          } catch (err) {
+            fail(err as Error);
+          }
+        });
+        child.stderr.on('data', (c: Buffer) => {
+          alive();
+          if (stderr.length < 64 * 1024) stderr += c.toString('utf8');
+        });
+        child.on('error', (err: NodeJS.ErrnoException) =>
+          fail(
+            err.code === 'ENOENT'
+              ? new GitError('git_missing', 'git is not installed on this machine (it is needed to read and write repositories)')
+              : err,
+          ),
+        );
+        child.on('close', (code) => {
+          clearTimeout(idle);
+          clearTimeout(total);
+          if (failed) return reject(failed);
+          if (code !== 0) return reject(exitError(args, code, stderr));
+          resolvePromise(out.result());
+        });
+        child.stdin.on('error', () => undefined); // a child that died first is reported by 'close'
+        child.stdin.end(io.input ?? '');
+      }),
+    scratch: async () => {
+      const dir = mkdtempSync(resolve(tmpdir(), 'agent-git-'));
+      scratches.push(dir);
+      return dir;
+    },
+    close: async () => {
+      for (const dir of scratches.splice(0)) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Splits a stream into records ending in `separator`, in time linear in its length: a record
+ * longer than `maxRecord` is an error, so a stream without separators cannot grow a buffer.
+ */
+export class RecordSplitter {
+  private parts: Buffer[] = [];
+  private size = 0;
+  constructor(
+    private readonly separator: number,
+    private readonly maxRecord: number,
+    private readonly tooLong: () => Error,
+  ) {}
+
+  /** The records completed by `chunk`. */
+  push(chunk: Buffer): Buffer[] {
+    const records: Buffer[] = [];
+    let start = 0;
+    for (let at = chunk.indexOf(this.separator); at >= 0; at = chunk.indexOf(this.separator, start)) {
+      const piece = chunk.subarray(start, at);
+      records.push(this.parts.length === 0 ? piece : Buffer.concat([...this.parts, piece], this.size + piece.length));
+      this.parts = [];
+      this.size = 0;
+      start = at + 1;
+    }
+    if (start < chunk.length) {
+      this.size += chunk.length - start;
+      if (this.size > this.maxRecord) throw this.tooLong();
+      this.parts.push(chunk.subarray(start));
+    }
+    return records;
   }
+
+  get pending(): boolean {
+    return this.size > 0;
+  }
+}
+
+/**
+ * Reads `cat-file --batch` output: a header line, then exactly the announced bytes and a newline.
+ * Each object is copied once into a buffer of its size, so reading is linear in the bytes.
+ */
+class BlobStream {
+  private header = new RecordSplitter(0x0a, 512, () => new GitError('failed', 'git cat-file printed a header longer than 512 bytes'));
+  private want: { oid: string; bytes: Buffer; filled: number } | null = null;
+  private trailer = false;
+
+  constructor(
+    private readonly maxBlob: number,
+    private readonly onBlob: (oid: string, bytes: Buffer) => void | Promise<void>,
+  ) {}
+
+  async push(chunk: Buffer): Promise<void> {
+    let at = 0;
+    while (at < chunk.length) {
+      if (this.trailer) {
+        if (chunk[at] !== 0x0a) throw new GitError('failed', 'git cat-file: an object did not end where its size said');
+        this.trailer = false;
+        at++;
+        continue;
+      }
+      if (this.want === null) {
+        const nl = chunk.indexOf(0x0a, at);
+        const records = this.header.push(chunk.subarray(at, nl < 0 ? chunk.length : nl + 1));
+        at = nl < 0 ? chunk.length : nl + 1;
+        if (records.length === 0) continue;
+        const fields = records[0].toString('utf8').split(' ');
+        if (fields[1] === 'missing' || fields.length !== 3)
+          throw new GitError('failed', `object ${fields[0]} is missing from the repository (or is not what the tree says)`);
+        const size = Number(fields[2]);
+        if (!Number.isSafeInteger(size) || size < 0) throw new GitError('failed', `git cat-file announced a size of ${fields[2]}`);
+        if (size > this.maxBlob)
+          throw new GitError('too_large', `a file of the base tree has ${size} bytes, over ${this.maxBlob} (${limitName('blob_bytes')})`);
+        this.want = { oid: fields[0], bytes: Buffer.allocUnsafe(size), filled: 0 };
+      }
+      const want = this.want;
+      const n = Math.min(want.bytes.length - want.filled, chunk.length - at);
+      chunk.copy(want.bytes, want.filled, at, at + n);
+      want.filled += n;
+      at += n;
+      if (want.filled === want.bytes.length) {
+        this.want = null;
+        this.trailer = true;
+        await this.onBlob(want.oid, want.bytes);
+      }
+    }
+  }
+
+  get done(): boolean {
+    return this.want === null && !this.trailer && !this.header.pending;
+  }
+}
+
+/** A path of a tree as fast-import reads it: C-quoted, so any byte but NUL is taken as it is. */
+function quotePath(path: string): string {
+  const escaped = path.replace(/[\\"\x00-\x1f\x7f]/g, (c) =>
+    c === '\\' || c === '"' ? `\\${c}` : `\\${c.charCodeAt(0).toString(8).padStart(3, '0')}`,
+  );
+  return `"${escaped}"`;
 }
 
 export class GitRepository {
   private constructor(
-    /** The repository's git folder (the `.git` folder, a worktree's git folder, or the bare repository). */
+    readonly runner: GitRunner,
+    /** The repository's git folder as the runner sees it. */
     readonly gitDir: string,
     readonly bare: boolean,
+    private readonly limits: RepositoryLimits,
   ) {}
 
-  /** A folder with `.git`, or a bare repository; anything else is `not_a_repository`. */
-  static open(path: string): GitRepository {
-    const abs = resolve(path);
-    if (!existsSync(abs) || !statSync(abs).isDirectory())
-      throw new GitError('not_a_repository', `${path} is not a git repository (no such folder)`);
-    if (existsSync(join(abs, '.git'))) {
-      // Discovery starts in the folder itself, which holds .git: it cannot find an enclosing repository.
-      try {
-        const gitDir = git(['rev-parse', '--absolute-git-dir'], { env: gitEnv(), cwd: abs }).toString('utf8').trim();
-        return new GitRepository(gitDir, false);
-      } catch (err) {
-        if (err instanceof GitError && err.kind === 'git_missing') throw err;
-        throw new GitError('not_a_repository', `${path} is not a git repository (its .git is not one)`);
-      }
-    }
+  /**
+   * A folder with `.git`, or a bare repository, read through `runner`; anything else is
+   * `not_a_repository`, and a partial clone (a promisor remote) is `unsupported`.
+   */
+  static async open(runner: GitRunner, hostPath: string, limits: RepositoryLimits): Promise<GitRepository> {
+    requireFolder(hostPath);
+    const hasDotGit = lstatSync(resolve(hostPath, '.git'), { throwIfNoEntry: false }) !== undefined;
+    let repo: GitRepository | null = null;
     try {
-      const bare = git(['rev-parse', '--is-bare-repository'], { env: gitEnv({ GIT_DIR: abs }) })
-        .toString('utf8')
-        .trim();
-      if (bare === 'true') return new GitRepository(abs, true);
+      if (hasDotGit) {
+        // Discovery starts in the folder itself, which holds .git: it cannot find an enclosing repository.
+        const gitDir = (await runner.git(['rev-parse', '--absolute-git-dir'], { inRepository: true })).toString('utf8').trim();
+        repo = new GitRepository(runner, gitDir, false, limits);
+      } else {
+        const bare = await runner.git(['rev-parse', '--is-bare-repository'], { env: { GIT_DIR: runner.root } });
+        if (bare.toString('utf8').trim() === 'true') repo = new GitRepository(runner, runner.root, true, limits);
+      }
     } catch (err) {
-      if (err instanceof GitError && err.kind === 'git_missing') throw err;
+      if (err instanceof GitError && (err.kind === 'git_missing' || err.kind === 'timeout')) throw err;
+      if (hasDotGit) throw new GitError('not_a_repository', `${hostPath} is not a git repository (its .git is not one${reason(err)})`);
     }
-    throw new GitError('not_a_repository', `${path} is not a git repository (no .git folder, and not a bare repository)`);
+    if (repo === null)
+      throw new GitError('not_a_repository', `${hostPath} is not a git repository (no .git folder, and not a bare repository)`);
+    await repo.refusePromisor();
+    return repo;
   }
 
-  private env(extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
-    return gitEnv({ GIT_DIR: this.gitDir, ...extra });
+  private git(args: string[], io: GitIO = {}): Promise<Buffer> {
+    return this.runner.git(args, { ...io, env: { GIT_DIR: this.gitDir, ...io.env } });
   }
 
-  private run(args: string[], o: { env?: NodeJS.ProcessEnv; input?: Buffer | string } = {}): Buffer {
-    return git(args, { env: o.env ?? this.env(), input: o.input });
+  /** A partial clone fetches what it lacks from a remote when it is read: never done here, so refused. */
+  private async refusePromisor(): Promise<void> {
+    let found = '';
+    try {
+      found = (await this.git(['config', '--get-regexp', '^(extensions\\.partialclone|remote\\..*\\.promisor)$'])).toString('utf8');
+    } catch (err) {
+      if (!(err instanceof GitError && err.kind === 'failed' && /exit 1\b/.test(err.message))) throw err; // exit 1: no such setting
+    }
+    const promisor = found.split('\n').filter((line) => /^(extensions\.partialclone \S|remote\..*\.promisor (true|yes|on|1)$)/i.test(line));
+    if (promisor.length > 0)
+      throw new GitError(
+        'unsupported',
+        `the repository is a partial clone (${promisor[0].split(' ')[0]}): reading it would fetch from a remote, which is never done here; give a complete clone`,
+      );
   }
 
   /** The commit `ref` names (a branch, tag, commit id, `HEAD~2`...), as a full id. */
-  resolveCommit(ref: string): string {
+  async resolveCommit(ref: string): Promise<string> {
     if (ref === '' || ref.startsWith('-') || /[\0\n]/.test(ref)) throw new GitError('unknown_ref', `unknown ref ${JSON.stringify(ref)}`);
+    let out: string;
     try {
-      return this.run(['rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`])
-        .toString('utf8')
-        .trim();
+      out = (await this.git(['rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`])).toString('utf8').trim();
     } catch (err) {
       if (err instanceof GitError && err.kind === 'failed')
         throw new GitError('unknown_ref', `unknown ref ${JSON.stringify(ref)}: no commit of that name`);
       throw err;
     }
+    if (!/^([0-9a-f]{40}|[0-9a-f]{64})$/.test(out))
+      throw new GitError('failed', `git rev-parse answered ${JSON.stringify(out.slice(0, 80))}`);
+    return out;
   }
 
-  /** Every entry of a commit's tree, recursively (trees themselves are not listed). */
-  lsTree(commit: string): TreeEntry[] {
-    const out = this.run(['ls-tree', '-r', '-z', '--full-tree', commit]);
+  /**
+   * Every entry of a commit's tree, recursively (trees themselves are not listed), checked
+   * against the limits as the listing streams: the first entry over one stops it.
+   */
+  async lsTree(commit: string): Promise<TreeEntry[]> {
+    const l = this.limits;
     const entries: TreeEntry[] = [];
-    for (const record of out.toString('utf8').split('\0')) {
-      if (record === '') continue;
-      const tab = record.indexOf('\t');
-      const [mode, type, oid] = record.slice(0, tab).split(' ');
-      entries.push({ mode, type: type as TreeEntry['type'], oid, path: record.slice(tab + 1) });
-    }
+    let bytes = 0;
+    const split = new RecordSplitter(
+      0,
+      l.path_bytes + 256,
+      () => new GitError('too_large', `a path of the base tree is longer than ${l.path_bytes} bytes (${limitName('path_bytes')})`),
+    );
+    const take = (record: Buffer) => {
+      const tab = record.indexOf(0x09);
+      const [mode, type, oid, sizeText] = record.subarray(0, tab).toString('latin1').split(/ +/);
+      const path = record.subarray(tab + 1).toString('utf8');
+      if (tab < 0 || !/^[0-7]{6}$/.test(mode) || !['blob', 'commit', 'tree'].includes(type) || !/^[0-9a-f]{40,64}$/.test(oid))
+        throw new GitError('failed', 'git ls-tree printed a line that is not an entry');
+      const size = sizeText === '-' ? 0 : Number(sizeText);
+      if (entries.length >= l.files)
+        throw new GitError('too_large', `the base tree has more than ${l.files} files (${limitName('files')})`);
+      if (record.length - tab - 1 > l.path_bytes)
+        throw new GitError('too_large', `a path of the base tree is longer than ${l.path_bytes} bytes (${limitName('path_bytes')})`);
+      if (path.split('/').length - 1 > l.depth)
+        throw new GitError('too_large', `a path of the base tree is more than ${l.depth} folders deep (${limitName('depth')})`);
+      if (type === 'blob' && size > l.blob_bytes)
+        throw new GitError(
+          'too_large',
+          `${JSON.stringify(path)} in the base tree has ${size} bytes, over ${l.blob_bytes} (${limitName('blob_bytes')})`,
+        );
+      bytes += type === 'blob' ? size : 0;
+      if (bytes > l.bytes) throw new GitError('too_large', `the base tree's files hold more than ${l.bytes} bytes (${limitName('bytes')})`);
+      entries.push({ mode, type: type as TreeEntry['type'], oid, size, path });
+    };
+    await this.git(['ls-tree', '-r', '-z', '-l', '--full-tree', commit], {
+      onStdout: (chunk) => {
+        for (const record of split.push(chunk)) take(record);
+      },
+    });
+    if (split.pending) throw new GitError('failed', 'git ls-tree ended in the middle of an entry');
     return entries;
   }
 
   /** One blob's bytes. */
-  readBlob(oid: string): Buffer {
-    return this.run(['cat-file', 'blob', oid]);
+  async readBlob(oid: string): Promise<Buffer> {
+    let found: Buffer | null = null;
+    await this.readBlobs([oid], (_oid, bytes) => {
+      found = bytes;
+    });
+    return found!;
   }
 
   /**
-   * Streams the blobs `oids` through one `cat-file --batch`, calling `onBlob` for each in order;
-   * a missing object is an error, never an empty file.
+   * Streams the blobs `oids` through one `cat-file --batch`, calling `onBlob` for each in order
+   * (its promise holds the stream); a missing object is an error, never an empty file.
    */
-  readBlobs(oids: string[], onBlob: (oid: string, bytes: Buffer) => void): Promise<void> {
-    return new Promise((resolvePromise, reject) => {
-      const child = spawn('git', ['cat-file', '--batch'], { env: this.env(), cwd: tmpdir(), stdio: ['pipe', 'pipe', 'pipe'] });
-      let pending: Buffer = Buffer.alloc(0);
-      let want: { oid: string; size: number } | null = null;
-      let failed: Error | null = null;
-      let stderr = '';
-      const fail = (err: Error) => {
-        failed ??= err;
-        child.kill('SIGKILL');
-      };
-      child.stdout.on('data', (chunk: Buffer) => {
-        if (failed) return;
-        pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
-        for (;;) {
-          if (want === null) {
-            const nl = pending.indexOf(0x0a);
-            if (nl < 0) return;
-            const header = pending.subarray(0, nl).toString('utf8').split(' ');
-            pending = pending.subarray(nl + 1);
-            if (header[1] === 'missing' || header.length !== 3)
-              return fail(new GitError('failed', `object ${header[0]} is missing from the repository`));
-            want = { oid: header[0], size: Number(header[2]) };
-          }
-          if (pending.length < want.size + 1) return;
-          const bytes = Buffer.from(pending.subarray(0, want.size));
-          pending = pending.subarray(want.size + 1);
-          const { oid } = want;
-          want = null;
-          try {
-            onBlob(oid, bytes);
-          } catch (err) {
-            return fail(err as Error);
-          }
-        }
-      });
-      child.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
-      child.on('error', (err: NodeJS.ErrnoException) =>
-        fail(err.code === 'ENOENT' ? new GitError('git_missing', 'git is not installed on this machine') : err),
-      );
-      child.on('close', (code) => {
-        if (failed) return reject(failed);
-        if (code !== 0) return reject(new GitError('failed', `git cat-file failed (exit ${code}): ${stderr.trim()}`));
-        if (want !== null || pending.length > 0) return reject(new GitError('failed', 'git cat-file ended in the middle of an object'));
-        resolvePromise();
-      });
-      child.stdin.on('error', () => undefined); // a child that died first is reported by 'close'
-      child.stdin.end(oids.map((o) => `${o}\n`).join(''));
+  async readBlobs(oids: string[], onBlob: (oid: string, bytes: Buffer) => void | Promise<void>): Promise<void> {
+    if (oids.length === 0) return;
+    let count = 0;
+    const stream = new BlobStream(this.limits.blob_bytes, (oid, bytes) => {
+      count++;
+      return onBlob(oid, bytes);
+    });
+    await this.git(['cat-file', '--batch'], { input: oids.map((o) => `${o}\n`).join(''), onStdout: (chunk) => stream.push(chunk) });
+    if (!stream.done || count !== oids.length) throw new GitError('failed', 'git cat-file ended in the middle of an object');
+  }
+
+  private objects: Promise<string> | null = null;
+
+  /** The repository's object folder as the runner sees it (a worktree's are the main repository's). */
+  private objectsPath(): Promise<string> {
+    this.objects ??= this.git(['rev-parse', '--git-path', 'objects']).then((out) => {
+      const path = out.toString('utf8').trim();
+      return path.startsWith('/') ? path : `${this.gitDir}/${path}`;
+    });
+    return this.objects;
+  }
+
+  /** A setting of the repository's own configuration, or null. */
+  private async config(key: string): Promise<string | null> {
+    try {
+      return (await this.git(['config', '--get', key])).toString('utf8').trim() || null;
+    } catch {
+      return null;
+    }
+  }
+
+  /** The committer the repository's configuration names, or the harness's; never a line break. */
+  private async identity(): Promise<string> {
+    const clean = (s: string | null) => (s ?? '').replace(/[<>\n\0]/g, '').trim();
+    const name = clean(await this.config('user.name')) || 'coding-agent';
+    const email = clean(await this.config('user.email')) || 'coding-agent@localhost';
+    return `${name} <${email}>`;
+  }
+
+  /**
+   * The commit of `base`'s tree plus `changes` (parent `base`), built by fast-import in a scratch
+   * repository whose only objects of its own are the change's. Returns the scratch repository
+   * (for `pack` or `diff`) and the ids.
+   */
+  async buildChange(base: string, changes: TreeChange[], message: string): Promise<{ scratch: string; commit: string; tree: string }> {
+    const objects = await this.objectsPath();
+    const scratch = await this.runner.scratch();
+    const format = base.length === 64 ? 'sha256' : 'sha1';
+    await this.runner.git(['init', '-q', '--bare', `--object-format=${format}`, '--template=', scratch]);
+    const env = { GIT_DIR: scratch, GIT_ALTERNATE_OBJECT_DIRECTORIES: objects };
+    const who = await this.identity();
+    const parts: Buffer[] = [];
+    const data = (bytes: Buffer) => parts.push(Buffer.from(`data ${bytes.length}\n`), bytes, Buffer.from('\n'));
+    parts.push(Buffer.from(`commit refs/heads/change\nauthor ${who} now\ncommitter ${who} now\n`));
+    data(Buffer.from(message, 'utf8'));
+    parts.push(Buffer.from(`from ${base}\n`));
+    // Deletions first, so a file may take the place of a folder it replaced and the other way round.
+    for (const c of changes) if (c.kind === 'deleted') parts.push(Buffer.from(`D ${quotePath(c.path)}\n`));
+    for (const c of changes) {
+      if (c.kind === 'deleted') continue;
+      const mode = c.kind === 'symlink' ? '120000' : c.executable ? '100755' : '100644';
+      parts.push(Buffer.from(`M ${mode} inline ${quotePath(c.path)}\n`));
+      data(c.kind === 'symlink' ? Buffer.from(c.target, 'utf8') : c.bytes);
+    }
+    parts.push(Buffer.from('done\n'));
+    await this.runner.git(['fast-import', '--quiet', '--done', '--date-format=now'], { env, input: Buffer.concat(parts), idleMs: null });
+    const ids = (await this.runner.git(['rev-parse', 'refs/heads/change', 'refs/heads/change^{tree}'], { env }))
+      .toString('utf8')
+      .split('\n');
+    return { scratch, commit: ids[0], tree: ids[1] };
+  }
+
+  /** The objects of a built change that `base` lacks, as one pack (at most `maxBytes`). */
+  async packChange(scratch: string, base: string, commit: string, maxBytes: number): Promise<Buffer> {
+    const objects = await this.objectsPath();
+    return this.runner.git(['pack-objects', '--stdout', '--revs', '-q'], {
+      env: { GIT_DIR: scratch, GIT_ALTERNATE_OBJECT_DIRECTORIES: objects },
+      input: `${commit}\n^${base}\n`,
+      maxOutput: maxBytes,
+      idleMs: null,
     });
   }
 
-  /** The folder of the repository's objects (a worktree's are the main repository's). */
-  objectsDir(): string {
-    return resolve(this.gitDir, this.run(['rev-parse', '--git-path', 'objects']).toString('utf8').trim());
+  /** The change as a patch for `git apply`: built in a scratch repository (the repository gets nothing), diffed with full ids and binary hunks. */
+  async patch(base: string, changes: TreeChange[], message: string): Promise<string> {
+    const built = await this.buildChange(base, changes, message);
+    const objects = await this.objectsPath();
+    const out = await this.runner.git(
+      [
+        'diff-tree',
+        '-r',
+        '-p',
+        '--binary',
+        '--full-index',
+        '--no-renames',
+        '--no-ext-diff',
+        '--no-textconv',
+        '--no-color',
+        '--src-prefix=a/',
+        '--dst-prefix=b/',
+        base,
+        built.tree,
+      ],
+      {
+        env: { GIT_DIR: built.scratch, GIT_ALTERNATE_OBJECT_DIRECTORIES: objects },
+        maxOutput: 512 * 1024 * 1024,
+      },
+    );
+    return out.toString('utf8');
+  }
+}
+
+/** A GitError unless `hostPath` is a folder (checked before a runner is opened on it). */
+export function requireFolder(hostPath: string): void {
+  const st = lstatSync(hostPath, { throwIfNoEntry: false });
+  if (st === undefined || !st.isDirectory()) throw new GitError('not_a_repository', `${hostPath} is not a git repository (no such folder)`);
+}
+
+const reason = (err: unknown) => (err instanceof GitError && err.message ? `: ${err.message}` : '');
+
+/**
+ * The machine's git on the user's own repository, for what `branch` writes there: the change's
+ * objects from a pack, then one ref. Runs nothing the repository configured (the hardened
+ * environment), bounded in time like every command.
+ */
+export class RepositoryWriter {
+  constructor(
+    private readonly runner: GitRunner,
+    private readonly gitDir: string,
+  ) {}
+
+  static async open(runner: GitRunner, limits: RepositoryLimits, hostPath: string): Promise<RepositoryWriter> {
+    const repo = await GitRepository.open(runner, hostPath, limits);
+    return new RepositoryWriter(runner, repo.gitDir);
+  }
+
+  private git(args: string[], io: GitIO = {}): Promise<Buffer> {
+    return this.runner.git(args, { ...io, env: { GIT_DIR: this.gitDir, ...io.env } });
+  }
+
+  /** `refs/heads/<name>` for a valid branch name, or a `bad_ref_name` error. */
+  async branchRef(name: string): Promise<string> {
+    const bad = new GitError('bad_ref_name', `${JSON.stringify(name)} is not a valid branch name`);
+    if (name.startsWith('-') || /[\0\n]/.test(name)) throw bad;
+    try {
+      await this.runner.git(['check-ref-format', '--branch', name]);
+    } catch (err) {
+      if (err instanceof GitError && err.kind === 'failed') throw bad;
+      throw err;
+    }
+    return `refs/heads/${name}`;
   }
 
   /** True when the full ref name exists. */
-  refExists(ref: string): boolean {
+  async refExists(ref: string): Promise<boolean> {
     try {
-      this.run(['rev-parse', '--verify', '--quiet', '--end-of-options', ref]);
+      await this.git(['rev-parse', '--verify', '--quiet', '--end-of-options', ref]);
       return true;
     } catch (err) {
       if (err instanceof GitError && err.kind === 'failed') return false;
@@ -258,122 +651,44 @@ export class GitRepository {
     }
   }
 
-  /** `refs/heads/<name>` for a valid branch name, or a `bad_ref_name` error. */
-  branchRef(name: string): string {
-    try {
-      this.run(['check-ref-format', '--branch', name]);
-    } catch (err) {
-      if (err instanceof GitError && err.kind === 'failed')
-        throw new GitError('bad_ref_name', `${JSON.stringify(name)} is not a valid branch name`);
-      throw err;
-    }
-    if (name.startsWith('-')) throw new GitError('bad_ref_name', `${JSON.stringify(name)} is not a valid branch name`);
-    return `refs/heads/${name}`;
-  }
-
-  /** The configured identity, or the harness's when the repository's configuration has none. */
-  private identity(): NodeJS.ProcessEnv {
-    const get = (key: string) => {
-      try {
-        return this.run(['config', '--get', key]).toString('utf8').trim() || null;
-      } catch {
-        return null;
-      }
-    };
-    const name = get('user.name');
-    const email = get('user.email');
-    const env: NodeJS.ProcessEnv = {};
-    if (name === null) env.GIT_AUTHOR_NAME = env.GIT_COMMITTER_NAME = 'coding-agent';
-    if (email === null) env.GIT_AUTHOR_EMAIL = env.GIT_COMMITTER_EMAIL = 'coding-agent@localhost';
-    return env;
-  }
-
-  /**
-   * Writes the tree `base`'s tree plus `changes` (on a temporary index) and a commit of it whose
-   * parent is `base`; returns both ids. With `objectsDir`, every object goes there instead of the
-   * repository (whose objects stay readable as an alternate).
-   */
-  commitChange(base: string, changes: TreeChange[], message: string, objectsDir?: string): { commit: string; tree: string } {
-    const scratch = mkdtempSync(join(tmpdir(), 'agent-git-'));
-    if (objectsDir) mkdirSync(objectsDir, { recursive: true });
-    try {
-      const env = this.env({
-        GIT_INDEX_FILE: join(scratch, 'index'),
-        ...(objectsDir ? { GIT_OBJECT_DIRECTORY: objectsDir, GIT_ALTERNATE_OBJECT_DIRECTORIES: this.objectsDir() } : {}),
-      });
-      const hash = (bytes: Buffer) =>
-        this.run(['hash-object', '-w', '-t', 'blob', '--no-filters', '--stdin'], { env, input: bytes }).toString('utf8').trim();
-      this.run(['read-tree', base], { env });
-      const zero = '0'.repeat(base.length);
-      const deletions = changes.filter((c) => c.kind === 'deleted').map((c) => `0 ${zero}\t${c.path}\0`);
-      const additions = changes.flatMap((c) => {
-        if (c.kind === 'file') return [`${c.executable ? '100755' : '100644'} ${hash(c.bytes)}\t${c.path}\0`];
-        if (c.kind === 'symlink') return [`120000 ${hash(Buffer.from(c.target))}\t${c.path}\0`];
-        return [];
-      });
-      // Deletions first, so a file may take the place of a folder it replaced and the other way round.
-      if (deletions.length) this.run(['update-index', '-z', '--index-info'], { env, input: deletions.join('') });
-      if (additions.length) this.run(['update-index', '--add', '--replace', '-z', '--index-info'], { env, input: additions.join('') });
-      const tree = this.run(['write-tree'], { env }).toString('utf8').trim();
-      const commit = this.run(['commit-tree', '--no-gpg-sign', tree, '-p', base, '-F', '-'], {
-        env: { ...env, ...this.identity() },
-        input: message,
-      })
-        .toString('utf8')
-        .trim();
-      return { commit, tree };
-    } finally {
-      rmSync(scratch, { recursive: true, force: true });
-    }
+  /** Writes the objects of `pack` into the repository; each is checked against its id as it is unpacked. */
+  async unpack(pack: Buffer): Promise<void> {
+    await this.git(['unpack-objects', '-q', '--strict'], { input: pack, idleMs: null });
   }
 
   /**
    * Creates branch `name` at `commit`, only if it does not exist: one update-ref whose expected
    * old value is the null id, so a branch created meanwhile is never overwritten.
    */
-  createBranch(name: string, commit: string, reason: string): string {
-    const ref = this.branchRef(name);
-    if (this.refExists(ref)) throw new GitError('ref_exists', `branch ${name} exists already; choose another name with --name`);
+  async createBranch(name: string, commit: string, reasonText: string): Promise<string> {
+    const ref = await this.branchRef(name);
+    const exists = () => new GitError('ref_exists', `branch ${name} exists already; choose another name with --name`);
+    if (await this.refExists(ref)) throw exists();
     try {
-      this.run(['update-ref', '-m', reason, ref, commit, '0'.repeat(commit.length)]);
+      await this.git(['update-ref', '-m', reasonText, ref, commit, '0'.repeat(commit.length)]);
     } catch (err) {
-      if (err instanceof GitError && this.refExists(ref))
-        throw new GitError('ref_exists', `branch ${name} exists already; choose another name with --name`);
+      if (err instanceof GitError && (await this.refExists(ref))) throw exists();
       throw err;
     }
     return ref;
   }
+}
 
-  /**
-   * The change as a patch for `git apply`: the commit is built in a temporary object folder (the
-   * repository gets nothing) and diffed against `base` with full ids and binary hunks.
-   */
-  patch(base: string, changes: TreeChange[], message: string): string {
-    const scratch = mkdtempSync(join(tmpdir(), 'agent-git-objects-'));
-    try {
-      const objects = join(scratch, 'objects');
-      const { tree } = this.commitChange(base, changes, message, objects);
-      const env = this.env({ GIT_OBJECT_DIRECTORY: objects, GIT_ALTERNATE_OBJECT_DIRECTORIES: this.objectsDir() });
-      return this.run(
-        [
-          'diff-tree',
-          '-r',
-          '-p',
-          '--binary',
-          '--full-index',
-          '--no-renames',
-          '--no-ext-diff',
-          '--no-textconv',
-          '--no-color',
-          '--src-prefix=a/',
-          '--dst-prefix=b/',
-          base,
-          tree,
-        ],
-        { env },
-      ).toString('utf8');
-    } finally {
-      rmSync(scratch, { recursive: true, force: true });
-    }
-  }
+/**
+ * The change as branch `name` of the repository: its commit and objects built where `repo` reads
+ * (a container for a repository not trusted), then written by `writer` (the machine's git), which
+ * checks each object against its id. The name is checked before anything is written.
+ */
+export async function commitToBranch(
+  repo: GitRepository,
+  writer: RepositoryWriter,
+  change: { base: string; changes: TreeChange[]; message: string; name: string; reason: string; maxPackBytes: number },
+): Promise<{ ref: string; commit: string }> {
+  const ref = await writer.branchRef(change.name);
+  if (await writer.refExists(ref))
+    throw new GitError('ref_exists', `branch ${change.name} exists already; choose another name with --name`);
+  const built = await repo.buildChange(change.base, change.changes, change.message);
+  await writer.unpack(await repo.packChange(built.scratch, change.base, built.commit, change.maxPackBytes));
+  await writer.createBranch(change.name, built.commit, change.reason);
+  return { ref, commit: built.commit };
 }

@@ -1,19 +1,23 @@
 /**
  * A repository run's source of work: what its base commit says (settings, test command,
  * acceptance, project instructions, submodules), the workspace written from its tree, and the
- * verified change kept for `branch` and `patch`. Reads go through git plumbing (host/git.ts);
- * nothing here writes to the repository.
+ * verified change kept for `branch` and `patch`. Reads go through git plumbing (host/git.ts) on a
+ * runner the caller opens: git in a container for every repository the user has not trusted on
+ * the local backend. Nothing here writes to the repository.
  *
- * Hazards: a tree's paths come from whoever made the commit. A path with an empty, `.`, `..` or
- * `.git` segment refuses the run; files are created with O_EXCL below folders this code made,
- * and symlinks are made last, so no write can follow a link, in the tree or planted by it.
+ * Hazards: a tree's paths and sizes come from whoever made the commit. A path with an empty, `.`,
+ * `..` or `.git` segment refuses the run, and so does a tree over the operator's limits (checked
+ * while the listing streams, before anything is written); the files a run reads whole (settings,
+ * instructions, the test detector's, an expected.json) are refused past METADATA_BYTES. The
+ * workspace is written in a workspace thread (tree-write.ts), in batches as the bytes arrive.
  */
-import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, symlinkSync, writeSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { expectedFileSchema as expectedFile, type AcceptanceSpec, type RepoSource, type RunSpec, type TestsSpec } from '../core/contracts';
 import { formatIssues } from '../core/validate';
 import {
   capInstructions,
+  DETECTION_FILES,
   detectTests,
   INSTRUCTIONS_FILE,
   parseRepoSettings,
@@ -24,12 +28,19 @@ import {
   type RepoSettings,
   type TreeView,
 } from '../core/repo-settings';
-import { GitError, GitRepository, type TreeChange, type TreeEntry } from './git';
-import { writeFileAtomic } from './files';
-import { copyRegular } from './workspace/hostile-read';
+import type { RepositoryLimits } from '../core/limits';
+import { GitError, GitRepository, requireFolder, type GitRunner, type TreeEntry } from './git';
 import { sha256 } from './digest';
-import { copyTree, manifest, manifestDigest, type ManifestEntry, type RunPaths } from './workspace/workspace';
+import { offThread } from './workspace/thread';
+import type { FileBatch } from './workspace/tree-write';
+import type { RunPaths } from './workspace/workspace';
 import type { PreparedWorkspace, RepositoryFacts, RepositoryRef } from '../core/activities';
+
+/** Files of the base tree read whole (settings, instructions, the detector's, expected.json): at most this many bytes. */
+export const METADATA_BYTES = 4 * 1024 * 1024;
+
+/** Opens a runner on a repository folder of this machine (the caller decides where git runs). */
+export type OpenRunner = (hostPath: string) => Promise<GitRunner>;
 
 export type InspectedBase =
   | {
@@ -56,20 +67,48 @@ export function unsafeTreePath(path: string): string | null {
 const isBlob = (e: TreeEntry) => e.type === 'blob' && (e.mode === '100644' || e.mode === '100755');
 const below = (dir: string, path: string) => path.startsWith(`${dir}/`);
 
-/** A tree as the test detector sees it: paths, and the text of small files at the root. */
-function treeView(repo: GitRepository, entries: TreeEntry[]): TreeView {
-  const byPath = new Map(entries.map((e) => [e.path, e]));
-  const folders = new Set<string>();
-  for (const e of entries) for (let d = dirname(e.path); d !== '.'; d = dirname(d)) folders.add(d);
-  return {
-    has: (p) => byPath.has(p),
-    hasFolder: (p) => folders.has(p),
-    paths: () => byPath.keys(),
-    read: (p) => {
-      const e = byPath.get(p);
-      return e && isBlob(e) ? repo.readBlob(e.oid).toString('utf8') : null;
-    },
-  };
+/** The first unsafe path of a listing, as a refusal, or null. */
+function unsafeListing(entries: TreeEntry[]): string | null {
+  for (const e of entries) {
+    const unsafe = unsafeTreePath(e.path);
+    if (unsafe !== null)
+      return `the base tree has a path with ${unsafe} (${JSON.stringify(e.path)}); it cannot be written into a workspace`;
+  }
+  return null;
+}
+
+/**
+ * Opens `path` through a runner of `open`, runs `fn` on it and closes the runner, whatever
+ * happens. A repository that is none, a ref that names nothing and a repository over the limits
+ * are GitErrors for the caller to word.
+ */
+export async function withRepository<T>(
+  open: OpenRunner,
+  path: string,
+  limits: RepositoryLimits,
+  fn: (repo: GitRepository) => Promise<T>,
+): Promise<T> {
+  requireFolder(resolve(path));
+  const runner = await open(resolve(path));
+  try {
+    return await fn(await GitRepository.open(runner, resolve(path), limits));
+  } finally {
+    await runner.close();
+  }
+}
+
+/** The small files of the base tree that decide the run, read in one batch (each at most METADATA_BYTES). */
+async function readSmall(repo: GitRepository, byPath: Map<string, TreeEntry>, paths: string[]): Promise<Map<string, Buffer>> {
+  const wanted = paths.map((p) => byPath.get(p)).filter((e): e is TreeEntry => e !== undefined && isBlob(e));
+  for (const e of wanted)
+    if (e.size > METADATA_BYTES)
+      throw new GitError(
+        'too_large',
+        `${e.path} in the base tree has ${e.size} bytes; the harness reads it whole, up to ${METADATA_BYTES}`,
+      );
+  const byOid = new Map<string, Buffer>();
+  await repo.readBlobs([...new Set(wanted.map((e) => e.oid))], (oid, bytes) => void byOid.set(oid, bytes));
+  return new Map(wanted.map((e) => [e.path, byOid.get(e.oid)!]));
 }
 
 /**
@@ -77,31 +116,40 @@ function treeView(repo: GitRepository, entries: TreeEntry[]): TreeView {
  * Used by the command line (to refuse before any workflow starts) and by `loadRun` (the worker's
  * own check, on the same commit).
  */
-export function inspectBase(repo: GitRepository, source: RepoSource): InspectedBase {
+export async function inspectBase(repo: GitRepository, source: RepoSource): Promise<InspectedBase> {
   let entries: TreeEntry[];
   try {
-    entries = repo.lsTree(source.base_commit);
+    entries = await repo.lsTree(source.base_commit);
   } catch (err) {
+    if (err instanceof GitError && err.kind === 'too_large') return { ok: false, detail: `too_large: ${err.message}` };
     if (err instanceof GitError) return { ok: false, detail: `cannot read the tree of ${source.base_commit}: ${err.message}` };
     throw err;
   }
-  for (const e of entries) {
-    const unsafe = unsafeTreePath(e.path);
-    if (unsafe !== null)
-      return {
-        ok: false,
-        detail: `the base tree has a path with ${unsafe} (${JSON.stringify(e.path)}); it cannot be written into a workspace`,
-      };
-  }
+  const unsafe = unsafeListing(entries);
+  if (unsafe !== null) return { ok: false, detail: unsafe };
   const byPath = new Map(entries.map((e) => [e.path, e]));
-  const tree = treeView(repo, entries);
+  const folders = new Set<string>();
+  for (const e of entries) for (let i = e.path.lastIndexOf('/'); i > 0; i = e.path.lastIndexOf('/', i - 1)) folders.add(e.path.slice(0, i));
 
   const settingsEntry = byPath.get(SETTINGS_FILE);
   if (settingsEntry && !isBlob(settingsEntry)) return { ok: false, detail: `${SETTINGS_FILE} in the base tree is not a regular file` };
-  const settingsBytes = settingsEntry ? repo.readBlob(settingsEntry.oid) : null;
+  let small: Map<string, Buffer>;
+  try {
+    small = await readSmall(repo, byPath, [SETTINGS_FILE, INSTRUCTIONS_FILE, ...DETECTION_FILES]);
+  } catch (err) {
+    if (err instanceof GitError && err.kind === 'too_large') return { ok: false, detail: `too_large: ${err.message}` };
+    throw err;
+  }
+  const settingsBytes = small.get(SETTINGS_FILE) ?? null;
   const parsed = parseRepoSettings(settingsBytes === null ? null : settingsBytes.toString('utf8'));
   if (!parsed.ok) return { ok: false, detail: parsed.detail };
   const settings = parsed.settings;
+  const tree: TreeView = {
+    has: (p) => byPath.has(p),
+    hasFolder: (p) => folders.has(p),
+    paths: () => byPath.keys(),
+    read: (p) => small.get(p)?.toString('utf8') ?? null,
+  };
 
   let tests: TestsSpec;
   let testsSource: string;
@@ -126,13 +174,19 @@ export function inspectBase(repo: GitRepository, source: RepoSource): InspectedB
     const expected = byPath.get(`${dir}/expected.json`);
     if (!expected || !isBlob(expected))
       return { ok: false, detail: `${SETTINGS_FILE}: acceptance.dir: the base tree has no ${dir}/expected.json` };
-    const problem = expectedProblem(() => repo.readBlob(expected.oid).toString('utf8'));
+    let text: string;
+    try {
+      text = (await readSmall(repo, byPath, [expected.path])).get(expected.path)!.toString('utf8');
+    } catch (err) {
+      if (err instanceof GitError && err.kind === 'too_large') return { ok: false, detail: `too_large: ${err.message}` };
+      throw err;
+    }
+    const problem = expectedProblem(() => text);
     if (problem !== null) return { ok: false, detail: `${dir}/expected.json: ${problem}` };
     [acceptance, treeDir] = [spec, dir];
   }
 
-  const agents = byPath.get(INSTRUCTIONS_FILE);
-  const agentsBytes = agents && isBlob(agents) ? repo.readBlob(agents.oid) : null;
+  const agentsBytes = small.get(INSTRUCTIONS_FILE) ?? null;
   const instructions = agentsBytes === null ? null : capInstructions(agentsBytes);
   const submodules = entries.filter((e) => e.type === 'commit').map((e) => e.path);
   const extraProtected = [...submodules.flatMap((p) => [p, `${p}/**`]), ...(treeDir ? [treeDir, `${treeDir}/**`] : [])];
@@ -171,22 +225,35 @@ export type LoadedRepository =
     }
   | { ok: false; detail: string };
 
+/** A refusal's words for what opening a repository or resolving its base found. */
+function refusal(err: unknown): { ok: false; detail: string } | null {
+  if (!(err instanceof GitError) || err.kind === 'git_missing' || err.kind === 'failed') return null;
+  return { ok: false, detail: err.kind === 'too_large' ? `too_large: ${err.message}` : err.message };
+}
+
 /**
  * `loadRun` of a repository run: the repository, its base commit and what the base tree says,
  * checked again on the worker (the command line checked the same commit before starting the
  * run). The instructions go to the host store; the run carries their digest.
  */
-export function loadRepository(source: RepoSource, storeInstructions: (value: Instructions) => string): LoadedRepository {
-  let repo: GitRepository;
+export async function loadRepository(
+  open: OpenRunner,
+  limits: RepositoryLimits,
+  source: RepoSource,
+  storeInstructions: (value: Instructions) => string,
+): Promise<LoadedRepository> {
+  let inspected: InspectedBase;
   try {
-    repo = GitRepository.open(source.path);
-    if (repo.resolveCommit(source.base_commit) !== source.base_commit)
-      return { ok: false, detail: `${source.base_commit} is not a commit of ${source.path}` };
+    inspected = await withRepository(open, source.path, limits, async (repo) => {
+      if ((await repo.resolveCommit(source.base_commit)) !== source.base_commit)
+        return { ok: false, detail: `${source.base_commit} is not a commit of ${source.path}` };
+      return inspectBase(repo, source);
+    });
   } catch (err) {
-    if (err instanceof GitError && err.kind !== 'git_missing' && err.kind !== 'failed') return { ok: false, detail: err.message };
+    const refused = refusal(err);
+    if (refused) return refused;
     throw err;
   }
-  const inspected = inspectBase(repo, source);
   if (!inspected.ok) return inspected;
   return {
     ok: true,
@@ -213,54 +280,59 @@ function expectedProblem(read: () => string): string | null {
   }
 }
 
-/** Creates `rel` below `root` with O_EXCL, making its folders; never through an existing link. */
-export function createFile(root: string, rel: string, bytes: Buffer, mode: number): void {
-  const parts = rel.split('/');
-  let dir = root;
-  for (const part of parts.slice(0, -1)) {
-    dir = join(dir, part);
-    let st;
-    try {
-      st = lstatSync(dir);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      mkdirSync(dir);
-      continue;
-    }
-    if (!st.isDirectory()) throw new Error(`${rel}: a parent is not a folder in the tree`);
-  }
-  const file = join(root, rel);
-  const fd = openSync(file, 'wx', mode);
-  try {
-    for (let off = 0; off < bytes.length;) off += writeSync(fd, bytes, off, bytes.length - off);
-  } finally {
-    closeSync(fd);
-  }
-  chmodSync(file, mode); // not the umask's
-}
+/** Bytes of files one batch carries to the workspace thread, and files: the memory a tree import holds at once. */
+const BATCH_BYTES = 8 * 1024 * 1024;
+const BATCH_FILES = 1024;
 
 /**
- * Writes the entries of `commit`'s tree that `keep` selects below `root`, renamed by `rename`:
- * regular files with their executable bit, symlinks as links (their target as committed, never
- * followed), submodules skipped. Returns the number of entries written.
+ * Writes the entries that `keep` selects of `entries` below `root` (renamed by `rename`) in the
+ * workspace thread: regular files with their executable bit as their bytes stream, symlinks as
+ * links (their target as committed, never followed) once every file is written, submodules
+ * skipped.
  */
-async function writeTree(repo: GitRepository, entries: TreeEntry[], root: string, rename: (path: string) => string): Promise<number> {
-  mkdirSync(root, { recursive: true });
+async function writeTree(
+  repo: GitRepository,
+  entries: TreeEntry[],
+  root: string,
+  rename: (path: string) => string,
+  onProgress?: () => void,
+): Promise<void> {
+  const call = { key: root, onProgress };
   const files = new Map<string, TreeEntry[]>();
-  for (const e of entries.filter(isBlob)) files.set(e.oid, [...(files.get(e.oid) ?? []), e]);
-  await repo.readBlobs([...files.keys()], (oid, bytes) => {
-    for (const e of files.get(oid) ?? []) createFile(root, rename(e.path), bytes, e.mode === '100755' ? 0o755 : 0o644);
+  for (const e of entries) {
+    if (!isBlob(e)) continue;
+    const same = files.get(e.oid);
+    if (same) same.push(e);
+    else files.set(e.oid, [e]);
+  }
+  let batch: { oid: string; bytes: Buffer }[] = [];
+  let size = 0;
+  const flush = async () => {
+    if (batch.length === 0) return;
+    const data = new Uint8Array(size);
+    const out: FileBatch['files'] = [];
+    let offset = 0;
+    for (const { oid, bytes } of batch) {
+      data.set(bytes, offset);
+      for (const e of files.get(oid) ?? [])
+        out.push({ path: rename(e.path), mode: e.mode === '100755' ? 0o755 : 0o644, offset, length: bytes.length });
+      offset += bytes.length;
+    }
+    batch = [];
+    size = 0;
+    await offThread('writeFiles', [root, { files: out, data }], { ...call, transfer: [data.buffer] });
+  };
+  await offThread('makeFolder', [root], call);
+  await repo.readBlobs([...files.keys()], async (oid, bytes) => {
+    batch.push({ oid, bytes });
+    size += bytes.length;
+    if (size >= BATCH_BYTES || batch.length >= BATCH_FILES) await flush();
   });
+  await flush();
   const links = entries.filter((e) => e.type === 'blob' && e.mode === '120000');
   const targets = new Map<string, string>();
-  await repo.readBlobs([...new Set(links.map((e) => e.oid))], (oid, bytes) => targets.set(oid, bytes.toString('utf8')));
-  for (const e of links) {
-    const path = join(root, rename(e.path));
-    mkdirSync(dirname(path), { recursive: true });
-    if (lstatSync(dirname(path)).isSymbolicLink()) throw new Error(`${e.path}: a parent is a link`);
-    symlinkSync(targets.get(e.oid)!, path);
-  }
-  return entries.filter(isBlob).length + links.length;
+  await repo.readBlobs([...new Set(links.map((e) => e.oid))], (oid, bytes) => void targets.set(oid, bytes.toString('utf8')));
+  await offThread('writeLinks', [root, links.map((e) => ({ path: rename(e.path), target: targets.get(e.oid)! }))], call);
 }
 
 /**
@@ -268,113 +340,37 @@ async function writeTree(repo: GitRepository, entries: TreeEntry[], root: string
  * settings name one) the acceptance folder in the control folder, out of the workspace.
  * Idempotent like the fixture's: `prepared.json` is written last.
  */
-export async function prepareRepositoryWorkspace(paths: RunPaths, ref: RepositoryRef): Promise<PreparedWorkspace> {
+export async function prepareRepositoryWorkspace(
+  paths: RunPaths,
+  ref: RepositoryRef,
+  open: OpenRunner,
+  limits: RepositoryLimits,
+  onProgress?: () => void,
+): Promise<PreparedWorkspace> {
   const marker = join(paths.control, 'prepared.json');
   if (existsSync(marker)) return JSON.parse(readFileSync(marker, 'utf8')) as PreparedWorkspace;
-  rmSync(paths.root, { recursive: true, force: true });
-  const repo = GitRepository.open(ref.path);
-  const entries = repo.lsTree(ref.base_commit);
-  for (const e of entries) {
-    const unsafe = unsafeTreePath(e.path);
-    if (unsafe !== null) throw new Error(`the base tree has a path with ${unsafe}`);
-  }
-  const accDir = ref.acceptance_tree_dir;
-  const inWorkspace = entries.filter((e) => !(accDir && below(accDir, e.path)));
-  await writeTree(repo, inWorkspace, paths.workspace, (p) => p);
-  if (accDir)
+  const call = { key: paths.workspace, onProgress };
+  await offThread('beginTree', [paths], call);
+  await withRepository(open, ref.path, limits, async (repo) => {
+    const entries = await repo.lsTree(ref.base_commit);
+    const unsafe = unsafeListing(entries);
+    if (unsafe !== null) throw new GitError('failed', unsafe);
+    const accDir = ref.acceptance_tree_dir;
     await writeTree(
       repo,
-      entries.filter((e) => below(accDir, e.path)),
-      join(paths.control, 'acceptance'),
-      (p) => p.slice(accDir.length + 1),
+      entries.filter((e) => !(accDir && below(accDir, e.path))),
+      paths.workspace,
+      (p) => p,
+      onProgress,
     );
-  copyTree(paths.workspace, paths.baseline);
-  const manifestEntries = manifest(paths.workspace);
-  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(manifestEntries), { tmpDir: paths.tmp });
-  const prepared: PreparedWorkspace = {
-    workspace_digest: manifestDigest(manifestEntries),
-    files: manifestEntries.filter((e) => e.kind === 'file').length,
-  };
-  writeFileAtomic(marker, JSON.stringify(prepared), { tmpDir: paths.tmp });
-  return prepared;
-}
-
-// ---- the verified change ----
-
-/** One changed path of the verified state, as a tree would hold it. */
-export type ChangeEntry =
-  | { path: string; kind: 'file'; executable: boolean; digest: string }
-  | { path: string; kind: 'symlink'; target: string }
-  | { path: string; kind: 'deleted' };
-
-/** What the verifier saw, kept in the control folder: `branch` and `patch` make their commit from it. */
-export interface VerifiedChange {
-  schema_version: 1;
-  base_commit: string;
-  changes: ChangeEntry[];
-}
-
-const changeFolder = (paths: RunPaths) => join(paths.control, 'verified');
-
-/**
- * The change between the baseline and the workspace, as git would record it: files with their
- * executable bit, symlinks, deletions (folders are not entries of a tree). Paths that are special
- * files (a FIFO, a socket) cannot be in a tree; they are returned apart.
- */
-export function treeChanges(base: ManifestEntry[], current: ManifestEntry[]): { changes: ChangeEntry[]; unrepresentable: string[] } {
-  const b = new Map(base.map((e) => [e.path, e]));
-  const c = new Map(current.map((e) => [e.path, e]));
-  const changes: ChangeEntry[] = [];
-  const unrepresentable: string[] = [];
-  for (const path of [...new Set([...b.keys(), ...c.keys()])].sort()) {
-    const before = b.get(path);
-    const after = c.get(path);
-    if (before && after && JSON.stringify(before) === JSON.stringify(after)) continue;
-    if (after?.kind === 'file') changes.push({ path, kind: 'file', executable: after.executable, digest: after.digest });
-    else if (after?.kind === 'symlink') changes.push({ path, kind: 'symlink', target: after.target });
-    else if (after?.kind === 'special') unrepresentable.push(path);
-    else if (before && (before.kind === 'file' || before.kind === 'symlink')) changes.push({ path, kind: 'deleted' });
-  }
-  return { changes, unrepresentable };
-}
-
-/**
- * Keeps the verified change: `change.json` and a copy of each changed file, taken from the
- * workspace at the moment its manifest was read (before the verifier's own test run).
- */
-export function keepVerifiedChange(paths: RunPaths, baseCommit: string, changes: ChangeEntry[]): void {
-  const dir = changeFolder(paths);
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(join(dir, 'files'), { recursive: true });
-  for (const c of changes) {
-    if (c.kind !== 'file') continue;
-    const to = join(dir, 'files', c.path);
-    mkdirSync(dirname(to), { recursive: true });
-    // The bytes whose digest the manifest took, read without following a link or opening a FIFO.
-    if (copyRegular(join(paths.workspace, c.path), to, c.path) !== c.digest)
-      throw new VerifiedChangeError(`${c.path} changed while the verified change was kept`);
-  }
-  const change: VerifiedChange = { schema_version: 1, base_commit: baseCommit, changes };
-  writeFileAtomic(join(dir, 'change.json'), JSON.stringify(change), { tmpDir: paths.tmp });
-}
-
-export class VerifiedChangeError extends Error {
-  override name = 'VerifiedChangeError';
-}
-
-/** The verified change with each file's bytes, checked against the digests the verifier recorded. */
-export function readVerifiedChange(paths: RunPaths): { base_commit: string; changes: TreeChange[] } {
-  const file = join(changeFolder(paths), 'change.json');
-  if (!existsSync(file))
-    throw new VerifiedChangeError(
-      `no verified change in ${changeFolder(paths)}: the run's state folder is not on this machine, or its run was not verified`,
-    );
-  const change = JSON.parse(readFileSync(file, 'utf8')) as VerifiedChange;
-  const changes = change.changes.map((c) => {
-    if (c.kind !== 'file') return c;
-    const bytes = readFileSync(join(changeFolder(paths), 'files', c.path));
-    if (sha256(bytes) !== c.digest) throw new VerifiedChangeError(`${c.path} in the kept change differs from what was verified`);
-    return { path: c.path, kind: 'file' as const, executable: c.executable, bytes };
+    if (accDir)
+      await writeTree(
+        repo,
+        entries.filter((e) => below(accDir, e.path)),
+        join(paths.control, 'acceptance'),
+        (p) => p.slice(accDir.length + 1),
+        onProgress,
+      );
   });
-  return { base_commit: change.base_commit, changes };
+  return offThread('finishTree', [paths], call);
 }

@@ -15,7 +15,7 @@ import { isIP } from 'node:net';
 import { isAbsolute, join, relative, resolve } from 'node:path';
 import { DEFAULT_MAX_BUDGETS } from '../core/budgets';
 import { budgetsSchema, type Budgets } from '../core/contracts';
-import { DEFAULT_LIMITS } from '../core/limits';
+import { DEFAULT_LIMITS, DEFAULT_REPOSITORY_LIMITS, type RepositoryLimits } from '../core/limits';
 import { formatIssues } from '../core/validate';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..');
@@ -28,6 +28,9 @@ export const DEFAULT_DRAIN_CHECK_S = 60;
 export const BUILD_PROMPTS_DIR = resolve(__dirname, '..', 'prompts');
 export const DEFAULT_SANDBOX_IMAGE = 'coding-agent-sandbox:1';
 export const DEFAULT_PROXY_IMAGE = 'coding-agent-proxy:2';
+export const DEFAULT_GIT_IMAGE = 'coding-agent-git:1';
+/** The images a setup phase commits (sandbox/setup/cache.ts): a repository may start from one. */
+export const SETUP_IMAGES = 'coding-agent-setup:*';
 export const DEFAULT_EGRESS_NETWORK = 'bridge';
 export const DEFAULT_MAX_CACHED_WORKFLOWS = 100;
 /** How long a step that finds no space left waits for space before its run ends `disk_full`: 10 minutes. */
@@ -114,6 +117,15 @@ export interface Settings {
   diskFullWaitS: number;
   /** Image tag or content id of the docker backend's sandbox. */
   sandboxImage: string;
+  /** The image in which a repository the user has not trusted is read (git; docker/build-git-image.sh). */
+  gitImage: string;
+  /**
+   * The images a repository's settings may name (`image`): exact references, or `name:*` for
+   * every tag of a name. A run's `--image` is the user's own choice and is not checked.
+   */
+  allowedImages: string[];
+  /** The operator's bounds on what a repository makes the harness read and keep (core/limits.ts). */
+  repositoryLimits: RepositoryLimits;
   /** The engine the docker backend talks to, as the operator names it; null: the local socket. */
   dockerHost: string | null;
   /** Image tag or content id of the setup phase's egress proxy (squid). */
@@ -391,6 +403,56 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     default: `\`${DEFAULT_SANDBOX_IMAGE}\``,
     meaning: "the docker backend's sandbox image (tag or content id)",
     read: (v) => given(v) ?? DEFAULT_SANDBOX_IMAGE,
+  },
+  gitImage: {
+    name: 'AGENT_GIT_IMAGE',
+    default: `\`${DEFAULT_GIT_IMAGE}\``,
+    meaning:
+      'the image in which a repository the user has not trusted on the local backend is read and its branch and patch are built (git, no network; `docker/build-git-image.sh`)',
+    read: (v) => given(v) ?? DEFAULT_GIT_IMAGE,
+  },
+  allowedImages: {
+    name: 'AGENT_ALLOWED_IMAGES',
+    default: `the sandbox image and \`${SETUP_IMAGES}\``,
+    meaning:
+      "images a repository's settings may name, separated by commas (`name:tag`, a content id, or `name:*` for every tag); any other is refused before a container is made. `--image` is the user's and is not checked",
+    read: (v, env) => {
+      const entries = list(v);
+      for (const e of entries)
+        if (!/^[A-Za-z0-9][A-Za-z0-9._/:@-]*(:\*)?$/.test(e))
+          throw new Error(
+            `AGENT_ALLOWED_IMAGES must be image references separated by commas (name:tag, sha256:..., name:*), not ${JSON.stringify(e)}`,
+          );
+      return entries.length > 0 ? entries : [given(env.AGENT_SANDBOX_IMAGE) ?? DEFAULT_SANDBOX_IMAGE, SETUP_IMAGES];
+    },
+  },
+  repositoryLimits: {
+    name: 'AGENT_REPOSITORY_LIMITS',
+    default: `\`${JSON.stringify(DEFAULT_REPOSITORY_LIMITS)}\``,
+    meaning:
+      "what a repository may make the harness read, as JSON (fields given replace the default's): `files`, `bytes`, `blob_bytes`, `path_bytes`, `depth` of its base tree, refused `too_large` naming the field while the listing streams; `new_files` a test or setup process may leave (stopped past it); `idle_s` a git command may print nothing, `read_s` one reading may last",
+    read: (v) => {
+      const text = given(v);
+      if (text === null) return { ...DEFAULT_REPOSITORY_LIMITS };
+      let raw: unknown;
+      try {
+        raw = JSON.parse(text);
+      } catch (err) {
+        throw new Error(`AGENT_REPOSITORY_LIMITS must be a JSON object of limits, e.g. {"files": 200000}: ${(err as Error).message}`);
+      }
+      if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error('AGENT_REPOSITORY_LIMITS must be a JSON object');
+      const out: RepositoryLimits = { ...DEFAULT_REPOSITORY_LIMITS };
+      for (const [key, value] of Object.entries(raw)) {
+        if (!(key in DEFAULT_REPOSITORY_LIMITS))
+          throw new Error(
+            `AGENT_REPOSITORY_LIMITS: unknown field ${JSON.stringify(key)} (known: ${Object.keys(DEFAULT_REPOSITORY_LIMITS).join(', ')})`,
+          );
+        if (!Number.isSafeInteger(value) || (value as number) < 1)
+          throw new Error(`AGENT_REPOSITORY_LIMITS.${key} must be a positive integer, not ${JSON.stringify(value)}`);
+        out[key as keyof RepositoryLimits] = value as number;
+      }
+      return out;
+    },
   },
   dockerHost: {
     name: 'DOCKER_HOST',

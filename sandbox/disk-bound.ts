@@ -24,14 +24,20 @@ import type { ExecBackend, ExecResult, ExecSpec } from './backends/types';
 /** Less than this left on the workspace's file system after a process means it found the disk full. */
 export const FULL_BELOW_BYTES = 64 * 1024;
 
+/** Which bound a process went past: the bytes of its folders, or the entries it added to them. */
+export type OverLimit = { what: 'bytes'; bytes: number; limit: number } | { what: 'files'; added: number; limit: number };
+
 export interface BoundedResult extends ExecResult {
-  /** The process was stopped because its folders grew past the bound. */
-  overLimit: { bytes: number; limit: number } | null;
+  /** The process was stopped because its folders grew past a bound. */
+  overLimit: OverLimit | null;
 }
 
-/** Sum of the sizes of the regular files below `dir` (links not followed); stops counting past `stopAbove`. */
-export async function treeBytes(dir: string, stopAbove = Infinity): Promise<number> {
-  let total = 0;
+/**
+ * The sizes of the regular files below `dir` (links not followed) and its entries (a file, a
+ * folder, a link each); stops counting once either passes its `stop`.
+ */
+export async function treeSize(dir: string, stop: { bytes: number; entries: number }): Promise<{ bytes: number; entries: number }> {
+  const total = { bytes: 0, entries: 0 };
   const walk = async (path: string): Promise<void> => {
     let names: string[];
     try {
@@ -41,10 +47,11 @@ export async function treeBytes(dir: string, stopAbove = Infinity): Promise<numb
       throw err;
     }
     for (const name of names) {
-      if (total > stopAbove) return;
+      if (total.bytes > stop.bytes || total.entries > stop.entries) return;
+      total.entries++;
       const child = join(path, name);
       const st = await lstat(child).catch(() => null);
-      if (st?.isFile()) total += st.size;
+      if (st?.isFile()) total.bytes += st.size;
       else if (st?.isDirectory()) await walk(child);
     }
   };
@@ -52,24 +59,34 @@ export async function treeBytes(dir: string, stopAbove = Infinity): Promise<numb
   return total;
 }
 
-/** Runs `spec` on `backend` within `limitBytes` (see the header); `bytesBefore` is what the workspace held. */
+/**
+ * Runs `spec` on `backend` within `limitBytes` (see the header) and `newFiles` entries more than
+ * the `entriesBefore` its writable folders held; `bytesBefore` is what the workspace held.
+ */
 export async function execWithinDisk(
   backend: ExecBackend,
   spec: ExecSpec,
-  o: { limitBytes: number; bytesBefore: number },
+  o: { limitBytes: number; bytesBefore: number; newFiles: number; entriesBefore: number },
 ): Promise<BoundedResult> {
   const bound = Math.max(o.limitBytes, o.bytesBefore);
+  const entriesBound = o.entriesBefore + o.newFiles;
   const folders = spec.workspaceReadOnly ? [spec.outDir] : [spec.workspaceDir, spec.outDir];
-  const measure = async () => {
-    let bytes = 0;
-    for (const dir of folders) bytes += await treeBytes(dir, bound - bytes);
-    return bytes;
+  const measure = async (): Promise<OverLimit | null> => {
+    const total = { bytes: 0, entries: 0 };
+    for (const dir of folders) {
+      const size = await treeSize(dir, { bytes: bound - total.bytes, entries: entriesBound - total.entries });
+      total.bytes += size.bytes;
+      total.entries += size.entries;
+    }
+    if (total.bytes > bound) return { what: 'bytes', bytes: total.bytes, limit: bound };
+    if (total.entries > entriesBound) return { what: 'files', added: total.entries - o.entriesBefore, limit: o.newFiles };
+    return null;
   };
   const stop = new AbortController();
   const onAbort = () => stop.abort();
   spec.signal.addEventListener('abort', onAbort, { once: true });
   if (spec.signal.aborted) stop.abort();
-  let overLimit: BoundedResult['overLimit'] = null;
+  let overLimit: OverLimit | null = null;
   let measuring = false;
   let nextAt = 0;
   const tick = () => {
@@ -78,9 +95,9 @@ export async function execWithinDisk(
     measuring = true;
     const started = Date.now();
     void measure()
-      .then((bytes) => {
-        if (bytes > bound && !spec.signal.aborted) {
-          overLimit = { bytes, limit: bound };
+      .then((over) => {
+        if (over !== null && !spec.signal.aborted) {
+          overLimit = over;
           stop.abort();
         }
       })
@@ -99,15 +116,14 @@ export async function execWithinDisk(
   const free = freeBytes(spec.outDir);
   if (free < FULL_BELOW_BYTES)
     throw new DiskFullError('workspace', `a test or acceptance process: ${free} bytes were left when it ended`, 'ENOSPC');
-  if (overLimit === null && !result.cancelled && !result.timedOut) {
-    const bytes = await measure();
-    if (bytes > bound) overLimit = { bytes, limit: bound };
-  }
+  if (overLimit === null && !result.cancelled && !result.timedOut) overLimit = await measure();
   // Stopped for its size, not cancelled: the caller reports the limit.
   return overLimit !== null ? { ...result, cancelled: false, overLimit } : { ...result, overLimit };
 }
 
 /** What a run's tests or acceptance are told when their process wrote past the bound. */
-export function overLimitDetail(over: { bytes: number; limit: number }): string {
+export function overLimitDetail(over: OverLimit): string {
+  if (over.what === 'files')
+    return `too_large: the process left more than ${over.limit} new files and folders in the workspace and its report folder (${over.added} counted; AGENT_REPOSITORY_LIMITS.new_files): it was stopped and its changes undone`;
   return `the process wrote past the workspace limit (${over.bytes} bytes in the workspace and its report folder, over ${over.limit}: the workspace limit, limits.workspaceBytes): it was stopped and its changes undone`;
 }

@@ -11,13 +11,14 @@ import { JUNIT_PLACEHOLDER, type TestsSpec } from '../core/contracts';
 import { readHostile } from '../host/workspace/hostile-read';
 import type { ExecBackend } from './backends/types';
 import { tailBytes } from './backends/capped-output';
-import { withUndo, type Undone } from '../host/workspace/byproducts';
+import type { Undone } from '../host/workspace/byproducts';
+import { withUndo } from '../host/workspace/undo';
+import { offThread } from '../host/workspace/thread';
 import type { Limits } from '../core/limits';
 import { nonRetryable } from '../core/failures';
 import { parseJunit } from './junit';
 import { execWithinDisk, overLimitDetail } from './disk-bound';
 import { onDisk } from '../host/disk';
-import { workspaceState } from '../host/workspace/manifest';
 import type { RunPaths } from '../host/workspace/workspace';
 
 export type TestStatus = 'passed' | 'failed' | 'no_tests' | 'timeout' | 'cancelled' | 'error';
@@ -70,14 +71,14 @@ export async function runCandidateTests(opts: {
     return mkdtempSync(join(outRoot, 'tests-'));
   });
   try {
-    const { result: data, undone } = await withUndo(opts.paths, () => testsIn(opts, outDir));
+    const { result: data, undone } = await withUndo(opts.paths, (entries) => testsIn(opts, outDir, entries), opts.onProgress);
     return undone === null ? data : { ...data, unreceipted: undone };
   } finally {
     rmSync(outDir, { recursive: true, force: true });
   }
 }
 
-async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: string): Promise<TestRunData> {
+async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: string, entriesBefore: number): Promise<TestRunData> {
   const workspaceDir = opts.paths.workspace;
   const spec = {
     argv: testArgv(opts.fixture.tests),
@@ -91,7 +92,9 @@ async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: st
   };
   const result = await execWithinDisk(opts.backend, spec, {
     limitBytes: opts.limits.workspaceBytes,
-    bytesBefore: workspaceState(workspaceDir).bytes,
+    bytesBefore: (await offThread('state', [workspaceDir], { key: workspaceDir })).bytes,
+    newFiles: opts.limits.newFiles,
+    entriesBefore,
   });
   // Host paths stay out of results (and so out of the trace, history and the model's view).
   const scrub = (text: string) => text.split(outDir).join('<out>').split(workspaceDir).join('<workspace>');

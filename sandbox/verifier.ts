@@ -13,13 +13,14 @@ import { isWritable, mayCreate } from '../core/policy';
 import { formatIssues } from '../core/validate';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from '../core/limits';
-import { withUndo } from '../host/workspace/byproducts';
+import { withUndo } from '../host/workspace/undo';
+import { offThread } from '../host/workspace/thread';
 import { faultPoint } from '../host/faults';
-import { keepVerifiedChange, treeChanges } from '../host/repository';
+import { treeChanges } from '../host/workspace/verified-change';
 import { runCandidateTests } from './test-runner';
 import { execWithinDisk, overLimitDetail } from './disk-bound';
 import { onDisk } from '../host/disk';
-import { baselineManifest, manifest, type RunPaths } from '../host/workspace/workspace';
+import type { RunPaths } from '../host/workspace/workspace';
 import { changedFiles, changedPaths } from '../host/workspace/manifest';
 
 const acceptanceOutput = z.strictObject({
@@ -87,8 +88,9 @@ export async function verify(opts: {
 }): Promise<VerifierFindings> {
   const { fixture, paths } = opts;
   faultPoint('in_verifier');
-  const base = baselineManifest(paths);
-  const current = manifest(paths.workspace);
+  const call = { key: paths.workspace, onProgress: opts.onProgress };
+  const base = await offThread('baselineManifest', [paths], call);
+  const current = await offThread('manifest', [paths.workspace], call);
   const protectedChanged = protectedChanges(fixture, changedPaths(base, current), new Set(base.map((e) => e.path)));
   if (opts.baseCommit !== null) {
     // The change as the verifier sees it now, before its own test run can add to the workspace.
@@ -96,7 +98,7 @@ export async function verify(opts: {
     // A FIFO or socket cannot go into a tree: the change could not come back whole.
     for (const path of unrepresentable) if (!protectedChanged.includes(path)) protectedChanged.push(path);
     protectedChanged.sort();
-    keepVerifiedChange(paths, opts.baseCommit, changes);
+    await offThread('keepChange', [paths, opts.baseCommit, changes], call);
   }
 
   // Each process's changes are undone before the next step: the acceptance cases judge the verified state.
@@ -107,8 +109,10 @@ export async function verify(opts: {
   let acceptance: AcceptanceResult | null = null; // a repository run without acceptance
   if (opts.hiddenAcceptance === false) acceptance = { total: 0, passed: 0, failed: [], error: null };
   else if (fixture.acceptance !== null && opts.acceptanceDir !== null) {
-    const { result, undone } = await withUndo(paths, () =>
-      runAcceptance({ ...opts, acceptance: fixture.acceptance!, acceptanceDir: opts.acceptanceDir! }),
+    const { result, undone } = await withUndo(
+      paths,
+      () => runAcceptance({ ...opts, acceptance: fixture.acceptance!, acceptanceDir: opts.acceptanceDir! }),
+      opts.onProgress,
     );
     acceptance = result;
     if (undone) unreceipted.push({ step: 'acceptance', ...undone });
@@ -160,7 +164,12 @@ async function runAcceptance(
       signal: opts.signal,
       onProgress: opts.onProgress,
     };
-    const result = await execWithinDisk(opts.backend, spec, { limitBytes: opts.limits.workspaceBytes, bytesBefore: 0 });
+    const result = await execWithinDisk(opts.backend, spec, {
+      limitBytes: opts.limits.workspaceBytes,
+      bytesBefore: 0,
+      newFiles: opts.limits.newFiles,
+      entriesBefore: 0,
+    });
     const ids = Object.keys(expectedFile.parse(JSON.parse(expectedJson)).cases).sort();
     const failAll = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
     if (result.overLimit) acceptance = failAll(overLimitDetail(result.overLimit));

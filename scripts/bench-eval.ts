@@ -26,8 +26,8 @@ const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
 const FIXTURES = ['linkcheck-nested', 'wordcount-node', 'py-duration-junit', 'py-booking-overlap', 'node-money-split'];
 const EPOCHS = 2;
 
-const plan = (): EvalPlan =>
-  buildPlan(
+const plan = async (): Promise<EvalPlan> =>
+  await buildPlan(
     SETTINGS,
     FIXTURES.map((id) => join(PROJECT_ROOT, 'fixtures', id)),
     { epochs: EPOCHS, backend: 'local', approver: 'policy:approve-writable', trustReplay: true },
@@ -54,7 +54,7 @@ const median = (xs: number[]) => {
 
 async function main(): Promise<void> {
   const env = await startServer();
-  const p = plan();
+  const p = await plan();
   const runs = p.fixtures.reduce((n, f) => n + f.replays.length, 0) * EPOCHS;
   const rows: { workers: number; seconds: number[]; runs_per_min: number; completed: number }[] = [];
   try {

@@ -21,7 +21,8 @@ import type { WorkflowHandle } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { RACY_MARGIN_MS } from '../host/workspace/manifest';
-import { withUndo } from '../host/workspace/byproducts';
+import { withUndo } from '../host/workspace/undo';
+import { offThread } from '../host/workspace/thread';
 import { sha256 } from '../host/digest';
 import { preparePatch, writePatch } from '../tools/apply_patch';
 import { readFile } from '../tools/read_file';
@@ -589,16 +590,18 @@ async function benchUndo(o: BenchOptions): Promise<void> {
   const written = Date.now();
   // A receipted write, as a run has before its tests: its bytes are kept by digest, not in the baseline.
   const args = { path: 'd0/f0.txt', version: sha256('file 0\n'), old: 'file 0', new: 'file 0, fixed' };
-  const prepared = preparePatch(t.ctx, 'fix', args);
+  const prepared = await preparePatch(t.ctx, 'fix', args);
   if (prepared.kind !== 'prepared') throw new Error('bench undo: the write was not prepared');
-  writePatch(t.ctx, prepared.action, args);
+  await writePatch(t.ctx, prepared.action, args);
   await pastRacyMargin(written);
-  workspaceDigest(t.workspace);
+  // The check in the workspace thread the undo runs in, so both figures are of the same place.
+  const digest = () => offThread('digest', [t.workspace], { key: t.workspace });
+  await digest();
   const check: number[] = [];
   const none: number[] = [];
   const some: number[] = [];
   for (let r = 0; r < o.repeats; r++) {
-    check.push(msOf(() => workspaceDigest(t.workspace)));
+    check.push((await timed(digest)).ms);
     const quiet = await timed(() => withUndo(t.ctx.paths, async () => null));
     none.push(quiet.ms);
     if (quiet.value.undone !== null) throw new Error('bench undo: a process that changed nothing was reported');
@@ -615,7 +618,7 @@ async function benchUndo(o: BenchOptions): Promise<void> {
     if (noisy.value.undone?.count !== 5) throw new Error(`bench undo: ${noisy.value.undone?.count ?? 0} paths undone, not 5`);
     // The restored files are new: the next check digests them again once they are older than the margin.
     await sleep(RACY_MARGIN_MS + 100);
-    workspaceDigest(t.workspace);
+    await digest();
   }
   const checkFigure = figure(`workspace manifest check alone, ${o.undoFiles} files`, 'ms', check);
   // Targets in units of that check, measured in the same run: the undo is two checks (before and after) plus a small record.

@@ -358,11 +358,11 @@ describe('the workspace limit', () => {
       .map((p) => readFileSync(join(LINKCHECK, 'repo', p)).length)
       .reduce((a, b) => a + b, 0);
 
-  it('refuses a write that would take the workspace over it with too_large, writing nothing, and lets a workspace over it shrink', () => {
+  it('refuses a write that would take the workspace over it with too_large, writing nothing, and lets a workspace over it shrink', async () => {
     const t = prepareRun({ repo: join(LINKCHECK, 'repo'), limits: { workspaceBytes: repoBytes() + 100 } });
     const before = t.digest();
     const big = { path: 'tests/test_agent_big.py', version: 'absent', old: '', new: `# ${'x'.repeat(200)}\n` };
-    const refused = preparePatch(t.ctx, 'big', big);
+    const refused = await preparePatch(t.ctx, 'big', big);
     expect(refused).toMatchObject({ kind: 'rejected', result: { ok: false, error: 'too_large' } });
     const data = (refused as { result: ToolResult }).result.data as { reason: string; workspace_bytes: number; limit: number };
     expect(data).toMatchObject({ workspace_bytes: repoBytes() + big.new.length, limit: repoBytes() + 100 });
@@ -372,14 +372,14 @@ describe('the workspace limit', () => {
     // Already over (a limit below its base tree): a write that does not grow it is prepared.
     const over = prepareRun({ repo: join(LINKCHECK, 'repo'), limits: { workspaceBytes: 10 } });
     const source = readFileSync(join(over.workspace, 'src/linkcheck.py'), 'utf8');
-    const shrink = preparePatch(over.ctx, 'shrink', {
+    const shrink = await preparePatch(over.ctx, 'shrink', {
       path: 'src/linkcheck.py',
       version: sha256(source),
       old: '"""Report relative links in Markdown files whose target does not exist."""\n',
       new: '"""Report broken relative links."""\n',
     });
     expect(shrink.kind).toBe('prepared');
-    const grow = preparePatch(over.ctx, 'grow', {
+    const grow = await preparePatch(over.ctx, 'grow', {
       path: 'src/linkcheck.py',
       version: sha256(source),
       old: '"""Report relative links in Markdown files whose target does not exist."""\n',

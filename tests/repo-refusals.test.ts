@@ -4,6 +4,7 @@
  * and no dev server, worker or workflow started (the state folder stays empty). Settings are
  * read from the base commit, never from the working tree.
  */
+import { readSettings } from '../host/settings';
 import { execFile } from 'node:child_process';
 import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -131,7 +132,7 @@ describe('a repository run that cannot start', () => {
     ]);
   });
 
-  it('reads the settings of the base commit, not of the working tree, and records their digest', () => {
+  it('reads the settings of the base commit, not of the working tree, and records their digest', async () => {
     const bad = withSettings({ schema_version: 1, tests: { command: ['pytest'], format: 'nope', timeout_s: 1 } });
     const good = {
       schema_version: 1,
@@ -139,15 +140,16 @@ describe('a repository run that cannot start', () => {
       budgets: { max_turns: 7 },
     };
     writeFileSync(join(bad, '.coding-agent.json'), JSON.stringify(good)); // fixed in the working tree only
-    expect(() => checkRepositoryRun({ path: bad, task: 't' })).toThrow(/tests\.format/);
+    const check = (base?: string) => checkRepositoryRun({ path: bad, task: 't', base, settings: readSettings(), read: 'host' });
+    await expect(check()).rejects.toThrow(/tests\.format/);
     git(bad, 'commit', '-q', '-am', 'valid settings');
-    const checked = checkRepositoryRun({ path: bad, task: 't' });
+    const checked = await check();
     expect(checked.facts).toMatchObject({
       tests_source: 'settings',
       tests: good.tests,
       settings_digest: expect.stringMatching(/^[0-9a-f]{64}$/),
     });
     // The commit before still has the bad file: --base picks the tree, and so the settings.
-    expect(() => checkRepositoryRun({ path: bad, task: 't', base: 'HEAD~1' })).toThrow(/tests\.format/);
+    await expect(check('HEAD~1')).rejects.toThrow(/tests\.format/);
   });
 });

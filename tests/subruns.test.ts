@@ -254,7 +254,12 @@ describe('mis-dispatch in the eval report', () => {
     const taskQueue = uniqueQueue('subruns-eval');
     const stateDir = tempDir('subruns-eval-state');
     const settings = { ...readSettings(), stateDir };
-    const plan = buildPlan(settings, [FIXTURE], { epochs: 1, backend: 'local', approver: 'policy:approve-writable', trustReplay: true });
+    const plan = await buildPlan(settings, [FIXTURE], {
+      epochs: 1,
+      backend: 'local',
+      approver: 'policy:approve-writable',
+      trustReplay: true,
+    });
     const { worker, close } = await createWorker({ connection: env.nativeConnection, taskQueue, stateDir, docker: false });
     const batch = `subruns-batch-${process.pid}`;
     try {

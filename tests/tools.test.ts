@@ -4,7 +4,7 @@ import { MockActivityEnvironment } from '@temporalio/testing';
 import { createTwoFilesPatch } from 'diff';
 import { createActivities } from '../activities';
 import { CappedOutput } from '../sandbox/backends/capped-output';
-import { DEFAULT_LIMITS } from '../core/limits';
+import { DEFAULT_LIMITS, DEFAULT_REPOSITORY_LIMITS } from '../core/limits';
 import { sha256 } from '../host/digest';
 import { Store } from '../host/store';
 import { preparePatch, writePatch } from '../tools/apply_patch';
@@ -26,7 +26,7 @@ function run(extra: Record<string, string> = {}): TestRun {
 }
 
 /** Asserts a rejection: the code, an unchanged workspace and no ledger entry. */
-function expectRejected(t: TestRun, outcome: ReturnType<typeof preparePatch>, code: string, digestBefore: string) {
+function expectRejected(t: TestRun, outcome: Awaited<ReturnType<typeof preparePatch>>, code: string, digestBefore: string) {
   expect(outcome.kind).toBe('rejected');
   if (outcome.kind === 'rejected') expect(outcome.result.error).toBe(code);
   expect(t.digest()).toBe(digestBefore);
@@ -34,7 +34,7 @@ function expectRejected(t: TestRun, outcome: ReturnType<typeof preparePatch>, co
 }
 
 describe('read_file', () => {
-  it('returns the text, the whole-file version and line bounds', () => {
+  it('returns the text, the whole-file version and line bounds', async () => {
     const t = run();
     const r = readFile(t.ctx, 'r', { path: 'src/linkcheck.py', start: 2, end: 2 });
     expect(r).toEqual({
@@ -46,7 +46,7 @@ describe('read_file', () => {
     });
   });
 
-  it('cuts at whole lines under the cap and says so', () => {
+  it('cuts at whole lines under the cap and says so', async () => {
     const t = prepareRun({
       repo: { 'big.txt': 'x'.repeat(99) + '\n' + 'y'.repeat(99) + '\n' + 'z'.repeat(99) + '\n' },
       limits: { readBytes: 256 },
@@ -57,7 +57,7 @@ describe('read_file', () => {
     expect(Buffer.byteLength((r.data as { text: string }).text)).toBeLessThanOrEqual(256);
   });
 
-  it('reports not_found, too_large and binary_file', () => {
+  it('reports not_found, too_large and binary_file', async () => {
     const t = prepareRun({ repo: { 'a.bin': '\u0000\u0001', 'big.txt': 'x'.repeat(2000) }, limits: { maxFileBytes: 1000 } });
     expect(readFile(t.ctx, 'r', { path: 'missing.py' }).error).toBe('not_found');
     expect(readFile(t.ctx, 'r', { path: 'big.txt' }).error).toBe('too_large');
@@ -66,7 +66,7 @@ describe('read_file', () => {
 });
 
 describe('path safety on disk', () => {
-  it('denies a symlink inside the repo pointing outside it, and a symlink chain', () => {
+  it('denies a symlink inside the repo pointing outside it, and a symlink chain', async () => {
     const outside = tempDir('outside');
     writeFileSync(join(outside, 'secret.txt'), 'secret\n');
     const repo = join(tempDir('repo'), 'repo');
@@ -93,7 +93,7 @@ describe('path safety on disk', () => {
     });
   });
 
-  it('denies a hardlink to a file outside the workspace', () => {
+  it('denies a hardlink to a file outside the workspace', async () => {
     const t = run();
     const outside = join(tempDir('outside'), 'secret.txt');
     writeFileSync(outside, 'secret\n');
@@ -102,7 +102,7 @@ describe('path safety on disk', () => {
     const before = t.digest();
     expectRejected(
       t,
-      preparePatch(t.ctx, 'p', { path: 'hard.txt', version: sha256('secret\n'), old: 'secret', new: 'x' }),
+      await preparePatch(t.ctx, 'p', { path: 'hard.txt', version: sha256('secret\n'), old: 'secret', new: 'x' }),
       'path_denied',
       before,
     );
@@ -110,7 +110,7 @@ describe('path safety on disk', () => {
 });
 
 describe('search', () => {
-  it('finds literal matches sorted by path and line, skipping binary files', () => {
+  it('finds literal matches sorted by path and line, skipping binary files', async () => {
     const t = run({ 'data.bin': 'return \u0000' });
     const r = search(t.ctx, 's', { query: 'return' });
     expect(r.data).toEqual({
@@ -123,7 +123,7 @@ describe('search', () => {
     expect(search(t.ctx, 's', { query: 'x', path: 'nope' }).error).toBe('not_found');
   });
 
-  it('keeps whole matches under a small cap and marks the result truncated', () => {
+  it('keeps whole matches under a small cap and marks the result truncated', async () => {
     const lines = Array.from({ length: 40 }, (_, i) => `needle ${i}`).join('\n');
     const t = prepareRun({ repo: { 'a.txt': lines }, limits: { searchBytes: 256 } });
     const r = search(t.ctx, 's', { query: 'needle' });
@@ -133,7 +133,7 @@ describe('search', () => {
     for (const m of data.matches) expect(m.text).toMatch(/^needle \d+$/);
   });
 
-  it('marks the result truncated when it cuts a long matching line at 400 characters', () => {
+  it('marks the result truncated when it cuts a long matching line at 400 characters', async () => {
     const t = prepareRun({ repo: { 'short.txt': 'needle\n', 'long.txt': `needle ${'x'.repeat(1000)}\n` } });
     const r = search(t.ctx, 's', { query: 'needle' });
     expect(r.truncated).toBe(true);
@@ -156,26 +156,26 @@ describe('apply_patch prepare and write', () => {
     ['a missing file', { path: 'src/missing.py', version: v, old: 'a', new: 'b' }, 'not_found'],
     ['creating an existing file', { path: 'src/linkcheck.py', version: 'absent', old: '', new: 'x' }, 'stale_version'],
     ['a folder', { path: 'src', version: v, old: 'a', new: 'b' }, 'invalid_fields'],
-  ])('rejects %s with no side effect', (_what, args, code) => {
+  ])('rejects %s with no side effect', async (_what, args, code) => {
     const t = run();
-    expectRejected(t, preparePatch(t.ctx, 'p', args), code, t.digest());
+    expectRejected(t, await preparePatch(t.ctx, 'p', args), code, t.digest());
   });
 
-  it('rejects a new text over the cap as too_large', () => {
+  it('rejects a new text over the cap as too_large', async () => {
     const t = prepareRun({ repo: { 'src/linkcheck.py': SRC }, limits: { patchBytes: 10 } });
     expectRejected(
       t,
-      preparePatch(t.ctx, 'p', { path: 'src/linkcheck.py', version: v, old: 'root', new: 'x'.repeat(11) }),
+      await preparePatch(t.ctx, 'p', { path: 'src/linkcheck.py', version: v, old: 'root', new: 'x'.repeat(11) }),
       'too_large',
       t.digest(),
     );
   });
 
-  it('prepares without writing, then writes once and records intent and receipt', () => {
+  it('prepares without writing, then writes once and records intent and receipt', async () => {
     const t = run();
     const args = { path: 'src/linkcheck.py', version: v, old: 'root / target', new: 'document.parent / target' };
     const before = t.digest();
-    const prepared = preparePatch(t.ctx, 'p', args);
+    const prepared = await preparePatch(t.ctx, 'p', args);
     expect(prepared.kind).toBe('prepared');
     if (prepared.kind !== 'prepared') return;
     expect(t.digest()).toBe(before);
@@ -187,84 +187,84 @@ describe('apply_patch prepare and write', () => {
     });
     expect(prepared.action.diff).toContain('+    return document.parent / target');
     // The same proposal gives the same action_id.
-    expect((preparePatch(t.ctx, 'p2', args) as typeof prepared).action.action_id).toBe(prepared.action.action_id);
+    expect(((await preparePatch(t.ctx, 'p2', args)) as typeof prepared).action.action_id).toBe(prepared.action.action_id);
 
-    expect(writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'written', recovered: false });
+    expect(await writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'written', recovered: false });
     expect(sha256(readFileSync(join(t.workspace, 'src/linkcheck.py')))).toBe(prepared.action.after);
     expect(t.ledger.receipts('run-1')).toHaveLength(1);
     // A retry of the write is a no-op; a re-proposal is recognised as already written.
-    expect(writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'already_recorded', recovered: false });
-    expect(preparePatch(t.ctx, 'p3', args).kind).toBe('already_written');
+    expect(await writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'already_recorded', recovered: false });
+    expect((await preparePatch(t.ctx, 'p3', args)).kind).toBe('already_written');
     expect(t.ledger.receipts('run-1')).toHaveLength(1);
   });
 
-  it('observes approval_stale when the workspace changed after the approval, keeping the change', () => {
+  it('observes approval_stale when the workspace changed after the approval, keeping the change', async () => {
     const t = run();
     const args = { path: 'src/linkcheck.py', version: v, old: 'root / target', new: 'document.parent / target' };
-    const prepared = preparePatch(t.ctx, 'p', args);
+    const prepared = await preparePatch(t.ctx, 'p', args);
     if (prepared.kind !== 'prepared') throw new Error('not prepared');
     writeFileSync(join(t.workspace, 'src/linkcheck.py'), SRC + '# edited by a person\n');
-    expect(writePatch(t.ctx, prepared.action, args).kind).toBe('approval_stale');
+    expect((await writePatch(t.ctx, prepared.action, args)).kind).toBe('approval_stale');
     expect(readFileSync(join(t.workspace, 'src/linkcheck.py'), 'utf8')).toContain('# edited by a person');
     expect(t.ledger.entries('run-1')).toBe(0);
   });
 
-  it('recovers: records only the receipt when the target already has the after digest', () => {
+  it('recovers: records only the receipt when the target already has the after digest', async () => {
     const t = run();
     const args = { path: 'src/linkcheck.py', version: v, old: 'root / target', new: 'document.parent / target' };
-    const prepared = preparePatch(t.ctx, 'p', args);
+    const prepared = await preparePatch(t.ctx, 'p', args);
     if (prepared.kind !== 'prepared') throw new Error('not prepared');
     // A crash after the rename and before the receipt leaves the intent and the new content.
     t.ledger.recordIntent('run-1', prepared.action);
     writeFileSync(join(t.workspace, 'src/linkcheck.py'), SRC.replace('root / target', 'document.parent / target'));
-    expect(writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'receipt_recovered', recovered: true });
+    expect(await writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'receipt_recovered', recovered: true });
     expect(t.ledger.receipts('run-1')).toEqual([expect.objectContaining({ recovered: true })]);
   });
 
-  it('refuses to write when recovery finds neither the before nor the after digest', () => {
+  it('refuses to write when recovery finds neither the before nor the after digest', async () => {
     const t = run();
     const args = { path: 'src/linkcheck.py', version: v, old: 'root / target', new: 'document.parent / target' };
-    const prepared = preparePatch(t.ctx, 'p', args);
+    const prepared = await preparePatch(t.ctx, 'p', args);
     if (prepared.kind !== 'prepared') throw new Error('not prepared');
     t.ledger.recordIntent('run-1', prepared.action);
     writeFileSync(join(t.workspace, 'src/linkcheck.py'), 'something else\n');
-    expect(writePatch(t.ctx, prepared.action, args).kind).toBe('recovery_uncertain');
+    expect((await writePatch(t.ctx, prepared.action, args)).kind).toBe('recovery_uncertain');
     expect(readFileSync(join(t.workspace, 'src/linkcheck.py'), 'utf8')).toBe('something else\n');
     expect(t.ledger.receipts('run-1')).toHaveLength(0);
   });
 
-  it('cuts a diff over the cap at a line end and hands back the whole one, unless that is over its own cap', () => {
+  it('cuts a diff over the cap at a line end and hands back the whole one, unless that is over its own cap', async () => {
     const text = Array.from({ length: 50 }, (_, i) => `line ${i}\n`).join('');
     const args = { path: 'tests/test_agent_x.py', version: 'absent', old: '', new: text };
     const whole = createTwoFilesPatch('/dev/null', 'b/tests/test_agent_x.py', '', text, undefined, undefined, { context: 3 });
-    const at = (limits: { diffBytes?: number; wholeDiffBytes?: number }) =>
-      preparePatch(
+    const at = async (limits: { diffBytes?: number; wholeDiffBytes?: number }) =>
+      (await preparePatch(
         prepareRun({ repo: { 'src/linkcheck.py': SRC, 'tests/test_a.py': 'def test_a():\n    pass\n' }, limits }).ctx,
         'p',
         args,
-      ) as Extract<ReturnType<typeof preparePatch>, { kind: 'prepared' }>;
-    const cut = at({ diffBytes: 200 });
+      )) as Extract<Awaited<ReturnType<typeof preparePatch>>, { kind: 'prepared' }>;
+    const cut = await at({ diffBytes: 200 });
     expect([cut.kind, cut.action.diff_truncated, cut.whole_diff]).toEqual(['prepared', true, whole]);
     expect([whole.startsWith(cut.action.diff), cut.action.diff.endsWith('\n'), Buffer.byteLength(cut.action.diff) <= 200]).toEqual([
       true,
       true,
       true,
     ]);
-    expect(at({ diffBytes: 200, wholeDiffBytes: Buffer.byteLength(whole) - 1 })).toMatchObject({
+    expect(await at({ diffBytes: 200, wholeDiffBytes: Buffer.byteLength(whole) - 1 })).toMatchObject({
       whole_diff: null,
       action: { diff_truncated: true },
     });
-    expect(at({})).toMatchObject({ whole_diff: null, action: { diff: whole, diff_truncated: false } });
+    expect(await at({})).toMatchObject({ whole_diff: null, action: { diff: whole, diff_truncated: false } });
   });
 
-  it('creates an allowed new file and shows it in the diff', () => {
+  it('creates an allowed new file and shows it in the diff', async () => {
     const t = run();
     const args = { path: 'tests/test_agent_x.py', version: 'absent', old: '', new: 'def test_x():\n    pass\n' };
-    const prepared = preparePatch(t.ctx, 'p', args);
+    const prepared = await preparePatch(t.ctx, 'p', args);
     if (prepared.kind !== 'prepared') throw new Error('not prepared');
     expect(prepared.action.before).toBe('absent');
-    expect(writePatch(t.ctx, prepared.action, args).kind).toBe('written');
-    const diff = showDiff(t.ctx, 'd');
+    expect((await writePatch(t.ctx, prepared.action, args)).kind).toBe('written');
+    const diff = await showDiff(t.ctx, 'd');
     expect(diff.data).toMatchObject({ paths: ['tests/test_agent_x.py'] });
     expect((diff.data as { diff: string }).diff).toContain('+def test_x():');
   });
@@ -339,11 +339,14 @@ describe('local activities (read-only steps without a server round trip)', () =>
       store,
       ledger: t.ledger,
       backends: { local: localBackend() },
+      repositories: () => () => Promise.reject(new Error('no repository in this test')),
       config: {
         stateDir,
         providersFile: join(stateDir, 'providers.json'),
         credentialsFile: join(stateDir, 'credentials.json'),
         limits: DEFAULT_LIMITS,
+        repositoryLimits: DEFAULT_REPOSITORY_LIMITS,
+        allowedImages: [],
         maxBudgets: {},
         hostQueue: own,
         baseUrls: { openai: 'http://127.0.0.1:9', anthropic: 'http://127.0.0.1:9' },
@@ -418,7 +421,7 @@ describe('capped process output', () => {
   const bytes = (...parts: (string | number[])[]) =>
     Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
 
-  it('ends before a multi-byte character cut at the cap, never with a replacement character', () => {
+  it('ends before a multi-byte character cut at the cap, never with a replacement character', async () => {
     // '€' is E2 82 AC; '😀' is F0 9F 98 80. Every cut inside them drops the whole character.
     for (const [text, cap, kept] of [
       ['ab€', 3, 'ab'],

@@ -5,7 +5,6 @@
  * write is whole or not made: with no space left the target stays as it was (see writeAndReceipt).
  */
 import { writeFileSync } from 'node:fs';
-import { createTwoFilesPatch } from 'diff';
 import { errorResult, type PreparedAction } from '../core/contracts';
 import { isWritable, mayCreate } from '../core/policy';
 import type { ApplyPatchArgs } from '../core/tools';
@@ -15,8 +14,7 @@ import { asDiskFull, DiskFullError } from '../host/disk';
 import { faultPoint } from '../host/faults';
 import { resolveInWorkspace } from '../host/workspace/fs-safety';
 import { Replacement } from '../host/workspace/replace';
-import { baselineManifest, workspaceDigest } from '../host/workspace/workspace';
-import { workspaceState } from '../host/workspace/manifest';
+import { offThread } from '../host/workspace/thread';
 import type { Limits } from '../core/limits';
 import { cutDiff, decodeText, type ToolContext } from './context';
 import type { PrepareOutcome, WriteOutcome } from '../core/activities';
@@ -32,7 +30,9 @@ function countOccurrences(text: string, needle: string): number {
   return count;
 }
 
-export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, args: ApplyPatchArgs): PrepareOutcome {
+export async function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, args: ApplyPatchArgs): Promise<PrepareOutcome> {
+  const call = { key: ctx.paths.workspace };
+  const inBaseline = () => offThread('inBaseline', [ctx.paths, args.path], call);
   const reject = (code: Parameters<typeof errorResult>[1], data: Record<string, unknown>): PrepareOutcome => ({
     kind: 'rejected',
     result: errorResult(callId, code, { path: args.path, ...data }),
@@ -55,14 +55,14 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
     if (resolved.stat !== null) return reject('stale_version', { reason: 'the file exists; read it and pass its version' });
     if (args.old !== '') return reject('invalid_fields', { reason: 'old must be empty when creating a file' });
     const isNewFilePattern = mayCreate(ctx.fixture, args.path);
-    if (isNewFilePattern && !isWritable(ctx.fixture, args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
+    if (isNewFilePattern && !isWritable(ctx.fixture, args.path) && (await inBaseline())) {
       return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
     }
     current = '';
     before = 'absent';
   } else {
     if (resolved.stat === null) return reject('not_found', { reason: `${args.path} does not exist; use version "absent" to create it` });
-    if (!isWritable(ctx.fixture, args.path) && baselineManifest(ctx.paths).some((e) => e.path === args.path)) {
+    if (!isWritable(ctx.fixture, args.path) && (await inBaseline())) {
       return reject('write_denied', { reason: 'the path belongs to the starting repository and is protected' });
     }
     if (resolved.stat.size > ctx.limits.maxFileBytes)
@@ -82,17 +82,13 @@ export function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: string, 
   }
 
   const next = args.version === 'absent' ? args.new : current.replace(args.old, () => args.new);
-  const workspace = workspaceState(ctx.paths.workspace);
+  const workspace = await offThread('state', [ctx.paths.workspace], call);
   const over = overWorkspaceLimit(ctx.limits, workspace.bytes, Buffer.byteLength(next) - Buffer.byteLength(current));
   if (over) return reject('too_large', over);
-  const diff = createTwoFilesPatch(
-    args.version === 'absent' ? '/dev/null' : `a/${args.path}`,
-    `b/${args.path}`,
-    current,
-    next,
-    undefined,
-    undefined,
-    { context: 3 },
+  const diff = await offThread(
+    'textPatch',
+    [args.version === 'absent' ? '/dev/null' : `a/${args.path}`, `b/${args.path}`, current, next],
+    call,
   );
   const shown = cutDiff(diff, ctx.limits);
   return {
@@ -140,12 +136,13 @@ export function currentDigest(abs: string, path: string): string {
  * intent marks that a write may have started, the receipt that it finished. `keep` gets the bytes
  * about to be written before the intent is recorded, so whatever has an intent has its content kept.
  */
-export function writePatch(
+export async function writePatch(
   ctx: Omit<ToolContext, 'backend'>,
   action: PreparedAction,
   args: ApplyPatchArgs,
   keep: (bytes: Buffer) => void = () => undefined,
-): WriteOutcome {
+): Promise<WriteOutcome> {
+  const digestNow = () => offThread('digest', [ctx.paths.workspace], { key: ctx.paths.workspace });
   const receipt = ctx.ledger.receipt(action.action_id);
   if (receipt) return { kind: 'already_recorded', recovered: receipt.recovered };
   // An earlier attempt's kept link to the old file would count as a second hard link.
@@ -158,7 +155,7 @@ export function writePatch(
     // A link or a vanished folder appeared on the path after the approval.
     return ctx.ledger.hasIntent(action.action_id)
       ? { kind: 'recovery_uncertain', current: resolved.reason }
-      : { kind: 'approval_stale', workspace_digest: workspaceDigest(ctx.paths.workspace) };
+      : { kind: 'approval_stale', workspace_digest: await digestNow() };
   }
   const current = currentDigest(resolved.abs, action.path);
 
@@ -170,7 +167,7 @@ export function writePatch(
     }
     if (current !== action.before) return { kind: 'recovery_uncertain', current };
   }
-  const now = workspaceDigest(ctx.paths.workspace);
+  const now = await digestNow();
   if (now !== action.workspace_digest) return { kind: 'approval_stale', workspace_digest: now };
 
   const text = action.before === 'absent' ? '' : readRegular(resolved.abs, Number.MAX_SAFE_INTEGER, action.path).toString('utf8');

@@ -6,92 +6,44 @@
  * performs it exactly once, keyed by action_id, with the three-state recovery of SPEC 4 applied to
  * every path: each one is at its `before` or its `after`, or the run stops `recovery_uncertain`.
  */
-import { chmodSync, closeSync, fsyncSync, lstatSync, mkdirSync, openSync, rmSync } from 'node:fs';
+import { chmodSync, closeSync, fsyncSync, mkdirSync, openSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { createTwoFilesPatch } from 'diff';
 import type { PreparedAction } from '../core/contracts';
-import { asDiskFull, onDisk } from '../host/disk';
-import { workspaceState } from '../host/workspace/manifest';
+import { asDiskFull } from '../host/disk';
 import { Replacement } from '../host/workspace/replace';
-import { copyRegular, readHostile } from '../host/workspace/hostile-read';
+import { copyRegular } from '../host/workspace/hostile-read';
 import { digestJson, sha256 } from '../host/digest';
 import { faultPoint } from '../host/faults';
 import { resolveInWorkspace } from '../host/workspace/fs-safety';
+import { offThread } from '../host/workspace/thread';
 import { currentDigest as patchDigest, notWritten, overWorkspaceLimit } from './apply_patch';
-import { baselineManifest, manifest, manifestDigest, runPaths, type ManifestEntry, type RunPaths } from '../host/workspace/workspace';
-import { cutDiff, decodeText, type ToolContext } from './context';
+import { runPaths, type RunPaths } from '../host/workspace/workspace';
+import { cutDiff, type ToolContext } from './context';
 import type { MergeEntry, MergeOutcome, MergePrepared } from '../core/activities';
 
-const fileDigests = (entries: ManifestEntry[]) => new Map(entries.filter((e) => e.kind === 'file').map((e) => [e.path, e]));
-const digestOf = (e: ManifestEntry | undefined) => (e === undefined ? 'absent' : e.kind === 'file' ? e.digest : `${e.kind}`);
-
-export function prepareMerge(
+export async function prepareMerge(
   ctx: Omit<ToolContext, 'backend'>,
   stateDir: string,
   task: { task_id: string; run_id: string },
-): MergePrepared {
+): Promise<MergePrepared> {
   const child = runPaths(stateDir, task.run_id);
-  const base = new Map(baselineManifest(child).map((e) => [e.path, e]));
-  const now = new Map(manifest(child.workspace).map((e) => [e.path, e]));
-  const parent = new Map(manifest(ctx.paths.workspace).map((e) => [e.path, e]));
-  const changed = [...new Set([...base.keys(), ...now.keys()])].filter((p) => {
-    const a = base.get(p);
-    const b = now.get(p);
-    if (a?.kind === 'dir' && b?.kind === 'dir') return false;
-    return JSON.stringify(a) !== JSON.stringify(b);
-  });
-  changed.sort();
-  if (changed.length === 0) return { kind: 'empty' };
-  const unsupported = changed.filter((p) => now.get(p)?.kind !== 'file' || (base.has(p) && base.get(p)!.kind !== 'file'));
-  if (unsupported.length > 0)
-    return {
-      kind: 'unsupported',
-      paths: unsupported,
-      reason: 'a merge carries files the task created or changed; it deleted or replaced these by something else',
-    };
-  const conflicts = changed.filter((p) => digestOf(parent.get(p)) !== digestOf(base.get(p)));
-  if (conflicts.length > 0) return { kind: 'conflict', paths: conflicts };
-
-  const childFiles = fileDigests([...now.values()]);
-  const entries: MergeEntry[] = changed.map((path) => {
-    const e = childFiles.get(path) as Extract<ManifestEntry, { kind: 'file' }>;
-    return { path, before: digestOf(parent.get(path)), after: e.digest, executable: e.executable };
-  });
-  const sizeOf = (root: string, path: string) => lstatSync(join(root, path), { throwIfNoEntry: false })?.size ?? 0;
-  const growth = entries.reduce((n, e) => n + sizeOf(child.workspace, e.path) - sizeOf(ctx.paths.workspace, e.path), 0);
-  const over = overWorkspaceLimit(ctx.limits, workspaceState(ctx.paths.workspace).bytes, growth);
+  const call = { key: ctx.paths.workspace };
+  const plan = await offThread('mergePlan', [child, ctx.paths], call);
+  if (plan.kind === 'empty' || plan.kind === 'conflict') return plan;
+  if (plan.kind === 'unsupported')
+    return { ...plan, reason: 'a merge carries files the task created or changed; it deleted or replaced these by something else' };
+  const { entries } = plan;
+  const over = overWorkspaceLimit(ctx.limits, plan.bytes, plan.growth);
   if (over) return { kind: 'too_large', ...over };
   const actionId = digestJson({ run_id: ctx.runId, name: 'merge_task', task_id: task.task_id, entries });
-  // The task's files as they are now: the write uses this snapshot, whatever the task does next.
   const snapshot = join(ctx.paths.control, 'merges', actionId);
-  onDisk('workspace', `the snapshot of task ${task.task_id}'s files in the control folder`, () => {
-    for (const entry of entries) {
-      const dst = join(snapshot, entry.path);
-      mkdirSync(dirname(dst), { recursive: true });
-      rmSync(dst, { force: true });
-      // Read as the task's processes may have left it: never through a link or from a FIFO.
-      if (copyRegular(join(child.workspace, entry.path), dst, entry.path) !== entry.after)
-        throw new Error(`${entry.path} of the task changed while its merge was prepared`);
-    }
-  });
-  const parts = entries.map((entry) => {
-    const read = (dir: string) => {
-      const r = readHostile(join(dir, entry.path), ctx.limits.maxFileBytes, entry.path);
-      return r.ok ? r.bytes : Buffer.from(r.kind === 'missing' ? '' : `${r.detail}, not shown\n`);
-    };
-    const before = entry.before === 'absent' ? '' : (decodeText(read(ctx.paths.workspace)) ?? '(binary)\n');
-    const after = decodeText(read(snapshot)) ?? '(binary)\n';
-    return createTwoFilesPatch(
-      entry.before === 'absent' ? '/dev/null' : `a/${entry.path}`,
-      `b/${entry.path}`,
-      before,
-      after,
-      undefined,
-      undefined,
-      { context: 3 },
-    );
-  });
-  const shown = cutDiff(parts.join(''), ctx.limits);
+  await offThread('snapshotFiles', [child.workspace, snapshot, entries, task.task_id], call);
+  const diff = await offThread(
+    'filesDiff',
+    [ctx.paths.workspace, snapshot, entries.map((e) => ({ path: e.path, absent: e.before === 'absent' })), ctx.limits.maxFileBytes],
+    call,
+  );
+  const shown = cutDiff(diff, ctx.limits);
   return {
     kind: 'prepared',
     entries,
@@ -103,7 +55,7 @@ export function prepareMerge(
       before: digestJson(entries.map((e) => [e.path, e.before])),
       after: digestJson(entries.map((e) => [e.path, e.after])),
       args_digest: digestJson({ task_id: task.task_id }),
-      workspace_digest: manifestDigest([...parent.values()]),
+      workspace_digest: plan.workspace_digest,
       diff: shown.diff,
       diff_truncated: shown.diff_truncated,
     },
@@ -115,7 +67,7 @@ function currentDigest(paths: RunPaths, path: string): string {
 }
 
 /** Performs an approved merge. Safe to call any number of times for the same action. */
-export function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAction, entries: MergeEntry[]): MergeOutcome {
+export async function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAction, entries: MergeEntry[]): Promise<MergeOutcome> {
   const receipt = ctx.ledger.receipt(action.action_id);
   if (receipt) return { kind: 'already_recorded', recovered: receipt.recovered };
   // An earlier attempt's kept links to old files would count as second hard links.
@@ -131,7 +83,7 @@ export function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAc
       return { kind: 'written', recovered: true };
     }
   } else {
-    const now = manifestDigest(manifest(ctx.paths.workspace));
+    const now = await offThread('digest', [ctx.paths.workspace], { key: ctx.paths.workspace });
     if (now !== action.workspace_digest) return { kind: 'approval_stale', workspace_digest: now };
     ctx.ledger.recordIntent(ctx.runId, action);
   }

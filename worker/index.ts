@@ -25,6 +25,7 @@ import { Store } from '../host/store';
 import { PayloadSizeGuard } from './payload-guard';
 import { becomeCurrent, deploymentOptions } from './deployment';
 import type { WorkerDeploymentVersion } from '@temporalio/common';
+import { repositoryRunners } from '../sandbox/git-sandbox';
 import { createSandbox, type Sandbox, type SandboxOptions } from './sandbox';
 import { workerTelemetry } from './telemetry';
 import type { Tracing } from '../host/tracing';
@@ -171,7 +172,12 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
   const settings = options.settings ?? readSettings();
   armFault(settings.fault, settings.faultHoldMs);
   mkdirSync(options.stateDir, { recursive: true });
-  const limits: Limits = { ...DEFAULT_LIMITS, workspaceBytes: settings.workspaceBytes, ...options.limits };
+  const limits: Limits = {
+    ...DEFAULT_LIMITS,
+    workspaceBytes: settings.workspaceBytes,
+    newFiles: settings.repositoryLimits.new_files,
+    ...options.limits,
+  };
   // Built before the ledger opens, so a malformed DOCKER_HOST fails with nothing to close.
   const sandbox =
     options.docker === false
@@ -211,6 +217,8 @@ function activityWiring(
   return {
     config: {
       stateDir: options.stateDir,
+      repositoryLimits: settings.repositoryLimits,
+      allowedImages: settings.allowedImages,
       providersFile: options.providersFile ?? join(options.stateDir, 'providers.json'),
       credentialsFile: options.credentialsFile ?? join(options.stateDir, 'credentials.json'),
       promptsDir: settings.promptsDir,
@@ -225,6 +233,12 @@ function activityWiring(
       // Read at each call, never kept: see readCredential.
       credential: (name) => readCredential(name),
     },
+    repositories: repositoryRunners({
+      docker: sandbox?.backend.engine() ?? null,
+      image: settings.gitImage,
+      path: hostPath(settings),
+      limits: settings.repositoryLimits,
+    }),
     backends: Object.fromEntries(Object.entries(backends).map(([name, b]) => [name, options.wrapBackend ? options.wrapBackend(b) : b])),
     isolation: sandbox?.isolation,
     dockerImage: sandbox ? (image) => sandbox.forImage(image) : undefined,

@@ -97,7 +97,7 @@ export const evaluate = command({
     } else {
       if (positionals.length === 0) throw new UsageError('missing <fixtures-dir>');
       try {
-        plan = buildPlan(session.settings, positionals, {
+        plan = await buildPlan(session.settings, positionals, {
           epochs: values.epochs,
           backend: values.backend as EvalPlan['backend'],
           approver: values.approver,

@@ -6,6 +6,7 @@ import type { RunInput } from '../../core/contracts';
 import { PROMPT_VERSION } from '../../core/prompt';
 import { replayTrusted, type Settings } from '../../host/settings';
 import { command, RefusedInput, UsageError, type Values } from '../command';
+import { repositoryRead } from '../../core/repo-settings';
 import { checkRepositoryRun, localCredentialsFile, taskText, type CheckedRepositoryRun } from '../repository-run';
 import { localEndpoint, startAndFollow } from './shared';
 
@@ -45,10 +46,10 @@ type RunValues = Values<typeof options>;
 const isFixture = (path: string) => existsSync(join(path, 'fixture.json'));
 
 /** Repository runs checked by `check`, for `run` (both get the same parsed values). */
-const checked = new WeakMap<object, CheckedRepositoryRun>();
+const checked = new WeakMap<object, Promise<CheckedRepositoryRun>>();
 
 /** The repository run the arguments describe, checked before anything connects (RefusedInput otherwise). */
-function repositoryRun(path: string, values: RunValues, settings: Settings): CheckedRepositoryRun {
+function repositoryRun(path: string, values: RunValues, settings: Settings): Promise<CheckedRepositoryRun> {
   let found = checked.get(values);
   if (!found)
     checked.set(
@@ -58,6 +59,9 @@ function repositoryRun(path: string, values: RunValues, settings: Settings): Che
         task: taskText(values.task, values['task-file']),
         base: values.base,
         credentialsFile: localCredentialsFile(settings),
+        settings,
+        read: repositoryRead(values.backend as 'local' | 'docker', values['trust-repository']),
+        image: values.image,
       })),
     );
   return found;
@@ -85,7 +89,7 @@ export const run = command({
     '--max-cost-usd stops a live run (an orchestrating one: with all its tasks) before a call that could pass that many US dollars.\n' +
     "--prompt names the prompt version a live source uses (default: the worker's newest, under AGENT_PROMPTS_DIR).",
   options,
-  check(positionals, values, settings) {
+  async check(positionals, values, settings) {
     if (!positionals[0]) throw new UsageError('missing <fixture-dir> or <repo>');
     const sources = (['replay', 'endpoint', 'provider'] as const).filter((k) => values[k] !== undefined);
     if (sources.length === 0)
@@ -120,22 +124,23 @@ export const run = command({
         throw new UsageError(
           '--trust-repository goes with the local backend: in the sandbox (--backend docker) a repository needs no trust',
         );
+      // Before the repository is read: on the local backend it is read, and its tests run, on this machine.
+      if (values.backend === 'local' && !values['trust-repository'])
+        throw new RefusedInput(
+          `on the local backend the repository's tests run on this machine with your rights: add --trust-repository if you trust the content of ${positionals[0]}, or run it in the sandbox with --backend docker`,
+        );
       // The repository, its ref, its task and its settings, before any connection or workflow.
-      const found = repositoryRun(positionals[0], values, settings);
+      const found = await repositoryRun(positionals[0], values, settings);
       if (found.settings?.setup && values.backend !== 'docker') {
         throw new RefusedInput(
           '.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker',
         );
       }
-      if (values.backend === 'local' && !values['trust-repository'])
-        throw new RefusedInput(
-          `on the local backend the repository's tests run on this machine with your rights: add --trust-repository if you trust the content of ${positionals[0]}, or run it in the sandbox with --backend docker`,
-        );
     }
   },
   async run(session, positionals, values) {
     const fixture = positionals[0];
-    const repository = isFixture(fixture) ? null : repositoryRun(fixture, values, session.settings);
+    const repository = isFixture(fixture) ? null : await repositoryRun(fixture, values, session.settings);
     const approver = values.approver ?? repository?.settings?.policy ?? 'interactive';
     const budgets = Object.fromEntries(
       Object.entries({

@@ -87,33 +87,34 @@ function sameEntry(a: ManifestEntry | undefined, b: ManifestEntry | undefined): 
 const depth = (path: string) => path.split('/').length;
 const byDepth = (paths: string[]) => [...paths].sort((a, b) => depth(a) - depth(b) || (a < b ? -1 : a > b ? 1 : 0));
 
+// With no space left, `undo.json` stays and the next guarded process (a retry) puts the workspace back first.
+const full = <R>(what: string, fn: () => R) => onDisk('workspace', `${what} a test process's changes in the control folder`, fn);
+
 /**
- * Runs `run` (a test or acceptance process of the run) and puts the workspace back as it was
- * before it; returns what the process returned and what was undone (null: nothing changed).
- * The workspace is put back whether the process ended, timed out, was cancelled or threw.
+ * Before a process (in a workspace thread): what an earlier attempt left is put back, then the
+ * state to go back to is written down. Returns the paths put back and the workspace's entries.
  */
-export async function withUndo<T>(paths: RunPaths, run: () => Promise<T>): Promise<{ result: T; undone: Undone | null }> {
-  // With no space left, `undo.json` stays and the next guarded process (a retry) puts the workspace back first.
-  const full = <R>(what: string, fn: () => R) => onDisk('workspace', `${what} a test process's changes in the control folder`, fn);
+export function guard(paths: RunPaths): { earlier: string[]; entries: number } {
   const earlier = full('undoing', () => settle(paths));
   const base = baselineByPath(paths);
   const before = manifest(paths.workspace);
   full('keeping what is needed to undo', () => keep(paths, before, base));
-  let result: T;
-  try {
-    result = await run();
-  } catch (err) {
-    full('undoing', () => undo(paths, base, before));
-    throw err;
-  }
-  const changed = full('undoing', () => undo(paths, base, before));
-  const all = [...new Set([...earlier, ...changed])].sort();
-  return { result, undone: all.length === 0 ? null : { paths: all.slice(0, UNDONE_PATHS_SHOWN), count: all.length } };
+  return { earlier, entries: before.length };
+}
+
+/** After a process (in a workspace thread): the workspace made the written-down state again; the paths that differed. */
+export function restore(paths: RunPaths): string[] {
+  const known = seen.get(paths.workspace);
+  const base = baselineByPath(paths);
+  // The same thread kept the state: its manifest is at hand (and an unchanged workspace is that very array).
+  if (known !== undefined && known.base === base && known.state !== null && existsSync(undoFile(paths)))
+    return full('undoing', () => undo(paths, base, known.state));
+  return full('undoing', () => settle(paths));
 }
 
 /**
  * Puts back a state an earlier attempt wrote down and did not get to restore (its worker died
- * while the process ran); returns the paths that were undone.
+ * while the process ran, or another thread kept it); returns the paths that were undone.
  */
 function settle(paths: RunPaths): string[] {
   if (!existsSync(undoFile(paths))) return [];
@@ -143,6 +144,11 @@ function baselineByPath(paths: RunPaths): Map<string, ManifestEntry> {
   seen.set(paths.workspace, { stamp, base, state: null, record: '' });
   if (seen.size > SEEN_WORKSPACES) seen.delete(seen.keys().next().value!);
   return base;
+}
+
+/** Whether the baseline (the starting repository) has `path`; read through the same cache. */
+export function baselineHas(paths: RunPaths, path: string): boolean {
+  return baselineByPath(paths).has(path);
 }
 
 /** Writes down the state `before` (its files the baseline lacks, then its difference to the baseline). */

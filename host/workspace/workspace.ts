@@ -84,9 +84,9 @@ export function prepareWorkspace(paths: RunPaths, repoDir: string): PreparedWork
  * run folder is removed, giving its space back (the next attempt starts over), and a
  * DiskFullError names the workspace.
  */
-export function makingWorkspace<T>(paths: RunPaths, make: () => T): T {
+export async function makingWorkspace<T>(paths: RunPaths, make: () => Promise<T>): Promise<T> {
   try {
-    return make();
+    return await make();
   } catch (err) {
     const full = asDiskFull(err, 'workspace', "making the run's workspace and its baseline copy");
     if (full instanceof DiskFullError) rmSync(paths.root, { recursive: true, force: true });

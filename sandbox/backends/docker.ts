@@ -9,12 +9,12 @@
  * `probeIsolation` (isolation.ts) can measure it through this same code path.
  */
 import { randomUUID } from 'node:crypto';
-import { lstat, lchown, chmod, mkdir, readdir } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { DEFAULT_LIMITS as HARNESS_LIMITS } from '../../core/limits';
 import { processAlive } from '../../host/processes';
+import { offThread } from '../../host/workspace/thread';
 import { CappedSink, capturedResult } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 
@@ -165,50 +165,14 @@ function unavailable(err: unknown): BackendUnavailableError {
   return new BackendUnavailableError(`docker engine unreachable: ${(err as Error)?.message ?? String(err)}`, 'runtime_unavailable');
 }
 
-type Owner = { uid: number; gid: number };
-
 /**
- * Hands a host folder tree to the sandbox uid for the duration of one exec and returns the
- * function that gives it back. Ownership is recorded per entry; entries created by the container
- * get the tree root's original owner.
- *
- * Hazards: symlinks are never followed (lchown, no descent), so a link planted by the container
- * cannot redirect a chown onto host files. Restoring runs only after the container is gone, so
- * nothing races it. set-uid/set-gid bits are stripped from regular files on the way back: a file
- * made set-uid by the sandbox user must not become a set-uid root binary on the host. If the
- * worker dies between lend and restore, the tree stays owned by 10001 (the next exec lends it
- * again; ownership is not part of the workspace manifest).
+ * Hands a host folder tree to the sandbox uid for the duration of one exec (host/workspace/lend.ts,
+ * in a workspace thread) and returns the function that gives it back.
  */
-async function lendTree(root: string, to: Owner): Promise<() => Promise<void>> {
-  const original = new Map<string, Owner>();
-  const walk = async (path: string, visit: (p: string, st: Awaited<ReturnType<typeof lstat>>) => Promise<void>) => {
-    const st = await lstat(path);
-    await visit(path, st);
-    if (st.isDirectory()) {
-      for (const name of await readdir(path)) await walk(join(path, name), visit);
-    }
-  };
-  await walk(root, async (p, st) => {
-    original.set(p, { uid: Number(st.uid), gid: Number(st.gid) });
-  });
-  const rootOwner = original.get(root)!;
-  const restore = async () => {
-    await walk(root, async (p, st) => {
-      const want = original.get(p) ?? rootOwner;
-      if (Number(st.uid) !== want.uid || Number(st.gid) !== want.gid) await lchown(p, want.uid, want.gid);
-      const mode = Number(st.mode);
-      if (st.isFile() && (mode & 0o6000) !== 0) await chmod(p, mode & 0o1777);
-    });
-  };
-  try {
-    for (const [p, owner] of original) {
-      if (owner.uid !== to.uid || owner.gid !== to.gid) await lchown(p, to.uid, to.gid);
-    }
-  } catch (err) {
-    await restore(); // a half-lent tree is given back before the error surfaces
-    throw err;
-  }
-  return restore;
+async function lend(root: string, to: { uid: number; gid: number }, onProgress?: () => void): Promise<() => Promise<void>> {
+  const call = { key: root, onProgress };
+  const owners = await offThread('lendTree', [root, to.uid, to.gid], call);
+  return () => offThread('giveBackTree', [root, owners], call);
 }
 
 export class DockerBackend implements ExecBackend {
@@ -315,7 +279,7 @@ export class DockerBackend implements ExecBackend {
     }
     let removed = 0;
     for (const info of containers) {
-      if (!['sandbox', 'proxy'].includes(info.Labels?.[SANDBOX_LABEL] ?? '') || !orphaned(info.Labels)) continue;
+      if (!['sandbox', 'proxy', 'git'].includes(info.Labels?.[SANDBOX_LABEL] ?? '') || !orphaned(info.Labels)) continue;
       await removeContainer(this.docker.getContainer(info.Id));
       removed++;
     }
@@ -356,8 +320,8 @@ export class DockerBackend implements ExecBackend {
       // uid (a 0700 temp folder is not), and the read-only mount forbids writes and chmod.
       // The acceptance folder is shared between runs, so it is never lent (concurrent lend and
       // restore would race); it must be readable by others (o+rX).
-      restores.push(await lendTree(spec.outDir, sandbox));
-      restores.push(await lendTree(spec.workspaceDir, sandbox));
+      restores.push(await lend(spec.outDir, sandbox, spec.onProgress));
+      restores.push(await lend(spec.workspaceDir, sandbox, spec.onProgress));
       container = await this.create(argv, mounts, image);
       return await runAttached(this.docker, container, spec, this.options.progressIntervalMs);
     } catch (err) {

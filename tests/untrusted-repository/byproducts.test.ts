@@ -85,12 +85,12 @@ function hostFolder(): { dir: string; picture: () => string[] } {
 }
 
 /** Writes `src/app.py` through apply_patch, receipted in the ledger, as an approved write would. */
-function receiptedWrite(t: TestRun): string {
+async function receiptedWrite(t: TestRun): Promise<string> {
   const version = sha256(readFileSync(join(t.workspace, 'src/app.py')));
   const args = { path: 'src/app.py', version, old: 'print("app")', new: 'print("approved")' };
-  const prepared = preparePatch(t.ctx, 'fix', args);
+  const prepared = await preparePatch(t.ctx, 'fix', args);
   if (prepared.kind !== 'prepared') throw new Error(`not prepared: ${JSON.stringify(prepared)}`);
-  expect(writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'written', recovered: false });
+  expect(await writePatch(t.ctx, prepared.action, args)).toEqual({ kind: 'written', recovered: false });
   return readFileSync(join(t.workspace, 'src/app.py'), 'utf8');
 }
 
@@ -102,7 +102,7 @@ describe('a test process changing the workspace', () => {
       repo: { ...REPO, 'tests/vandal.py': VANDAL },
       fixture: junit(['python3', 'tests/vandal.py', '{junit}', host.dir]),
     });
-    const approved = receiptedWrite(t);
+    const approved = await receiptedWrite(t);
     const before = t.digest();
 
     const result = await runTests(t.ctx, 'vandal');
@@ -127,7 +127,7 @@ describe('a test process changing the workspace', () => {
       },
       fixture: junit(['python3', 'tests/quiet.py', '{junit}']),
     });
-    receiptedWrite(t);
+    await receiptedWrite(t);
     const result = await runTests(t.ctx, 'quiet');
     expect(result).toMatchObject({ ok: true, data: { status: 'passed' } });
     expect(result.data).not.toHaveProperty('unreceipted');
@@ -144,7 +144,7 @@ describe('a test process changing the workspace', () => {
       },
       fixture: junit(['python3', 'tests/slow.py', '{junit}']),
     });
-    const approved = receiptedWrite(t);
+    const approved = await receiptedWrite(t);
     const before = t.digest();
     // A worker process of its own, running the same run's tests, SIGKILLed while they run.
     const worker = spawn(

@@ -1,0 +1,45 @@
+/**
+ * The operations a workspace thread runs (thread.ts), by name: the synchronous walks, copies and
+ * writes of this folder. Nothing here may import thread.ts: a thread never calls another.
+ */
+import { mkdirSync, rmSync } from 'node:fs';
+import type { ForkPlan } from '../fork';
+import { baselineHas, guard, restore } from './byproducts';
+import { filesDiff, textPatch, workspaceDiff } from './diff';
+import { mergePlan, snapshotFiles } from './merge';
+import type { MergeEntry } from '../../core/activities';
+import { prepareForkWorkspace } from './fork';
+import { lendTree, giveBackTree, type Owners } from './lend';
+import { manifest, workspaceDigest, workspaceState } from './manifest';
+import { beginTree, finishTree, writeFiles, writeLinks, type FileBatch } from './tree-write';
+import { keepVerifiedChange, type ChangeEntry } from './verified-change';
+import { baselineManifest, copyTree, prepareWorkspace, type RunPaths } from './workspace';
+
+export const OPS = {
+  manifest: (dir: string) => manifest(dir),
+  digest: (dir: string) => workspaceDigest(dir),
+  state: (dir: string) => workspaceState(dir),
+  baselineManifest: (paths: RunPaths) => baselineManifest(paths),
+  copyTree: (from: string, to: string) => copyTree(from, to),
+  remove: (path: string) => rmSync(path, { recursive: true, force: true }),
+  makeFolder: (path: string) => void mkdirSync(path, { recursive: true }),
+  prepareFixture: (paths: RunPaths, repoDir: string) => prepareWorkspace(paths, repoDir),
+  prepareFork: (paths: RunPaths, from: RunPaths, plan: ForkPlan, contents: Record<string, Uint8Array>) =>
+    prepareForkWorkspace(paths, from, plan, (digest) => (contents[digest] ? Buffer.from(contents[digest]) : null)),
+  inBaseline: (paths: RunPaths, path: string) => baselineHas(paths, path),
+  textPatch: (oldName: string, newName: string, oldText: string, newText: string) => textPatch(oldName, newName, oldText, newText),
+  workspaceDiff: (paths: RunPaths, capBytes: number, fileCap: number) => workspaceDiff(paths, capBytes, fileCap),
+  filesDiff: (from: string, to: string, files: { path: string; absent: boolean }[], fileCap: number) => filesDiff(from, to, files, fileCap),
+  mergePlan: (child: RunPaths, parent: RunPaths) => mergePlan(child, parent),
+  snapshotFiles: (childWorkspace: string, snapshot: string, entries: MergeEntry[], taskId: string) =>
+    snapshotFiles(childWorkspace, snapshot, entries, taskId),
+  guard: (paths: RunPaths) => guard(paths),
+  restore: (paths: RunPaths) => restore(paths),
+  beginTree: (paths: RunPaths) => beginTree(paths),
+  writeFiles: (root: string, batch: FileBatch) => writeFiles(root, batch),
+  writeLinks: (root: string, links: { path: string; target: string }[]) => writeLinks(root, links),
+  finishTree: (paths: RunPaths) => finishTree(paths),
+  keepChange: (paths: RunPaths, baseCommit: string, changes: ChangeEntry[]) => keepVerifiedChange(paths, baseCommit, changes),
+  lendTree: (root: string, uid: number, gid: number) => lendTree(root, uid, gid),
+  giveBackTree: (root: string, owners: Owners) => giveBackTree(root, owners),
+};

@@ -1,0 +1,91 @@
+/**
+ * A repository run's verified change: what the verifier saw between the baseline and the
+ * workspace, kept in the control folder (`change.json` and a copy of each changed file), from
+ * which `branch` and `patch` make their commit.
+ */
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import type { TreeChange } from '../git';
+import { sha256 } from '../digest';
+import { writeFileAtomic } from '../files';
+import { copyRegular } from './hostile-read';
+import type { ManifestEntry } from './manifest';
+import type { RunPaths } from './workspace';
+
+/** One changed path of the verified state, as a tree would hold it. */
+export type ChangeEntry =
+  | { path: string; kind: 'file'; executable: boolean; digest: string }
+  | { path: string; kind: 'symlink'; target: string }
+  | { path: string; kind: 'deleted' };
+
+/** What the verifier saw, kept in the control folder: `branch` and `patch` make their commit from it. */
+export interface VerifiedChange {
+  schema_version: 1;
+  base_commit: string;
+  changes: ChangeEntry[];
+}
+
+const changeFolder = (paths: RunPaths) => join(paths.control, 'verified');
+
+/**
+ * The change between the baseline and the workspace, as git would record it: files with their
+ * executable bit, symlinks, deletions (folders are not entries of a tree). Paths that are special
+ * files (a FIFO, a socket) cannot be in a tree; they are returned apart.
+ */
+export function treeChanges(base: ManifestEntry[], current: ManifestEntry[]): { changes: ChangeEntry[]; unrepresentable: string[] } {
+  const b = new Map(base.map((e) => [e.path, e]));
+  const c = new Map(current.map((e) => [e.path, e]));
+  const changes: ChangeEntry[] = [];
+  const unrepresentable: string[] = [];
+  for (const path of [...new Set([...b.keys(), ...c.keys()])].sort()) {
+    const before = b.get(path);
+    const after = c.get(path);
+    if (before && after && JSON.stringify(before) === JSON.stringify(after)) continue;
+    if (after?.kind === 'file') changes.push({ path, kind: 'file', executable: after.executable, digest: after.digest });
+    else if (after?.kind === 'symlink') changes.push({ path, kind: 'symlink', target: after.target });
+    else if (after?.kind === 'special') unrepresentable.push(path);
+    else if (before && (before.kind === 'file' || before.kind === 'symlink')) changes.push({ path, kind: 'deleted' });
+  }
+  return { changes, unrepresentable };
+}
+
+/**
+ * Keeps the verified change: `change.json` and a copy of each changed file, taken from the
+ * workspace at the moment its manifest was read (before the verifier's own test run).
+ */
+export function keepVerifiedChange(paths: RunPaths, baseCommit: string, changes: ChangeEntry[]): void {
+  const dir = changeFolder(paths);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(join(dir, 'files'), { recursive: true });
+  for (const c of changes) {
+    if (c.kind !== 'file') continue;
+    const to = join(dir, 'files', c.path);
+    mkdirSync(dirname(to), { recursive: true });
+    // The bytes whose digest the manifest took, read without following a link or opening a FIFO.
+    if (copyRegular(join(paths.workspace, c.path), to, c.path) !== c.digest)
+      throw new VerifiedChangeError(`${c.path} changed while the verified change was kept`);
+  }
+  const change: VerifiedChange = { schema_version: 1, base_commit: baseCommit, changes };
+  writeFileAtomic(join(dir, 'change.json'), JSON.stringify(change), { tmpDir: paths.tmp });
+}
+
+export class VerifiedChangeError extends Error {
+  override name = 'VerifiedChangeError';
+}
+
+/** The verified change with each file's bytes, checked against the digests the verifier recorded. */
+export function readVerifiedChange(paths: RunPaths): { base_commit: string; changes: TreeChange[] } {
+  const file = join(changeFolder(paths), 'change.json');
+  if (!existsSync(file))
+    throw new VerifiedChangeError(
+      `no verified change in ${changeFolder(paths)}: the run's state folder is not on this machine, or its run was not verified`,
+    );
+  const change = JSON.parse(readFileSync(file, 'utf8')) as VerifiedChange;
+  const changes = change.changes.map((c) => {
+    if (c.kind !== 'file') return c;
+    const bytes = readFileSync(join(changeFolder(paths), 'files', c.path));
+    if (sha256(bytes) !== c.digest) throw new VerifiedChangeError(`${c.path} in the kept change differs from what was verified`);
+    return { path: c.path, kind: 'file' as const, executable: c.executable, bytes };
+  });
+  return { base_commit: change.base_commit, changes };
+}
