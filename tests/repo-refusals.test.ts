@@ -42,63 +42,75 @@ const REPLAY = join(LINKCHECK, 'replays', 'canonical.json');
 const setup = { commands: [['pip', 'install', '-e', '.']], timeout_s: 60 };
 
 describe('a repository run that cannot start', () => {
-  it.each([
+  it.each(
     [
-      'an unknown field',
-      { schema_version: 1, tests: { command: ['pytest'], format: 'pytest', timeout_s: 60 }, retries: 3 },
-      '.coding-agent.json: (root): Unrecognized key: "retries"',
-    ],
-    [
-      'a bad glob',
-      { schema_version: 1, protected: ['.git/**', 'secrets/**.pem'] },
-      '.coding-agent.json: protected.1: "secrets/**.pem": ** must be a whole path segment (src/**/x.py, not src/**.py)',
-    ],
-    [
-      'an unknown test format',
-      { schema_version: 1, tests: { command: ['cargo', 'test'], format: 'cargo', timeout_s: 60 } },
-      '.coding-agent.json: tests.format: Invalid option: expected one of "pytest"|"node-test"|"junit"',
-    ],
-    [
-      'an unknown approval policy',
-      { schema_version: 1, policy: 'policy:approve-everything' },
-      '.coding-agent.json: policy: unknown approval policy policy:approve-everything (known: policy:approve-writable)',
-    ],
-    [
-      'a setup without --backend docker',
-      { schema_version: 1, setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 60 } },
-      '.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker',
-    ],
-    [
-      'egress without a setup',
-      { schema_version: 1, egress: { allow: ['pypi.example.internal'] } },
-      '.coding-agent.json: egress: egress applies to the setup phase only: give setup.commands, or leave egress out',
-    ],
-    [
-      'a credential the repository defines itself (a variable, a header and a host of its choosing)',
-      {
-        schema_version: 1,
-        setup,
-        egress: { allow: ['pypi.example.internal'], credentials: [{ host: 'pypi.example.internal', header: 'X-Probe', env: 'SOME_VAR' }] },
-      },
-      ".coding-agent.json: egress.credentials.0: the name of a credential of the worker's credentials file (a repository names a credential; its variable, header and hosts are the operator's)",
-    ],
-    [
-      'an address in the allow list',
-      { schema_version: 1, setup, egress: { allow: ['127.0.0.1'] } },
-      '.coding-agent.json: egress.allow.0: "127.0.0.1": a host name, not an address (its last label must start with a letter)',
-    ],
-    [
-      'a wildcard over a public suffix',
-      { schema_version: 1, setup, egress: { allow: ['*.co.uk'] } },
-      '.coding-agent.json: egress.allow.0: "*.co.uk": broader than one registrable domain (co.uk is a public suffix: name the domain below it)',
-    ],
-    [
-      "a credential the worker's credentials file does not have",
-      { schema_version: 1, setup, egress: { allow: ['pypi.example.internal'], tls: 'intercept', credentials: ['private-index'] } },
-      `.coding-agent.json: egress.credentials: the worker's credentials file has no credential "private-index" (it has: none)`,
-    ],
-  ])('is refused for %s in .coding-agent.json, naming the field, with nothing started', async (_what, settings, line) => {
-    const result = await refused(withSettings(settings), '--task', 'fix it', '--replay', REPLAY);
+      [
+        'an unknown field',
+        { schema_version: 1, tests: { command: ['pytest'], format: 'pytest', timeout_s: 60 }, retries: 3 },
+        '.coding-agent.json: (root): Unrecognized key: "retries"',
+      ],
+      [
+        'a bad glob',
+        { schema_version: 1, protected: ['.git/**', 'secrets/**.pem'] },
+        '.coding-agent.json: protected.1: "secrets/**.pem": ** must be a whole path segment (src/**/x.py, not src/**.py)',
+      ],
+      [
+        'an unknown test format',
+        { schema_version: 1, tests: { command: ['cargo', 'test'], format: 'cargo', timeout_s: 60 } },
+        '.coding-agent.json: tests.format: Invalid option: expected one of "pytest"|"node-test"|"junit"',
+      ],
+      [
+        'an unknown approval policy',
+        { schema_version: 1, policy: 'policy:approve-everything' },
+        '.coding-agent.json: policy: unknown approval policy policy:approve-everything (known: policy:approve-writable)',
+      ],
+      [
+        'a setup without --backend docker',
+        { schema_version: 1, setup: { commands: [['pip', 'install', '-e', '.']], timeout_s: 60 } },
+        '.coding-agent.json has a setup, which runs only on the docker backend (its only network is an egress proxy): add --backend docker',
+        ['--trust-repository'],
+      ],
+      [
+        'egress without a setup',
+        { schema_version: 1, egress: { allow: ['pypi.example.internal'] } },
+        '.coding-agent.json: egress: egress applies to the setup phase only: give setup.commands, or leave egress out',
+      ],
+      [
+        'a credential the repository defines itself (a variable, a header and a host of its choosing)',
+        {
+          schema_version: 1,
+          setup,
+          egress: {
+            allow: ['pypi.example.internal'],
+            credentials: [{ host: 'pypi.example.internal', header: 'X-Probe', env: 'SOME_VAR' }],
+          },
+        },
+        ".coding-agent.json: egress.credentials.0: the name of a credential of the worker's credentials file (a repository names a credential; its variable, header and hosts are the operator's)",
+      ],
+      [
+        'an address in the allow list',
+        { schema_version: 1, setup, egress: { allow: ['127.0.0.1'] } },
+        '.coding-agent.json: egress.allow.0: "127.0.0.1": a host name, not an address (its last label must start with a letter)',
+      ],
+      [
+        'a wildcard over a public suffix',
+        { schema_version: 1, setup, egress: { allow: ['*.co.uk'] } },
+        '.coding-agent.json: egress.allow.0: "*.co.uk": broader than one registrable domain (co.uk is a public suffix: name the domain below it)',
+      ],
+      [
+        "a credential the worker's credentials file does not have",
+        { schema_version: 1, setup, egress: { allow: ['pypi.example.internal'], tls: 'intercept', credentials: ['private-index'] } },
+        `.coding-agent.json: egress.credentials: the worker's credentials file has no credential "private-index" (it has: none)`,
+      ],
+    ].map(([what, settings, line, flags]) => [what, settings, line, flags ?? ['--backend', 'docker']]) as [
+      string,
+      unknown,
+      string,
+      string[],
+    ][],
+  )('is refused for %s in .coding-agent.json, naming the field, with nothing started', async (_what, settings, line, flags) => {
+    // Read in the reading container (--backend docker), or on this machine when the user trusts it.
+    const result = await refused(withSettings(settings), '--task', 'fix it', '--replay', REPLAY, ...flags);
     expect(result).toEqual({ code: 2, lines: [line], state: [] });
   });
 
@@ -111,11 +123,11 @@ describe('a repository run that cannot start', () => {
     git(node, 'add', 'package.json');
     git(node, 'commit', '-q', '-m', 'a mocha project');
     const results = await Promise.all([
-      refused(plain, '--task', 'fix it', '--replay', REPLAY),
-      refused(dir, '--task', 'fix it', '--base', 'v9.9', '--replay', REPLAY),
-      refused(dir, '--replay', REPLAY),
-      refused(dir, '--task-file', join(plain, 'missing.txt'), '--replay', REPLAY),
-      refused(node, '--task', 'fix it', '--replay', REPLAY),
+      refused(plain, '--task', 'fix it', '--replay', REPLAY, '--backend', 'docker'),
+      refused(dir, '--task', 'fix it', '--base', 'v9.9', '--replay', REPLAY, '--backend', 'docker'),
+      refused(dir, '--replay', REPLAY, '--backend', 'docker'),
+      refused(dir, '--task-file', join(plain, 'missing.txt'), '--replay', REPLAY, '--backend', 'docker'),
+      refused(node, '--task', 'fix it', '--replay', REPLAY, '--trust-repository'),
     ]);
     expect(results).toEqual([
       { code: 2, lines: [`${plain} is not a git repository (no .git folder, and not a bare repository)`], state: [] },
