@@ -24,9 +24,35 @@ export interface PolicyScope {
   writable_match?: 'exact' | 'pattern';
 }
 
-/** True when a protected pattern of the scope matches the path. */
+/**
+ * Code points some file systems ignore in names (HFS+ drops these when it compares), so
+ * `.git\u200Chub` and `.github` name one folder there.
+ */
+const IGNORED_IN_NAMES = /[\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u206a-\u206f\ufeff]/g;
+
+/**
+ * A path as the most forgiving file system a checkout lands on compares it: Unicode NFC, case
+ * folded, ignorable code points dropped, and per segment Windows' trailing dots and spaces and an
+ * NTFS stream name (`:...`) cut off. Two paths with the same fold can be the same file.
+ */
+export function foldPath(path: string): string {
+  return path
+    .normalize('NFC')
+    .replace(IGNORED_IN_NAMES, '')
+    .toLowerCase()
+    .normalize('NFC')
+    .split('/')
+    .map((segment) => segment.replace(/:.*$/, '').replace(/[. ]+$/, ''))
+    .join('/');
+}
+
+/**
+ * True when a protected pattern of the scope matches the path, compared folded (foldPath): a
+ * protected file is protected under every name that can open it on some checkout.
+ */
 export function isProtectedPath(scope: PolicyScope, path: string): boolean {
-  return (scope.protected ?? []).some((p) => globMatches(p, path));
+  const folded = foldPath(path);
+  return (scope.protected ?? []).some((p) => globMatches(p, path) || globMatches(foldPath(p), folded));
 }
 
 /** True when the path may be modified (a fixture's writable file, or a repository's writable pattern). */

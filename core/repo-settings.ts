@@ -70,11 +70,34 @@ export const BUILTIN_PROTECTED = [
   '.husky/**',
   'lefthook.yml',
   '.lefthook.yml',
-  // Run when the folder is opened: dev containers, editor tasks, direnv.
+  '.githooks/**',
+  // Run when the folder is opened: dev containers, editor tasks and run configurations, direnv, mise.
   '.devcontainer/**',
   '.devcontainer.json',
   '.vscode/**',
+  '.idea/**',
+  '.zed/**',
   '.envrc',
+  'mise.toml',
+  '.mise.toml',
+  // Run by a package manager or a build wrapper on the next install or build: npm's and yarn's
+  // settings (a script shell, a registry, yarn's own release and plugins), pnpm's hook file,
+  // cargo's configuration (a runner, a linker), the Gradle and Maven wrappers (a downloaded
+  // distribution, a script), Bazel's options.
+  '.npmrc',
+  '.yarnrc',
+  '.yarnrc.yml',
+  '.yarn/**',
+  '.pnpmfile.cjs',
+  '.cargo/config',
+  '.cargo/config.toml',
+  'gradlew',
+  'gradlew.bat',
+  'gradle/wrapper/**',
+  'mvnw',
+  'mvnw.cmd',
+  '.mvn/**',
+  '.bazelrc',
 ] as const;
 
 /** A repository run's budgets when its settings name none. */

@@ -92,6 +92,10 @@ export async function withRepository<T>(
   const runner = await open(resolve(path));
   try {
     return await fn(await GitRepository.open(runner, resolve(path), limits));
+  } catch (err) {
+    // A stalled or endless reading is the repository's doing: the refusal names it.
+    if (err instanceof GitError && err.kind === 'timeout') throw new GitError('timeout', `${path}: ${err.message}`);
+    throw err;
   } finally {
     await runner.close();
   }

@@ -15,6 +15,7 @@ import { hex4, hex6Words, parseShellProbe } from '../sandbox/probe/probe-shell';
 import { git, sampleRepo } from './helpers/git-repo';
 import { LINKCHECK, PROJECT_ROOT } from './helpers/run-dir';
 import { runOnce, startServer, writeReplay } from './helpers/temporal';
+import { DEFAULT_SANDBOX_IMAGE, readSettings } from '../host/settings';
 
 const SHELL_IMAGE = 'coding-agent-shell:1';
 const NO_SHELL_IMAGE = 'coding-agent-noshell:1';
@@ -143,7 +144,7 @@ describe('an image without Python', () => {
     expect(trace.map((e) => e.type)).not.toContain('model_requested');
   });
 
-  it('runs a repository on the image its settings name, its tests a shell script writing a JUnit report', async () => {
+  it('runs a repository on the image its settings name (one its operator allows), its tests a shell script writing a JUnit report', async () => {
     const junit = [
       'ok=failure',
       'grep -q "^fixed$" state.txt && ok=pass',
@@ -174,12 +175,16 @@ describe('an image without Python', () => {
       },
       { kind: 'final', text: 'Fixed the state.' },
     ]);
-    const { outcome, trace } = await runOnce(env, {
-      repo: { path: dir, base_commit: head, task: 'fix the state' },
-      source: { kind: 'replay', path: replay, trusted: false },
-      backend: 'docker',
-      approver: 'policy:approve-writable',
-    });
+    const { outcome, trace } = await runOnce(
+      env,
+      {
+        repo: { path: dir, base_commit: head, task: 'fix the state' },
+        source: { kind: 'replay', path: replay, trusted: false },
+        backend: 'docker',
+        approver: 'policy:approve-writable',
+      },
+      { settings: readSettings({ ...process.env, AGENT_ALLOWED_IMAGES: `${DEFAULT_SANDBOX_IMAGE},${SHELL_IMAGE}` }) },
+    );
     expect(outcome.record).toMatchObject({
       fixture: 'project',
       status: 'completed',

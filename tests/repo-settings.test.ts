@@ -4,7 +4,7 @@
  * policy of a repository run beside a fixture's unchanged one.
  */
 import { globMatches, globProblem } from '../core/paths';
-import { evaluatePolicy, isWritable, mayCreate } from '../core/policy';
+import { evaluatePolicy, foldPath, isWritable, mayCreate } from '../core/policy';
 import {
   BUILTIN_PROTECTED,
   capInstructions,
@@ -270,6 +270,69 @@ describe("a repository run's policy", () => {
     }
     expect(isWritable(spec, 'docs/AGENTS.md')).toBe(true);
     expect(mayCreate(spec, '.github/x')).toBe(false);
+  });
+
+  it("protects what makes a developer's tools run code after checkout: package managers, build wrappers, editors, hooks", () => {
+    for (const path of [
+      '.npmrc',
+      '.yarnrc',
+      '.yarnrc.yml',
+      '.yarn/plugins/plugin.cjs',
+      '.pnpmfile.cjs',
+      '.cargo/config',
+      '.cargo/config.toml',
+      'gradlew',
+      'gradlew.bat',
+      'gradle/wrapper/gradle-wrapper.properties',
+      'mvnw',
+      'mvnw.cmd',
+      '.mvn/wrapper/maven-wrapper.properties',
+      '.vscode/tasks.json',
+      '.idea/workspace.xml',
+      '.zed/tasks.json',
+      '.devcontainer/devcontainer.json',
+      '.devcontainer.json',
+      '.envrc',
+      'mise.toml',
+      '.bazelrc',
+      '.githooks/pre-commit',
+    ])
+      expect([path, evaluatePolicy({ name: 'apply_patch' }, path, spec).decision]).toEqual([path, 'deny']);
+    // Only those names: a file that merely looks alike is source.
+    for (const path of ['src/npmrc.py', 'docs/gradlew.md', 'tools/.cargo-config.toml'])
+      expect([path, evaluatePolicy({ name: 'apply_patch' }, path, spec).decision]).toEqual([path, 'ask']);
+  });
+
+  it('matches protected paths under every name a checkout can open them by: case, Unicode forms, ignored code points, trailing dots', () => {
+    const settings = parseRepoSettings(JSON.stringify({ schema_version: 1, protected: ['docs/Légal/**'] }));
+    if (!settings.ok) throw new Error(settings.detail);
+    const withLegal = repositorySpec({
+      id: 'demo',
+      task: 't',
+      settings: settings.settings,
+      tests: spec.tests,
+      acceptance: null,
+      extraProtected: [],
+    });
+    for (const path of [
+      '.GitHub/workflows/x.yml',
+      '.GITHUB/workflows/x.yml',
+      '.Husky/pre-commit',
+      '.GITATTRIBUTES',
+      'Agents.md',
+      '.Coding-Agent.json',
+      '.NPMRC',
+      'GradleW',
+      '.git\u200chub/workflows/x.yml', // HFS+ ignores the zero-width non-joiner
+      '.github\ufeff/workflows/x.yml',
+      '.github./workflows/x.yml', // Windows drops trailing dots and spaces
+      '.github /workflows/x.yml',
+      '.gitattributes::$DATA', // an NTFS stream of the file
+      'Docs/LE\u0301GAL/terms.md', // NFD of "É" against the settings' NFC "é"
+      'docs/le\u0301gal/terms.md',
+    ])
+      expect([path, evaluatePolicy({ name: 'apply_patch' }, path, withLegal).decision]).toEqual([path, 'deny']);
+    expect(foldPath('.GitHub\u200b./Workflows/CI.yml')).toBe('.github/workflows/ci.yml');
   });
 
   it("adds the settings' protected patterns to the built-in ones: an empty list, or one that leaves out .github, protects them still", () => {

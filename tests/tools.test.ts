@@ -83,7 +83,7 @@ describe('path safety on disk', () => {
       expect(r.error).toBe('path_denied');
       expect(JSON.stringify(r)).not.toContain('secret\\n');
     }
-    expect(search(t.ctx, 's', { query: 'secret' }).data).toEqual({
+    expect((await search(t.ctx, 's', { query: 'secret' })).data).toEqual({
       matches: [],
       skipped: [
         { path: 'chain.txt', reason: 'symlink' },
@@ -112,7 +112,7 @@ describe('path safety on disk', () => {
 describe('search', () => {
   it('finds literal matches sorted by path and line, skipping binary files', async () => {
     const t = run({ 'data.bin': 'return \u0000' });
-    const r = search(t.ctx, 's', { query: 'return' });
+    const r = await search(t.ctx, 's', { query: 'return' });
     expect(r.data).toEqual({
       matches: [
         { path: 'src/linkcheck.py', line: 2, text: '    return root / target' },
@@ -120,13 +120,13 @@ describe('search', () => {
       ],
       skipped: [{ path: 'data.bin', reason: 'binary or not UTF-8' }],
     });
-    expect(search(t.ctx, 's', { query: 'x', path: 'nope' }).error).toBe('not_found');
+    expect((await search(t.ctx, 's', { query: 'x', path: 'nope' })).error).toBe('not_found');
   });
 
   it('keeps whole matches under a small cap and marks the result truncated', async () => {
     const lines = Array.from({ length: 40 }, (_, i) => `needle ${i}`).join('\n');
     const t = prepareRun({ repo: { 'a.txt': lines }, limits: { searchBytes: 256 } });
-    const r = search(t.ctx, 's', { query: 'needle' });
+    const r = await search(t.ctx, 's', { query: 'needle' });
     expect(r.truncated).toBe(true);
     const data = r.data as { matches: { text: string }[] };
     expect(Buffer.byteLength(JSON.stringify(data.matches))).toBeLessThanOrEqual(256);
@@ -135,13 +135,13 @@ describe('search', () => {
 
   it('marks the result truncated when it cuts a long matching line at 400 characters', async () => {
     const t = prepareRun({ repo: { 'short.txt': 'needle\n', 'long.txt': `needle ${'x'.repeat(1000)}\n` } });
-    const r = search(t.ctx, 's', { query: 'needle' });
+    const r = await search(t.ctx, 's', { query: 'needle' });
     expect(r.truncated).toBe(true);
     expect((r.data as { matches: { path: string; text: string }[] }).matches.map((m) => [m.path, m.text.length])).toEqual([
       ['long.txt', 400],
       ['short.txt', 6],
     ]);
-    expect(search(t.ctx, 's', { query: 'needle', path: 'short.txt' }).truncated).toBe(false);
+    expect((await search(t.ctx, 's', { query: 'needle', path: 'short.txt' })).truncated).toBe(false);
   });
 });
 

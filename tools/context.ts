@@ -41,19 +41,4 @@ export function cutDiff(
   };
 }
 
-/** Strict UTF-8 text, or null for binary / non-UTF-8 bytes. */
-export function decodeText(bytes: Buffer): string | null {
-  if (bytes.includes(0)) return null;
-  try {
-    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
-  } catch {
-    return null;
-  }
-}
-
-/** Splits text into lines that keep their line endings; a final newline adds no empty line. */
-export function splitLines(text: string): string[] {
-  if (text === '') return [];
-  const lines = text.split(/(?<=\n)/);
-  return lines;
-}
+export { decodeText, splitLines } from '../host/workspace/text';

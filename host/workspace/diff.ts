@@ -11,6 +11,7 @@
 import { join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import { readHostile } from './hostile-read';
+import { decodeText } from './text';
 import { changedFiles, manifest, type ManifestEntry } from './manifest';
 import { baselineManifest, type RunPaths } from './workspace';
 
@@ -45,16 +46,6 @@ export function textPatch(oldName: string, newName: string, oldText: string, new
     ...removed,
     ...added,
   ].join('');
-}
-
-/** UTF-8 text, or null for bytes that are not (a NUL, an invalid sequence). */
-export function decodeText(bytes: Uint8Array): string | null {
-  if (bytes.includes(0)) return null;
-  try {
-    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
-  } catch {
-    return null;
-  }
 }
 
 function fileText(root: string, entries: Map<string, ManifestEntry>, path: string, capBytes: number): string | null {

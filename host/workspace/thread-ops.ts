@@ -7,11 +7,12 @@ import type { ForkPlan } from '../fork';
 import { baselineHas, guard, restore } from './byproducts';
 import { filesDiff, textPatch, workspaceDiff } from './diff';
 import { mergePlan, snapshotFiles } from './merge';
+import { searchWorkspace } from './search';
 import type { MergeEntry } from '../../core/activities';
 import { prepareForkWorkspace } from './fork';
 import { lendTree, giveBackTree, type Owners } from './lend';
 import { manifest, workspaceDigest, workspaceState } from './manifest';
-import { beginTree, finishTree, writeFiles, writeLinks, type FileBatch } from './tree-write';
+import { beginTree, finishTree, writeBaselineManifest, writeFiles, writeLinks, type FileBatch } from './tree-write';
 import { keepVerifiedChange, type ChangeEntry } from './verified-change';
 import { baselineManifest, copyTree, prepareWorkspace, type RunPaths } from './workspace';
 
@@ -27,6 +28,8 @@ export const OPS = {
   prepareFork: (paths: RunPaths, from: RunPaths, plan: ForkPlan, contents: Record<string, Uint8Array>) =>
     prepareForkWorkspace(paths, from, plan, (digest) => (contents[digest] ? Buffer.from(contents[digest]) : null)),
   inBaseline: (paths: RunPaths, path: string) => baselineHas(paths, path),
+  search: (root: string, base: string, isFolder: boolean, query: string, caps: { maxResults: number; maxFileBytes: number; searchBytes: number }) =>
+    searchWorkspace(root, base, isFolder, query, caps),
   textPatch: (oldName: string, newName: string, oldText: string, newText: string) => textPatch(oldName, newName, oldText, newText),
   workspaceDiff: (paths: RunPaths, capBytes: number, fileCap: number) => workspaceDiff(paths, capBytes, fileCap),
   filesDiff: (from: string, to: string, files: { path: string; absent: boolean }[], fileCap: number) => filesDiff(from, to, files, fileCap),
@@ -39,6 +42,7 @@ export const OPS = {
   writeFiles: (root: string, batch: FileBatch) => writeFiles(root, batch),
   writeLinks: (root: string, links: { path: string; target: string }[]) => writeLinks(root, links),
   finishTree: (paths: RunPaths) => finishTree(paths),
+  writeBaselineManifest: (paths: RunPaths) => writeBaselineManifest(paths),
   keepChange: (paths: RunPaths, baseCommit: string, changes: ChangeEntry[]) => keepVerifiedChange(paths, baseCommit, changes),
   lendTree: (root: string, uid: number, gid: number) => lendTree(root, uid, gid),
   giveBackTree: (root: string, owners: Owners) => giveBackTree(root, owners),

@@ -65,15 +65,21 @@ export function writeLinks(root: string, links: { path: string; target: string }
   }
 }
 
+/** The workspace's manifest as the baseline's (after the baseline copy is made); returns its digest. */
+export function writeBaselineManifest(paths: RunPaths): string {
+  const entries = manifest(paths.workspace);
+  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(entries), { tmpDir: paths.tmp });
+  return manifestDigest(entries);
+}
+
 /** The baseline copy and manifest, then `prepared.json` last (what makes the preparation idempotent). */
 export function finishTree(paths: RunPaths): PreparedWorkspace {
   if (!existsSync(paths.workspace)) mkdirSync(paths.workspace, { recursive: true });
   copyTree(paths.workspace, paths.baseline);
-  const entries = manifest(paths.workspace);
-  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(entries), { tmpDir: paths.tmp });
+  const digest = writeBaselineManifest(paths);
   const prepared: PreparedWorkspace = {
-    workspace_digest: manifestDigest(entries),
-    files: entries.filter((e) => e.kind === 'file').length,
+    workspace_digest: digest,
+    files: manifest(paths.workspace).filter((e) => e.kind === 'file').length,
   };
   writeFileAtomic(join(paths.control, 'prepared.json'), JSON.stringify(prepared), { tmpDir: paths.tmp });
   return prepared;

@@ -16,7 +16,7 @@ import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { faultPoint } from '../../host/faults';
-import { copyTree } from '../../host/workspace/workspace';
+import { offThread } from '../../host/workspace/thread';
 import { CappedOutput, capturedResult } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 
@@ -160,14 +160,14 @@ export class LocalBackend implements ExecBackend {
     let snapshot: string | null = null;
     if (spec.workspaceReadOnly) {
       snapshot = mkdtempSync(join(spec.outDir, 'ro-'));
-      copyTree(spec.workspaceDir, join(snapshot, 'workspace'));
+      await offThread('copyTree', [spec.workspaceDir, join(snapshot, 'workspace')], { key: spec.workspaceDir, onProgress: spec.onProgress });
       cwd = join(snapshot, 'workspace');
     }
     const argv = spec.argv.map((a) => a.replaceAll('{out}', spec.outDir).replaceAll('{acceptance}', spec.acceptanceDir ?? '{acceptance}'));
     try {
       return await this.spawnCapped(argv, cwd, spec);
     } finally {
-      if (snapshot) rmSync(snapshot, { recursive: true, force: true });
+      if (snapshot) await offThread('remove', [snapshot], { key: spec.workspaceDir });
     }
   }
 

@@ -126,7 +126,7 @@ export async function runSetup(env: SetupEnvironment, paths: RunPaths, setup: Se
 async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpec, egress: EgressSpec | null): Promise<SetupResult> {
   const docker = env.backend.engine();
   const baseImage = await env.backend.imageId();
-  keepPreSetup(paths);
+  await keepPreSetup(paths);
   const baseTree = manifestDigest(JSON.parse(readFileSync(join(paths.control, 'pre-setup-manifest.json'), 'utf8')) as ManifestEntry[]);
   const named = env.credentialsFor(egress);
   const credentials = named.ok ? named.credentials : [];
@@ -140,7 +140,7 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
   let result: SetupResult;
   const cached = await findSetupImage(docker, key);
   if (cached !== null) {
-    result = await finish(docker, paths, { ...common(), ok: true, cached: true, image_id: cached, added: 0 });
+    result = await finish(docker, paths, { ...common(), ok: true, cached: true, image_id: cached, added: 0 }, env.limits.newFiles);
   } else {
     const ran = await new FreshSetup(
       env,
@@ -152,7 +152,7 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
       report,
     ).run();
     if (!ran.ok) return ran;
-    result = await finish(docker, paths, ran);
+    result = await finish(docker, paths, ran, env.limits.newFiles);
     if (result.ok) await docker.getImage(result.image_id).tag({ repo: SETUP_REPOSITORY, tag: key });
     else
       await docker
@@ -164,19 +164,24 @@ async function setupOnce(env: SetupEnvironment, paths: RunPaths, setup: SetupSpe
   // so that retry reports a cached setup (setup_cached, and no egress events of the first attempt).
   if (result.ok) {
     writeFileAtomic(marker(paths), JSON.stringify(result), { tmpDir: paths.tmp });
-    dropPreSetup(paths);
+    await dropPreSetup(paths);
   }
   return result;
 }
 
 /** Writes the image's products into the workspace; a product the workspace may not take fails the setup. */
-async function finish(docker: Dockerode, paths: RunPaths, done: Extract<SetupResult, { ok: true }>): Promise<SetupResult> {
+async function finish(
+  docker: Dockerode,
+  paths: RunPaths,
+  done: Extract<SetupResult, { ok: true }>,
+  newFiles: number,
+): Promise<SetupResult> {
   try {
-    const { added, workspace_digest } = await applyProducts(docker, done.image_id, paths);
+    const { added, workspace_digest } = await applyProducts(docker, done.image_id, paths, newFiles);
     return { ...done, added, workspace_digest };
   } catch (err) {
     if (!(err instanceof SetupProductError)) throw err;
-    restorePreSetup(paths);
+    await restorePreSetup(paths);
     const { ok: _ok, cached: _c, image_id: _i, added: _a, workspace_digest: _w, ...common } = done;
     return { ...common, ok: false, reason: 'setup_failed', detail: err.message };
   }

@@ -41,7 +41,8 @@ import { writeFileAtomic } from '../../host/files';
 import { engineError, MOUNT_WORKSPACE, removeContainer } from '../backends/docker';
 import { copyRegular } from '../../host/workspace/hostile-read';
 import { unsafeTreePath } from '../../host/repository';
-import { baselineManifest, copyTree, manifest, manifestDigest, type ManifestEntry, type RunPaths } from '../../host/workspace/workspace';
+import type { ManifestEntry, RunPaths } from '../../host/workspace/workspace';
+import { offThread } from '../../host/workspace/thread';
 
 /** A setup that left something other than additions in the workspace. */
 export class SetupProductError extends Error {
@@ -52,24 +53,26 @@ const preSetup = (paths: RunPaths) => join(paths.control, 'pre-setup');
 const preSetupManifest = (paths: RunPaths) => join(paths.control, 'pre-setup-manifest.json');
 
 /** The workspace as prepared (the base tree), kept until the setup is done; the same on every attempt. */
-export function keepPreSetup(paths: RunPaths): void {
+export async function keepPreSetup(paths: RunPaths): Promise<void> {
   if (existsSync(preSetup(paths))) return;
-  writeFileAtomic(preSetupManifest(paths), JSON.stringify(baselineManifest(paths)), { tmpDir: paths.tmp });
+  const call = { key: paths.workspace };
+  writeFileAtomic(preSetupManifest(paths), JSON.stringify(await offThread('baselineManifest', [paths], call)), { tmpDir: paths.tmp });
   const tmp = `${preSetup(paths)}.tmp`;
-  rmSync(tmp, { recursive: true, force: true });
-  copyTree(paths.baseline, tmp);
+  await offThread('remove', [tmp], call);
+  await offThread('copyTree', [paths.baseline, tmp], call);
   renameSync(tmp, preSetup(paths));
 }
 
 /** Puts the workspace back as it was prepared (a refused setup's products go). */
-export function restorePreSetup(paths: RunPaths): void {
-  rmSync(paths.workspace, { recursive: true, force: true });
-  copyTree(preSetup(paths), paths.workspace);
+export async function restorePreSetup(paths: RunPaths): Promise<void> {
+  const call = { key: paths.workspace };
+  await offThread('remove', [paths.workspace], call);
+  await offThread('copyTree', [preSetup(paths), paths.workspace], call);
 }
 
 /** Removes the kept pre-setup workspace (after the setup is marked done). */
-export function dropPreSetup(paths: RunPaths): void {
-  rmSync(preSetup(paths), { recursive: true, force: true });
+export async function dropPreSetup(paths: RunPaths): Promise<void> {
+  await offThread('remove', [preSetup(paths)], { key: paths.workspace });
   rmSync(preSetupManifest(paths), { force: true });
 }
 
@@ -124,9 +127,10 @@ export async function applyProducts(
   docker: Dockerode,
   imageId: string,
   paths: RunPaths,
+  newFiles: number,
 ): Promise<{ added: number; workspace_digest: string }> {
   const base = new Map((JSON.parse(readFileSync(preSetupManifest(paths), 'utf8')) as ManifestEntry[]).map((e) => [e.path, e]));
-  restorePreSetup(paths);
+  await restorePreSetup(paths);
 
   let container: Dockerode.Container | null = null;
   let added = 0;
@@ -165,6 +169,11 @@ export async function applyProducts(
             if (rel !== '') {
               const entry = takeEntry(rel, header, body, base, seen, paths);
               if (entry === 'added') added++;
+              // Bounded before it is all written: the undo of a refused setup walks what it left.
+              if (seen.size - base.size > newFiles)
+                throw new SetupProductError(
+                  `the setup left more than ${newFiles} new files and folders in the workspace (AGENT_REPOSITORY_LIMITS.new_files)`,
+                );
               if (entry === 'link') links.push([rel, header.linkname ?? '']);
             }
             body?.discard();
@@ -198,11 +207,10 @@ export async function applyProducts(
   } finally {
     if (container) await removeContainer(container);
   }
-  rmSync(paths.baseline, { recursive: true, force: true });
-  copyTree(paths.workspace, paths.baseline);
-  const entries = manifest(paths.workspace);
-  writeFileAtomic(join(paths.control, 'baseline-manifest.json'), JSON.stringify(entries), { tmpDir: paths.tmp });
-  return { added, workspace_digest: manifestDigest(entries) };
+  const call = { key: paths.workspace };
+  await offThread('remove', [paths.baseline], call);
+  await offThread('copyTree', [paths.workspace, paths.baseline], call);
+  return { added, workspace_digest: await offThread('writeBaselineManifest', [paths], call) };
 }
 
 /** A file entry's bytes on their way: a temporary file of the control folder and their digest. */
