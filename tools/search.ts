@@ -12,7 +12,11 @@ export async function search(ctx: ToolContext, callId: string, args: SearchArgs)
   const resolved = resolveInWorkspace(ctx.paths.workspace, base);
   if (!resolved.ok) return errorResult(callId, resolved.error, { path: base, reason: resolved.reason });
   if (resolved.stat === null) return errorResult(callId, 'not_found', { path: base, reason: `${base} does not exist` });
-  const caps = { maxResults: args.max_results ?? DEFAULT_MAX_RESULTS, maxFileBytes: ctx.limits.maxFileBytes, searchBytes: ctx.limits.searchBytes };
+  const caps = {
+    maxResults: args.max_results ?? DEFAULT_MAX_RESULTS,
+    maxFileBytes: ctx.limits.maxFileBytes,
+    searchBytes: ctx.limits.searchBytes,
+  };
   const found = await offThread('search', [ctx.paths.workspace, base, resolved.stat.isDirectory(), args.query, caps], {
     key: ctx.paths.workspace,
   });

@@ -28,8 +28,13 @@ export const OPS = {
   prepareFork: (paths: RunPaths, from: RunPaths, plan: ForkPlan, contents: Record<string, Uint8Array>) =>
     prepareForkWorkspace(paths, from, plan, (digest) => (contents[digest] ? Buffer.from(contents[digest]) : null)),
   inBaseline: (paths: RunPaths, path: string) => baselineHas(paths, path),
-  search: (root: string, base: string, isFolder: boolean, query: string, caps: { maxResults: number; maxFileBytes: number; searchBytes: number }) =>
-    searchWorkspace(root, base, isFolder, query, caps),
+  search: (
+    root: string,
+    base: string,
+    isFolder: boolean,
+    query: string,
+    caps: { maxResults: number; maxFileBytes: number; searchBytes: number },
+  ) => searchWorkspace(root, base, isFolder, query, caps),
   textPatch: (oldName: string, newName: string, oldText: string, newText: string) => textPatch(oldName, newName, oldText, newText),
   workspaceDiff: (paths: RunPaths, capBytes: number, fileCap: number) => workspaceDiff(paths, capBytes, fileCap),
   filesDiff: (from: string, to: string, files: { path: string; absent: boolean }[], fileCap: number) => filesDiff(from, to, files, fileCap),

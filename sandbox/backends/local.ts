@@ -160,7 +160,10 @@ export class LocalBackend implements ExecBackend {
     let snapshot: string | null = null;
     if (spec.workspaceReadOnly) {
       snapshot = mkdtempSync(join(spec.outDir, 'ro-'));
-      await offThread('copyTree', [spec.workspaceDir, join(snapshot, 'workspace')], { key: spec.workspaceDir, onProgress: spec.onProgress });
+      await offThread('copyTree', [spec.workspaceDir, join(snapshot, 'workspace')], {
+        key: spec.workspaceDir,
+        onProgress: spec.onProgress,
+      });
       cwd = join(snapshot, 'workspace');
     }
     const argv = spec.argv.map((a) => a.replaceAll('{out}', spec.outDir).replaceAll('{acceptance}', spec.acceptanceDir ?? '{acceptance}'));
