@@ -15,7 +15,7 @@ import { ERROR_CODES } from './errors';
 export interface MetricDef {
   /** The name as created; the exporter adds `_total` to a counter's. */
   name: string;
-  kind: 'counter' | 'histogram';
+  kind: 'counter' | 'histogram' | 'gauge';
   valueType: 'int' | 'float';
   labels: readonly string[];
   /** Bucket bounds of a histogram (the SDK's defaults are for milliseconds). */
@@ -30,6 +30,7 @@ const counter = (name: string, labels: readonly string[], help: string): MetricD
   labels,
   help,
 });
+const gauge = (name: string, help: string): MetricDef => ({ name, kind: 'gauge', valueType: 'float', labels: [], help });
 const histogram = (
   name: string,
   valueType: 'int' | 'float',
@@ -107,6 +108,10 @@ export const METRICS = {
     [],
     [0.001, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 50],
     'cost of each priced run in US dollars (its `_sum` is the total spent); runs without a price are not recorded',
+  ),
+  eventLoopDelay: gauge(
+    'agent_event_loop_delay_max_seconds',
+    "the worker process's largest event-loop delay over the last second: how long a heartbeat, a Query or another run's step waited on it",
   ),
 } as const satisfies Record<string, MetricDef>;
 

@@ -15,13 +15,17 @@ import { promisify } from 'node:util';
 import { lstatSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { RACY_MARGIN_MS } from '../host/workspace/manifest';
 import { withUndo } from '../host/workspace/undo';
+import { loadRepository, prepareRepositoryWorkspace } from '../host/repository';
+import { runPaths } from '../host/workspace/workspace';
+import { repositoryReaders } from '../client/repository-run';
+import type { RepositoryRead } from '../sandbox/git-sandbox';
 import { offThread } from '../host/workspace/thread';
 import { sha256 } from '../host/digest';
 import { preparePatch, writePatch } from '../tools/apply_patch';
@@ -40,7 +44,7 @@ import { startConsole, type RunningConsole } from '../client/console/server';
 import { runFrames, type ConsoleLink } from '../client/event-stream';
 import type { Frame } from '../core/delivery';
 
-const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'setup', 'stream', 'servers'] as const;
+const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'import', 'setup', 'stream', 'servers'] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** What the bench measures and how much: one field per row of `VARIABLES`. */
@@ -53,6 +57,8 @@ interface BenchOptions {
   files: number;
   /** Files of the workspace a test process's changes are undone in. */
   undoFiles: number;
+  /** Files of the repository imported through the reading container and through this machine's git. */
+  importFiles: number;
   /** False: the setup-phase section is skipped. */
   setup: boolean;
   /** The sections to run; null: all of them. */
@@ -80,6 +86,11 @@ const VARIABLES: { readonly [K in keyof BenchOptions]: Variable<BenchOptions[K]>
   parked: count('BENCH_PARKED', 1000, 'runs parked on an approval at once'),
   files: count('BENCH_FILES', 100_000, 'files of the workspace whose unchanged manifest is checked'),
   undoFiles: count('BENCH_UNDO_FILES', 30_000, "files of the workspace a test process's changes are undone in"),
+  importFiles: count(
+    'BENCH_IMPORT_FILES',
+    30_000,
+    "files of the repository imported through the reading container and through this machine's git",
+  ),
   setup: {
     name: 'BENCH_SETUP',
     default: '1',
@@ -115,6 +126,7 @@ async function main(): Promise<void> {
   if (runs(o, 'manifest')) await benchManifest(o);
   if (runs(o, 'cli')) benchCli(o);
   if (runs(o, 'undo')) await benchUndo(o);
+  if (runs(o, 'import')) await benchImport(o, settings);
   if (runs(o, 'setup')) await benchSetupCache(o, settings);
   if (runs(o, 'stream')) await benchStream(o, settings);
   if (runs(o, 'servers')) await benchServers(o, settings);
@@ -575,6 +587,108 @@ function benchCli(o: BenchOptions): void {
   const starts: number[] = [];
   for (let r = 0; r < o.repeats; r++) starts.push(msOf(() => execFileSync(process.execPath, [cli, '--help'], { stdio: 'ignore' })));
   figure('command-line start on a built tree (--help)', 'ms', starts, { op: '<', limit: 1000 });
+}
+
+/**
+ * A repository's import as a worker does it (loadRun's reading of the base, then the workspace
+ * written from its tree, host/repository.ts) through the reading container and through this
+ * machine's git, on a repository of `o.importFiles` files; and the largest event-loop stall of
+ * this process while it imports, while a tree of 200,000 paths is refused and while a test's
+ * 100,000 new files are undone, each with the stall's target of docs/security.md.
+ */
+async function benchImport(o: BenchOptions, settings: Settings): Promise<void> {
+  process.stderr.write(`import of a ${o.importFiles}-file repository, and event-loop stalls\n`);
+  const repo = join(tempDir('bench-import'), 'repo');
+  writeFiles(repo, numberedFiles(o.importFiles));
+  const git = (...args: string[]) =>
+    execFileSync('git', args, { cwd: repo, maxBuffer: 1 << 26 })
+      .toString()
+      .trim();
+  git('init', '-q');
+  git('add', '-A');
+  git('-c', 'user.name=bench', '-c', 'user.email=bench@localhost', 'commit', '-q', '-m', 'files');
+  const base = git('rev-parse', 'HEAD');
+  const readers = repositoryReaders(settings);
+  const limits = settings.repositoryLimits;
+  const importOnce = async (read: RepositoryRead) => {
+    const open = readers(read);
+    const source = { path: repo, base_commit: base, task: 'bench', tests: { command: ['true'], format: 'pytest' as const, timeout_s: 60 } };
+    const loaded = await loadRepository(open, limits, source, () => 'none');
+    if (!loaded.ok) throw new Error(`bench import: ${loaded.detail}`);
+    const prepared = await prepareRepositoryWorkspace(runPaths(tempDir('bench-import-state'), 'run-1'), loaded.ref, open, limits);
+    if (prepared.files !== o.importFiles) throw new Error(`bench import: ${prepared.files} files, not ${o.importFiles}`);
+  };
+  /** `fn`'s milliseconds and this process's largest event-loop stall meanwhile. */
+  const stalled = async (fn: () => Promise<unknown>) => {
+    const loop = monitorEventLoopDelay({ resolution: 10 });
+    loop.enable();
+    const t = await timed(fn);
+    loop.disable();
+    return { ms: t.ms, stall: loop.max / 1e6 };
+  };
+  await importOnce('host'); // warm: the page cache and the modules, for both
+  const host: number[] = [];
+  const sandbox: number[] = [];
+  const stalls: number[] = [];
+  for (let r = 0; r < o.repeats; r++) {
+    host.push((await stalled(() => importOnce('host'))).ms);
+    const s = await stalled(() => importOnce('sandbox'));
+    sandbox.push(s.ms);
+    stalls.push(s.stall);
+  }
+  const onHost = figure(`import of a ${o.importFiles}-file repository, this machine's git (trusted)`, 'ms', host);
+  figure(`import of a ${o.importFiles}-file repository, git in the reading container`, 'ms', sandbox, {
+    op: '<=',
+    limit: Math.round(1.5 * onHost.median),
+    why: () => `the container's start and one docker exec per command over the ${fmt(onHost.median)} ms of the same reading here`,
+  });
+  const STALL = { op: '<=' as const, limit: 250 };
+  figure(`largest event-loop stall during that import (container)`, 'ms', stalls, STALL);
+
+  // A tree of 200,000 paths: refused as its listing streams.
+  const blob = git('hash-object', '-w', '--stdin');
+  const folder = execFileSync('git', ['mktree'], {
+    cwd: repo,
+    input: Array.from({ length: 1000 }, (_, i) => `100644 blob ${blob}\tf${i}\n`).join(''),
+  })
+    .toString()
+    .trim();
+  const root = execFileSync('git', ['mktree'], {
+    cwd: repo,
+    input: Array.from({ length: 200 }, (_, i) => `040000 tree ${folder}\td${i}\n`).join(''),
+  })
+    .toString()
+    .trim();
+  const many = git('commit-tree', root, '-m', 'many paths');
+  const refusals: number[] = [];
+  for (let r = 0; r < o.repeats; r++)
+    refusals.push(
+      (
+        await stalled(async () => {
+          const loaded = await loadRepository(readers('sandbox'), limits, { path: repo, base_commit: many, task: 'bench' }, () => 'none');
+          if (loaded.ok || !loaded.detail.startsWith('too_large')) throw new Error('bench import: 200,000 paths were not refused');
+        })
+      ).stall,
+    );
+  figure('largest event-loop stall while 200,000 paths are refused (container)', 'ms', refusals, STALL);
+
+  // A test process that left 100,000 files, undone.
+  const t = prepareRun({ repo: numberedFiles(100) });
+  const undone: number[] = [];
+  for (let r = 0; r < o.repeats; r++)
+    undone.push(
+      (
+        await stalled(() =>
+          withUndo(t.ctx.paths, () =>
+            // The test: another process, as a test is.
+            promisify(execFile)('python3', ['-c', "import os\nos.mkdir('many')\nfor i in range(100000): open(f'many/{i}', 'w').close()"], {
+              cwd: t.workspace,
+            }),
+          ),
+        )
+      ).stall,
+    );
+  figure('largest event-loop stall while a test process leaves 100,000 files and they are undone', 'ms', undone, STALL);
 }
 
 /**

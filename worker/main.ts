@@ -21,12 +21,13 @@ import { installRuntime as install } from '../host/runtime';
 import { readSettings, type Settings } from '../host/settings';
 import { drained, versionName } from './deployment';
 import { createWorker, type HostWorkers } from './index';
-import { prometheusOptions, snakeCaseMetricTags } from './telemetry';
+import { prometheusOptions, snakeCaseMetricTags, watchEventLoop } from './telemetry';
 
 async function main(): Promise<void> {
   const settings = readSettings();
   const runtime = installRuntime(settings);
   snakeCaseMetricTags(runtime);
+  watchEventLoop(runtime.metricMeter);
   const target = resolveTarget(settings);
   const address = target.address ?? (await embeddedDevServer(settings, target.namespace)).address;
   const connection = await connectTemporal(address, target);

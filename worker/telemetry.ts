@@ -10,6 +10,7 @@
  * WORKFLOW_BUNDLES); the sink is still registered, and drops whatever reaches it, so a replay of a
  * traced history on either bundle has the sink its spans expect.
  */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { trace } from '@opentelemetry/api';
 import type { Context as ActivityContext } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
@@ -140,4 +141,26 @@ function snakeCaseMeter(meter: MetricMeter): MetricMeter {
  */
 export function snakeCaseMetricTags(runtime: Runtime): void {
   Object.defineProperty(runtime, 'metricMeter', { value: snakeCaseMeter(runtime.metricMeter), configurable: true });
+}
+
+/**
+ * The worker's event-loop delay as the gauge `agent_event_loop_delay_max_seconds`: each second,
+ * the largest delay of that second (`monitorEventLoopDelay`, 10 ms resolution), then a fresh
+ * window. Whatever runs on the loop for long (work sized by a repository, a test or a model)
+ * shows here; returns the function that stops it.
+ */
+export function watchEventLoop(meter: MetricMeter): () => void {
+  const delays = monitorEventLoopDelay({ resolution: 10 });
+  delays.enable();
+  const m = METRICS.eventLoopDelay;
+  const gauge = meter.createGauge(m.name, m.valueType, 's', m.help);
+  const timer = setInterval(() => {
+    gauge.set(delays.max / 1e9);
+    delays.reset();
+  }, 1000);
+  timer.unref();
+  return () => {
+    clearInterval(timer);
+    delays.disable();
+  };
 }
