@@ -178,6 +178,62 @@ export const idleError = (args: string[], ms: number) =>
   );
 
 /**
+ * A command's time limits and its reading: idle counts only while the command owes output (not
+ * while the reader holds a chunk, however long it takes), the total from the start. Past either,
+ * `onLimit` stops the command.
+ */
+export class CommandWatch {
+  private idle: NodeJS.Timeout | undefined;
+  private readonly total: NodeJS.Timeout;
+  private failure: Error | null = null;
+
+  constructor(
+    private readonly args: string[],
+    private readonly idleMs: number | null,
+    totalMs: number,
+    private readonly onLimit: (err: Error) => void,
+  ) {
+    this.total = setTimeout(() => this.fail(new GitError('timeout', `git ${args[0]} ran past ${totalMs / 1000} s`)), totalMs);
+    this.alive();
+  }
+
+  /** The command said something: its idle time starts again. */
+  alive(): void {
+    if (this.idleMs === null || this.failure) return;
+    clearTimeout(this.idle);
+    this.idle = setTimeout(() => this.fail(idleError(this.args, this.idleMs!)), this.idleMs);
+  }
+
+  fail(err: Error): void {
+    this.failure ??= err;
+    this.onLimit(err);
+  }
+
+  /**
+   * Reads `stream` to its end into `out`, one chunk at a time: the next chunk is read once the
+   * reader has taken this one, so a reader that writes what it reads holds the command back.
+   */
+  async read(stream: AsyncIterable<Buffer>, out: ReturnType<typeof outputCollector>): Promise<Buffer> {
+    try {
+      for await (const chunk of stream) {
+        if (this.failure) break;
+        clearTimeout(this.idle);
+        await out.take(chunk);
+        this.alive();
+      }
+    } catch (err) {
+      this.fail(err as Error);
+    }
+    return out.result();
+  }
+
+  stop(): void {
+    clearTimeout(this.idle);
+    clearTimeout(this.total);
+  }
+}
+
+/**
  * The machine's git, for a repository the user trusts: spawned asynchronously in the hardened
  * environment, each command with the idle limit and `totalMs`, killed when it passes one.
  */
@@ -187,66 +243,42 @@ export function hostGit(path: string, o: { path: string; idleMs: number; totalMs
   return {
     kind: 'host',
     root,
-    git: (args, io = {}) =>
-      new Promise<Buffer>((resolvePromise, reject) => {
-        const child = spawn('git', args, {
-          env: gitEnv({ path: o.path, extra: io.env }),
-          cwd: io.inRepository ? root : tmpdir(),
-          stdio: ['pipe', 'pipe', 'pipe'],
-        });
-        const out = outputCollector(args, io);
-        let failed: Error | null = null;
-        let stderr = '';
-        const idleMs = io.idleMs === undefined ? o.idleMs : io.idleMs;
-        let idle: NodeJS.Timeout | undefined;
-        const fail = (err: Error) => {
-          failed ??= err;
-          child.kill('SIGKILL');
-        };
-        const alive = () => {
-          if (idleMs === null) return;
-          clearTimeout(idle);
-          idle = setTimeout(() => fail(idleError(args, idleMs)), idleMs);
-        };
-        const total = setTimeout(() => fail(new GitError('timeout', `git ${args[0]} ran past ${o.totalMs / 1000} s`)), o.totalMs);
-        alive();
-        child.stdout.on('data', (chunk: Buffer) => {
-          if (failed) return;
-          alive();
-          try {
-            const wait = out.take(chunk);
-            if (wait) {
-              child.stdout.pause();
-              wait.then(
-                () => child.stdout.resume(),
-                (err: Error) => fail(err),
-              );
-            }
-          } catch (err) {
-            fail(err as Error);
-          }
-        });
-        child.stderr.on('data', (c: Buffer) => {
-          alive();
-          if (stderr.length < 64 * 1024) stderr += c.toString('utf8');
-        });
-        child.on('error', (err: NodeJS.ErrnoException) =>
-          fail(
+    git: async (args, io = {}) => {
+      const child = spawn('git', args, {
+        env: gitEnv({ path: o.path, extra: io.env }),
+        cwd: io.inRepository ? root : tmpdir(),
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      let failed: Error | null = null;
+      const watch = new CommandWatch(args, io.idleMs === undefined ? o.idleMs : io.idleMs, o.totalMs, (err) => {
+        failed ??= err;
+        child.kill('SIGKILL');
+      });
+      const closed = new Promise<number | null>((resolveClosed) => {
+        child.on('close', resolveClosed);
+        child.on('error', (err: NodeJS.ErrnoException) => {
+          watch.fail(
             err.code === 'ENOENT'
               ? new GitError('git_missing', 'git is not installed on this machine (it is needed to read and write repositories)')
               : err,
-          ),
-        );
-        child.on('close', (code) => {
-          clearTimeout(idle);
-          clearTimeout(total);
-          if (failed) return reject(failed);
-          if (code !== 0) return reject(exitError(args, code, stderr));
-          resolvePromise(out.result());
+          );
+          resolveClosed(null);
         });
-        child.stdin.on('error', () => undefined); // a child that died first is reported by 'close'
-        child.stdin.end(io.input ?? '');
-      }),
+      });
+      let stderr = '';
+      child.stderr.on('data', (c: Buffer) => {
+        watch.alive();
+        if (stderr.length < 64 * 1024) stderr += c.toString('utf8');
+      });
+      child.stdin.on('error', () => undefined); // a child that died first is reported by 'close'
+      child.stdin.end(io.input ?? '');
+      const out = await watch.read(child.stdout, outputCollector(args, io));
+      const code = await closed;
+      watch.stop();
+      if (failed) throw failed;
+      if (code !== 0) throw exitError(args, code, stderr);
+      return out;
+    },
     scratch: async () => {
       const dir = mkdtempSync(resolve(tmpdir(), 'agent-git-'));
       scratches.push(dir);

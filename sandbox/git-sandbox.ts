@@ -18,11 +18,11 @@ import { randomUUID } from 'node:crypto';
 import type { Duplex } from 'node:stream';
 import type Dockerode from 'dockerode';
 import {
+  CommandWatch,
   exitError,
   GitError,
   gitEnv,
   hostGit,
-  idleError,
   outputCollector,
   type GitIO,
   type GitRunner,
@@ -121,57 +121,25 @@ export async function sandboxGit(
     } catch (err) {
       throw broken ?? engineError(err);
     }
-    const out = outputCollector(args, io);
-    const idleMs = io.idleMs === undefined ? o.limits.idle_s * 1000 : io.idleMs;
-    let stderr = '';
     let failed: Error | null = null;
-    let idle: NodeJS.Timeout | undefined;
-    const fail = (err: Error) => {
+    const watch = new CommandWatch(args, io.idleMs === undefined ? o.limits.idle_s * 1000 : io.idleMs, o.limits.read_s * 1000, (err) => {
+      // An exec cannot be stopped alone: the reading ends here.
       failed ??= err;
       broken ??= err;
       void container.kill({ signal: 'SIGKILL' }).catch(() => undefined);
       stream.destroy();
-    };
-    const alive = () => {
-      if (idleMs === null) return;
-      clearTimeout(idle);
-      idle = setTimeout(() => fail(idleError(args, idleMs)), idleMs);
-    };
-    alive();
-    const frames = new Demux(
-      (chunk) => {
-        alive();
-        return out.take(chunk);
-      },
-      (chunk) => {
-        alive();
-        if (stderr.length < 64 * 1024) stderr += chunk.toString('utf8');
-      },
-    );
-    await new Promise<void>((resolveStream) => {
-      stream.on('data', (chunk: Buffer) => {
-        if (failed) return;
-        let wait: Promise<void> | null;
-        try {
-          wait = frames.push(chunk);
-        } catch (err) {
-          return fail(err as Error);
-        }
-        if (wait) {
-          stream.pause();
-          wait.then(
-            () => stream.resume(),
-            (err: Error) => fail(err),
-          );
-        }
-      });
-      stream.on('end', resolveStream);
-      stream.on('close', resolveStream);
-      stream.on('error', () => resolveStream());
-      stream.end(io.input ?? '');
     });
-    await frames.drained();
-    clearTimeout(idle);
+    let stderr = '';
+    const out = outputCollector(args, io);
+    // The engine's frames, split into stdout (to the reader) and stderr (kept for the error).
+    const frames = new Demux((chunk) => {
+      watch.alive();
+      if (stderr.length < 64 * 1024) stderr += chunk.toString('utf8');
+    });
+    stream.on('error', () => undefined); // a killed container's stream: the watch says why
+    stream.end(io.input ?? '');
+    await watch.read(frames.stdout(stream), out);
+    watch.stop();
     if (failed) throw failed;
     if (broken) throw broken;
     const code = await exitCode(exec);
@@ -212,58 +180,41 @@ function unavailable(err: unknown, image: string): Error {
 
 /**
  * The engine's multiplexed stream (an 8-byte header per frame: stream, 0, 0, 0, length), split
- * into stdout and stderr; a returned promise of the stdout reader holds the stream until it settles.
+ * into stdout (yielded as it comes) and stderr (handed to `onStderr`).
  */
 class Demux {
   private header = Buffer.alloc(8);
   private headerFill = 0;
   private left = 0;
   private kind = 1;
-  private pending: Promise<void> = Promise.resolve();
 
-  constructor(
-    private readonly stdout: (chunk: Buffer) => void | Promise<void>,
-    private readonly stderr: (chunk: Buffer) => void,
-  ) {}
+  constructor(private readonly onStderr: (chunk: Buffer) => void) {}
 
-  /** Feeds a chunk; returns a promise when the stdout reader asked to be waited for. */
-  push(chunk: Buffer): Promise<void> | null {
-    let at = 0;
-    let wait: Promise<void> | null = null;
-    while (at < chunk.length) {
-      if (this.left === 0) {
-        const n = Math.min(8 - this.headerFill, chunk.length - at);
-        chunk.copy(this.header, this.headerFill, at, at + n);
-        this.headerFill += n;
+  async *stdout(stream: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+    for await (const chunk of stream) {
+      let at = 0;
+      while (at < chunk.length) {
+        if (this.left === 0) {
+          const n = Math.min(8 - this.headerFill, chunk.length - at);
+          chunk.copy(this.header, this.headerFill, at, at + n);
+          this.headerFill += n;
+          at += n;
+          if (this.headerFill < 8) break;
+          this.headerFill = 0;
+          this.kind = this.header[0];
+          this.left = this.header.readUInt32BE(4);
+          continue;
+        }
+        const n = Math.min(this.left, chunk.length - at);
+        const piece = chunk.subarray(at, at + n);
+        this.left -= n;
         at += n;
-        if (this.headerFill < 8) break;
-        this.headerFill = 0;
-        this.kind = this.header[0];
-        this.left = this.header.readUInt32BE(4);
-        continue;
-      }
-      const n = Math.min(this.left, chunk.length - at);
-      const piece = chunk.subarray(at, at + n);
-      this.left -= n;
-      at += n;
-      if (this.kind === 2) this.stderr(piece);
-      else if (this.kind === 1) {
-        if (wait) {
-          // Later frames of the same chunk wait for the earlier ones' reader.
-          const previous: Promise<void> = wait;
-          wait = previous.then(() => this.stdout(piece) ?? undefined);
-        } else wait = (this.stdout(piece) as Promise<void> | undefined) ?? null;
+        if (this.kind === 1) yield piece;
+        else if (this.kind === 2) this.onStderr(piece);
       }
     }
-    if (wait) this.pending = wait;
-    return wait;
-  }
-
-  drained(): Promise<void> {
-    return this.pending;
   }
 }
-
 /** Where a repository is read: `host` only for one the user trusts on the local backend. */
 export type RepositoryRead = 'host' | 'sandbox';
 
