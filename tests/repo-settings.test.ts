@@ -8,6 +8,7 @@ import { evaluatePolicy, foldPath, isWritable, mayCreate } from '../core/policy'
 import {
   BUILTIN_PROTECTED,
   capInstructions,
+  imageAllowed,
   detectTests,
   INSTRUCTIONS_CAP_BYTES,
   parseRepoSettings,
@@ -362,5 +363,28 @@ describe("a repository run's policy", () => {
   it('names a repository by its folder', () => {
     expect(repositoryName('/srv/git/My.Project.git')).toBe('my.project');
     expect(repositoryName('checkouts/sqlparse/')).toBe('sqlparse');
+  });
+});
+
+describe('the images a repository may name', () => {
+  it("are the operator's entries as the engine reads references: a missing tag is latest, name:* any tag, nothing else", () => {
+    const allowed = ['coding-agent-sandbox:1', 'coding-agent-setup:*', 'registry.local/team/base'];
+    for (const image of [
+      'coding-agent-sandbox:1',
+      'coding-agent-setup:abc123',
+      'registry.local/team/base',
+      'registry.local/team/base:latest',
+    ])
+      expect([image, imageAllowed(image, allowed)]).toEqual([image, true]);
+    for (const image of [
+      'coding-agent-sandbox:2',
+      'coding-agent-sandbox',
+      'coding-agent-sandbox-pip:1',
+      'coding-agent-setup:x/y',
+      'evil/coding-agent-sandbox:1',
+      'registry.local/team/base:2',
+      'sha256:0123',
+    ])
+      expect([image, imageAllowed(image, allowed)]).toEqual([image, false]);
   });
 });

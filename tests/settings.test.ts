@@ -65,6 +65,18 @@ describe('the settings module', () => {
       workspaceBytes: 2 * 1024 ** 3,
       diskFullWaitS: 600,
       sandboxImage: 'coding-agent-sandbox:1',
+      gitImage: 'coding-agent-git:1',
+      allowedImages: ['coding-agent-sandbox:1', 'coding-agent-setup:*'],
+      repositoryLimits: {
+        files: 100_000,
+        bytes: 1024 ** 3,
+        blob_bytes: 100 * 1024 ** 2,
+        path_bytes: 4096,
+        depth: 64,
+        new_files: 50_000,
+        idle_s: 5,
+        read_s: 600,
+      },
       dockerHost: null,
       proxyImage: 'coding-agent-proxy:2',
       egressNetwork: 'bridge',
@@ -103,6 +115,25 @@ describe('the settings module', () => {
     );
     expect(() => readSettings({ AGENT_MAX_BUDGETS: '{"turns": 5}' })).toThrow(/AGENT_MAX_BUDGETS: .*Unrecognized key: "turns"/);
     expect(() => readSettings({ AGENT_MAX_BUDGETS: 'max_turns=5' })).toThrow(/AGENT_MAX_BUDGETS must be a JSON object of budgets/);
+  });
+
+  it("reads the operator's repository limits over their defaults and the images a repository may name, refusing what is not one", () => {
+    expect(readSettings({ AGENT_REPOSITORY_LIMITS: '{"files": 200000, "idle_s": 10}' }).repositoryLimits).toMatchObject({
+      files: 200_000,
+      idle_s: 10,
+      bytes: 1024 ** 3,
+      new_files: 50_000,
+    });
+    expect(() => readSettings({ AGENT_REPOSITORY_LIMITS: '{"inodes": 5}' })).toThrow(
+      'AGENT_REPOSITORY_LIMITS: unknown field "inodes" (known: files, bytes, blob_bytes, path_bytes, depth, new_files, idle_s, read_s)',
+    );
+    expect(() => readSettings({ AGENT_REPOSITORY_LIMITS: '{"files": 0}' })).toThrow(
+      'AGENT_REPOSITORY_LIMITS.files must be a positive integer, not 0',
+    );
+    expect(() => readSettings({ AGENT_REPOSITORY_LIMITS: 'files=5' })).toThrow(/AGENT_REPOSITORY_LIMITS must be a JSON object of limits/);
+    expect(readSettings({ AGENT_ALLOWED_IMAGES: 'team/base:2, team/tools:*' }).allowedImages).toEqual(['team/base:2', 'team/tools:*']);
+    expect(readSettings({ AGENT_SANDBOX_IMAGE: 'mine:3' }).allowedImages).toEqual(['mine:3', 'coding-agent-setup:*']);
+    expect(() => readSettings({ AGENT_ALLOWED_IMAGES: 'ok:1,has space' })).toThrow(/AGENT_ALLOWED_IMAGES must be image references/);
   });
 
   it('reads each variable into its typed field; an empty value is unset, except for trusted folders', () => {
