@@ -18,20 +18,7 @@ SCRIPT=build-pip-image
 # shellcheck source=docker/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-require_engine
-base_id="$(docker image inspect -f '{{.Id}}' "$BASE" 2>/dev/null)" || die "no $BASE; build it with docker/build-image.sh"
-lock_cache build-pip
-deb="$(cached_deb python3-pip-whl)"
-digest="$( (echo "$base_id"; sha256sum "$deb" | cut -d' ' -f1; script_digest "${BASH_SOURCE[0]}") | sha256sum | cut -d' ' -f1)"
-if [ "$(docker image inspect -f '{{index .Config.Labels "coding-agent.inputs"}}' "$TAG" 2>/dev/null || true)" = "$digest" ]; then
-  log "up to date"
-  echo "$TAG"
-  exit 0
-fi
-
-work="$(mktemp -d)"
-container=""
-trap 'rm -rf "$work"; [ -n "$container" ] && docker rm -f "$container" >/dev/null 2>&1 || true' EXIT
+derive_from_base "$TAG" "$BASE" python3-pip-whl
 dpkg-deb -x "$deb" "$work/deb"
 wheel="$(ls "$work"/deb/usr/share/python-wheels/pip-*.whl | head -n 1)"
 [ -f "$wheel" ] || die "no pip wheel in $deb"

@@ -112,3 +112,25 @@ cached_deb() {
   fi
   echo "$deb"
 }
+
+# derive_from_base TAG BASE PACKAGE: the start of an image made from the sandbox image BASE plus
+# files of Debian's PACKAGE (docker create + cp + commit). Sets `deb` (the cached .deb), `digest`
+# (BASE's id, the .deb and the calling script), `work` (a temporary folder) and `container` (empty
+# until the caller creates one), both removed on exit; when TAG already carries that digest as its
+# inputs label, prints TAG and exits.
+derive_from_base() {
+  local base_id
+  require_engine
+  base_id="$(docker image inspect -f '{{.Id}}' "$2" 2>/dev/null)" || die "no $2; build it with docker/build-image.sh"
+  lock_cache "$SCRIPT"
+  deb="$(cached_deb "$3")"
+  digest="$( (echo "$base_id"; sha256sum "$deb" | cut -d' ' -f1; script_digest "$0") | sha256sum | cut -d' ' -f1)"
+  if [ "$(docker image inspect -f '{{index .Config.Labels "coding-agent.inputs"}}' "$1" 2>/dev/null || true)" = "$digest" ]; then
+    log "up to date"
+    echo "$1"
+    exit 0
+  fi
+  work="$(mktemp -d)"
+  container=""
+  trap 'rm -rf "$work"; [ -n "$container" ] && docker rm -f "$container" >/dev/null 2>&1 || true' EXIT
+}

@@ -189,6 +189,15 @@ function integer(name: string, min: number, max: number, fallback: number): (val
   };
 }
 
+/** A variable's JSON, or an error naming the variable and what it should hold. */
+function jsonValue(name: string, what: string, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${name} must be a JSON object of ${what}: ${(err as Error).message}`);
+  }
+}
+
 /** The entries of a comma-separated value, trimmed. */
 const list = (value: string | undefined): string[] =>
   (value ?? '')
@@ -434,12 +443,7 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     read: (v) => {
       const text = given(v);
       if (text === null) return { ...DEFAULT_REPOSITORY_LIMITS };
-      let raw: unknown;
-      try {
-        raw = JSON.parse(text);
-      } catch (err) {
-        throw new Error(`AGENT_REPOSITORY_LIMITS must be a JSON object of limits, e.g. {"files": 200000}: ${(err as Error).message}`);
-      }
+      const raw = jsonValue('AGENT_REPOSITORY_LIMITS', 'limits, e.g. {"files": 200000}', text);
       if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error('AGENT_REPOSITORY_LIMITS must be a JSON object');
       const out: RepositoryLimits = { ...DEFAULT_REPOSITORY_LIMITS };
       for (const [key, value] of Object.entries(raw)) {
@@ -626,12 +630,7 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     read: (v) => {
       const text = given(v);
       if (text === null) return { ...DEFAULT_MAX_BUDGETS };
-      let raw: unknown;
-      try {
-        raw = JSON.parse(text);
-      } catch (err) {
-        throw new Error(`AGENT_MAX_BUDGETS must be a JSON object of budgets, e.g. {"max_turns": 200}: ${(err as Error).message}`);
-      }
+      const raw = jsonValue('AGENT_MAX_BUDGETS', 'budgets, e.g. {"max_turns": 200}', text);
       const parsed = budgetsSchema.partial().safeParse(raw);
       if (!parsed.success) throw new Error(`AGENT_MAX_BUDGETS: ${formatIssues(parsed.error)}`);
       return { ...DEFAULT_MAX_BUDGETS, ...parsed.data };

@@ -35,6 +35,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles, SETTINGS } from './support/run-dir';
 import { canonicalInput, startServer, uniqueQueue, writeReplay } from './support/temporal';
+import { manyPathsCommit } from './support/git';
 import { CLUSTER_BIN, clusterBuilt, environmentOf, startBackend, type ServerKind, type ServerUnderTest } from './support/servers';
 import { type Settings } from '../host/settings';
 import { createWorker, type WorkerOptions } from '../worker';
@@ -646,20 +647,7 @@ async function benchImport(o: BenchOptions, settings: Settings): Promise<void> {
   figure(`largest event-loop stall during that import (container)`, 'ms', stalls, STALL);
 
   // A tree of 200,000 paths: refused as its listing streams.
-  const blob = git('hash-object', '-w', '--stdin');
-  const folder = execFileSync('git', ['mktree'], {
-    cwd: repo,
-    input: Array.from({ length: 1000 }, (_, i) => `100644 blob ${blob}\tf${i}\n`).join(''),
-  })
-    .toString()
-    .trim();
-  const root = execFileSync('git', ['mktree'], {
-    cwd: repo,
-    input: Array.from({ length: 200 }, (_, i) => `040000 tree ${folder}\td${i}\n`).join(''),
-  })
-    .toString()
-    .trim();
-  const many = git('commit-tree', root, '-m', 'many paths');
+  const many = manyPathsCommit(repo, base, 200, 1000);
   const refusals: number[] = [];
   for (let r = 0; r < o.repeats; r++)
     refusals.push(

@@ -24,3 +24,18 @@ export function git(cwd: string, ...args: string[]): string {
 export function gitBuffer(cwd: string, ...args: string[]): Buffer {
   return execFileSync('git', args, { cwd, env: ENV, maxBuffer: 64 * 1024 * 1024 });
 }
+
+/**
+ * A commit on `parent` whose tree names one blob under `folders` x `files` paths
+ * (`d<i>/f<j>`): a tree of hundreds of thousands of paths from a few kilobytes of objects.
+ */
+export function manyPathsCommit(cwd: string, parent: string, folders: number, files: number): string {
+  const blob = execFileSync('git', ['hash-object', '-w', '--stdin'], { cwd, env: ENV, input: 'x\n' }).toString().trim();
+  const mktree = (lines: string[]) =>
+    execFileSync('git', ['mktree'], { cwd, env: ENV, input: lines.join('') })
+      .toString()
+      .trim();
+  const folder = mktree(Array.from({ length: files }, (_, i) => `100644 blob ${blob}\tf${i}\n`));
+  const root = mktree(Array.from({ length: folders }, (_, i) => `040000 tree ${folder}\td${i}\n`));
+  return git(cwd, 'commit-tree', root, '-p', parent, '-m', 'many paths').trim();
+}

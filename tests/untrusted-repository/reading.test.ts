@@ -19,6 +19,7 @@ import { DEFAULT_REPOSITORY_LIMITS, hostGit } from '../../host/git';
 import { readSettings } from '../../host/settings';
 import { sandboxGit } from '../../sandbox/git-sandbox';
 import { git, sampleRepo } from '../helpers/git-repo';
+import { manyPathsCommit } from '../../scripts/support/git';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from '../helpers/run-dir';
 import { canonicalInput, killed, spawnWorker, startServer, traceIn, uniqueQueue, writeReplay } from '../helpers/temporal';
 
@@ -128,6 +129,23 @@ async function meanwhile<T>(attack: () => Promise<T>): Promise<{ value: T; stall
 }
 
 const COMPLETED = { status: 'completed', writes: 2, receipts: 2 };
+
+/**
+ * `dir` refused with `refusal` by the command line's check (reading in the container, answering
+ * within 10 s) and by the worker, whose event loop stays within its bound while a canonical run
+ * completes on it.
+ */
+async function refusedMeanwhile(dir: string, refusal: string): Promise<void> {
+  const { value, stallMs, canonical } = await meanwhile(async () => ({
+    sandboxed: await check(dir),
+    worker: (await runOnWorker(repoInput(dir))).outcome,
+  }));
+  expect([value.sandboxed.code, value.sandboxed.lines]).toEqual([2, [refusal]]);
+  expect(value.sandboxed.ms).toBeLessThan(10_000);
+  expect(value.worker.state.detail).toBe(refusal);
+  expect(stallMs).toBeLessThanOrEqual(STALL_MS);
+  expect(canonical).toMatchObject(COMPLETED);
+}
 
 /** A repository whose base tree lacks one of its blobs, configured as a partial clone of `remote`. */
 function partialClone(remote: Record<string, string>): { dir: string; missing: string } {
@@ -243,30 +261,8 @@ describe('a repository whose reading would stall or grow without end', () => {
 
   it('(one blob under 200,000 paths) is refused past the files limit while the listing streams', async () => {
     const { dir } = sampleRepo(LINKCHECK);
-    const blob = git(dir, 'hash-object', '-w', '--stdin').trim();
-    const folder = execFileSync('git', ['mktree'], {
-      cwd: dir,
-      input: Array.from({ length: 1000 }, (_, i) => `100644 blob ${blob}\tf${i}\n`).join(''),
-    })
-      .toString()
-      .trim();
-    const root = execFileSync('git', ['mktree'], {
-      cwd: dir,
-      input: Array.from({ length: 200 }, (_, i) => `040000 tree ${folder}\td${i}\n`).join(''),
-    })
-      .toString()
-      .trim();
-    git(dir, 'update-ref', 'HEAD', git(dir, 'commit-tree', root, '-p', 'HEAD', '-m', 'many paths').trim());
-    const { value, stallMs, canonical } = await meanwhile(async () => ({
-      sandboxed: await check(dir),
-      worker: (await runOnWorker(repoInput(dir))).outcome,
-    }));
-    const refusal = 'too_large: the base tree has more than 100000 files (AGENT_REPOSITORY_LIMITS.files)';
-    expect([value.sandboxed.code, value.sandboxed.lines]).toEqual([2, [refusal]]);
-    expect(value.sandboxed.ms).toBeLessThan(10_000);
-    expect(value.worker.state.detail).toBe(refusal);
-    expect(stallMs).toBeLessThanOrEqual(STALL_MS);
-    expect(canonical).toMatchObject(COMPLETED);
+    git(dir, 'update-ref', 'HEAD', manyPathsCommit(dir, 'HEAD', 200, 1000));
+    await refusedMeanwhile(dir, 'too_large: the base tree has more than 100000 files (AGENT_REPOSITORY_LIMITS.files)');
   }, 180_000);
 
   it('(a 1 GiB file of zeros) is refused by its size in the listing, before a byte of it is read', async () => {
@@ -274,17 +270,10 @@ describe('a repository whose reading would stall or grow without end', () => {
     const big = execFileSync('sh', ['-c', 'head -c 1073741824 /dev/zero | git hash-object -w --stdin'], { cwd: dir }).toString().trim();
     git(dir, 'update-index', '--add', '--cacheinfo', `100644,${big},data/zeros.bin`);
     git(dir, 'commit', '-q', '-m', 'a gigabyte of zeros');
-    const { value, stallMs, canonical } = await meanwhile(async () => ({
-      sandboxed: await check(dir),
-      worker: (await runOnWorker(repoInput(dir))).outcome,
-    }));
-    const refusal =
-      'too_large: "data/zeros.bin" in the base tree has 1073741824 bytes, over 104857600 (AGENT_REPOSITORY_LIMITS.blob_bytes)';
-    expect([value.sandboxed.code, value.sandboxed.lines]).toEqual([2, [refusal]]);
-    expect(value.sandboxed.ms).toBeLessThan(10_000);
-    expect(value.worker.state.detail).toBe(refusal);
-    expect(stallMs).toBeLessThanOrEqual(STALL_MS);
-    expect(canonical).toMatchObject(COMPLETED);
+    await refusedMeanwhile(
+      dir,
+      'too_large: "data/zeros.bin" in the base tree has 1073741824 bytes, over 104857600 (AGENT_REPOSITORY_LIMITS.blob_bytes)',
+    );
   }, 180_000);
 
   it('(a test that leaves 400,000 files) is stopped past the new-files limit and undone, off the event loop', async () => {
