@@ -762,7 +762,7 @@ async function benchSetupCache(o: BenchOptions, settings: Settings): Promise<voi
     const worker = {
       stateDir: tempDir('bench-setup-state'),
       // The index is on this machine's bridge address: opened as an operator opens a private registry.
-      settings: { ...settings, ...(await egress.localUpstreamSettings()) },
+      settings: { ...settings, ...egress.allowingPip(settings.allowedImages), ...(await egress.localUpstreamSettings()) },
     };
     const replay = egress.finalOnlyReplay();
     const pip = ['pip', 'install', '--no-cache-dir', '--break-system-packages', '--disable-pip-version-check'];

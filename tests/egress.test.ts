@@ -26,6 +26,7 @@ import { readSettings } from '../host/settings';
 import { startRunWithArgs } from '../client/run-access';
 import { listSetupImages, type CachedSetup } from '../sandbox/setup/cache';
 import {
+  allowingPip,
   BLOCKED_HOST,
   bridgeGateway,
   buildWheel,
@@ -77,7 +78,12 @@ afterAll(async () => {
   }
 });
 
-const settings = () => ({ ...readSettings(), egressHostsFile: hosts, egressOpenCidrs: [`${gateway}/32`] });
+const settings = () => ({
+  ...readSettings(),
+  ...allowingPip(readSettings().allowedImages),
+  egressHostsFile: hosts,
+  egressOpenCidrs: [`${gateway}/32`],
+});
 
 /** The archive of an image's newest layer (`docker save`), as bytes: what its commit added. */
 async function topLayer(image: string): Promise<Buffer> {
@@ -394,6 +400,7 @@ describe('credentials stay outside the sandbox', () => {
       AGENT_EGRESS_HOSTS: hosts,
       AGENT_EGRESS_OPEN_CIDRS: `${gateway}/32`,
       AGENT_CREDENTIALS_FILE: credentials,
+      AGENT_ALLOWED_IMAGES: allowingPip(readSettings().allowedImages).allowedImages.join(','),
     });
     let log = '';
     worker.stderr!.on('data', (b: Buffer) => (log += b.toString('utf8')));

@@ -20,6 +20,8 @@ import { tempDir } from './run-dir';
 export const INDEX_HOST = 'pypi.egress.test';
 export const BLOCKED_HOST = 'blocked.egress.test';
 export const PIP_IMAGE = 'coding-agent-sandbox-pip:1';
+/** The images an operator lets repositories name, with the pip image the repositories here name. */
+export const allowingPip = (allowed: string[]): { allowedImages: string[] } => ({ allowedImages: [...allowed, PIP_IMAGE] });
 
 /** The address of this machine as a container on the engine's default bridge sees it (the bridge's gateway). */
 export async function bridgeGateway(): Promise<string> {

@@ -33,6 +33,7 @@ import {
   INDEX_HOST,
   packageIndex,
   PIP_IMAGE,
+  allowingPip,
   plainServer,
   pythonRepo,
   testCertificates,
@@ -139,7 +140,12 @@ afterAll(async () => {
 });
 
 /** The worker's settings: the test names in the hosts file, nothing opened unless `more` says so. */
-const settings = (more: Partial<Settings> = {}): Settings => ({ ...readSettings(), egressHostsFile: hosts, ...more });
+const settings = (more: Partial<Settings> = {}): Settings => ({
+  ...readSettings(),
+  ...allowingPip(readSettings().allowedImages),
+  egressHostsFile: hosts,
+  ...more,
+});
 
 /** A repository whose tests pass once its settings' setup has run (greetlib is committed). */
 const repo = (settings: Record<string, unknown>) =>
@@ -300,7 +306,7 @@ describe('a repository that reaches for a secret or this machine', () => {
     expect(listener.accepted).toBe(0);
   });
 
-  it('names a credential the operator does not have: the worker ends the run invalid_input naming it with no setup and no container, and the command line refuses it with exit 2, starting nothing', async () => {
+  it('names a credential the operator does not have: the worker ends the run invalid_input naming it with no setup and no container but the one that read it, and the command line refuses it with exit 2, starting nothing', async () => {
     const before = server.requests.length;
     const r = repo({
       setup: { commands: [askEach([`http://${INDEX_HOST}:${server.port}/`])], timeout_s: 60 },
@@ -315,7 +321,8 @@ describe('a repository that reaches for a secret or this machine', () => {
     const scheduled = await activities(handle.workflowId);
     expect(scheduled).toContain('loadRun');
     expect(scheduled.filter((a) => ['prepareWorkspace', 'checkIsolation', 'runSetup'].includes(a))).toEqual([]);
-    expect(await containersCreated(since)).toEqual([]);
+    // The only container is the one that read the repository (its git sandbox).
+    expect((await containersCreated(since)).filter((n) => !n.startsWith('coding-agent-git-'))).toEqual([]);
 
     const stateDir = tempDir('agent-refused');
     const cliEnv: NodeJS.ProcessEnv = {
@@ -323,6 +330,7 @@ describe('a repository that reaches for a secret or this machine', () => {
       AGENT_STATE_DIR: stateDir,
       AGENT_DEV_SERVER_PORT: String(await freePort()),
       AGENT_DEV_UI_PORT: String(await freePort()),
+      AGENT_ALLOWED_IMAGES: settings().allowedImages.join(','),
     };
     delete cliEnv.TEMPORAL_ADDRESS;
     const cli = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
