@@ -1,3 +1,5 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { linkSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
@@ -465,5 +467,19 @@ describe('capped process output', () => {
     expect(result).toMatchObject({ exitCode: 0, stdoutTruncated: true, stderrTruncated: true });
     expect(result.stdout).toBe(`x${'\u20ac'.repeat(33)}`);
     expect(result.stderr).toBe('\u00e9'.repeat(50));
+  });
+});
+
+describe('workspace threads', () => {
+  it('keep no process alive: a process whose only work was a call in a workspace thread ends by itself, no port or thread left holding it', async () => {
+    const dir = tempDir('thread-exit');
+    writeFileSync(join(dir, 'a.txt'), 'a\n');
+    const script = [
+      `const { offThread } = require(${JSON.stringify(join(__dirname, '..', 'host', 'workspace', 'thread.js'))});`,
+      `offThread('digest', [${JSON.stringify(dir)}]).then(() => setImmediate(() => process.stdout.write(JSON.stringify(process.getActiveResourcesInfo()))));`,
+    ].join('\n');
+    const { stdout } = await promisify(execFile)(process.execPath, ['-e', script], { timeout: 30_000 });
+    // Past the call only the stdout write may be pending: no MessagePort nor Worker holds the loop.
+    expect(JSON.parse(stdout)).not.toEqual(expect.arrayContaining([expect.stringMatching(/MessagePort|Worker/)]));
   });
 });

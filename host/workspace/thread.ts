@@ -104,7 +104,6 @@ class PoolThread {
 
   constructor(private readonly onExit: (t: PoolThread) => void) {
     this.worker = new Worker(join(__dirname, 'thread-main.js'));
-    this.worker.unref();
     this.worker.on('message', (m: { id: number; ok: boolean; value?: unknown; error?: WireError }) => {
       const p = this.pending.get(m.id);
       if (!p) return;
@@ -122,6 +121,8 @@ class PoolThread {
     };
     this.worker.on('error', (err) => fail(err));
     this.worker.on('exit', (code) => fail(new Error(`the workspace thread ended (exit ${code})`)));
+    // After the listeners: adding a 'message' listener refs the thread's port again.
+    this.worker.unref();
   }
 
   call(op: string, args: unknown[], transfer: ArrayBuffer[]): Promise<unknown> {
