@@ -72,11 +72,14 @@ export async function becomeCurrent(
   version: WorkerDeploymentVersion,
   queues: PolledQueues,
   identity: string,
+  stopping: AbortSignal,
   timeoutMs = 60_000,
 ): Promise<'made_current' | 'already_current' | 'not_made_current'> {
   const wanted = [...queues.workflow.map((q) => `${q}/workflow`), ...queues.activity.map((q) => `${q}/activity`)];
   const until = Date.now() + timeoutMs;
   for (;;) {
+    // A worker told to stop before its version is listed stops waiting for it.
+    if (stopping.aborted) return 'not_made_current';
     const view = await describeVersion(connection, namespace, version);
     const missing = wanted.filter((q) => !view.queues.includes(q));
     if (missing.length === 0) {

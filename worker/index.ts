@@ -297,7 +297,8 @@ async function temporalWorkers(
   const workers = shared ? [shared, own] : [own];
   const polled = { workflow: shared ? [options.taskQueue] : [], activity: [...(shared ? [options.taskQueue] : []), hostQueue] };
   // Only once the workers poll does the server know the version's queues.
-  const current = () => becomeCurrent(options.connection, namespace, version, polled, common.identity);
+  const stopping = new AbortController();
+  const current = () => becomeCurrent(options.connection, namespace, version, polled, common.identity, stopping.signal);
   const worker: HostWorkers = {
     async run() {
       const stopBoth = () => worker.shutdown();
@@ -315,6 +316,7 @@ async function temporalWorkers(
       return shared ? shared.runUntil(() => own.runUntil(afterCurrent)) : own.runUntil(afterCurrent);
     },
     shutdown() {
+      stopping.abort();
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
     },
     version,
