@@ -135,12 +135,15 @@ export const encodeHistory = (history: History): string =>
 export const decodeHistory = (line: SinkLine): temporal.api.history.v1.History =>
   temporal.api.history.v1.History.decode(Buffer.from(line.history!, 'base64'));
 
-/** The builds that completed the history's workflow tasks (a worker without a version names none). */
+/**
+ * The builds that completed the history's workflow tasks: a worker's deployment version, else the
+ * build its identity names (`<pid>@<host> build <id>`, as this project's workers name themselves).
+ */
 export function buildsOf(history: History): Set<string> {
   const builds = new Set<string>();
   for (const e of history.events ?? []) {
     const done = e.workflowTaskCompletedEventAttributes;
-    const build = done?.deploymentVersion?.buildId || done?.workerVersion?.buildId;
+    const build = done?.deploymentVersion?.buildId || done?.workerVersion?.buildId || /\bbuild (\S+)/.exec(done?.identity ?? '')?.[1];
     if (build) builds.add(build);
   }
   return builds;
@@ -208,7 +211,10 @@ export async function replayLines(
   build: string,
 ): Promise<ReplayReport> {
   const report: ReplayReport = { histories: 0, replayed: 0, skipped: {}, unreachable: [], failures: [], seconds: 0 };
+  // Results come back one per history, in order. The workflow id is the run's own: the workflow
+  // code reads it (a task's id derives from its parent's).
   const origins: Pick<SinkLine, 'test' | 'workflow_id' | 'run_id'>[] = [];
+  let next = 0;
   let since = 0;
   const histories = async function* () {
     for await (const line of lines) {
@@ -225,12 +231,13 @@ export async function replayLines(
         continue;
       }
       origins.push({ test: line.test, workflow_id: line.workflow_id, run_id: line.run_id });
-      yield { workflowId: String(origins.length - 1), history };
+      yield { workflowId: line.workflow_id, history };
     }
   };
-  for await (const { workflowId, error } of Worker.runReplayHistories(options, histories())) {
+  for await (const { error } of Worker.runReplayHistories(options, histories())) {
     report.seconds += (Date.now() - since) / 1000;
-    if (error !== undefined) report.failures.push({ ...origins[Number(workflowId)], bundle, error: error.message });
+    const origin = origins[next++];
+    if (error !== undefined) report.failures.push({ ...origin, bundle, error: error.message });
   }
   report.replayed = origins.length;
   return report;
