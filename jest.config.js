@@ -4,8 +4,9 @@ module.exports = {
   testEnvironment: 'node',
   roots: ['<rootDir>/dist/tests'],
   testMatch: ['**/*.test.js'],
-  // The server soak runs for an hour and more: `npm run test:server-soak`, never in `npm test`.
-  testPathIgnorePatterns: ['/node_modules/', '/server-soak\\.test\\.js$'],
+  // The server soak and the kill soak run for an hour and more: `npm run test:server-soak`,
+  // `npm run test:kill-soak`, never in `npm test`.
+  testPathIgnorePatterns: ['/node_modules/', '/server-soak\\.test\\.js$', '/kill-soak\\.test\\.js$'],
   // No test reaches a provider's public endpoint (base URLs point at a closed loopback port), and
   // the suites' workers run local commands, as their operator allows.
   globalSetup: '<rootDir>/dist/tests/helpers/global-setup.js',

@@ -169,7 +169,7 @@ export interface HarnessWorker {
 
 export async function createWorker(options: WorkerOptions): Promise<HarnessWorker> {
   const settings = options.settings ?? readSettings();
-  armFault(settings.fault, settings.faultHoldMs);
+  armFault(settings.fault, settings.faultHoldMs, settings.faultCount, settings.faultDelayMs);
   mkdirSync(options.stateDir, { recursive: true });
   const limits: Limits = { ...DEFAULT_LIMITS, workspaceBytes: settings.workspaceBytes, ...options.limits };
   // Built before the ledger opens, so a malformed DOCKER_HOST fails with nothing to close.
