@@ -245,10 +245,13 @@ export class RunFeed {
     if (closed || this.ended) events = this.stored(after, max);
     else {
       const page = await queryTrace(this.handle, { after, limit: Math.min(max, 200) });
-      events = page.oldest !== null && page.oldest > after + 1 ? this.stored(after, max).filter((e) => e.seq < page.oldest!) : page.events;
+      // The run's memory begins after `after`, or holds nothing at all (a segment that continued
+      // as new and added no event yet): what comes first is in the host store only.
+      const memory = page.oldest ?? page.newest + 1;
+      events = memory > after + 1 ? this.stored(after, max).filter((e) => e.seq < memory) : page.events;
       if (events.length === 0 && page.newest > after)
         throw new GapError(
-          `events ${after + 1} to ${page.oldest! - 1} are no longer in the run's memory, and this console reads no host store that holds them (run it on the worker's host, with its state folder)`,
+          `events ${after + 1} to ${memory - 1} are no longer in the run's memory, and this console reads no host store that holds them (run it on the worker's host, with its state folder)`,
         );
     }
     events.forEach((e, i) => {
