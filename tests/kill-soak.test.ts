@@ -19,6 +19,7 @@
  *   KILL_SOAK_KINDS   canonical,live,subruns,long (default all four, one lane each)
  *   KILL_SOAK_STUCK_S a run still open this long after its last kill is stuck (default 600)
  */
+import { setMaxListeners } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
@@ -376,7 +377,7 @@ class Lane {
         result.stuck = true;
         const seen = this.followers.map(
           (f, i) =>
-            `client ${'ab'[i]}: ${f.sse.frames.length} frames, last ${JSON.stringify(f.sse.frames.slice(-3).map((x) => [x.id, x.event, x.data.state ?? x.data.hint ?? x.data.event?.type]))}; approvals ${JSON.stringify(f.answers.slice(-4))}`,
+            `client ${'ab'[i]}: ${f.sse.frames.length} frames, last ${JSON.stringify(f.sse.frames.slice(-3).map((x) => [x.id, x.event, x.data.state ?? x.data.hint ?? x.data.event?.type ?? x.data.detail]))}; approvals ${JSON.stringify(f.answers.slice(-4))}`,
         );
         result.error = `still open ${STUCK_MS / 1000} s after its last kill; ${seen.join('; ')}`;
         return result;
@@ -407,6 +408,7 @@ class Lane {
   private async outcome(handle: WorkflowHandleWithFirstExecutionRunId): Promise<RunOutcome | null> {
     // Given up on, the wait for the result must end too: it would outlive the server's connection.
     const abort = new AbortController();
+    setMaxListeners(0, abort.signal); // each long poll of the result listens to it
     const result = this.env.client.withAbortSignal(abort.signal, () => handle.result()) as Promise<RunOutcome>;
     result.catch(() => undefined);
     let since = Date.now();
@@ -519,28 +521,29 @@ describe(`worker processes SIGKILLed at seeded random moments of every kind of r
     'every run completes with one write and one receipt per approved action, every event on both streams once, no nondeterminism',
     async () => {
       const began = Date.now();
-      const random = seededRandom(SEED);
       const killsSoFar = () => lanes.reduce((n, l) => n + l.kills.length, 0);
       let killing = true;
       const lanesDone = lanes.map((lane) => lane.runs(() => killing));
 
-      // The killer: one kill at a time, on a lane, at a moment, all drawn from the seed.
-      while (killsSoFar() < KILLS) {
-        const lane = lanes[Math.floor(random() * lanes.length)];
-        const approvals = lane.kind !== 'subruns';
-        const draw = random();
-        const moment: Moment = draw < 0.35 ? 'delay' : draw < 0.6 ? 'local' : !approvals ? 'delay' : draw < 0.8 ? 'approval' : 'action';
-        await sleep(300 + Math.floor(random() * 2500));
-        const before = lane.kills.length;
-        if (moment === 'delay') await lane.kill('delay');
-        else if (moment === 'local') {
-          await lane.armLocal();
-          // It kills itself at its Nth local activity, or stays armed until its next kill.
-          for (let i = 0; i < 100 && lane.kills.length === before; i++) await sleep(200);
-        } else if (!(await lane.killAtApproval(moment, 60_000))) await lane.kill('delay');
-        if (lane.kills.length > before && killsSoFar() % 25 === 0)
-          process.stderr.write(`kill soak: ${killsSoFar()} kills after ${Math.round((Date.now() - began) / 1000)} s\n`);
-      }
+      // A killer per lane, one kill at a time on it, at a moment drawn from the lane's seed.
+      const killer = async (lane: Lane, random: () => number) => {
+        while (killsSoFar() < KILLS) {
+          const approvals = lane.kind !== 'subruns';
+          const draw = random();
+          const moment: Moment = draw < 0.35 ? 'delay' : draw < 0.6 ? 'local' : !approvals ? 'delay' : draw < 0.8 ? 'approval' : 'action';
+          await sleep(300 + Math.floor(random() * 2500));
+          const before = lane.kills.length;
+          if (moment === 'delay') await lane.kill('delay');
+          else if (moment === 'local') {
+            await lane.armLocal();
+            // It kills itself at its Nth local activity, or stays armed until its next kill.
+            for (let i = 0; i < 75 && lane.kills.length === before; i++) await sleep(200);
+          } else if (!(await lane.killAtApproval(moment, 30_000))) await lane.kill('delay');
+          if (lane.kills.length > before && killsSoFar() % 25 === 0)
+            process.stderr.write(`kill soak: ${killsSoFar()} kills after ${Math.round((Date.now() - began) / 1000)} s\n`);
+        }
+      };
+      await Promise.all(lanes.map((lane, i) => killer(lane, seededRandom(SEED * 31 + i))));
       killing = false;
       await Promise.all(lanesDone);
 
