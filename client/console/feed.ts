@@ -45,8 +45,11 @@ export interface FeedOptions {
 const RING = 1024;
 /** Events read in one tick at most (the rest next tick). */
 const EVENTS_PER_TICK = 1000;
-/** No Query answered for this long (from the last answer, or from the first ask) is a `no_worker` hint. */
-export const NO_WORKER_MS = 2000;
+/**
+ * No Query answered for this long (from the last answer, or from the first ask) is a `no_worker`
+ * hint: with the stream's own delay, a client has it within 2 s of a worker's death.
+ */
+export const NO_WORKER_MS = 1500;
 /** While no worker answers, how often the server is asked whether the run's workflow task fails again and again. */
 const WEDGE_CHECK_MS = 5000;
 /** While no worker answers, how often the run is asked again. */
@@ -61,6 +64,12 @@ interface Versioned<T> {
 
 export class RunFeed {
   private readonly handle: RunHandle;
+  /**
+   * Ends the calls under way when the reader stops (they would outlive the console's connection).
+   * One per tick: the client adds a listener to it for each call and never takes it off.
+   */
+  private calls = new AbortController();
+  private wedgeCalls: AbortController | null = null;
   private store: Store | null = null;
   private runId: string | null = null;
   /** The newest entry read, and the entries before it (at most RING). */
@@ -114,6 +123,8 @@ export class RunFeed {
   /** Stops reading for good; the store is closed once a tick under way is over. */
   stop(): void {
     this.stopped = true;
+    this.calls.abort();
+    this.wedgeCalls?.abort();
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     if (this.unanswered) clearTimeout(this.unanswered);
@@ -171,8 +182,9 @@ export class RunFeed {
   private async tick(): Promise<void> {
     if (this.ticking) return;
     this.ticking = true;
+    this.calls = new AbortController();
     try {
-      await this.read();
+      await this.o.client.withAbortSignal(this.calls.signal, () => this.read());
     } catch (err) {
       if (err instanceof GapError) this.failure = { error: 'gap', detail: err.message };
       else if (err instanceof WorkflowNotFoundError) this.failure = { error: 'unavailable', detail: `there is no run ${this.workflowId}` };
@@ -345,7 +357,9 @@ export class RunFeed {
   /** Asks the server whether the run's workflow task fails again and again; the `no_worker` hint then says so. */
   private async lookForWedge(): Promise<void> {
     this.wedgeChecked = Date.now();
-    const w = await wedgedTask(this.handle).catch(() => null);
+    const calls = new AbortController();
+    this.wedgeCalls = calls;
+    const w = await this.o.client.withAbortSignal(calls.signal, () => wedgedTask(this.handle)).catch(() => null);
     if (w === null || this.hint?.hint !== 'no_worker' || this.ended || this.stopped) return;
     const { nondeterminism, build, error, attempt } = w;
     this.setHint({ hint: 'no_worker', since: this.hint.since, wedged: { nondeterminism, build, error, attempt } });
