@@ -33,6 +33,8 @@ export interface SinkLine {
   history?: string;
   /** Set instead of `history` when the server could not be read before it stopped. */
   error?: string;
+  /** The last line of a server's collection: how long it took the suite (ms), no history. */
+  collect_ms?: number;
 }
 
 /** Histories fetched at a time from one server. */
@@ -50,6 +52,7 @@ export class HistorySink {
 
   /** Appends the history of every workflow execution of the server at `address`; how many. */
   async collect(address: string): Promise<number> {
+    const began = Date.now();
     let connection: Connection | null = null;
     try {
       connection = await Connection.connect({ address, connectTimeout: 5_000 });
@@ -73,6 +76,16 @@ export class HistorySink {
         });
         appendFileSync(this.file, lines.join(''));
       }
+      const done: SinkLine = {
+        test: this.attribute(null),
+        server: address,
+        workflow_id: '',
+        run_id: '',
+        type: '',
+        status: '',
+        collect_ms: Date.now() - began,
+      };
+      appendFileSync(this.file, `${JSON.stringify(done)}\n`);
       return executions.length;
     } catch (err) {
       const line: SinkLine = {
@@ -124,6 +137,8 @@ export interface ReplayReport {
   failures: ReplayFailure[];
   /** Seconds spent replaying (not waiting for lines). */
   seconds: number;
+  /** Seconds the suites spent fetching the histories, before their servers stopped. */
+  collect_seconds: number;
 }
 
 const REPLAYED_TYPES = new Set([AGENT_RUN, AGENT_EVAL]);
@@ -210,7 +225,7 @@ export async function replayLines(
   options: ReplayWorkerOptions,
   build: string,
 ): Promise<ReplayReport> {
-  const report: ReplayReport = { histories: 0, replayed: 0, skipped: {}, unreachable: [], failures: [], seconds: 0 };
+  const report: ReplayReport = { histories: 0, replayed: 0, skipped: {}, unreachable: [], failures: [], seconds: 0, collect_seconds: 0 };
   // Results come back one per history, in order. The workflow id is the run's own: the workflow
   // code reads it (a task's id derives from its parent's).
   const origins: Pick<SinkLine, 'test' | 'workflow_id' | 'run_id'>[] = [];
@@ -221,6 +236,10 @@ export async function replayLines(
       since = Date.now();
       if (line.error !== undefined) {
         report.unreachable.push(`${line.server} (${line.test}): ${line.error}`);
+        continue;
+      }
+      if (line.collect_ms !== undefined) {
+        report.collect_seconds += line.collect_ms / 1000;
         continue;
       }
       report.histories++;

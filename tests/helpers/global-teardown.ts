@@ -56,7 +56,7 @@ async function historyCheck(dir: string, replayers: ChildProcess[]): Promise<voi
   const skipped = Object.entries(report.skipped).map(([why, n]) => `${n} ${why}`);
   process.stdout.write(
     `\nhistory check: ${report.replayed} workflow histories the suites made replayed on both workflow bundles` +
-      ` (${report.seconds.toFixed(1)} s of replay, ${waited.toFixed(1)} s of it after the last suite)` +
+      ` (fetched in ${report.collect_seconds.toFixed(1)} s of the suites; ${report.seconds.toFixed(1)} s of replay beside them, ${waited.toFixed(1)} s after the last suite)` +
       `${skipped.length ? `; ${report.histories} fetched, left out: ${skipped.join(', ')}` : ''}: ` +
       `${report.failures.length === 0 ? 'no nondeterminism' : `${report.failures.length} failed`}\n`,
   );
