@@ -15,7 +15,7 @@ import { brief, type CallView, type DecisionView, type PendingEntry, type Transc
 import { validateCall } from '../core/validate';
 import { buildId } from '../host/build';
 import { digestJson } from '../host/digest';
-import { faultPoint } from '../host/faults';
+import { faultAfter, faultPoint } from '../host/faults';
 import { liveDecide } from '../models/live';
 import { loadPrompt } from '../models/prompt';
 import { replayNext } from '../models/replay';
@@ -179,7 +179,9 @@ export function decideActivities(kit: Kit) {
     async localDecide(hostQueue: string | null, input: DecideInput): Promise<DecideResult | Elsewhere> {
       if (input.source.kind !== 'replay') throw nonRetryable('ProtocolError', 'a live decision is never a local activity');
       if (!kit.onThisHost(hostQueue)) return kit.elsewhere();
-      return { ...decider.replayDecide({ ...input, source: input.source }), build: buildId() };
+      const result = { ...decider.replayDecide({ ...input, source: input.source }), build: buildId() };
+      faultAfter('after_local_activity');
+      return result;
     },
 
     /** Stores trace events and transcript entries the workflow holds; returns the transcript's head. */

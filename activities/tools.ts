@@ -7,6 +7,7 @@ import { READ_ONLY_TOOLS, type ValidCall } from '../core/tools';
 import { resultView, type CallView, type ResultView } from '../core/transcript';
 import type { TestRunData } from '../sandbox/test-runner';
 import type { ToolContext } from '../tools/context';
+import { faultAfter } from '../host/faults';
 import { readFile } from '../tools/read_file';
 import { runTests } from '../tools/run_tests';
 import { search } from '../tools/search';
@@ -38,7 +39,9 @@ export function toolActivities(kit: Kit) {
     async localTool(hostQueue: string | null, ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView | Elsewhere> {
       if (!READ_ONLY_TOOLS.has(view.name)) throw nonRetryable('ProtocolError', `${view.name} is never a local activity`);
       if (!kit.onThisHost(hostQueue)) return kit.elsewhere();
-      return toolResult(ref, view, timeoutMs);
+      const result = await toolResult(ref, view, timeoutMs);
+      faultAfter('after_local_activity');
+      return result;
     },
   };
 }

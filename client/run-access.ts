@@ -10,6 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import type { ApprovalSignal, RunInput } from '../core/contracts';
 import type { PendingApproval, RunOutcome, RunView } from '../core/run-view';
 import type { TraceEvent, TracePage, TraceRequest } from '../core/trace';
@@ -157,6 +158,61 @@ export async function runProgress(handle: RunHandle, ms = QUERY_DEADLINE_MS): Pr
   return { running: d.status.name === 'RUNNING', retried };
 }
 
+/**
+ * A run whose workflow task fails again and again (a worker's code cannot replay its history, or
+ * it throws): the pending task's attempt, the failure the server recorded, and the worker that
+ * reported it, whose identity names its build (docs/failures.md).
+ */
+export interface WedgedTask {
+  /** True when the task fails on nondeterminism: the history asks for code this build does not have. */
+  nondeterminism: boolean;
+  attempt: number;
+  /** The build of the worker that failed it (from its identity), or null when it names none. */
+  build: string | null;
+  identity: string;
+  error: string;
+  since: string | null;
+}
+
+/** History events read back from a run's end to find why its workflow task fails. */
+const WEDGE_EVENTS = 50;
+
+/** The run's workflow task when it fails again and again (see WedgedTask), asked of the server within `ms`; null otherwise. */
+export async function wedgedTask(handle: RunHandle, ms = QUERY_DEADLINE_MS): Promise<WedgedTask | null> {
+  const d = await withDeadline(handle, ms, () => handle.describe());
+  const attempt = d.raw.pendingWorkflowTask?.attempt ?? 1;
+  if (d.status.name !== 'RUNNING' || attempt < 2) return null;
+  const { history } = await withDeadline(handle, ms, () =>
+    handle.client.workflowService.getWorkflowExecutionHistoryReverse({
+      namespace: handle.client.options.namespace,
+      execution: { workflowId: handle.workflowId, runId: d.runId },
+      maximumPageSize: WEDGE_EVENTS,
+    }),
+  );
+  for (const e of history?.events ?? []) {
+    // A task that completed since: what failed before is over.
+    if (e.workflowTaskCompletedEventAttributes) return null;
+    const failed = e.workflowTaskFailedEventAttributes;
+    if (!failed) continue;
+    const identity = failed.identity ?? '';
+    return {
+      nondeterminism: failed.cause === temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR,
+      attempt,
+      build: /\bbuild (\S+)/.exec(identity)?.[1] ?? null,
+      identity,
+      error: failed.failure?.message ?? '',
+      since: e.eventTime ? new Date(Number(e.eventTime.seconds ?? 0) * 1000).toISOString() : null,
+    };
+  }
+  return null;
+}
+
+/** What a wedged run's readers say: the run, the build, the error, and what an operator does. */
+export function wedgedLine(workflowId: string, w: WedgedTask): string {
+  const what = w.nondeterminism ? 'fails on nondeterminism' : 'fails';
+  return `run ${workflowId} is wedged: its workflow task ${what} on build ${w.build ?? `(not named: ${w.identity})`}, attempt ${w.attempt}${w.since ? ` since ${w.since}` : ''}: ${w.error} (docs/failures.md: deploy the build that started it, reset it, or end it with a record)`;
+}
+
 /** The outcome of a run (waits for a running one); a closed run's is read within `ms`. */
 export async function runOutcome(handle: RunHandle, ms: number | null = RESULT_DEADLINE_MS): Promise<RunOutcome> {
   const read = () => handle.result();
@@ -185,16 +241,39 @@ export async function readRun(handle: RunHandle, o: { tail?: number; noAnswer?: 
   try {
     return await ask();
   } catch (err) {
-    if (!o.noAnswer) throw new NoWorkerAnswered(err);
+    if (!o.noAnswer) throw await noAnswer(handle, err);
     await o.noAnswer();
-    return ask();
+    return ask().catch(async (again: unknown) => {
+      throw await noAnswer(handle, again);
+    });
   }
 }
 
+/** Why a Query found no answer: the run is wedged (WedgedRun), or no worker answered (NoWorkerAnswered). */
+async function noAnswer(handle: RunHandle, err: unknown): Promise<NoWorkerAnswered> {
+  const wedged = await wedgedTask(handle).catch(() => null);
+  return wedged ? new WedgedRun(handle.workflowId, wedged, err) : new NoWorkerAnswered(err);
+}
+
 export class NoWorkerAnswered extends Error {
-  constructor(override readonly cause: unknown) {
-    super(`no worker answered the run's Query (${(cause as Error)?.message ?? String(cause)})`);
+  constructor(
+    override readonly cause: unknown,
+    message = `no worker answered the run's Query (${(cause as Error)?.message ?? String(cause)})`,
+  ) {
+    super(message);
     this.name = 'NoWorkerAnswered';
+  }
+}
+
+/** The run's workflow task fails again and again: no worker can read it until an operator acts. */
+export class WedgedRun extends NoWorkerAnswered {
+  constructor(
+    workflowId: string,
+    readonly wedged: WedgedTask,
+    cause: unknown,
+  ) {
+    super(cause, wedgedLine(workflowId, wedged));
+    this.name = 'WedgedRun';
   }
 }
 

@@ -214,6 +214,12 @@ export interface Hint {
   on?: Waiting;
   /** The trace event the hint is about. */
   since: number;
+  /**
+   * With `no_worker`: why no worker answers, when the server says the run's workflow task fails
+   * again and again (a worker's code cannot replay its history): the failing worker's build, the
+   * error and the attempt. The run stays as it is until an operator acts (docs/failures.md).
+   */
+  wedged?: { nondeterminism: boolean; build: string | null; error: string; attempt: number };
 }
 
 export const hintFrame = (id: string, h: Hint): Frame => frame('hint', id, { ...h });

@@ -61,6 +61,12 @@ export const FAULT_POINTS = [
   'child_started',
   /** A task's child run stores its last trace events: its outcome is reached, not yet handed to its parent. */
   'child_finishing',
+  /**
+   * A read-only step or a replay's decision ran as a local activity and handed back its result:
+   * the kill comes after it (`AGENT_FAULT_DELAY_MS` later), while the result is on its way into
+   * the workflow task, which may or may not be completed by then.
+   */
+  'after_local_activity',
 ] as const;
 
 export type FaultPoint = (typeof FAULT_POINTS)[number];
@@ -153,6 +159,8 @@ export interface Settings {
   fault: FaultPoint | null;
   /** Server-fault tests only: 0 kills at the fault point; more holds this worker there that many ms instead. */
   faultHoldMs: number;
+  faultCount: number;
+  faultDelayMs: number;
   /** Set by the command line on the background worker it starts (host/background-worker.ts). */
   backgroundWorker: boolean;
   /**
@@ -603,6 +611,19 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
     meaning:
       'server-fault tests only: with `AGENT_FAULT`, the worker holds still at the fault point for this many ms (saying so on stderr) instead of killing itself, while the test kills the server',
     read: integer('AGENT_FAULT_HOLD_MS', 0, 60_000, 0),
+  },
+  faultCount: {
+    name: 'AGENT_FAULT_COUNT',
+    default: '1',
+    meaning: 'crash tests only: with `AGENT_FAULT`, the worker kills itself the N-th time it reaches the fault point',
+    read: integer('AGENT_FAULT_COUNT', 1, 1_000_000, 1),
+  },
+  faultDelayMs: {
+    name: 'AGENT_FAULT_DELAY_MS',
+    default: '0',
+    meaning:
+      'crash tests only: with `AGENT_FAULT=after_local_activity`, how many ms after the local activity handed back its result the worker kills itself',
+    read: integer('AGENT_FAULT_DELAY_MS', 0, 60_000, 0),
   },
   backgroundWorker: {
     name: BACKGROUND_WORKER_VARIABLE,

@@ -34,7 +34,7 @@ import { workspaceDigest } from '../host/workspace/workspace';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles, SETTINGS } from './support/run-dir';
-import { canonicalInput, startServer, uniqueQueue, writeReplay } from './support/temporal';
+import { canonicalInput, killed, spawnWorker, startServer, uniqueQueue, writeReplay } from './support/temporal';
 import { manyPathsCommit } from './support/git';
 import { CLUSTER_BIN, clusterBuilt, environmentOf, startBackend, type ServerKind, type ServerUnderTest } from './support/servers';
 import { type Settings } from '../host/settings';
@@ -45,7 +45,7 @@ import { startConsole, type RunningConsole } from '../client/console/server';
 import { runFrames, type ConsoleLink } from '../client/event-stream';
 import type { Frame } from '../core/delivery';
 
-const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'import', 'setup', 'stream', 'servers'] as const;
+const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'import', 'setup', 'stream', 'hint', 'servers'] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** What the bench measures and how much: one field per row of `VARIABLES`. */
@@ -130,6 +130,7 @@ async function main(): Promise<void> {
   if (runs(o, 'import')) await benchImport(o, settings);
   if (runs(o, 'setup')) await benchSetupCache(o, settings);
   if (runs(o, 'stream')) await benchStream(o, settings);
+  if (runs(o, 'hint')) await benchHint();
   if (runs(o, 'servers')) await benchServers(o, settings);
   report(o, settings, loadAtStart);
 }
@@ -978,6 +979,72 @@ async function framesPerSecond(rig: Rig, o: BenchOptions, link: ConsoleLink): Pr
     rates.push((frames * 1000) / (performance.now() - t0));
   }
   figure(`event stream: frames per second on one stream (${frames} frames of a closed run, from the store)`, 'frames/s', rates);
+}
+
+/** Worker processes the hint section SIGKILLs. */
+const HINT_KILLS = 20;
+
+/**
+ * The `no_worker` hint (docs/delivery.md): a run parked on its approval, served by a worker
+ * process that is SIGKILLed again and again, a new one started after each; each time, from the
+ * SIGKILL to the hint's frame on a client of the console's stream.
+ */
+async function benchHint(): Promise<void> {
+  process.stderr.write(`no_worker hint: ${HINT_KILLS} worker processes SIGKILLed under a followed run\n`);
+  const env = await startServer();
+  const stateDir = tempDir('bench-hint-state');
+  const taskQueue = uniqueQueue('hint');
+  const token = 'bench-hint-token-0123456789-0123456789';
+  const app = await startConsole({
+    client: env.client,
+    token: 'bench-hint-console-token',
+    host: '127.0.0.1',
+    port: 0,
+    webUi: null,
+    namespace: 'default',
+    stateDir,
+    apiTokens: new Map([['bench', token]]),
+  });
+  const worker = () => {
+    const child = spawnWorker(env, taskQueue, stateDir, { AGENT_ALLOW_LOCAL: '1' });
+    child.stderr?.resume();
+    return child;
+  };
+  let current = worker();
+  const latency: number[] = [];
+  try {
+    const handle = await startRun(env.client, parkedRun(), { taskQueue, workflowId: 'hint-parked' });
+    while ((await queryState(handle).catch(() => null))?.status !== 'awaiting_approval') await sleep(100);
+    const frames = frameWaiter({ url: app.url, token }, handle.workflowId);
+    const hint = (kind: string) => (f: Frame) => f.type === 'hint' && (f as { hint?: string }).hint === kind;
+    try {
+      await sleep(1000);
+      for (let i = 0; i < HINT_KILLS; i++) {
+        const shown = frames.next(hint('no_worker'));
+        const t0 = performance.now();
+        current.kill('SIGKILL');
+        latency.push((await shown) - t0);
+        await killed(current);
+        // A new worker answers for the run: the hint is the wait for its approval again.
+        const back = frames.next(hint('waiting'));
+        current = worker();
+        await back;
+        await sleep(500 + (i % 5) * 73); // not in step with the console's 100 ms tick
+      }
+    } finally {
+      frames.stop();
+      await handle.terminate('bench done');
+    }
+  } finally {
+    current.kill('SIGTERM');
+    await killed(current);
+    await app.close();
+    await env.teardown();
+  }
+  figure('no_worker hint: a worker SIGKILLed to the hint on a connected client (max is the figure to read)', 'ms', latency, {
+    op: '<=',
+    limit: 2000,
+  });
 }
 
 /** How many canonical runs the servers section starts at once. */

@@ -4,12 +4,12 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../host/temporal-bin';
-import { readWorkerRecord, stopWorker } from '../host/background-worker';
+import { readWorkerRecord } from '../host/background-worker';
 import { launchChromium, testOutput } from './helpers/browser';
 import { freePort, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
 import { ProviderServer, reply } from './helpers/provider-server';
 import type { RunRecord } from '../core/contracts';
-import { CANONICAL_RECORD, CURRENT_PROMPT, waitFor } from './helpers/temporal';
+import { CANONICAL_RECORD, CURRENT_PROMPT, stopEmbedded, waitFor } from './helpers/temporal';
 
 const exec = promisify(execFile);
 const CLI = join(PROJECT_ROOT, 'dist', 'client', 'cli.js');
@@ -34,12 +34,7 @@ describe('npm run agent on the embedded default', () => {
     delete env.TEMPORAL_ADDRESS;
   });
 
-  afterAll(async () => {
-    const worker = readWorkerRecord(stateDir);
-    if (worker) await stopWorker(worker);
-    const pid = Number(readFileSync(join(stateDir, 'temporal-server.pid'), 'utf8'));
-    process.kill(pid, 'SIGTERM');
-  });
+  afterAll(() => stopEmbedded(stateDir, port));
 
   const cli = (...args: string[]) => exec(process.execPath, [CLI, ...args], { env, cwd: PROJECT_ROOT, maxBuffer: 16 * 1024 * 1024 });
 

@@ -20,7 +20,6 @@ import type { TraceEvent } from '../core/trace';
 import type { Receipt } from '../host/ledger';
 import { freeBytes } from '../host/disk';
 import { sha256 } from '../host/digest';
-import { readWorkerRecord, stopWorker } from '../host/background-worker';
 import { runPaths } from '../host/workspace/workspace';
 import { timeoutDetail } from '../core/failures';
 import { preparePatch } from '../tools/apply_patch';
@@ -36,6 +35,7 @@ import {
   pendingApproval,
   runOnce,
   startServer,
+  stopEmbedded,
   waitFor,
   writeReplay,
   type RunOnceOptions,
@@ -412,19 +412,9 @@ describe('the workspace limit', () => {
 
 describe('run --wait --json on the embedded default while its state folder is full', () => {
   let stateDir = '';
+  let port = 0;
   afterEach(async () => {
-    const worker = stateDir ? readWorkerRecord(stateDir) : null;
-    if (worker) await stopWorker(worker);
-    const pidFile = join(stateDir, 'temporal-server.pid');
-    if (stateDir && existsSync(pidFile)) {
-      const pid = Number(readFileSync(pidFile, 'utf8'));
-      try {
-        process.kill(pid, 'SIGTERM');
-        await waitFor('the dev server to stop', async () => !existsSync(`/proc/${pid}`), 15_000);
-      } catch {
-        // already gone
-      }
-    }
+    if (stateDir) await stopEmbedded(stateDir, port, { wait: true });
   });
 
   it('names the server’s error and the full disk while it keeps following, then prints the record once space is freed', async () => {
@@ -434,7 +424,7 @@ describe('run --wait --json on the embedded default while its state folder is fu
     const cliEnv: NodeJS.ProcessEnv = {
       ...process.env,
       AGENT_STATE_DIR: stateDir,
-      AGENT_DEV_SERVER_PORT: String(await freePort()),
+      AGENT_DEV_SERVER_PORT: String((port = await freePort())),
       AGENT_DEV_UI_PORT: String(await freePort()),
       AGENT_DISK_FULL_WAIT_S: '20',
     };

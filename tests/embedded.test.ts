@@ -10,11 +10,11 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../host/temporal-bin';
 import { processAlive } from '../host/processes';
-import { readWorkerRecord, stopWorker } from '../host/background-worker';
+import { readWorkerRecord } from '../host/background-worker';
 import { queryState, queryTrace, runHandle } from '../client/run-access';
 import { ProviderServer, reply } from './helpers/provider-server';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
-import { CANONICAL_RECORD, CURRENT_PROMPT, killed, waitFor } from './helpers/temporal';
+import { CANONICAL_RECORD, CURRENT_PROMPT, killed, stopEmbedded, waitFor } from './helpers/temporal';
 
 const exec = promisify(execFile);
 
@@ -33,11 +33,7 @@ beforeAll(async () => {
   delete env.NEWCOMER_KEY;
 });
 
-afterAll(async () => {
-  const worker = readWorkerRecord(stateDir);
-  if (worker) await stopWorker(worker);
-  process.kill(Number(readFileSync(join(stateDir, 'temporal-server.pid'), 'utf8')), 'SIGTERM');
-});
+afterAll(() => stopEmbedded(stateDir, env.AGENT_DEV_SERVER_PORT!));
 
 /** The command line of a build (`root` holds its dist/ and package.json). */
 const cli = (args: string[], extra: NodeJS.ProcessEnv = {}, root = PROJECT_ROOT) =>

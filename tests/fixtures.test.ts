@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { fixtureSchema, replaySchema, type Fixture } from '../core/contracts';
 import { freePort, PROJECT_ROOT, tempDir } from './helpers/run-dir';
+import { stopEmbedded } from './helpers/temporal';
 
 const exec = promisify(execFile);
 const FIXTURES = join(PROJECT_ROOT, 'fixtures');
@@ -98,6 +99,7 @@ interface ReportRun {
 
 describe('npm run agent -- eval fixtures --epochs 2 --out OUT', () => {
   let stateDir: string;
+  let port: number;
   let out: string;
   let report: {
     runs: ReportRun[];
@@ -114,10 +116,11 @@ describe('npm run agent -- eval fixtures --epochs 2 --out OUT', () => {
   beforeAll(async () => {
     stateDir = tempDir('agent-fixtures');
     out = tempDir('eval-fixtures');
+    port = await freePort();
     const env: NodeJS.ProcessEnv = {
       ...process.env,
       AGENT_STATE_DIR: stateDir,
-      AGENT_DEV_SERVER_PORT: String(await freePort()),
+      AGENT_DEV_SERVER_PORT: String(port),
       AGENT_DEV_UI_PORT: String(await freePort()),
     };
     delete env.TEMPORAL_ADDRESS;
@@ -131,10 +134,7 @@ describe('npm run agent -- eval fixtures --epochs 2 --out OUT', () => {
     report = JSON.parse(readFileSync(join(out, 'report.json'), 'utf8'));
   }, 900_000);
 
-  afterAll(() => {
-    const pidFile = join(stateDir, 'temporal-server.pid');
-    if (existsSync(pidFile)) process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGTERM');
-  });
+  afterAll(() => stopEmbedded(stateDir, port));
 
   it('writes report.json, report.md, report.html and timings.json', () => {
     for (const f of ['report.json', 'report.md', 'report.html', 'timings.json']) expect(statSync(join(out, f)).size).toBeGreaterThan(100);

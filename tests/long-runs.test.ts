@@ -27,7 +27,9 @@ import {
   waitFor,
   writeReplay,
 } from './helpers/temporal';
-import { queryState, sendApproval } from '../client/run-access';
+import { queryState, queryTrace, sendApproval } from '../client/run-access';
+import { startConsole } from '../client/console/server';
+import { SseClient } from './helpers/sse';
 
 const exec = promisify(execFile);
 const SUGGEST_CAN_EVENTS = 400;
@@ -343,6 +345,75 @@ describe('a live reply across continue-as-new', () => {
       expect(second.filter((m) => m.role === 'tool').map((m) => m.tool_call_id)).toEqual(['add-test', 'after-patch']);
     } finally {
       await server.close();
+    }
+  });
+});
+
+describe('the event stream of a run that continued as new', () => {
+  /** A server that suggests continue-as-new early: the first write's approval wait is past it, every step before it is not. */
+  const EARLY_CAN_EVENTS = 60;
+
+  it('gives a client connecting while the new segment waits, with no event in its memory yet, every event from the host store', async () => {
+    const early = await startServer(['--dynamic-config-value', `limit.historyCount.suggestContinueAsNew=${EARLY_CAN_EVENTS}`]);
+    let stateDir = '';
+    const token = 'long-runs-stream-token-0123456789-012';
+    const canonical = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as unknown[];
+    // One chain of local activities (a decision and a read each turn, fewer than 64 in all) up to
+    // the first write: the run decides to continue as new by what it read at the chain's start,
+    // so only the approval wait, after preparePatch, finds the suggestion.
+    const path = writeReplay([
+      canonical[0],
+      ...Array.from({ length: 25 }, (_, i) => read(`look-${i}`, 'src/linkcheck.py', { start: 1, end: 5 + i })),
+      ...canonical.slice(1),
+    ]);
+    try {
+      const { outcome } = await runOnce(
+        early,
+        canonicalInput('canonical', {
+          source: { kind: 'replay', path, trusted: true },
+          approver: 'interactive',
+          budgets: { max_turns: 60, max_tool_calls: 60 },
+        }),
+        {
+          prepareState: (dir) => void (stateDir = dir),
+          drive: async (h) => {
+            const pending = await waitFor('the wait in the second segment', async () => {
+              const view = await queryState(h);
+              return view.segment === 2 && view.status === 'awaiting_approval' ? view.pending_approval : null;
+            });
+            const memory = await queryTrace(h, { after: 0 });
+            expect({ events: memory.events.length, oldest: memory.oldest }).toEqual({ events: 0, oldest: null });
+            const app = await startConsole({
+              client: early.client,
+              token: 'long-runs-stream-console-token',
+              host: '127.0.0.1',
+              port: 0,
+              webUi: null,
+              namespace: 'default',
+              stateDir,
+              apiTokens: new Map([['bot', token]]),
+            });
+            const stream = new SseClient(`${app.url}/api/runs/${encodeURIComponent(h.workflowId)}/events?v=2`, {
+              authorization: `Bearer ${token}`,
+            });
+            try {
+              stream.connect();
+              await stream.waitFor('the pending write', (f) => f.event === 'card' && f.data.action_id === pending!.action_id);
+              const seqs = stream.events().map((e) => e.seq);
+              expect(seqs).toEqual(Array.from({ length: memory.newest }, (_, i) => i + 1));
+              expect(stream.frames.filter((f) => f.event === 'fault')).toEqual([]);
+            } finally {
+              stream.cut();
+              await app.close();
+            }
+            await approveAll(h);
+          },
+        },
+      );
+      expect(outcome.record).toMatchObject({ status: 'completed', writes: 2, receipts: 2 });
+      expect(outcome.state.segment).toBeGreaterThanOrEqual(2);
+    } finally {
+      await early.teardown();
     }
   });
 });

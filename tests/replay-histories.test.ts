@@ -1,6 +1,7 @@
 /**
  * The determinism guard: every committed history under fixtures/histories/ (recorded with
- * `npm run histories:record`) must replay against the current workflow code, in both bundles (the
+ * `npm run histories:record`, and under found/ the histories of runs that went wrong elsewhere,
+ * kept as they were) must replay against the current workflow code, in both bundles (the
  * traced one with OpenTelemetry's interceptors, the plain one without: worker/index.ts), and a
  * history the code no longer matches must be detected as a DeterminismViolationError, not as any
  * failure.
@@ -19,10 +20,14 @@ type HistoryEvent = Record<string, any>;
 type HistoryJson = { events: HistoryEvent[] };
 
 const HISTORIES = join(PROJECT_ROOT, 'fixtures', 'histories');
-const names = readdirSync(HISTORIES)
-  .filter((f) => f.endsWith('.json'))
-  .map((f) => basename(f, '.json'))
-  .sort();
+const jsonIn = (dir: string) =>
+  readdirSync(dir)
+    .filter((f) => f.endsWith('.json'))
+    .map((f) => basename(f, '.json'))
+    .sort();
+const recorded = jsonIn(HISTORIES);
+const found = jsonIn(join(HISTORIES, 'found')).map((name) => `found/${name}`);
+const names = [...recorded, ...found];
 const load = (name: string): HistoryJson => JSON.parse(readFileSync(join(HISTORIES, `${name}.json`), 'utf8'));
 
 let options: ReplayWorkerOptions;
@@ -69,6 +74,28 @@ describe('committed histories', () => {
     expect(names).toEqual(
       expect.arrayContaining(['canonical', 'always-empty', 'no-work', 'untrusted-replay', 'model-error-transient-then-permanent']),
     );
+  });
+
+  it("include a run whose reply-event marker an answered Query moved into the workflow task after its local activity's", () => {
+    const { events } = load('found/reply-event-after-query');
+    const marker = (e: HistoryEvent) => e.markerRecordedEventAttributes?.markerName as string | undefined;
+    const patchId = (e: HistoryEvent) =>
+      marker(e) === 'core_patch'
+        ? (
+            JSON.parse(Buffer.from(e.markerRecordedEventAttributes.details['patch-data'].payloads[0].data, 'base64').toString('utf8')) as {
+              id: string;
+            }
+          ).id
+        : null;
+    const at = events.findIndex((e) => patchId(e) === 'reply-event');
+    // The workflow task before it ended with the local decision's marker; a new one was forced at once.
+    expect(events.slice(at - 4, at + 1).map((e) => marker(e) ?? e.eventType)).toEqual([
+      'core_local_activity',
+      'EVENT_TYPE_WORKFLOW_TASK_SCHEDULED',
+      'EVENT_TYPE_WORKFLOW_TASK_STARTED',
+      'EVENT_TYPE_WORKFLOW_TASK_COMPLETED',
+      'core_patch',
+    ]);
   });
 
   it.each(['traced', 'plain'] as const)('all replay against the current workflow code without an error (%s bundle)', async (kind) => {

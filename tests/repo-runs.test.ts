@@ -9,15 +9,14 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { ManifestEntry } from '../host/workspace/workspace';
-import { readWorkerRecord, stopWorker } from '../host/background-worker';
 import { git, repoPicture, sampleRepo, SQLPARSE, type SampleRepo } from './helpers/git-repo';
 import { ProviderServer, reply } from './helpers/provider-server';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
-import { CANONICAL_RECORD } from './helpers/temporal';
+import { CANONICAL_RECORD, stopEmbedded } from './helpers/temporal';
 
 const exec = promisify(execFile);
 const DOTENV = join(PROJECT_ROOT, 'fixtures', 'py-dotenv-comments');
@@ -104,12 +103,7 @@ describe('repository runs through npm run agent', () => {
     before = repoPicture(sample.dir);
   });
 
-  afterAll(async () => {
-    const worker = readWorkerRecord(stateDir);
-    if (worker) await stopWorker(worker);
-    const pidFile = join(stateDir, 'temporal-server.pid');
-    if (existsSync(pidFile)) process.kill(Number(readFileSync(pidFile, 'utf8')), 'SIGTERM');
-  });
+  afterAll(() => stopEmbedded(stateDir, env.AGENT_DEV_SERVER_PORT!));
 
   const cli = (...args: string[]) => exec(process.execPath, [CLI, ...args], { env, cwd: PROJECT_ROOT, maxBuffer: 64 * 1024 * 1024 });
   const status = async (id: string) =>

@@ -91,6 +91,8 @@ describe('the settings module', () => {
       metricsAddress: null,
       fault: null,
       faultHoldMs: 0,
+      faultCount: 1,
+      faultDelayMs: 0,
       backgroundWorker: false,
       allowLocal: false,
       maxBudgets: { max_turns: 2000, max_tool_calls: 5000, deadline_s: 86400, call_timeout_s: 3600, approval_timeout_s: 2592000 },

@@ -27,6 +27,7 @@ import { approveAll, canonicalInput, pendingApproval, startServer, uniqueQueue }
 import { startRun } from '../client/run-access';
 import type { RunOutcome } from '../core/run-view';
 import { temporalBinary } from '../host/temporal-bin';
+import { collectHistories } from '../scripts/support/histories';
 
 const SEED = Number(process.env.SOAK_SEED ?? 20251202);
 const RUNS = Number(process.env.SOAK_RUNS ?? 20);
@@ -179,6 +180,7 @@ describe('the Temporal dev server restarted on the same database', () => {
       expect([worker.child.exitCode, worker.child.signalCode]).toEqual([null, null]);
     } finally {
       await worker.stop();
+      await collectHistories(server.address);
       await env.teardown();
       server.stop();
       if (server.pid !== null) await processEnded(server.pid);

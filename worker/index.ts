@@ -170,7 +170,7 @@ export interface HarnessWorker {
 
 export async function createWorker(options: WorkerOptions): Promise<HarnessWorker> {
   const settings = options.settings ?? readSettings();
-  armFault(settings.fault, settings.faultHoldMs);
+  armFault(settings.fault, settings.faultHoldMs, settings.faultCount, settings.faultDelayMs);
   mkdirSync(options.stateDir, { recursive: true });
   const limits: Limits = {
     ...DEFAULT_LIMITS,

@@ -5,7 +5,9 @@
  *
  * with the limits checked before each decision, and `final` handed to the host verifier. Every
  * side effect is an activity; this file must stay free of I/O, clocks and randomness (the workflow
- * sandbox replaces Date with the deterministic workflow time, read only through workflowTime()).
+ * sandbox replaces Date with the deterministic workflow time, read only through workflowTime(); the
+ * run's path reads it, and the history's figures, through its chains of local activities:
+ * workflows/local-chain.ts). What a history decides, and where: docs/decisions.md.
  */
 import * as wf from '@temporalio/workflow';
 import { ApplicationFailure, isCancellation } from '@temporalio/workflow';
@@ -50,7 +52,8 @@ import { initialState, type PendingWrite, type RunState } from './run-state';
 import { RunMetrics } from './metrics';
 
 export type { RunState };
-import { workflowTime } from './time';
+import { Changes, LEGACY_CHANGES } from './changes';
+import { LocalChains } from './local-chain';
 import type { Activities, DecideResult, Elsewhere, LoadRunResult, MergeOutcome, RunRef, WriteOutcome, Written } from '../core/activities';
 import type { RunReason } from '../core/reasons';
 
@@ -67,31 +70,10 @@ const SEEN_MESSAGES = 256;
 
 const MAX_MODEL_RETRIES = 2;
 /**
- * A run ended by a step that timed out on every attempt, or whose trace could not be stored at
- * its end, ends with its record and a reason (histories from before it failed the workflow).
- */
-const ENDS_WITH_RECORD_PATCH = 'ends-with-record';
-/**
  * Attempts of a step that runs the tests (run_tests, the verifier): a retried attempt runs them
  * all again, and an attempt that stops heartbeating means a worker died or hung during it.
  */
 const TEST_ATTEMPTS = 3;
-/** The change that made tasks draw on their orchestrating run's budgets (docs/sub-runs.md). */
-const TREE_BUDGETS_PATCH = 'tree-budgets';
-/**
- * The change that records each turn's start and the run's end (`TurnState`, which a fork restores)
- * in the trace. Not a command of its own, but more bytes of trace move where the trace is stored
- * (`storeTrace` by size): a run recorded before it keeps its trace as it was.
- */
-const TURN_STATE_PATCH = 'turn-state';
-/** The change that records each reply's text as `model_replied` (a stream's turn-end frame; docs/delivery.md). */
-const REPLY_EVENT_PATCH = 'reply-event';
-/**
- * The change that made a stop, a cancel request and an interrupt take effect at any moment
- * (docs/how-a-run-goes.md, "Messages at any moment"): from loading on, cutting off the running
- * call or verification, never abandoning a write that has started.
- */
-const MESSAGES_PATCH = 'messages-at-any-moment';
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
 const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
@@ -207,6 +189,12 @@ class AgentRun {
   private ended = false;
   /** The governance metrics (not emitted while replaying). */
   private readonly metrics = new RunMetrics();
+  /** Which changes this segment's history holds: asked before any other command (workflows/changes.ts). */
+  private readonly changes = new Changes();
+  /** The run's chains of local activities, and what reaches the run meanwhile (workflows/local-chain.ts). */
+  private readonly chains = new LocalChains(this.changes.current);
+  /** Whether the last read-only step ran here as a local activity (not elsewhere's answer). */
+  private ranLocally = false;
 
   constructor(carried?: RunState) {
     this.state = carried ?? initialState(wf.workflowInfo().runId);
@@ -222,20 +210,33 @@ class AgentRun {
    * start, buffered until now, is then taken after `run_started` (a task's stop as a task's).
    */
   private listen(): void {
-    wf.setHandler(stopSignal, (payload) => this.onStop(payload));
-    wf.setHandler(approvalSignal, (payload) => this.onApproval(payload));
-    wf.setHandler(interruptSignal, (payload) => {
-      if (this.ended || this.repeated(payload?.message_id)) return;
-      this.state.interrupted = typeof payload?.reason === 'string' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'interrupted by the user';
-      this.trace.add('interrupt_received', { reason: this.state.interrupted });
-      this.callScope?.cancel();
-    });
-    wf.setHandler(steerSignal, (payload) => {
-      const message = typeof payload?.message === 'string' ? payload.message.slice(0, MAX_STEER_CHARS) : '';
-      if (this.ended || message === '' || this.repeated(payload?.message_id)) return;
-      this.state.steering.push(message);
-      this.trace.add('steer_received', { message });
-    });
+    wf.setHandler(stopSignal, (payload) => this.receive(() => this.onStop(payload)));
+    wf.setHandler(approvalSignal, (payload) => this.receive(() => this.onApproval(payload)));
+    wf.setHandler(interruptSignal, (payload) =>
+      this.receive(() => {
+        if (this.ended || this.repeated(payload?.message_id)) return;
+        this.state.interrupted = typeof payload?.reason === 'string' ? payload.reason.slice(0, MAX_STEER_CHARS) : 'interrupted by the user';
+        this.trace.add('interrupt_received', { reason: this.state.interrupted });
+        this.callScope?.cancel();
+      }),
+    );
+    wf.setHandler(steerSignal, (payload) =>
+      this.receive(() => {
+        const message = typeof payload?.message === 'string' ? payload.message.slice(0, MAX_STEER_CHARS) : '';
+        if (this.ended || message === '' || this.repeated(payload?.message_id)) return;
+        this.state.steering.push(message);
+        this.trace.add('steer_received', { message });
+      }),
+    );
+  }
+
+  /**
+   * The effect of something that reached the run (a Signal, a task's outcome or news, the
+   * deadline's timer): now, or, while a chain of local activities is open, once its next step
+   * has been issued (workflows/local-chain.ts).
+   */
+  receive(effect: () => void): void {
+    this.chains.receive(effect);
   }
 
   /** A parent stops its task's run: the run's work is cancelled at once (before its loop: as it begins). */
@@ -286,7 +287,7 @@ class AgentRun {
 
   async execute(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
-    this.state.prompt_messages = wf.patched(MESSAGES_PATCH);
+    this.state.prompt_messages = this.changes.has(LEGACY_CHANGES.messages);
     const child = input.child ?? null;
     const refused = this.begin(input);
     this.listen();
@@ -360,7 +361,7 @@ class AgentRun {
     try {
       loaded = await this.act.loadRun(input);
     } catch (err) {
-      const stop = failedStep(err, false);
+      const stop = failedStep(err, false, this.changes);
       if (stop === null) throw err;
       return stop;
     }
@@ -396,7 +397,7 @@ class AgentRun {
       this.view.tasks_spent = { runs: 0, turns: 0, tool_calls: 0, usage: null };
       // Tasks draw on this run's budgets (allotments, waits, refused dispatches): commands that
       // histories recorded before it never issued.
-      this.state.tree_budgets = wf.patched(TREE_BUDGETS_PATCH);
+      this.state.tree_budgets = this.changes.has(LEGACY_CHANGES.treeBudgets);
     }
     // The run's trace, named only when the loading host exports it (histories recorded before
     // loadRun returned the id have none).
@@ -409,7 +410,7 @@ class AgentRun {
     // The worker decides the budgets (within its operator's maximums); histories from before it did have none.
     this.view.budgets = loaded.budgets ?? effectiveBudgets(loaded.fixture.budgets, input.budgets);
     if (loaded.capped?.length) this.trace.add('budgets_capped', { capped: loaded.capped });
-    this.state.deadline_at = workflowTime() + this.budgets.deadline_s * 1000;
+    this.state.deadline_at = this.now() + this.budgets.deadline_s * 1000;
     this.state.ref = {
       run_id: this.view.run_id,
       fixture: loaded.fixture,
@@ -435,7 +436,7 @@ class AgentRun {
   async resume(input: ParsedRunInput): Promise<RunOutcome> {
     this.input = input;
     // A segment of a run that began before the change takes it from its own start on.
-    this.state.prompt_messages ??= wf.patched(MESSAGES_PATCH);
+    this.state.prompt_messages ??= this.changes.has(LEGACY_CHANGES.messages);
     this.listen();
     this.pinTo(this.state.host_queue);
     const pending = this.state.pending_write;
@@ -444,7 +445,7 @@ class AgentRun {
     const stop = await this.inRunScope(() =>
       this.withDeadline(async () => {
         if (pending) this.observe(await this.approveAndWrite(pending));
-        return (await this.runReply(this.state.reply_rest)) ?? this.loop();
+        return (await this.runReply(this.state.reply_rest, false)) ?? this.loop();
       }),
     );
     return this.finish(stop);
@@ -539,10 +540,11 @@ class AgentRun {
       if (this.trace.unstoredBytes() > TRACE_FLUSH_BYTES) await this.storeTrace();
       this.view.counters.turns++;
       const decisions = await this.decide(true);
+      const fromLocal = this.state.source?.kind !== 'provider' && this.ranLocally;
       // An interrupt stops the turn it arrived in: a tool call it proposed is not executed.
       this.state.turn_interrupted = this.state.interrupted;
       this.state.interrupted = null;
-      const stop = await this.runReply(decisions);
+      const stop = await this.runReply(decisions, fromLocal);
       if (stop !== null) return stop;
     }
   }
@@ -550,14 +552,15 @@ class AgentRun {
   /**
    * The decisions of one reply, in order. What is left of them is kept in `replyRest`, so a
    * continue-as-new during a write's approval carries the reply's remaining calls along.
+   * `fromLocal`: the reply is a local activity's result, this code the code right after it.
    */
-  private async runReply(decisions: DecisionView[]): Promise<RunStop | null> {
+  private async runReply(decisions: DecisionView[], fromLocal: boolean): Promise<RunStop | null> {
     this.state.reply_rest = [...decisions];
     for (let decision = this.state.reply_rest.shift(); decision !== undefined; decision = this.state.reply_rest.shift()) {
       switch (decision.kind) {
         case 'plan':
           this.noteEmpty(decision.text);
-          this.noteReply(decision);
+          await this.noteReply(decision, fromLocal);
           this.state.plan = decision.text;
           this.trace.add('plan_recorded', { text: decision.text, ref: decision.ref });
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
@@ -568,7 +571,7 @@ class AgentRun {
           break;
         case 'final': {
           this.noteEmpty(decision.text);
-          this.noteReply(decision);
+          await this.noteReply(decision, fromLocal);
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           const interrupted = this.state.prompt_messages ? this.turnInterrupt() : null;
           if (interrupted === null) return this.verify(decision.text);
@@ -582,10 +585,13 @@ class AgentRun {
 
   /**
    * A reply's text as the turn's end for a client of the event stream: the text as history holds
-   * it (cut when long) and the stored decision, which holds it whole.
+   * it (cut when long) and the stored decision, which holds it whole. A history of a build that
+   * asked `reply-event` here, right after the decision's local activity, may hold its marker in
+   * the next workflow task (workflows/changes.ts, `hasAfterLocal`): such a build had `turn-state`.
    */
-  private noteReply(decision: { text: string; ref: string }): void {
-    if (wf.patched(REPLY_EVENT_PATCH))
+  private async noteReply(decision: { text: string; ref: string }, fromLocal: boolean): Promise<void> {
+    const askedAfterLocal = fromLocal && this.changes.took(LEGACY_CHANGES.turnState);
+    if (await this.changes.hasAfterLocal(LEGACY_CHANGES.replyEvent, askedAfterLocal))
       this.trace.add('model_replied', { turn: this.view.counters.turns, text: decision.text, text_ref: decision.ref });
   }
 
@@ -714,7 +720,7 @@ class AgentRun {
     const source = this.state.source!;
     const live = source.kind === 'provider';
     // What the turn starts from (a fork after the previous turn restores it): before this request's messages.
-    const start = retries === 0 && toolsEnabled && wf.patched(TURN_STATE_PATCH) ? { start: this.turnState() } : {};
+    const start = retries === 0 && toolsEnabled && this.changes.has(LEGACY_CHANGES.turnState) ? { start: this.turnState() } : {};
     // An interrupt that arrived while no turn ran (loading, between turns, a continue-as-new) has
     // nothing to stop: the model reads it with this request, and its reply runs.
     if (this.state.prompt_messages && this.state.interrupted !== null) {
@@ -1056,15 +1062,15 @@ class AgentRun {
     // A wait can be long and signals (ignored approvals, steering) grow its history: when Temporal
     // suggests continue-as-new, the next segment waits instead, with the pending action carried.
     const answered = () => this.state.approval !== null || this.state.interrupted !== null;
-    this.state.approval_deadline_at ??= workflowTime() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
-    this.state.waiting_since = workflowTime();
+    this.state.approval_deadline_at ??= this.now() + (this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S) * 1000;
+    this.state.waiting_since = this.now();
     const inTime = await wf.condition(
       () => answered() || this.mayContinueAsNew(),
-      Math.max(1, this.state.approval_deadline_at - workflowTime()),
+      Math.max(1, this.state.approval_deadline_at - this.now()),
     );
     // Since the write was first asked for, across continue-as-new (the timeout runs from then too).
     const timeoutS = this.budgets.approval_timeout_s ?? DEFAULT_APPROVAL_TIMEOUT_S;
-    const waitedS = () => (workflowTime() - (this.state.approval_deadline_at! - timeoutS * 1000)) / 1000;
+    const waitedS = () => (this.now() - (this.state.approval_deadline_at! - timeoutS * 1000)) / 1000;
     this.resumeDeadline();
     if (!inTime) {
       this.metrics.approvalWait(waitedS(), 'timeout');
@@ -1149,7 +1155,7 @@ class AgentRun {
    * already received) but no contents.
    */
   private async continueAsNew(pendingWrite: PendingWrite | null): Promise<never> {
-    const info = wf.workflowInfo();
+    const info = this.chains.figures();
     // A newer build is the deployment's current version: the next segment starts on it, unless a
     // write waits for its approval, which the build that prepared it carries to its end
     // (docs/versioning.md).
@@ -1229,10 +1235,14 @@ class AgentRun {
     timerScope
       .run(async () => {
         // The deadline bounds the agent's working time: it does not run while a person decides.
+        // What the timer's firing means is decided where a Signal would take effect (receive).
         for (;;) {
           await wf.sleep(Math.max(1, this.msLeft()));
-          if (this.state.waiting_since !== null) await wf.condition(() => this.state.waiting_since === null);
-          else if (this.msLeft() <= 0) return;
+          const next = await new Promise<'wait' | 'end' | 'again'>((resolve) =>
+            this.receive(() => resolve(this.state.waiting_since !== null ? 'wait' : this.msLeft() <= 0 ? 'end' : 'again')),
+          );
+          if (next === 'wait') await wf.condition(() => this.state.waiting_since === null);
+          else if (next === 'end') return;
         }
       })
       .then(() => {
@@ -1261,7 +1271,7 @@ class AgentRun {
       if (this.view.deadline_reached) return new RunStop('budget_exhausted', 'deadline');
     }
     if (this.noteHostLost(err)) return new RunStop('failed', 'host_lost', this.hostLostDetail());
-    const stop = failedStep(err, true);
+    const stop = failedStep(err, true, this.changes);
     if (stop === null) throw err;
     return stop;
   }
@@ -1293,7 +1303,7 @@ class AgentRun {
       detail: stop.detail,
       deadline_reached: this.view.deadline_reached,
       builds: this.view.builds ?? [],
-      ...(wf.patched(TURN_STATE_PATCH) ? { end: this.turnState() } : {}),
+      ...(this.changes.has(LEGACY_CHANGES.turnState) ? { end: this.turnState() } : {}),
       ...(this.view.unread ? { unread: this.view.unread } : {}),
     });
     // A lost host's store is gone with it: the trace then lives in history only.
@@ -1338,7 +1348,7 @@ class AgentRun {
       );
       return stored === null ? this.hostLostDetail() : null;
     } catch (err) {
-      if (!(err instanceof wf.ActivityFailure) || !wf.patched(ENDS_WITH_RECORD_PATCH)) throw err;
+      if (!(err instanceof wf.ActivityFailure) || !this.changes.has(LEGACY_CHANGES.endsWithRecord)) throw err;
       return err.cause?.message ?? err.message;
     }
   }
@@ -1426,7 +1436,8 @@ class AgentRun {
       this.localActivities = 1;
       await this.storeTrace();
     }
-    const answer = await here();
+    const answer = await this.chains.run(here);
+    this.ranLocally = !isElsewhere(answer);
     return isElsewhere(answer) ? onHost() : answer;
   }
 
@@ -1472,17 +1483,22 @@ class AgentRun {
   /** Ends a wait for a person: the time it took is added to the deadline. */
   private resumeDeadline(): void {
     if (this.state.waiting_since === null) return;
-    this.state.deadline_at += workflowTime() - this.state.waiting_since;
+    this.state.deadline_at += this.now() - this.state.waiting_since;
     this.state.waiting_since = null;
   }
 
   /** Temporal suggests a new segment, and no task runs (its outcome would be lost with this segment). */
   private mayContinueAsNew(): boolean {
-    return wf.workflowInfo().continueAsNewSuggested && !this.tasks.active();
+    return this.chains.figures().continueAsNewSuggested && !this.tasks.active();
+  }
+
+  /** The run path's clock: as of the open chain's start while one is open (workflows/local-chain.ts). */
+  private now(): number {
+    return this.chains.now();
   }
 
   private msLeft(): number {
-    return this.state.deadline_at - workflowTime();
+    return this.state.deadline_at - this.now();
   }
 }
 
@@ -1493,11 +1509,11 @@ class AgentRun {
  * ended runs with a non-retryable failure's reason before the patch (the first step, `loadRun`,
  * failed its workflow then).
  */
-function failedStep(err: unknown, always: boolean): RunStop | null {
+function failedStep(err: unknown, always: boolean, changes: Changes): RunStop | null {
   if (!(err instanceof wf.ActivityFailure)) return null;
-  if (err.cause instanceof ApplicationFailure && (always || wf.patched(ENDS_WITH_RECORD_PATCH)))
+  if (err.cause instanceof ApplicationFailure && (always || changes.has(LEGACY_CHANGES.endsWithRecord)))
     return new RunStop('failed', activityFailureReason(err.cause.type), err.cause.message);
-  if (err.cause instanceof wf.TimeoutFailure && wf.patched(ENDS_WITH_RECORD_PATCH))
+  if (err.cause instanceof wf.TimeoutFailure && changes.has(LEGACY_CHANGES.endsWithRecord))
     return new RunStop('failed', 'infrastructure_error', timeoutDetail(err.activityType, err.cause.timeoutType));
   return null;
 }

@@ -49,21 +49,25 @@ export interface TaskHost {
   approveAndWrite(pending: PendingWrite): Promise<ToolResult>;
   /** What counts against the run's budgets, its tasks' spending and holdings included. */
   used(): BudgetUse;
+  /** Applies the effect of something that reached the run (a task's news or outcome) where a Signal's would take effect. */
+  receive(effect: () => void): void;
 }
 
 const STRICTNESS: Record<PolicyDecision, number> = { allow: 0, ask: 1, deny: 2 };
 
 export class Orchestration {
   constructor(private readonly host: TaskHost) {
-    wf.setHandler(taskUpdateSignal, (u) => {
-      const task = this.find(u?.task_id);
-      // The outcome is the child's result: an update never overrides an end.
-      if (task === null || taskEnded(task)) return;
-      if (u.status === 'awaiting_approval' && task.status !== 'awaiting_approval') this.state.task_refs[task.task_id].news++;
-      task.status = u.status as TaskView['status'];
-      task.pending_path = u.pending_path ?? null;
-      task.run_id ??= u.run_id;
-    });
+    wf.setHandler(taskUpdateSignal, (u) =>
+      host.receive(() => {
+        const task = this.find(u?.task_id);
+        // The outcome is the child's result: an update never overrides an end.
+        if (task === null || taskEnded(task)) return;
+        if (u.status === 'awaiting_approval' && task.status !== 'awaiting_approval') this.state.task_refs[task.task_id].news++;
+        task.status = u.status as TaskView['status'];
+        task.pending_path = u.pending_path ?? null;
+        task.run_id ??= u.run_id;
+      }),
+    );
   }
 
   private get state(): RunState {
@@ -273,17 +277,19 @@ export class Orchestration {
     }
     if (task.status === 'starting') task.status = 'running';
     void handle.result().then(
-      (outcome) => this.finished(task.task_id, outcome as RunOutcome),
+      (outcome) => this.host.receive(() => this.finished(task.task_id, outcome as RunOutcome)),
       (err: unknown) =>
-        this.ended(task.task_id, {
-          // A run that ended without its record: cancelled before it could make one (a run that
-          // began before stops were taken from loading on), or failed.
-          status: wf.isCancellation(err) ? 'cancelled' : 'failed',
-          reason: wf.isCancellation(err) ? 'cancelled' : 'workflow_failed',
-          summary: String((err as Error)?.message ?? err).slice(0, 240),
-          diff_paths: [],
-          spent: this.whole(task.task_id),
-        }),
+        this.host.receive(() =>
+          this.ended(task.task_id, {
+            // A run that ended without its record: cancelled before it could make one (a run that
+            // began before stops were taken from loading on), or failed.
+            status: wf.isCancellation(err) ? 'cancelled' : 'failed',
+            reason: wf.isCancellation(err) ? 'cancelled' : 'workflow_failed',
+            summary: String((err as Error)?.message ?? err).slice(0, 240),
+            diff_paths: [],
+            spent: this.whole(task.task_id),
+          }),
+        ),
     );
   }
 

@@ -38,12 +38,14 @@ export function webUi(session: Session): string | null {
  * running run holds. `full` resolves the references in events to the stored contents.
  */
 export async function readRunWithTrace(session: Session, handle: RunHandle, full = false): Promise<{ view: RunView; trace: TraceEvent[] }> {
-  const { readRun, NoWorkerAnswered } = await access();
+  const { readRun, NoWorkerAnswered, WedgedRun } = await access();
   let live;
   try {
     // Embedded default: the background worker may not run (yet); start it and ask again.
     live = await readRun(handle, { noAnswer: session.embedded ? async () => void (await session.ensureWorker()) : undefined });
   } catch (err) {
+    // A wedged run is named as such: another worker would fail its task alike.
+    if (err instanceof WedgedRun) throw new Error(err.message);
     if (err instanceof NoWorkerAnswered)
       throw new Error(`${err.message} on task queue ${session.settings.taskQueue}; start one with npm run worker`);
     throw err;

@@ -29,6 +29,8 @@ import {
   sendInterrupt,
   sendSteer,
   stopRun,
+  wedgedLine,
+  wedgedTask,
   type RunHandle,
 } from '../run-access';
 import { json, type Access, type ApiDoor } from './access';
@@ -94,7 +96,9 @@ export function actionsRoute(
       });
     const key = sha256(canonicalJson([access.principal, id, parsed.data.id]));
     const answer = o.outcomes.answer(key, sha256(canonicalJson(parsed.data)), () =>
-      perform(runHandle(client, id), parsed.data, access, actionMessageId(key), o).catch((err: unknown) => failed(id, err)),
+      perform(runHandle(client, id), parsed.data, access, actionMessageId(key), o).catch((err: unknown) =>
+        failed(runHandle(client, id), err),
+      ),
     );
     if (answer === null)
       return json(reply, 409, { error: `the id ${parsed.data.id} was used for another request on this run; choose a new id` });
@@ -105,8 +109,12 @@ export function actionsRoute(
 
 const refused = (status: number, error: string): Answer => ({ status, body: { error }, keep: false });
 
-function failed(id: string, err: unknown): Answer {
+async function failed(handle: RunHandle, err: unknown): Promise<Answer> {
+  const id = handle.workflowId;
   if (err instanceof WorkflowNotFoundError) return refused(404, `there is no run ${id}`);
+  // A Query that failed because the run is wedged says why, not only that it failed.
+  const wedged = await wedgedTask(handle).catch(() => null);
+  if (wedged) return refused(409, `${wedgedLine(id, wedged)}; nothing was done`);
   return refused(409, `run ${id} did not take the action: ${(err as Error).message}; nothing was done`);
 }
 

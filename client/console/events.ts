@@ -175,9 +175,21 @@ class Stream {
       if (text.length >= BATCH_BYTES) return { text, done: false };
     }
     const head = this.feed.head;
+    // A run the reader never got an answer from has no record to catch up with: only a hint to give.
+    if (head === null && entries.length === 0) return { text: this.hint(formatCursor(this.cursor)), done: false };
     if (entries.length === BATCH_FRAMES || head === null || compareCursors(this.cursor, head) < 0) return { text, done: false };
     const state = this.state();
     return { text: text + state.text, done: state.done };
+  }
+
+  /** The feed's hint, when this stream has not sent it yet and has every frame up to what it is about. */
+  private hint(id: string): string {
+    const f = this.feed;
+    if (!understands(this.c.version, 'hint') || f.hint === null || f.hint.serial <= this.sentHint || f.hint.since > this.cursor.seq)
+      return '';
+    const { serial, ...hint } = f.hint;
+    this.sentHint = serial;
+    return sse(hintFrame(id, hint));
   }
 
   private frameOf(e: Entry): Frame | null {
@@ -201,11 +213,7 @@ class Stream {
           text += sse(taskFrame(id, t.version, t.value));
           this.sentTasks.set(taskId, t.version);
         }
-    if (understands(v, 'hint') && f.hint !== null && f.hint.serial > this.sentHint && f.hint.since <= this.cursor.seq) {
-      const { serial, ...hint } = f.hint;
-      text += sse(hintFrame(id, hint));
-      this.sentHint = serial;
-    }
+    text += this.hint(id);
     if (f.failure !== null) return { text: text + sse(faultFrame(id, f.failure.error, f.failure.detail)), done: true };
     if (f.ended && f.run !== null && this.sentRun === f.run.version) return { text: text + sse(endFrame(id, f.run.value)), done: true };
     return { text, done: false };

@@ -9,8 +9,10 @@
  * Hazards: the trace's seq is contiguous, so a missing event is detected (a `GapError`), never
  * skipped: events the run no longer holds in memory are only in the host store of the worker host
  * that stored them, which this console reads only when it runs with that state folder. A Query
- * fails while the run's worker is replaced: the reader says so as a hint and keeps asking. A closed
- * run answers from its result and the store, not by a Query (that would replay it on a worker).
+ * is not answered while the run's worker is replaced: the reader says so as a hint, from a timer
+ * that runs from the last answer (a Query waits up to 5 s, the hint does not), and keeps asking.
+ * A closed run answers from its result and the store, not by a Query (that would replay it on a
+ * worker).
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { compareCursors, REPLY_EVENT, snapshotVersion, waitingOn, type Cursor, type Hint, type RunSnapshot } from '../../core/delivery';
@@ -18,7 +20,7 @@ import type { RunView, TaskView } from '../../core/run-view';
 import { TERMINAL_STATUSES } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
 import type { Store } from '../../host/store';
-import { isRunning, querySnapshot, queryTrace, runHandle, runOutcome, type RunHandle } from '../run-access';
+import { isRunning, querySnapshot, queryTrace, runHandle, runOutcome, wedgedTask, type RunHandle } from '../run-access';
 import { openStore } from '../stored-trace';
 import { fragmentsAfter, replyText } from './fragments';
 
@@ -43,8 +45,15 @@ export interface FeedOptions {
 const RING = 1024;
 /** Events read in one tick at most (the rest next tick). */
 const EVENTS_PER_TICK = 1000;
-/** Queries failing this long become a `no_worker` hint. */
-const NO_WORKER_MS = 2000;
+/**
+ * No Query answered for this long (from the last answer, or from the first ask) is a `no_worker`
+ * hint: with the stream's own delay, a client has it within 2 s of a worker's death.
+ */
+export const NO_WORKER_MS = 1500;
+/** While no worker answers, how often the server is asked whether the run's workflow task fails again and again. */
+const WEDGE_CHECK_MS = 5000;
+/** While no worker answers, how often the run is asked again. */
+const NO_WORKER_POLL_MS = 1000;
 
 interface Versioned<T> {
   version: number;
@@ -55,6 +64,12 @@ interface Versioned<T> {
 
 export class RunFeed {
   private readonly handle: RunHandle;
+  /**
+   * Ends the calls under way when the reader stops (they would outlive the console's connection).
+   * One per tick: the client adds a listener to it for each call and never takes it off.
+   */
+  private calls = new AbortController();
+  private wedgeCalls: AbortController | null = null;
   private store: Store | null = null;
   private runId: string | null = null;
   /** The newest entry read, and the entries before it (at most RING). */
@@ -72,7 +87,10 @@ export class RunFeed {
   /** Set when the feed cannot go on exactly. */
   failure: { error: 'gap' | 'unavailable'; detail: string } | null = null;
   streams = 0;
-  private failingSince: number | null = null;
+  /** Fires NO_WORKER_MS after the last answer (or the start) unless another answer comes first. */
+  private unanswered: NodeJS.Timeout | null = null;
+  /** When the server was last asked whether the run is wedged (0: not since the last answer). */
+  private wedgeChecked = 0;
   private waiters = new Set<() => void>();
   /** Grows at every change, so a stream that looked before waiting misses none. */
   generation = 0;
@@ -91,10 +109,12 @@ export class RunFeed {
   /** Starts reading (again); idempotent. */
   start(): void {
     if (this.timer !== null || this.ended || this.failure || this.stopped) return;
+    if (this.unanswered === null) this.answered(false);
     const loop = async () => {
       await this.tick();
-      if (this.streams > 0 && !this.ended && !this.failure && !this.stopped)
-        this.timer = setTimeout(() => void loop(), this.o.pollMs).unref();
+      // While no worker answers, asked less often: a wedged run's every Query is a replay that fails.
+      const wait = this.hint?.hint !== 'no_worker' ? this.o.pollMs : this.hint.wedged ? WEDGE_CHECK_MS : NO_WORKER_POLL_MS;
+      if (this.streams > 0 && !this.ended && !this.failure && !this.stopped) this.timer = setTimeout(() => void loop(), wait).unref();
       else this.timer = null;
     };
     this.timer = setTimeout(() => void loop(), 0).unref();
@@ -103,8 +123,11 @@ export class RunFeed {
   /** Stops reading for good; the store is closed once a tick under way is over. */
   stop(): void {
     this.stopped = true;
+    this.calls.abort();
+    this.wedgeCalls?.abort();
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    if (this.unanswered) clearTimeout(this.unanswered);
     if (!this.ticking) this.closeStore();
     this.wake();
   }
@@ -159,13 +182,14 @@ export class RunFeed {
   private async tick(): Promise<void> {
     if (this.ticking) return;
     this.ticking = true;
-    const started = Date.now();
+    this.calls = new AbortController();
     try {
-      await this.read();
+      await this.o.client.withAbortSignal(this.calls.signal, () => this.read());
     } catch (err) {
       if (err instanceof GapError) this.failure = { error: 'gap', detail: err.message };
       else if (err instanceof WorkflowNotFoundError) this.failure = { error: 'unavailable', detail: `there is no run ${this.workflowId}` };
-      else this.noAnswer(started);
+      // Anything else is a Query no worker answered: the timer of `answered` says so, and why.
+      else if (this.hint?.hint === 'no_worker' && Date.now() - this.wedgeChecked >= WEDGE_CHECK_MS) void this.lookForWedge();
     } finally {
       this.ticking = false;
       if (this.stopped) this.closeStore();
@@ -186,8 +210,7 @@ export class RunFeed {
       if (!(await isRunning(this.handle))) return this.readClosed();
       throw err;
     }
-    this.failingSince = null;
-    if (this.hint?.hint === 'no_worker') this.setHint(null);
+    this.answered(true);
     this.runId ??= snap.view?.run_id ?? this.run?.value.run_id ?? null;
     if (this.cursor === null) await this.begin(snap);
     if (snap.newest > this.cursor!.seq) {
@@ -234,10 +257,13 @@ export class RunFeed {
     if (closed || this.ended) events = this.stored(after, max);
     else {
       const page = await queryTrace(this.handle, { after, limit: Math.min(max, 200) });
-      events = page.oldest !== null && page.oldest > after + 1 ? this.stored(after, max).filter((e) => e.seq < page.oldest!) : page.events;
+      // The run's memory begins after `after`, or holds nothing at all (a segment that continued
+      // as new and added no event yet): what comes first is in the host store only.
+      const memory = page.oldest ?? page.newest + 1;
+      events = memory > after + 1 ? this.stored(after, max).filter((e) => e.seq < memory) : page.events;
       if (events.length === 0 && page.newest > after)
         throw new GapError(
-          `events ${after + 1} to ${page.oldest! - 1} are no longer in the run's memory, and this console reads no host store that holds them (run it on the worker's host, with its state folder)`,
+          `events ${after + 1} to ${memory - 1} are no longer in the run's memory, and this console reads no host store that holds them (run it on the worker's host, with its state folder)`,
         );
     }
     events.forEach((e, i) => {
@@ -297,16 +323,47 @@ export class RunFeed {
   }
 
   private setHint(h: Hint | null): void {
-    const same = h !== null && this.hint !== null && h.hint === this.hint.hint && h.on === this.hint.on && h.since === this.hint.since;
+    const same =
+      h !== null &&
+      this.hint !== null &&
+      h.hint === this.hint.hint &&
+      h.on === this.hint.on &&
+      h.since === this.hint.since &&
+      JSON.stringify(h.wedged) === JSON.stringify(this.hint.wedged);
     if (same || (h === null && this.hint === null)) return;
     this.hint = h === null ? null : { ...h, serial: ++this.hintSerial };
     this.dirty = true;
   }
 
-  /** A Query asked at `asked` failed while the run runs: its worker is being replaced, or none serves it yet. */
-  private noAnswer(asked: number): void {
-    this.failingSince ??= asked;
-    if (Date.now() - this.failingSince >= NO_WORKER_MS) this.setHint({ hint: 'no_worker', since: this.cursor?.seq ?? 0 });
+  /**
+   * A worker answered for the run (`answer`), or the reader starts: the `no_worker` hint ends, and
+   * comes again NO_WORKER_MS from now unless another answer comes first. A worker that died after
+   * its last answer is so named at most NO_WORKER_MS after its death; one busy that long (a long
+   * history replayed, a workflow task held by a slow step) is named too, until it answers.
+   */
+  private answered(answer: boolean): void {
+    if (answer && this.hint?.hint === 'no_worker') this.setHint(null);
+    if (answer) this.wedgeChecked = 0;
+    if (this.unanswered) clearTimeout(this.unanswered);
+    this.unanswered = setTimeout(() => {
+      this.unanswered = null;
+      if (this.ended || this.failure || this.stopped) return;
+      this.setHint({ hint: 'no_worker', since: this.cursor?.seq ?? 0 });
+      this.wake();
+      void this.lookForWedge();
+    }, NO_WORKER_MS).unref();
+  }
+
+  /** Asks the server whether the run's workflow task fails again and again; the `no_worker` hint then says so. */
+  private async lookForWedge(): Promise<void> {
+    this.wedgeChecked = Date.now();
+    const calls = new AbortController();
+    this.wedgeCalls = calls;
+    const w = await this.o.client.withAbortSignal(calls.signal, () => wedgedTask(this.handle)).catch(() => null);
+    if (w === null || this.hint?.hint !== 'no_worker' || this.ended || this.stopped) return;
+    const { nondeterminism, build, error, attempt } = w;
+    this.setHint({ hint: 'no_worker', since: this.hint.since, wedged: { nondeterminism, build, error, attempt } });
+    this.wake();
   }
 }
 

@@ -72,7 +72,9 @@ const SCRIPT = String.raw`(() => {
         text(document.getElementById('status'), f.run.status + (f.run.reason ? ' / ' + f.run.reason : ''));
         text(document.getElementById('counters'), counters(f.run.counters));
       },
-      hint: (f) => text(document.getElementById('hint'), f.hint === 'no_worker' ? 'no worker answers for the run yet' : 'waiting for ' + (f.on === 'model' ? 'the model' : f.on)),
+      hint: (f) => text(document.getElementById('hint'), f.hint !== 'no_worker' ? 'waiting for ' + (f.on === 'model' ? 'the model' : f.on)
+        : f.wedged ? 'wedged: its workflow task ' + (f.wedged.nondeterminism ? 'fails on nondeterminism' : 'fails') + ' on build ' + f.wedged.build + ' (attempt ' + f.wedged.attempt + '): ' + f.wedged.error
+        : 'no worker answers for the run yet'),
       end: () => text(state, 'the run ended'),
       fault: (f) => text(state, 'the stream stopped: ' + f.detail),
     });

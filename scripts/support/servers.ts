@@ -17,6 +17,7 @@ import { startDevServer, type DevServer } from '../../host/temporal-server';
 import { temporalBinary } from '../../host/temporal-bin';
 import { freePort, PROJECT_ROOT, SETTINGS, tempDir } from './run-dir';
 import { quietRuntime } from './temporal';
+import { collectHistories } from './histories';
 
 const run = promisify(execFile);
 
@@ -34,7 +35,7 @@ export interface ServerUnderTest {
   start(): Promise<void>;
   /** The cluster's PostgreSQL stopped (fast shutdown) and started again. */
   restartDb(): Promise<void>;
-  /** Everything it started, ended. */
+  /** Everything it started, ended (its workflow histories collected first when a sink is set: ./histories.ts). */
   close(): Promise<void>;
 }
 
@@ -84,6 +85,7 @@ export async function devServer(): Promise<ServerUnderTest> {
     },
     restartDb: () => Promise.reject(new Error('the dev server has no separate database to restart')),
     close: async () => {
+      if (server !== null) await collectHistories(`127.0.0.1:${options.port}`);
       await connection.close().catch(() => undefined);
       await kill();
     },
@@ -190,6 +192,7 @@ export async function cluster(dynamicConfig: Record<string, string | number> = {
       await script('restart-db');
     },
     close: async () => {
+      if (serverPid() !== null && !ended(serverPid()!)) await collectHistories(address);
       await connection.close().catch(() => undefined);
       await script('stop');
     },

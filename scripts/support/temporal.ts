@@ -14,6 +14,7 @@ import { installRuntime } from '../../host/runtime';
 import { queryState, approvalFor, sendApproval } from '../../client/run-access';
 import { freePort, LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from './run-dir';
 import { temporalBinary } from '../../host/temporal-bin';
+import { collectHistories } from './histories';
 
 let runtimeInstalled = false;
 
@@ -26,8 +27,9 @@ export function quietRuntime(): void {
 
 /**
  * A real Temporal dev server for one test file, started by the project's one launcher (in memory,
- * no Web UI); `teardown()` stops the server too. `extraArgs` go to `temporal server start-dev`,
- * e.g. dynamic configuration values.
+ * no Web UI); `teardown()` stops the server too, its workflow histories collected first when a
+ * sink is set (./histories.ts). `extraArgs` go to `temporal server start-dev`, e.g. dynamic
+ * configuration values.
  */
 export async function startServer(extraArgs: string[] = []): Promise<TestWorkflowEnvironment> {
   quietRuntime();
@@ -45,6 +47,7 @@ export async function startServer(extraArgs: string[] = []): Promise<TestWorkflo
     const teardown = env.teardown.bind(env);
     env.teardown = async () => {
       try {
+        await collectHistories(server.address);
         await teardown();
       } finally {
         server.stop();

@@ -9,6 +9,8 @@ export interface Received {
   id: string;
   event: string;
   data: Record<string, any>;
+  /** When it arrived (ms since the epoch). */
+  at: number;
 }
 
 /**
@@ -98,7 +100,7 @@ export class SseClient {
     const field = (name: string) => lines.find((l) => l.startsWith(`${name}: `))?.slice(name.length + 2);
     const data = field('data');
     if (data === undefined) return; // the retry line
-    const f = { id: field('id')!, event: field('event')!, data: JSON.parse(data) };
+    const f = { id: field('id')!, event: field('event')!, data: JSON.parse(data), at: Date.now() };
     this.frames.push(f);
     if (f.event === 'end') this.ended = true;
     for (const w of [...this.waiters]) w();

@@ -2,6 +2,8 @@
  * Helpers of the workflow tests: a run on a fresh in-process worker and what tests check of it.
  * The dev server and the run drivers the scripts use too are in scripts/support/temporal.ts.
  */
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { openStore, storedTrace } from '../../client/stored-trace';
@@ -17,6 +19,8 @@ import type { RunOutcome } from '../../core/run-view';
 import { tempDir } from '../../scripts/support/run-dir';
 import { uniqueQueue } from '../../scripts/support/temporal';
 import { queryState, startRunWithArgs, traceSince } from '../../client/run-access';
+import { readWorkerRecord, stopWorker } from '../../host/background-worker';
+import { collectHistories } from '../../scripts/support/histories';
 
 export { approveAll, canonicalInput, killed, spawnWorker, startServer, uniqueQueue, writeReplay } from '../../scripts/support/temporal';
 
@@ -159,3 +163,23 @@ export function pendingApproval(handle: WorkflowHandle, notActionId?: string) {
 
 /** The events a running run holds in memory. */
 export const traceOf = async (handle: WorkflowHandle) => (await traceSince(handle)).events;
+
+/**
+ * Stops what the embedded default started for a state folder (its background worker, its dev
+ * server on `port`), the server's workflow histories collected first (scripts/support/histories.ts).
+ * `wait`: until the server's process is gone.
+ */
+export async function stopEmbedded(stateDir: string, port: string | number, o: { wait?: boolean } = {}): Promise<void> {
+  const pidFile = join(stateDir, 'temporal-server.pid');
+  const serverPid = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8')) : null;
+  if (serverPid !== null && existsSync(`/proc/${serverPid}`)) await collectHistories(`127.0.0.1:${port}`);
+  const worker = readWorkerRecord(stateDir);
+  if (worker) await stopWorker(worker);
+  if (serverPid === null) return;
+  try {
+    process.kill(serverPid, 'SIGTERM');
+  } catch {
+    return; // already gone
+  }
+  if (o.wait) await waitFor('the dev server to stop', async () => !existsSync(`/proc/${serverPid}`), 15_000);
+}

@@ -3,8 +3,9 @@
  * a one-millisecond timer before its first step. A history of the released agentRun has other
  * commands there (its patch markers, then its first activity), so no run started on build A
  * replays on this code (the suite shows it failing with a determinism violation): the change a
- * worker version must keep away from runs pinned to another.
- * Test-only: bundled by the suite into its copy of the build, never into the harness's bundles.
+ * worker version must keep away from runs pinned to another. tests/history-check.test.ts shows
+ * the history check catching it, and tests/wedged.test.ts wedges a run with it.
+ * Test-only: bundled by those suites, never into the harness's bundles.
  */
 import * as wf from '@temporalio/workflow';
 import { agentRun as released } from '../../workflows/agentRun';

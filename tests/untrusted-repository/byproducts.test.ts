@@ -22,6 +22,7 @@ import { queryState, runHandle, sendApproval, startRunWithArgs } from '../../cli
 import type { Session } from '../../client/session';
 import { readSettings } from '../../host/settings';
 import { startDevServer } from '../../host/temporal-server';
+import { collectHistories } from '../../scripts/support/histories';
 import { readWorkerRecord, stopWorker } from '../../host/background-worker';
 import { storedTrace } from '../../client/stored-trace';
 import { git, sampleRepo } from '../helpers/git-repo';
@@ -480,6 +481,7 @@ describe('run --wait --json while the SDK core warns', () => {
       const worker = readWorkerRecord(stateDir);
       if (worker) await stopWorker(worker);
       relay.close();
+      await collectHistories(server.address);
       server.stop();
       await server.exited;
     }
