@@ -20,7 +20,12 @@ export function toolActivities(kit: Kit) {
    */
   const toolResult = async (ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> => {
     const ctx = kit.toolContext(ref, timeoutMs);
-    const result = await runTool(ctx, kit.storedCall(view, view.name));
+    let result = await runTool(ctx, kit.storedCall(view, view.name));
+    if (view.name === 'run_tests' && result.data !== null) {
+      // Every test with its outcome goes to the store on its own: `trace --full` shows it, the model's context does not carry it.
+      const { tests, ...data } = result.data as TestRunData;
+      result = { ...result, data: tests ? { ...data, tests_ref: kit.store.put('tests', tests) } : data };
+    }
     const unreceipted = view.name === 'run_tests' ? (result.data as TestRunData | null)?.unreceipted : undefined;
     const resultRef = kit.store.put('result', result);
     return unreceipted

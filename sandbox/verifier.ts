@@ -1,22 +1,35 @@
 /**
- * The host verifier: the only thing that can make a run `completed`. Three checks, all recorded:
- * protected paths unchanged against the baseline, the candidate tests passing with at least one
- * test discovered, and the hidden acceptance cases compared with expected.json, which never
- * leaves the host.
+ * The host verifier: the only thing that can make a run `completed`. Its checks, all recorded:
+ * protected paths unchanged against the baseline; the candidate tests judged by name against
+ * their outcomes at the untouched base (or the task's own FAIL_TO_PASS / PASS_TO_PASS ids), with
+ * at least one test discovered (core/verdict.ts); the hidden acceptance cases compared with
+ * expected.json, which never leaves the host; nothing changed by the verifier's own processes
+ * (`verification_tampered`); and the test runner configured as at the base (`test_config_changed`).
+ *
+ * The tests run in a fresh copy of the workspace with the base's test configuration
+ * (sandbox/verification-tree.ts), never in the workspace itself, so what they change is read off
+ * the copy. A test that must pass and does not is run once more, alone where its runner can
+ * choose: passing then, it is `flaky`, counted as passing and named.
  */
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { jsonEqual } from '../core/canonical';
-import { expectedFileSchema, type RunSpec, type UnreceiptedChange, type VerifierFindings } from '../core/contracts';
+import { expectedFileSchema, NAMED_MAX, type RunSpec, type UnreceiptedChange, type VerifierFindings } from '../core/contracts';
 import { isWritable, mayCreate } from '../core/policy';
 import { formatIssues } from '../core/validate';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from '../core/limits';
-import { withUndo } from '../host/workspace/byproducts';
+import { settleLeftovers, UNDONE_PATHS_SHOWN, withUndo } from '../host/workspace/byproducts';
 import { faultPoint } from '../host/faults';
 import { keepVerifiedChange, treeChanges } from '../host/repository';
-import { runCandidateTests } from './test-runner';
+import { readHostile } from '../host/workspace/hostile-read';
+import { decideVerdict, toRunAgain } from '../core/verdict';
+import { PatchError } from '../core/unified-diff';
+import { runTestsIn, type Selection, type TestRunData } from './test-runner';
+import { baseOutcomes, type BaselineCache } from './baseline';
+import { CONFIG_FILE_MAX, testConfigChanges, type ConfigChange } from './test-config';
+import { applyTestPatch, copyForTests, removeCopy, restoreConfig } from './verification-tree';
 import { execWithinDisk, overLimitDetail } from './disk-bound';
 import { onDisk } from '../host/disk';
 import { baselineManifest, manifest, type RunPaths } from '../host/workspace/workspace';
@@ -70,6 +83,14 @@ export function judgeAcceptance(stdout: string, expectedJson: string): Acceptanc
   return { total: ids.length, passed: ids.length - failed.length, failed, error: null };
 }
 
+/** What a task names of its own verdict, resolved from the host store (activities/verification.ts). */
+export interface TaskVerdictInput {
+  fail_to_pass?: string[];
+  pass_to_pass?: string[];
+  tests_may_change: boolean;
+  test_patch: string | null;
+}
+
 export async function verify(opts: {
   backend: ExecBackend;
   fixture: RunSpec;
@@ -84,9 +105,20 @@ export async function verify(opts: {
   onProgress: () => void;
   /** False for a task's child run: the hidden cases judge the orchestrating run, not a part of it. */
   hiddenAcceptance?: boolean;
+  /** The host store's side: the base's outcomes kept per tree and command, and every test list. */
+  cache: BaselineCache;
+  /** The docker image the tests run in, when it is not the worker's own (part of the base's key). */
+  image: string | null;
+  task: TaskVerdictInput;
+  /** The user let the run change its test configuration (`--allow-test-config-change`). */
+  allowTestConfig: boolean;
 }): Promise<VerifierFindings> {
   const { fixture, paths } = opts;
   faultPoint('in_verifier');
+  const unreceipted: UnreceiptedChange[] = [];
+  // A test run of the loop whose worker died left its changes: they are put back first.
+  const earlier = settleLeftovers(paths);
+  if (earlier) unreceipted.push({ step: 'run_tests', ...earlier });
   const base = baselineManifest(paths);
   const current = manifest(paths.workspace);
   const protectedChanged = protectedChanges(fixture, changedPaths(base, current), new Set(base.map((e) => e.path)));
@@ -99,10 +131,30 @@ export async function verify(opts: {
     keepVerifiedChange(paths, opts.baseCommit, changes);
   }
 
-  // Each process's changes are undone before the next step: the acceptance cases judge the verified state.
-  const tests = await runCandidateTests({ ...opts, paths });
-  const unreceipted: UnreceiptedChange[] = [];
-  if (tests.unreceipted) unreceipted.push({ step: 'verifier_tests', ...tests.unreceipted });
+  // The test configuration is the base's, unless the user let the run change it.
+  const read = (root: string) => (path: string) => {
+    const got = readHostile(join(root, path), CONFIG_FILE_MAX, path);
+    return got.ok ? got.bytes : null;
+  };
+  const config = testConfigChanges(fixture.tests, base, current, read(paths.baseline), read(paths.workspace));
+  const tampered = new Set<string>();
+  const tests = await testsInCopy(opts, config, null, tampered);
+
+  const baseTests = await baseOutcomes({ ...opts, testPatch: opts.task.test_patch });
+  const end = { status: tests.status, tests: tests.tests ?? [] };
+  const judged = { base: baseTests, end, task: opts.task };
+  const again = toRunAgain(judged);
+  const rerun = again.length > 0 ? await testsInCopy(opts, config, { ids: again, all: end.tests.map((t) => t.id) }, tampered) : null;
+  const present = new Set(current.map((e) => e.path));
+  const { ok: testsOk, verdict } = decideVerdict({
+    ...judged,
+    rerun: rerun && { status: rerun.status, tests: rerun.tests ?? [] },
+    fileExists: (p) => present.has(p),
+  });
+  if (tampered.size > 0) {
+    const paths = [...tampered].sort();
+    unreceipted.push({ step: 'verifier_tests', paths: paths.slice(0, UNDONE_PATHS_SHOWN), count: paths.length });
+  }
 
   let acceptance: AcceptanceResult | null = null; // a repository run without acceptance
   if (opts.hiddenAcceptance === false) acceptance = { total: 0, passed: 0, failed: [], error: null };
@@ -111,24 +163,80 @@ export async function verify(opts: {
       runAcceptance({ ...opts, acceptance: fixture.acceptance!, acceptanceDir: opts.acceptanceDir! }),
     );
     acceptance = result;
-    if (undone) unreceipted.push({ step: 'acceptance', ...undone });
+    if (undone) {
+      unreceipted.push({ step: 'acceptance', ...undone });
+      for (const p of undone.paths) tampered.add(p);
+    }
   }
-  const testsOk = tests.status === 'passed' && tests.discovered > 0;
   const acceptanceOk = acceptance === null || (acceptance.error === null && acceptance.failed.length === 0);
+  const configOk = config.length === 0 || opts.allowTestConfig;
+  const testsError = testsOk
+    ? null
+    : (tests.detail ?? (tests.status === 'passed' || tests.status === 'failed' ? verdict.decision : `candidate tests ${tests.status}`));
   return {
-    passed: protectedChanged.length === 0 && testsOk && acceptanceOk,
+    passed: protectedChanged.length === 0 && testsOk && acceptanceOk && tampered.size === 0 && configOk,
     protected_changed: protectedChanged,
     candidate_tests: {
       status: tests.status,
       discovered: tests.discovered,
       passed: tests.passed,
       failed: tests.failed,
-      error: testsOk ? null : (tests.detail ?? `candidate tests ${tests.status}`),
+      error: testsError,
+      outcomes: tests.outcomes,
+      tests_ref: tests.tests ? opts.cache.keepTests(tests.tests) : null,
     },
     acceptance,
     diff_paths: changedFiles(base, current),
     ...(unreceipted.length > 0 ? { unreceipted } : {}),
+    verdict,
+    ...(tampered.size > 0 ? { verification_tampered: [...tampered].sort().slice(0, NAMED_MAX) } : {}),
+    ...(config.length > 0
+      ? { test_config_changed: config.map((c) => c.path).slice(0, NAMED_MAX), test_config_allowed: opts.allowTestConfig }
+      : {}),
   };
+}
+
+/**
+ * The candidate tests in a fresh copy of the workspace with the base's test configuration (unless
+ * allowed otherwise) and the task's test patch; every path they change in the copy is added to
+ * `tampered`. `select`: only these tests, for their second run.
+ */
+async function testsInCopy(
+  opts: Parameters<typeof verify>[0],
+  config: ConfigChange[],
+  select: Selection | null,
+  tampered: Set<string>,
+): Promise<TestRunData> {
+  const copy = copyForTests(opts.paths, opts.paths.workspace, select ? 'again' : 'end');
+  try {
+    if (!opts.allowTestConfig) restoreConfig(copy.tree, opts.paths.baseline, config);
+    if (opts.task.test_patch !== null) {
+      try {
+        applyTestPatch(copy.tree, opts.paths.baseline, opts.task.test_patch);
+      } catch (err) {
+        if (!(err instanceof PatchError)) throw err;
+        const zero = { passed: 0, failed: 0, error: 0, skipped: 0, xfail: 0 };
+        return {
+          status: 'error',
+          exit_code: null,
+          discovered: 0,
+          passed: 0,
+          failed: 0,
+          outcomes: zero,
+          failures: [],
+          output_tail: '',
+          tests: [],
+          detail: err.message,
+        };
+      }
+    }
+    const before = manifest(copy.tree);
+    const data = await runTestsIn({ ...opts, ...(select ? { select } : {}) }, copy.tree, copy.control);
+    for (const p of changedPaths(before, manifest(copy.tree))) tampered.add(p);
+    return data;
+  } finally {
+    removeCopy(copy.dir);
+  }
 }
 
 /** The hidden acceptance cases, run read-only against the workspace and judged against expected.json on the host. */

@@ -92,6 +92,13 @@ const REPLY_EVENT_PATCH = 'reply-event';
  * call or verification, never abandoning a write that has started.
  */
 const MESSAGES_PATCH = 'messages-at-any-moment';
+/**
+ * The change that runs the candidate tests on the untouched base before a run's first write
+ * (`baselineTests`): an activity that histories recorded before it never scheduled.
+ */
+const BASELINE_PATCH = 'baseline-tests';
+/** How long the base run of the tests may take beyond the tests' own timeout (copying the tree, reading the report). */
+const BASELINE_MARGIN_MS = 60_000;
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
 const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
@@ -419,6 +426,7 @@ class AgentRun {
       ...(loaded.repository ? { repository: loaded.repository.ref } : {}),
       ...(loaded.instructions ? { instructions: loaded.instructions } : {}),
       ...(loaded.image !== undefined ? { image: loaded.image } : {}),
+      ...(input.allow_test_config_change ? { allow_test_config_change: true } : {}),
     };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     // A fork goes on from the forked run's turn: its transcript, its replay's cursor, its turn count.
@@ -969,6 +977,8 @@ class AgentRun {
   /** Approval, then the write (a patch, or a task's merge), each keyed by its action_id. */
   async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
     const { call, action } = pending;
+    // Asked at the same point on every replay: before the first write is approved, once.
+    if (!this.state.base_tests_taken && wf.patched(BASELINE_PATCH)) await this.baselineTests();
     const decision = await this.awaitApproval(pending);
     if (decision === 'interrupted') return this.interruptedResult(call.call_id, this.takeInterrupt());
     if (decision.decision === 'reject') {
@@ -1105,6 +1115,33 @@ class AgentRun {
       },
       { call_id: pending.call_id, action_id: signal.action_id },
     );
+  }
+
+  /**
+   * The candidate tests on the untouched base (a copy of it; the host keeps their outcomes per
+   * tree and command, so a batch's epochs pay once). The verifier judges the end against them; if
+   * they cannot be had now, it tries again itself.
+   */
+  private async baselineTests(): Promise<void> {
+    this.state.base_tests_taken = true;
+    const timeout = this.ref.fixture.tests.timeout_s * 1000 + BASELINE_MARGIN_MS;
+    try {
+      const base = await this.act.baselineTests.executeWithOptions(
+        {
+          startToCloseTimeout: timeout,
+          heartbeatTimeout: '10 seconds',
+          retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS },
+          cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+          summary: 'candidate tests at the base',
+        },
+        [this.ref, timeout],
+      );
+      this.view.base_tests = base;
+      this.trace.add('baseline_tests', base);
+    } catch (err) {
+      if (isCancellation(err) || !(err instanceof wf.ActivityFailure) || this.noteHostLost(err)) throw err;
+      this.trace.add('baseline_tests', { status: 'error', detail: err.cause?.message ?? err.message });
+    }
   }
 
   // ---- verification, continue-as-new and the end ----
