@@ -259,10 +259,13 @@ export function planInstances(
       pass_to_pass: instance.PASS_TO_PASS,
       test_patch: instance.test_patch === '' ? null : instance.test_patch,
     };
-    const verdictFile = join(out, `${id}.verdict.json`);
+    // One folder per instance: a replay's name in records is its file's name.
+    const folder = join(out, id);
+    mkdirSync(join(folder, 'replays'), { recursive: true });
+    const verdictFile = join(folder, 'verdict.json');
     writeFileAtomic(verdictFile, `${JSON.stringify(verdict)}\n`);
     const write = (name: string, patch: string, what: string) => {
-      const file = join(out, `${id}.${name}.json`);
+      const file = join(folder, 'replays', `${name}.json`);
       writeFileAtomic(file, `${JSON.stringify(patchReplay(path, checked.source.base_commit, patch, what), null, 2)}\n`);
       return { name, path: file };
     };
@@ -273,7 +276,14 @@ export function planInstances(
           ? predictions
               .filter((p) => p.instance_id === id)
               .sort((x, y) => (x.model_name_or_path < y.model_name_or_path ? -1 : 1))
-              .map((p) => write(replayName(p.model_name_or_path), p.model_patch ?? '', `${p.model_name_or_path}'s patch of ${id}`))
+              .map((p, _, all) => {
+                const name = replayName(p.model_name_or_path);
+                if (all.filter((q) => replayName(q.model_name_or_path) === name).length > 1)
+                  throw new RefusedInput(
+                    `${decisions.file}: two predictions of ${id} have models named alike (${name}); give them distinct names`,
+                  );
+                return write(name, p.model_patch ?? '', `${p.model_name_or_path}'s patch of ${id}`);
+              })
           : [];
     return { repo: { ...checked.source, verdict_file: verdictFile }, replays };
   });
