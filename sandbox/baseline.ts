@@ -15,7 +15,7 @@ import { PatchError } from '../core/unified-diff';
 import { digestJson } from '../host/digest';
 import { baselineManifest, manifestDigest, type RunPaths } from '../host/workspace/workspace';
 import { runTestsIn, type TestRunOptions } from './test-runner';
-import { applyTestPatch, copyForTests, removeCopy } from './verification-tree';
+import { applyTestPatch, copyForTests, removeCopy, removeLeftCopies } from './verification-tree';
 
 /** What the host store keeps of a base's outcomes. */
 export interface StoredBaseline {
@@ -104,6 +104,7 @@ export async function baseOutcomes(
 async function runAtBase(
   opts: TestRunOptions & { paths: RunPaths; cache: BaselineCache; testPatch: string | null },
 ): Promise<BaseOutcomes> {
+  removeLeftCopies(opts.paths);
   const copy = copyForTests(opts.paths, opts.paths.baseline, 'base');
   try {
     if (opts.testPatch !== null) {

@@ -35,6 +35,14 @@ export function copyForTests(paths: RunPaths, from: string, label: string): { di
   });
 }
 
+/**
+ * Removes the copies an earlier attempt left (its worker died while its tests ran); a run's base
+ * run and verification never run at once, so none is in use.
+ */
+export function removeLeftCopies(paths: RunPaths): void {
+  rmSync(join(paths.control, 'verify'), { recursive: true, force: true });
+}
+
 export function removeCopy(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
 }

@@ -29,7 +29,7 @@ import { PatchError } from '../core/unified-diff';
 import { runTestsIn, type Selection, type TestRunData } from './test-runner';
 import { baseOutcomes, type BaselineCache } from './baseline';
 import { CONFIG_FILE_MAX, testConfigChanges, type ConfigChange } from './test-config';
-import { applyTestPatch, copyForTests, removeCopy, restoreConfig } from './verification-tree';
+import { applyTestPatch, copyForTests, removeCopy, removeLeftCopies, restoreConfig } from './verification-tree';
 import { execWithinDisk, overLimitDetail } from './disk-bound';
 import { onDisk } from '../host/disk';
 import { baselineManifest, manifest, type RunPaths } from '../host/workspace/workspace';
@@ -119,6 +119,7 @@ export async function verify(opts: {
   // A test run of the loop whose worker died left its changes: they are put back first.
   const earlier = settleLeftovers(paths);
   if (earlier) unreceipted.push({ step: 'run_tests', ...earlier });
+  removeLeftCopies(paths);
   const base = baselineManifest(paths);
   const current = manifest(paths.workspace);
   const protectedChanged = protectedChanges(fixture, changedPaths(base, current), new Set(base.map((e) => e.path)));
