@@ -110,7 +110,7 @@ details summary{cursor:pointer}
       td.appendChild(d);
       if (r.extra.tests) {
         var dt = el('details', null, 'tests'); dt.appendChild(el('summary', r.extra.tests.length + ' tests (base -> end)'));
-        dt.appendChild(el('pre', r.extra.tests.map(function (t) { return (t.base || '-') + ' -> ' + (t.end || '-') + '  ' + t.id; }).join('\n')));
+        dt.appendChild(el('pre', r.extra.tests.map(function (t) { return (t.base || '-') + ' -> ' + (t.end || '-') + '  ' + t.id; }).join('\\n')));
         td.appendChild(dt);
       }
       if (r.extra.web_ui) { var a = el('a', r.extra.workflow_id); a.href = r.extra.web_ui; a.target = '_blank'; td.appendChild(a); } else td.appendChild(el('span', r.extra.workflow_id));
