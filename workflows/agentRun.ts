@@ -958,6 +958,7 @@ class AgentRun {
     if (policy.decision === 'deny') {
       return errorResult(call.call_id, 'write_denied', { path, rules: policy.matched.filter((r) => r.decision === 'deny') });
     }
+    await this.beforeFirstWrite();
     const prepared = await this.act.preparePatch.executeWithOptions({ summary: `prepare apply_patch ${path}` }, [this.ref, call]);
     if (prepared.kind === 'rejected') return prepared.result;
     if (prepared.kind === 'already_written') {
@@ -977,8 +978,6 @@ class AgentRun {
   /** Approval, then the write (a patch, or a task's merge), each keyed by its action_id. */
   async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
     const { call, action } = pending;
-    // Asked at the same point on every replay: before the first write is approved, once.
-    if (!this.state.base_tests_taken && wf.patched(BASELINE_PATCH)) await this.baselineTests();
     const decision = await this.awaitApproval(pending);
     if (decision === 'interrupted') return this.interruptedResult(call.call_id, this.takeInterrupt());
     if (decision.decision === 'reject') {
@@ -1118,11 +1117,14 @@ class AgentRun {
   }
 
   /**
-   * The candidate tests on the untouched base (a copy of it; the host keeps their outcomes per
-   * tree and command, so a batch's epochs pay once). The verifier judges the end against them; if
-   * they cannot be had now, it tries again itself.
+   * Before the run's first write is prepared (a patch or a task's merge), once: the candidate
+   * tests on the untouched base (a copy of it; the host keeps their outcomes per tree and command,
+   * so a batch's epochs pay once). The verifier judges the end against them; if they cannot be
+   * had now, it tries again itself.
    */
-  private async baselineTests(): Promise<void> {
+  async beforeFirstWrite(): Promise<void> {
+    // Asked at the same point on every replay (until taken), so a history without the marker replays without it.
+    if (this.state.base_tests_taken || !wf.patched(BASELINE_PATCH)) return;
     this.state.base_tests_taken = true;
     const timeout = this.ref.fixture.tests.timeout_s * 1000 + BASELINE_MARGIN_MS;
     try {
