@@ -33,9 +33,9 @@ export function fullEvent(store: Store, e: TraceEvent): TraceEvent {
   switch (e.type) {
     case 'tool_observed': {
       // A test run's every test is kept apart from its result.
-      const result = stored as { data?: { tests_ref?: unknown } | null };
-      const testsRef = result.data?.tests_ref;
+      const testsRef = (data as { tests_ref?: unknown }).tests_ref;
       const tests = typeof testsRef === 'string' && store.has(testsRef) ? store.get(testsRef) : undefined;
+      const result = stored as { data?: object | null };
       return { ...e, data: tests ? { ...stored, data: { ...result.data, tests }, ref } : { ...stored, ref } };
     }
     case 'tool_proposed':

@@ -38,12 +38,11 @@ export interface TestRunData {
   /** What the test run changed in the workspace, undone before this result (absent: nothing). */
   unreceipted?: Undone;
   /**
-   * Every test with its outcome. Kept in the host store apart from the result (`tests_ref`), so
-   * neither history nor the model's context carries a list as long as the suite.
+   * Every test with its outcome. run_tests keeps them in the host store apart from its result
+   * (the trace names them), so neither history nor the model's context carries a list as long as
+   * the suite.
    */
   tests?: TestCase[];
-  /** The host store's digest of `tests`, once they are kept there. */
-  tests_ref?: string;
 }
 
 const REPORT = '{out}/junit.xml';

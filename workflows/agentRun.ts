@@ -936,11 +936,11 @@ class AgentRun {
    * The one result of the call in flight: traced and added to the transcript, and counted in
    * `tool_errors` unless the harness made it up because the run ended (the model never saw it).
    */
-  private observe(result: ToolResult & { ref?: string | null }, counted = true): void {
+  private observe(result: ToolResult & { ref?: string | null; tests_ref?: string }, counted = true): void {
     if (counted && result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
     if (counted) this.metrics.toolResult(result);
     const view = resultView(result, result.ref ?? null);
-    this.trace.add('tool_observed', view, { call_id: result.call_id });
+    this.trace.add('tool_observed', result.tests_ref ? { ...view, tests_ref: result.tests_ref } : view, { call_id: result.call_id });
     const inFlight = this.state.in_flight;
     this.state.in_flight = null;
     if (inFlight !== null) {
