@@ -958,7 +958,6 @@ class AgentRun {
     if (policy.decision === 'deny') {
       return errorResult(call.call_id, 'write_denied', { path, rules: policy.matched.filter((r) => r.decision === 'deny') });
     }
-    await this.beforeFirstWrite();
     const prepared = await this.act.preparePatch.executeWithOptions({ summary: `prepare apply_patch ${path}` }, [this.ref, call]);
     if (prepared.kind === 'rejected') return prepared.result;
     if (prepared.kind === 'already_written') {
@@ -967,6 +966,7 @@ class AgentRun {
     }
     const { action } = prepared;
     const { action_id, before, after, args_digest, workspace_digest } = action;
+    await this.beforeFirstWrite();
     this.trace.add(
       'approval_requested',
       { path, before, after, args_digest, workspace_digest, diff: brief(action.diff), diff_bytes: action.diff.length },
@@ -1117,7 +1117,7 @@ class AgentRun {
   }
 
   /**
-   * Before the run's first write is prepared (a patch or a task's merge), once: the candidate
+   * Before the run's first write is asked for (a prepared patch or task's merge), once: the candidate
    * tests on the untouched base (a copy of it; the host keeps their outcomes per tree and command,
    * so a batch's epochs pay once). The verifier judges the end against them; if they cannot be
    * had now, it tries again itself.

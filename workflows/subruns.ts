@@ -47,7 +47,7 @@ export interface TaskHost {
   readonly ref: RunRef;
   readonly act: wf.ActivityInterfaceFor<Activities>;
   approveAndWrite(pending: PendingWrite): Promise<ToolResult>;
-  /** What comes before the run's first write (the base's test outcomes), once. */
+  /** What comes before the run's first write is asked for (the base's test outcomes), once. */
   beforeFirstWrite(): Promise<void>;
   /** What counts against the run's budgets, its tasks' spending and holdings included. */
   used(): BudgetUse;
@@ -428,7 +428,6 @@ export class Orchestration {
         task,
         `only a completed task is merged; this one ended ${task.status}${task.reason ? ` (${task.reason})` : ''}`,
       );
-    await this.host.beforeFirstWrite();
     const prepared = await this.host.act.prepareMerge.executeWithOptions({ summary: `prepare merge_task ${task.title}` }, [
       this.host.ref,
       { task_id: task.task_id, run_id: task.run_id! },
@@ -463,6 +462,7 @@ export class Orchestration {
         rules: policy.matched.filter((r) => r.decision === 'deny'),
       });
     }
+    await this.host.beforeFirstWrite();
     this.host.trace.add(
       'approval_requested',
       {
