@@ -346,7 +346,7 @@ export async function collectReport(
   }
 }
 
-/** Every test of a verification with its outcome at the base and at the end, from this host's store (null: not here). */
+/** Every test of a verification with its outcome at the base and at the end, and its acceptance cases, from this host's store (null: not here). */
 export function verifiedTests(store: Store, v: VerifierFindings | null): HtmlRunExtra['tests'] {
   const listed = (ref: string | null | undefined) => (ref && store.has(ref) ? store.get<TestCase[]>(ref) : null);
   const end = listed(v?.candidate_tests.tests_ref);
@@ -355,6 +355,8 @@ export function verifiedTests(store: Store, v: VerifierFindings | null): HtmlRun
   const tests = end.map((t) => ({ id: t.id, base: base.get(t.id) ?? null, end: t.outcome as string | null }));
   const seen = new Set(end.map((t) => t.id));
   for (const [id, outcome] of base) if (!seen.has(id)) tests.push({ id, base: outcome, end: null });
+  // The hidden acceptance cases, each with its outcome (they have no base).
+  for (const c of listed(v?.acceptance?.tests_ref) ?? []) tests.push({ id: `acceptance: ${c.id}`, base: null, end: c.outcome });
   return tests;
 }
 

@@ -54,6 +54,7 @@ function withTests(store: Store, e: TraceEvent): TraceEvent {
     tests_ref?: unknown;
     candidate_tests?: { tests_ref?: unknown };
     verdict?: { base?: { tests_ref?: unknown } | null };
+    acceptance?: { tests_ref?: unknown } | null;
   };
   if (e.type === 'baseline_tests') {
     const tests = resolve(data.tests_ref);
@@ -61,7 +62,16 @@ function withTests(store: Store, e: TraceEvent): TraceEvent {
   }
   const end = resolve(data.candidate_tests?.tests_ref);
   const base = resolve(data.verdict?.base?.tests_ref);
-  return { ...e, data: { ...data, ...(base ? { tests_at_base: base } : {}), ...(end ? { tests_at_end: end } : {}) } };
+  const cases = resolve(data.acceptance?.tests_ref);
+  return {
+    ...e,
+    data: {
+      ...data,
+      ...(base ? { tests_at_base: base } : {}),
+      ...(end ? { tests_at_end: end } : {}),
+      ...(cases ? { acceptance_cases: cases } : {}),
+    },
+  };
 }
 
 /** The whole stored trace of a run, resolved when `full`. */

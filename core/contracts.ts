@@ -595,8 +595,11 @@ export interface VerifierFindings {
     outcomes?: OutcomeCounts;
     tests_ref?: string | null;
   };
-  /** Null when the run has no acceptance (a repository run without one). */
-  acceptance: { total: number; passed: number; failed: string[]; error: string | null } | null;
+  /**
+   * Null when the run has no acceptance (a repository run without one). `tests_ref`: the host
+   * store's digest of each case with its outcome (absent in findings from before it).
+   */
+  acceptance: { total: number; passed: number; failed: string[]; error: string | null; tests_ref?: string } | null;
   diff_paths: string[];
   /** What the verifier's own test and acceptance processes changed in the workspace, undone (absent: nothing). */
   unreceipted?: UnreceiptedChange[];

@@ -52,13 +52,13 @@ export function protectedChanges(spec: RunSpec, changed: string[], baselinePaths
   });
 }
 
-export type AcceptanceResult = { total: number; passed: number; failed: string[]; error: string | null };
+export type AcceptanceResult = { total: number; passed: number; failed: string[]; error: string | null; tests_ref?: string };
 
 /** Strict protocol check of the acceptance command's output against expected.json. */
-export function judgeAcceptance(stdout: string, expectedJson: string): AcceptanceResult {
+export function judgeAcceptance(stdout: string, expectedJson: string): AcceptanceResult & { ids: string[] } {
   const expected = expectedFile.parse(JSON.parse(expectedJson));
   const ids = Object.keys(expected.cases).sort();
-  const protocolError = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
+  const protocolError = (error: string) => ({ total: ids.length, passed: 0, failed: ids, error, ids });
   let parsed: unknown;
   try {
     parsed = JSON.parse(stdout);
@@ -80,7 +80,7 @@ export function judgeAcceptance(stdout: string, expectedJson: string): Acceptanc
     .filter((c) => c.error !== null || !jsonEqual(c.actual, expected.cases[c.id]))
     .map((c) => c.id)
     .sort();
-  return { total: ids.length, passed: ids.length - failed.length, failed, error: null };
+  return { total: ids.length, passed: ids.length - failed.length, failed, error: null, ids };
 }
 
 /** What a task names of its own verdict, resolved from the host store (activities/verification.ts). */
@@ -163,7 +163,12 @@ export async function verify(opts: {
     const { result, undone } = await withUndo(paths, () =>
       runAcceptance({ ...opts, acceptance: fixture.acceptance!, acceptanceDir: opts.acceptanceDir! }),
     );
-    acceptance = result;
+    // Each case with its outcome, kept like a test run's: `trace --full` and report.html show them.
+    const cases = result.ids.map(
+      (id) => ({ id, outcome: !result.failed.includes(id) ? 'passed' : result.error ? 'error' : 'failed' }) as const,
+    );
+    const { ids: _ids, ...counts } = result;
+    acceptance = { ...counts, tests_ref: opts.cache.keepTests(cases) };
     if (undone) {
       unreceipted.push({ step: 'acceptance', ...undone });
       for (const p of undone.paths) tampered.add(p);
@@ -243,7 +248,7 @@ async function testsInCopy(
 /** The hidden acceptance cases, run read-only against the workspace and judged against expected.json on the host. */
 async function runAcceptance(
   opts: Parameters<typeof verify>[0] & { acceptance: NonNullable<RunSpec['acceptance']>; acceptanceDir: string },
-): Promise<AcceptanceResult> {
+): Promise<AcceptanceResult & { ids: string[] }> {
   const { paths } = opts;
   // The acceptance runner files, minus expected.json, in a fresh host folder mounted read-only.
   const scratch = onDisk('workspace', "the acceptance run's folder in the control folder", () => {
@@ -253,7 +258,7 @@ async function runAcceptance(
     mkdirSync(join(made, 'out'));
     return made;
   });
-  let acceptance: AcceptanceResult;
+  let acceptance: AcceptanceResult & { ids: string[] };
   try {
     const runnerDir = join(scratch, 'acceptance');
     const outDir = join(scratch, 'out');
@@ -271,7 +276,7 @@ async function runAcceptance(
     };
     const result = await execWithinDisk(opts.backend, spec, { limitBytes: opts.limits.workspaceBytes, bytesBefore: 0 });
     const ids = Object.keys(expectedFile.parse(JSON.parse(expectedJson)).cases).sort();
-    const failAll = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
+    const failAll = (error: string) => ({ total: ids.length, passed: 0, failed: ids, error, ids });
     if (result.overLimit) acceptance = failAll(overLimitDetail(result.overLimit));
     else if (result.cancelled) acceptance = failAll('acceptance run was cancelled');
     else if (result.timedOut) acceptance = failAll('acceptance command timed out');

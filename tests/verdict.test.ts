@@ -339,6 +339,11 @@ describe('a verdict the run cannot game', () => {
       // report.html has every test of each run, at the base and at the end.
       const fixAt = report.runs.indexOf(fix.run);
       expect(html[fixAt].tests).toContainEqual({ id: 'tests/test_slug.py::test_repeated_spaces', base: 'failed', end: 'passed' });
+      // ...and each hidden acceptance case with its outcome.
+      expect(html[fixAt].tests).toContainEqual({ id: 'acceptance: spaces', base: null, end: 'passed' });
+      expect((await traceOf(fix.run)).find((e) => e.type === 'verification_passed')!.data).toMatchObject({
+        acceptance_cases: [{ id: 'spaces', outcome: 'passed' }],
+      });
       // The base ran once per tree and command on this host: every later run of the fixture found it kept.
       const cached: boolean[] = [];
       for (const r of report.runs.filter((run) => run.fixture === 'verdict-py'))
