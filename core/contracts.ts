@@ -97,6 +97,8 @@ export type TestsSpec = z.infer<typeof testsSchema>;
 export const TEST_OUTCOMES = ['passed', 'failed', 'error', 'skipped', 'xfail'] as const;
 export type TestOutcome = (typeof TEST_OUTCOMES)[number];
 export type OutcomeCounts = Record<TestOutcome, number>;
+/** The counts of a run with no test. */
+export const noOutcomes = (): OutcomeCounts => ({ passed: 0, failed: 0, error: 0, skipped: 0, xfail: 0 });
 /** One test of a run, named as its runner names it (sandbox/junit.ts). */
 export interface TestCase {
   id: string;

@@ -14,7 +14,7 @@ import { usable } from '../core/verdict';
 import { PatchError } from '../core/unified-diff';
 import { digestJson } from '../host/digest';
 import { baselineManifest, manifestDigest, type RunPaths } from '../host/workspace/workspace';
-import { runTestsIn, type TestRunOptions } from './test-runner';
+import { runTestsIn, unusableRun, type TestRunOptions } from './test-runner';
 import { applyTestPatch, copyForTests, removeCopy, removeLeftCopies } from './verification-tree';
 
 /** What the host store keeps of a base's outcomes. */
@@ -107,16 +107,14 @@ async function runAtBase(
   removeLeftCopies(opts.paths);
   const copy = copyForTests(opts.paths, opts.paths.baseline, 'base');
   try {
-    if (opts.testPatch !== null) {
-      try {
-        applyTestPatch(copy.tree, opts.paths.baseline, opts.testPatch);
-      } catch (err) {
-        if (!(err instanceof PatchError)) throw err;
-        const zero = { passed: 0, failed: 0, error: 0, skipped: 0, xfail: 0 };
-        return { status: 'error', outcomes: zero, tests_ref: null, cached: false, tests: [], detail: err.message };
-      }
+    let data;
+    try {
+      if (opts.testPatch !== null) applyTestPatch(copy.tree, opts.paths.baseline, opts.testPatch);
+      data = await runTestsIn(opts, copy.tree, copy.control);
+    } catch (err) {
+      if (!(err instanceof PatchError)) throw err;
+      data = unusableRun(err.message);
     }
-    const data = await runTestsIn(opts, copy.tree, copy.control);
     const tests = data.tests ?? [];
     return {
       status: data.status,

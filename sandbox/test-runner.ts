@@ -7,7 +7,7 @@
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { JUNIT_PLACEHOLDER, type OutcomeCounts, type TestCase, type TestsSpec } from '../core/contracts';
+import { JUNIT_PLACEHOLDER, noOutcomes, type OutcomeCounts, type TestCase, type TestsSpec } from '../core/contracts';
 import { testFile } from '../core/verdict';
 import { readHostile } from '../host/workspace/hostile-read';
 import type { ExecBackend } from './backends/types';
@@ -101,6 +101,22 @@ export function testArgv(tests: TestsSpec, select?: Selection): string[] {
   ];
 }
 
+/** A test run that could not start for `detail` (a task's test patch that does not apply): no usable outcome. */
+export function unusableRun(detail: string): TestRunData {
+  return {
+    status: 'error',
+    exit_code: null,
+    discovered: 0,
+    passed: 0,
+    failed: 0,
+    outcomes: noOutcomes(),
+    failures: [],
+    output_tail: '',
+    tests: [],
+    detail,
+  };
+}
+
 export interface TestRunOptions {
   backend: ExecBackend;
   fixture: { tests: TestsSpec };
@@ -154,14 +170,7 @@ async function testsIn(opts: TestRunOptions & { select?: Selection }, workspaceD
     exit_code: result.exitCode,
     output_tail: scrub(tailBytes(result.stdout + (result.stderr ? `\n${result.stderr}` : ''), opts.limits.outputTailBytes)),
   };
-  const zero = {
-    discovered: 0,
-    passed: 0,
-    failed: 0,
-    outcomes: { passed: 0, failed: 0, error: 0, skipped: 0, xfail: 0 },
-    failures: [],
-    tests: [],
-  };
+  const zero = { discovered: 0, passed: 0, failed: 0, outcomes: noOutcomes(), failures: [], tests: [] };
   if (result.overLimit) return { status: 'error', ...base, ...zero, detail: overLimitDetail(result.overLimit) };
   if (result.cancelled) return { status: 'cancelled', ...base, ...zero };
   if (result.timedOut) return { status: 'timeout', ...base, ...zero };

@@ -26,7 +26,7 @@ import { keepVerifiedChange, treeChanges } from '../host/repository';
 import { readHostile } from '../host/workspace/hostile-read';
 import { decideVerdict, toRunAgain } from '../core/verdict';
 import { PatchError } from '../core/unified-diff';
-import { runTestsIn, type Selection, type TestRunData } from './test-runner';
+import { runTestsIn, unusableRun, type Selection, type TestRunData } from './test-runner';
 import { baseOutcomes, type BaselineCache } from './baseline';
 import { CONFIG_FILE_MAX, testConfigChanges, type ConfigChange } from './test-config';
 import { applyTestPatch, copyForTests, removeCopy, removeLeftCopies, restoreConfig } from './verification-tree';
@@ -153,8 +153,8 @@ export async function verify(opts: {
     fileExists: (p) => present.has(p),
   });
   if (tampered.size > 0) {
-    const paths = [...tampered].sort();
-    unreceipted.push({ step: 'verifier_tests', paths: paths.slice(0, UNDONE_PATHS_SHOWN), count: paths.length });
+    const changed = [...tampered].sort();
+    unreceipted.push({ step: 'verifier_tests', paths: changed.slice(0, UNDONE_PATHS_SHOWN), count: changed.length });
   }
 
   let acceptance: AcceptanceResult | null = null; // a repository run without acceptance
@@ -221,19 +221,7 @@ async function testsInCopy(
         applyTestPatch(copy.tree, opts.paths.baseline, opts.task.test_patch);
       } catch (err) {
         if (!(err instanceof PatchError)) throw err;
-        const zero = { passed: 0, failed: 0, error: 0, skipped: 0, xfail: 0 };
-        return {
-          status: 'error',
-          exit_code: null,
-          discovered: 0,
-          passed: 0,
-          failed: 0,
-          outcomes: zero,
-          failures: [],
-          output_tail: '',
-          tests: [],
-          detail: err.message,
-        };
+        return unusableRun(err.message);
       }
     }
     const before = manifest(copy.tree);
