@@ -31,6 +31,9 @@ import type { EvalReport } from '../core/report';
 import type { RunOutcome } from '../core/run-view';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
+import { parseJunit } from '../sandbox/junit';
+import { isTestConfig, pytestPart, testConfigChanges } from '../sandbox/test-config';
+import type { ManifestEntry } from '../host/workspace/manifest';
 import { PROJECT_ROOT, tempDir, writeFiles } from './helpers/run-dir';
 import { startServer, traceIn, uniqueQueue } from './helpers/temporal';
 
@@ -448,5 +451,98 @@ describe('a verdict the run cannot game', () => {
       ['martinblech__xmltodict-401', 'gold', 'completed', []],
       ['r1chardj0n3s__parse-221', 'gold', 'completed', []],
     ]);
+  });
+});
+
+describe('what the verdict reads', () => {
+  it('names each test as its runner does: pytest node ids (classes, parameters, a module that failed to collect), Node suite paths, repeats numbered', () => {
+    const pytest = parseJunit(
+      '<testsuites><testsuite name="pytest">' +
+        '<testcase classname="tests.test_a" name="test_ok" file="tests/test_a.py"/>' +
+        '<testcase classname="tests.test_a.TestC" name="test_p[x-1]" file="tests/test_a.py"><failure message="no"/></testcase>' +
+        '<testcase classname="tests.test_a" name="test_x" file="tests/test_a.py"><skipped type="pytest.xfail" message="known"/></testcase>' +
+        '<testcase classname="tests.test_a" name="test_s" file="tests/test_a.py"><skipped type="pytest.skip" message="later"/></testcase>' +
+        '<testcase classname="" name="tests.test_b" file="tests/test_b.py"><error message="collection failure"/></testcase>' +
+        '</testsuite></testsuites>',
+      'pytest',
+    );
+    expect(pytest.tests).toEqual([
+      { id: 'tests/test_a.py::test_ok', outcome: 'passed' },
+      { id: 'tests/test_a.py::TestC::test_p[x-1]', outcome: 'failed' },
+      { id: 'tests/test_a.py::test_x', outcome: 'xfail' },
+      { id: 'tests/test_a.py::test_s', outcome: 'skipped' },
+      { id: 'tests/test_b.py', outcome: 'error' },
+    ]);
+    expect([pytest.discovered, pytest.passed, pytest.failed, pytest.skipped]).toEqual([5, 1, 2, 2]);
+    const node = parseJunit(
+      '<testsuites><testcase name="top" classname="test"/>' +
+        '<testsuite name="suite"><testcase name="inner" classname="test"/><testsuite name="deeper"><testcase name="leaf" classname="test"/></testsuite></testsuite>' +
+        '<testcase name="top" classname="test"><failure message="x"/></testcase></testsuites>',
+      'node-test',
+    );
+    // A level's tests come before its suites (the report's order within each).
+    expect(node.tests.map((t) => `${t.id}: ${t.outcome}`)).toEqual([
+      'top: passed',
+      'top #2: failed',
+      'suite > inner: passed',
+      'suite > deeper > leaf: passed',
+    ]);
+  });
+
+  it('finds the files that configure a runner, and only the test part of a shared one', () => {
+    const pytest = { command: ['python3', '-m', 'pytest', 'tests'], format: 'pytest' as const, timeout_s: 60 };
+    for (const p of [
+      'conftest.py',
+      'a/b/conftest.py',
+      'pytest.ini',
+      'tox.ini',
+      'setup.cfg',
+      'pyproject.toml',
+      'package.json',
+      'jest.config.js',
+      '.mocharc.yml',
+      'babel.config.cjs',
+      'pytest.py',
+      '_pytest/main.py',
+      'sitecustomize.py',
+    ])
+      expect([p, isTestConfig(p, pytest)]).toEqual([p, true]);
+    for (const p of ['src/app.py', 'tests/test_a.py', 'README.md', 'src/pytest_helpers.py'])
+      expect([p, isTestConfig(p, pytest)]).toEqual([p, false]);
+    const junit = { command: ['python3', '-m', 'xmlrunner', '--output-file', '{junit}'], format: 'junit' as const, timeout_s: 60 };
+    expect([isTestConfig('xmlrunner/runner.py', junit), isTestConfig('xmlrunner.py', junit)]).toEqual([true, true]);
+    expect(isTestConfig('run-tests.sh', { command: ['sh', 'run-tests.sh', '{junit}'], format: 'junit', timeout_s: 60 })).toBe(true);
+
+    const toml = '[project]\nname = "x"\ndependencies = ["a"]\n\n[tool.pytest.ini_options]\naddopts = "-q"\n';
+    expect(pytestPart('pyproject.toml', toml)).toBe('[tool.pytest.ini_options]\naddopts = "-q"\n');
+    expect(pytestPart('pyproject.toml', toml.replace('["a"]', '["a", "b"]'))).toBe(pytestPart('pyproject.toml', toml));
+    expect(pytestPart('pyproject.toml', `${toml.split('\n\n')[0]}\ntool.pytest.ini_options.addopts = "-p evil"\n`)).toContain('-p evil');
+
+    const file = (path: string, text: string): ManifestEntry => ({
+      path,
+      kind: 'file',
+      digest: createHash('sha256').update(text).digest('hex'),
+      executable: false,
+    });
+    const pkg = (test: string, deps: string) =>
+      JSON.stringify({ name: 'x', scripts: { test, lint: 'eslint' }, dependencies: { [deps]: '1' } });
+    const before = { 'package.json': pkg('node --test', 'a'), 'pyproject.toml': toml, 'src/a.py': 'x' };
+    const after: Record<string, string> = {
+      'package.json': pkg('node --test test/only.js', 'b'),
+      'pyproject.toml': toml.replace('["a"]', '["a", "b"]'),
+      'src/a.py': 'y',
+      'tests/conftest.py': 'import pytest\n',
+    };
+    const entries = (files: Record<string, string>) => Object.entries(files).map(([p, t]) => file(p, t));
+    const read = (files: Record<string, string>) => (p: string) => (p in files ? Buffer.from(files[p]) : null);
+    const changes = testConfigChanges(pytest, entries(before), entries(after), read(before), read(after));
+    expect(changes.map((c) => c.path)).toEqual(['package.json', 'tests/conftest.py']);
+    // package.json keeps the run's dependencies with the base's test script; a conftest.py the base lacks goes.
+    expect(JSON.parse(String(changes[0].restore))).toEqual({
+      name: 'x',
+      scripts: { test: 'node --test', lint: 'eslint' },
+      dependencies: { b: '1' },
+    });
+    expect(changes[1].restore).toBeNull();
   });
 });
