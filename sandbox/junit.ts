@@ -11,7 +11,8 @@
  * - node-test: the names of the enclosing suites and the test, joined by ` > ` (Node's report has
  *   no file);
  * - junit: `classname::name`.
- * An id that occurs again in the same report gets ` #2`, ` #3`... in the report's order.
+ * An id that occurs again in the same report gets ` #2`, ` #3`... in the order the report is read
+ * (at each level its test cases, then its suites).
  *
  * The report is hostile (a test process can write it): its size is capped before it is read, ids
  * are cut to a length, and nothing in it is taken for more than a name and an outcome.

@@ -1,9 +1,10 @@
 /**
- * Runs a fixture's candidate tests through a backend and reads the counts from the JUnit
- * report (pytest's --junitxml, Node's junit reporter, or for the junit format whatever runner
- * the fixture names, writing to {junit}). Used by the run_tests tool and by the verifier alike.
- * Whatever the tests change in the workspace is undone (host/workspace/byproducts.ts), and the
- * report is read as the sandbox left it: never through a link, never waiting on a FIFO.
+ * Runs a fixture's candidate tests through a backend and reads the counts and each test's
+ * outcome from the JUnit report (pytest's --junitxml, Node's junit reporter, or for the junit
+ * format whatever runner the fixture names, writing to {junit}). The run_tests tool runs them in
+ * the workspace, and whatever they change there is undone (host/workspace/byproducts.ts); the
+ * verifier and the base run run them in copies of their own (`runTestsIn`). The report is read as
+ * the sandbox left it: never through a link, never waiting on a FIFO, its size capped first.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
