@@ -24,6 +24,9 @@ import {
   type ParsedRunInput,
   type Replay,
   type RunSpec,
+  type VerdictFile,
+  type VerdictRef,
+  verdictFileSchema,
 } from '../core/contracts';
 import { egressProblems } from '../core/egress';
 import { nonRetryable } from '../core/failures';
@@ -32,6 +35,7 @@ import { taskFixture, type DispatchCall } from '../core/tasks';
 import { brief } from '../core/transcript';
 import { formatIssues } from '../core/validate';
 import { buildId } from '../host/build';
+import { readRegular } from '../host/workspace/hostile-read';
 import { faultPoint } from '../host/faults';
 import { planFork, type ForkPlan } from '../host/fork';
 import { loadRepository, prepareRepositoryWorkspace, type LoadedRepository } from '../host/repository';
@@ -48,6 +52,9 @@ import { expectedFile } from '../sandbox/verifier';
 import type { Kit } from './kit';
 
 type Refusal = Extract<LoadRunResult, { ok: false }>;
+
+/** A task's verdict file is read up to this size (its test patch is capped below it). */
+const VERDICT_FILE_MAX = 16 * 1024 * 1024;
 
 /** What a run works on, before its decision source is checked. */
 interface Work {
@@ -150,7 +157,14 @@ async function work(kit: Kit, input: ParsedRunInput): Promise<Work | Refusal> {
   } else {
     const loaded = loadFixture(input.fixture!);
     if (!loaded.ok) return loaded;
-    found = { fixture: loaded.fixture, fixture_dir: input.fixture!, ...(input.image ? { image: input.image } : {}) };
+    const { verdict, ...fixture } = loaded.fixture;
+    found = { fixture, fixture_dir: input.fixture!, ...(input.image ? { image: input.image } : {}) };
+    if (verdict) found.fixture = { ...fixture, verdict_ref: keepVerdict(kit, { ...verdict, schema_version: 1 }) };
+  }
+  if (input.repo?.verdict_file !== undefined) {
+    const file = readVerdictFile(input.repo.verdict_file);
+    if ('ok' in file) return file;
+    found.fixture = { ...found.fixture, verdict_ref: keepVerdict(kit, file) };
   }
   const child = input.child;
   if (!child) return found;
@@ -158,10 +172,39 @@ async function work(kit: Kit, input: ParsedRunInput): Promise<Work | Refusal> {
   // A task's run works in a copy of the parent's workspace: a repository task keeps no change of
   // its own to make a branch of. Its setup ran in the parent's run: the workspace holds its
   // products and the image is the parent's setup image.
+  // A task's run is judged against its own start: the task's named tests judge the whole run.
   const { repository: _parentRepository, ...rest } = found;
+  const { verdict_ref: _verdict, ...spec } = found.fixture;
   return {
     ...rest,
-    fixture: withoutSetup(taskFixture(found.fixture, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths)),
+    fixture: withoutSetup(taskFixture(spec, store.get<DispatchCall>(child.dispatch_ref).arguments, child.paths)),
+  };
+}
+
+/** A task's verdict file (a SWE-bench instance's part the model never sees), checked. */
+function readVerdictFile(path: string): VerdictFile | Refusal {
+  let raw: unknown;
+  try {
+    const text = readRegular(resolve(path), VERDICT_FILE_MAX, 'the verdict file').toString('utf8');
+    raw = JSON.parse(text);
+  } catch (err) {
+    return { ok: false, reason: 'invalid_input', detail: `the task's verdict file ${basename(path)}: ${(err as Error).message}` };
+  }
+  const parsed = verdictFileSchema.safeParse(raw);
+  if (!parsed.success)
+    return { ok: false, reason: 'invalid_input', detail: `the task's verdict file ${basename(path)}: ${formatIssues(parsed.error)}` };
+  return parsed.data;
+}
+
+/** The task's verdict kept in the host store; the run's rules carry its digests and counts. */
+function keepVerdict(kit: Kit, v: VerdictFile): VerdictRef {
+  const named = v.fail_to_pass !== undefined || v.pass_to_pass !== undefined;
+  return {
+    tests_ref: named ? kit.store.put('verdict', { fail_to_pass: v.fail_to_pass, pass_to_pass: v.pass_to_pass }) : null,
+    fail_to_pass: v.fail_to_pass?.length ?? null,
+    pass_to_pass: v.pass_to_pass?.length ?? null,
+    test_patch: v.test_patch ? kit.store.put('verdict', v.test_patch) : null,
+    tests_may_change: v.tests_may_change === true,
   };
 }
 

@@ -21,12 +21,22 @@ export function toolActivities(kit: Kit) {
    */
   const toolResult = async (ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView> => {
     const ctx = kit.toolContext(ref, timeoutMs);
-    const result = await runTool(ctx, kit.storedCall(view, view.name));
+    let result = await runTool(ctx, kit.storedCall(view, view.name));
+    let testsRef: string | undefined;
+    if (view.name === 'run_tests' && result.data !== null) {
+      // Every test with its outcome is stored on its own: the trace names it (`trace --full` shows
+      // it), the result the model reads does not carry a list as long as the suite.
+      const { tests, ...data } = result.data as TestRunData;
+      if (tests) testsRef = kit.store.put('tests', tests);
+      result = { ...result, data };
+    }
     const unreceipted = view.name === 'run_tests' ? (result.data as TestRunData | null)?.unreceipted : undefined;
     const resultRef = kit.store.put('result', result);
-    return unreceipted
-      ? { ...resultView(result, resultRef), unreceipted: { step: 'run_tests', ...unreceipted } }
-      : resultView(result, resultRef);
+    return {
+      ...resultView(result, resultRef),
+      ...(unreceipted ? { unreceipted: { step: 'run_tests', ...unreceipted } } : {}),
+      ...(testsRef ? { tests_ref: testsRef } : {}),
+    };
   };
 
   return {

@@ -1,22 +1,59 @@
-/** The host verifier as an activity, and the changed paths of a run that ended before it. */
+/** The host verifier as an activity, the base's test outcomes, and the changed paths of a run that ended before verification. */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { CancelledFailure } from '@temporalio/common';
 import type { RunRef } from '../core/activities';
-import type { VerifierFindings } from '../core/contracts';
-import { verify as runVerifier } from '../sandbox/verifier';
+import type { BaseTests, TestCase, VerifierFindings } from '../core/contracts';
+import { baseOutcomes, type BaselineCache, type StoredBaseline } from '../sandbox/baseline';
+import { verify as runVerifier, type TaskVerdictInput } from '../sandbox/verifier';
 import { offThread } from '../host/workspace/thread';
 import { infrastructure, type Kit } from './kit';
 
 export function verificationActivities(kit: Kit) {
+  const cache: BaselineCache = {
+    get: (key) => kit.store.baseline<StoredBaseline>(key),
+    put: (key, value) => kit.store.keepBaseline(key, value),
+    keepTests: (tests) => kit.store.put('tests', tests),
+    tests: (ref) => kit.store.get<TestCase[]>(ref),
+  };
+  /** The task's own verdict, from the host store where loadRun kept it. */
+  const taskOf = (ref: RunRef): TaskVerdictInput => {
+    const v = ref.fixture.verdict_ref;
+    if (!v) return { tests_may_change: false, test_patch: null };
+    const named = v.tests_ref ? kit.store.get<{ fail_to_pass?: string[]; pass_to_pass?: string[] }>(v.tests_ref) : {};
+    return { ...named, tests_may_change: v.tests_may_change, test_patch: v.test_patch ? kit.store.get<string>(v.test_patch) : null };
+  };
+  const cancelled = (signal: AbortSignal, what: string) => {
+    if (signal.aborted) throw new CancelledFailure(`${what} was cancelled`);
+  };
+
   return {
     async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
       const ctx = kit.toolContext(ref, timeoutMs);
-      const findings = await runVerifier({ ...ctx, onProgress: ctx.heartbeat, hiddenAcceptance: ref.hidden_acceptance !== false }).catch(
-        infrastructure,
-      );
-      if (ctx.signal.aborted) throw new CancelledFailure('verification was cancelled');
+      const findings = await runVerifier({
+        ...ctx,
+        onProgress: ctx.heartbeat,
+        hiddenAcceptance: ref.hidden_acceptance !== false,
+        cache,
+        image: ref.image ?? null,
+        task: taskOf(ref),
+        allowTestConfig: ref.allow_test_config_change === true,
+      }).catch(infrastructure);
+      cancelled(ctx.signal, 'verification');
       return findings;
+    },
+
+    async baselineTests(ref: RunRef, timeoutMs: number): Promise<BaseTests> {
+      const ctx = kit.toolContext(ref, timeoutMs);
+      const { tests: _tests, ...base } = await baseOutcomes({
+        ...ctx,
+        onProgress: ctx.heartbeat,
+        cache,
+        image: ref.image ?? null,
+        testPatch: taskOf(ref).test_patch,
+      }).catch(infrastructure);
+      cancelled(ctx.signal, 'the base run of the tests');
+      return base;
     },
 
     /** Changed paths of a run that ended before verification (empty when no workspace exists). */

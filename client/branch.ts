@@ -56,8 +56,11 @@ function finalSummary(session: Session, outcome: RunOutcome, workflowId: string)
   }
 }
 
-/** The verified change of a completed repository run, or a NoBranch naming why there is none. */
-async function runChange(session: Session, workflowId: string): Promise<RunChange> {
+/**
+ * The verified change of a completed repository run, or a NoBranch naming why there is none.
+ * `anyEnd`: of a run that ended otherwise too, once verified (a batch's predictions file).
+ */
+async function runChange(session: Session, workflowId: string, anyEnd = false): Promise<RunChange> {
   const { runHandle, startInput, isRunning, runOutcome } = await import('./run-access');
   const handle = runHandle(session.client, workflowId);
   const raw = await startInput(handle);
@@ -65,7 +68,7 @@ async function runChange(session: Session, workflowId: string): Promise<RunChang
   if (await isRunning(handle)) throw new NoBranch(`${workflowId} is still running: a branch comes from a completed run`);
   const outcome = await runOutcome(handle);
   const { status, reason } = outcome.record;
-  if (status !== 'completed')
+  if (status !== 'completed' && !anyEnd)
     throw new NoBranch(
       `${workflowId} ended ${status}${reason ? ` (${reason})` : ''}: only a completed run's verified change becomes a branch`,
     );
@@ -155,5 +158,19 @@ function hostGitFor(settings: Session['settings'], path: string) {
 /** The run's verified change as a patch that `git apply` takes, with nothing written to the repository. */
 export async function patchFromRun(session: Session, workflowId: string): Promise<string> {
   const change = await runChange(session, workflowId);
+  return onRepository(session, change, (repo) => repo.patch(change.base, change.changes, change.message));
+}
+
+/**
+ * The change a repository run's verifier saw, completed or not, as a patch (a batch's predictions
+ * file); '' when the run was never verified (it ended before). A NoBranch says why there is none
+ * where there should be one (its state folder is not on this machine, say).
+ */
+export async function verifiedPatch(session: Session, workflowId: string): Promise<string> {
+  const { runHandle, runOutcome } = await import('./run-access');
+  const outcome = await runOutcome(runHandle(session.client, workflowId));
+  if (outcome.state.verification === null) return '';
+  const change = await runChange(session, workflowId, true);
+  if (change.changes.length === 0) return '';
   return onRepository(session, change, (repo) => repo.patch(change.base, change.changes, change.message));
 }

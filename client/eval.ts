@@ -25,9 +25,12 @@ import {
 import { localCredentialsFile } from './repository-run';
 import { readTasksFile } from './tasks-file';
 import { repositoryRead } from '../core/repo-settings';
+import { planInstances, type Prediction } from './swe-bench';
+import type { Session } from './session';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
-import type { RunRecord } from '../core/contracts';
+import type { RunRecord, TestCase, VerifierFindings } from '../core/contracts';
+import type { Store } from '../host/store';
 import { replayTrusted, type Settings } from '../host/settings';
 import { evalProgress, evalResult, runOutcome, startInput } from './run-access';
 import { openStore } from './stored-trace';
@@ -73,6 +76,14 @@ export interface PlanOptions {
   hostLostS?: number;
   /** A live batch: each entry once per epoch, decided by this endpoint and model (and prompt version). */
   live?: EvalPlan['live'];
+  /** The user lets the runs change their test configuration. */
+  allowTestConfig?: boolean;
+  /**
+   * SWE-bench instances (client/swe-bench.ts): the instance file, the folder of local repositories,
+   * what decides (`gold`, a predictions file, or the live model), and where their verdict files and
+   * replays are written.
+   */
+  instances?: { file: string; repos: string; decisions: 'gold' | { predictions: string } | 'live'; dir: string };
 }
 
 /**
@@ -86,13 +97,16 @@ export async function buildPlan(settings: Settings, args: string[], o: PlanOptio
   const dirs = args.filter((a) => !a.endsWith('.jsonl'));
   const read = repositoryRead(o.backend, o.trustRepository);
   const tasks: PlannedEntry[] = [];
-  for (const file of taskFiles)
-    for (const t of await readTasksFile(resolve(file), { settings, read, credentialsFile: localCredentialsFile(settings) }))
-      tasks.push({
-        dir: t.repo.path,
-        repo: o.trustRepository ? { ...t.repo, trusted: true } : t.repo,
-        replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })),
-      });
+  const reading = { settings, read, credentialsFile: localCredentialsFile(settings) };
+  const planned = [];
+  for (const file of taskFiles) planned.push(...(await readTasksFile(resolve(file), reading)));
+  if (o.instances) planned.push(...(await instanceTasks(o.instances, reading)));
+  for (const t of planned)
+    tasks.push({
+      dir: t.repo.path,
+      repo: o.trustRepository ? { ...t.repo, trusted: true } : t.repo,
+      replays: t.replays.map((r) => ({ ...r, trusted: trusted(r.path) })),
+    });
   const fixtures: PlannedEntry[] = [
     ...findFixtures(dirs).map((dir) => ({
       dir,
@@ -108,8 +122,43 @@ export async function buildPlan(settings: Settings, args: string[], o: PlanOptio
     backend: o.backend,
     approver: o.approver,
     ...(o.hostLostS ? { host_lost_s: o.hostLostS } : {}),
+    ...(o.allowTestConfig ? { allow_test_config_change: true } : {}),
     ...(o.live ? { live: o.live } : {}),
   };
+}
+
+function instanceTasks(i: NonNullable<PlanOptions['instances']>, reading: Parameters<typeof planInstances>[4]) {
+  const decisions =
+    i.decisions === 'gold'
+      ? ({ kind: 'gold' } as const)
+      : i.decisions === 'live'
+        ? ({ kind: 'live' } as const)
+        : ({ kind: 'predictions', file: i.decisions.predictions } as const);
+  return planInstances(i.file, i.repos, i.dir, decisions, reading);
+}
+
+/**
+ * SWE-bench's predictions of a batch's repository runs (its first epoch): each run's change as
+ * its verifier saw it (completed or not; '' when it ended before verification), named by the
+ * replay (`gold`, a prediction's model) or the live model. A run whose change is not on this
+ * machine is left out, and said so on stderr.
+ */
+export async function batchPredictions(session: Session, plan: EvalPlan, collected: Collected): Promise<Prediction[]> {
+  const { verifiedPatch, NoBranch } = await import('./branch');
+  const tasks = new Set(plan.fixtures.filter((f) => f.repo).map((f) => entryName(f)));
+  const rows: Prediction[] = [];
+  for (const [i, run] of collected.report.runs.entries()) {
+    if (run.epoch !== 1 || !tasks.has(run.fixture)) continue;
+    const workflowId = collected.extras[i].workflow_id;
+    try {
+      const model_patch = await verifiedPatch(session, workflowId);
+      rows.push({ instance_id: run.fixture, model_name_or_path: plan.live?.model ?? run.replay ?? 'unknown', model_patch });
+    } catch (err) {
+      if (!(err instanceof NoBranch)) throw err;
+      process.stderr.write(`predictions: ${run.fixture} (${workflowId}) left out: ${err.message}\n`);
+    }
+  }
+  return rows;
 }
 
 /** The input a batch was started with, read from its history (its latest run carries the same input). */
@@ -286,6 +335,7 @@ export async function collectReport(
         // A run's state from before builds were recorded has none.
         builds: last.kind === 'done' ? (last.outcome.state.builds ?? null) : null,
         trace_id: record.trace_id ?? null,
+        tests: last.kind === 'done' && store ? verifiedTests(store, last.outcome.state.verification) : null,
       };
       return { run, extra };
     });
@@ -300,6 +350,20 @@ export async function collectReport(
   } finally {
     store?.close();
   }
+}
+
+/** Every test of a verification with its outcome at the base and at the end, and its acceptance cases, from this host's store (null: not here). */
+export function verifiedTests(store: Store, v: VerifierFindings | null): HtmlRunExtra['tests'] {
+  const listed = (ref: string | null | undefined) => (ref && store.has(ref) ? store.get<TestCase[]>(ref) : null);
+  const end = listed(v?.candidate_tests.tests_ref);
+  if (end === null) return null;
+  const base = new Map((listed(v?.verdict?.base?.tests_ref) ?? []).map((t) => [t.id, t.outcome]));
+  const tests = end.map((t) => ({ id: t.id, base: base.get(t.id) ?? null, end: t.outcome as string | null }));
+  const seen = new Set(end.map((t) => t.id));
+  for (const [id, outcome] of base) if (!seen.has(id)) tests.push({ id, base: outcome, end: null });
+  // The hidden acceptance cases, each with its outcome (they have no base).
+  for (const c of listed(v?.acceptance?.tests_ref) ?? []) tests.push({ id: `acceptance: ${c.id}`, base: null, end: c.outcome });
+  return tests;
 }
 
 /** The report files, each written whole (temporary file, fsync, rename): a reader never sees half of one. */

@@ -26,12 +26,18 @@ export function mergeTrace(stored: TraceEvent[], live: TraceEvent[]): TraceEvent
  */
 export function fullEvent(store: Store, e: TraceEvent): TraceEvent {
   const data = e.data as { ref?: unknown } | null;
+  if (e.type === 'verification_passed' || e.type === 'verification_failed' || e.type === 'baseline_tests') return withTests(store, e);
   const ref = typeof data?.ref === 'string' && store.has(data.ref) ? data.ref : null;
   if (ref === null) return e;
   const stored = store.get<Record<string, unknown>>(ref);
   switch (e.type) {
-    case 'tool_observed':
-      return { ...e, data: { ...stored, ref } };
+    case 'tool_observed': {
+      // A test run's every test is kept apart from its result.
+      const testsRef = (data as { tests_ref?: unknown }).tests_ref;
+      const tests = typeof testsRef === 'string' && store.has(testsRef) ? store.get(testsRef) : undefined;
+      const result = stored as { data?: object | null };
+      return { ...e, data: tests ? { ...stored, data: { ...result.data, tests }, ref } : { ...stored, ref } };
+    }
     case 'tool_proposed':
       return { ...e, data: { call: stored.call, ref } };
     case 'plan_recorded':
@@ -39,6 +45,33 @@ export function fullEvent(store: Store, e: TraceEvent): TraceEvent {
     default:
       return e;
   }
+}
+
+/** A verification's or base run's events with every test at the base and at the end, each with its outcome. */
+function withTests(store: Store, e: TraceEvent): TraceEvent {
+  const resolve = (ref: unknown) => (typeof ref === 'string' && store.has(ref) ? store.get(ref) : undefined);
+  const data = e.data as {
+    tests_ref?: unknown;
+    candidate_tests?: { tests_ref?: unknown };
+    verdict?: { base?: { tests_ref?: unknown } | null };
+    acceptance?: { tests_ref?: unknown } | null;
+  };
+  if (e.type === 'baseline_tests') {
+    const tests = resolve(data.tests_ref);
+    return tests ? { ...e, data: { ...data, tests } } : e;
+  }
+  const end = resolve(data.candidate_tests?.tests_ref);
+  const base = resolve(data.verdict?.base?.tests_ref);
+  const cases = resolve(data.acceptance?.tests_ref);
+  return {
+    ...e,
+    data: {
+      ...data,
+      ...(base ? { tests_at_base: base } : {}),
+      ...(end ? { tests_at_end: end } : {}),
+      ...(cases ? { acceptance_cases: cases } : {}),
+    },
+  };
 }
 
 /** The whole stored trace of a run, resolved when `full`. */

@@ -6,6 +6,7 @@
  */
 import type { RunFacts } from './context';
 import type {
+  BaseTests,
   Budgets,
   IsolationEvidence,
   ParsedRunInput,
@@ -257,6 +258,8 @@ export interface RunRef {
   image?: string;
   /** A repository run's project instructions (AGENTS.md, capped): their digest in the host store. */
   instructions?: string | null;
+  /** The user let the run change the files that configure its test runner (`--allow-test-config-change`). */
+  allow_test_config_change?: boolean;
 }
 
 export type LoadRunResult =
@@ -347,6 +350,8 @@ export interface Activities {
   preparePatch(ref: RunRef, view: CallView): Promise<PreparedPatch>;
   /** The approved write, whether the ledger holds its receipt now, and the workspace's digest after it. */
   writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & Written>;
+  /** The candidate tests at the untouched base (once per tree and command on a host): taken before the run's first write. */
+  baselineTests(ref: RunRef, timeoutMs: number): Promise<BaseTests>;
   /** The host verifier: what "done" means. */
   verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings>;
   /** Changed paths of a run that ended before verification (empty when no workspace exists). */

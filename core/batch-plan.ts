@@ -23,6 +23,8 @@ export interface EvalPlan {
   backend: 'local' | 'docker';
   approver: string;
   host_lost_s?: number;
+  /** The user lets every run change its test configuration (`--allow-test-config-change`). */
+  allow_test_config_change?: boolean;
   /**
    * A live batch: every entry is decided by this endpoint and model (and prompt version) instead of
    * its replays; each entry then has the one pseudo-replay `LIVE_REPLAY`.

@@ -93,6 +93,64 @@ export const testsSchema = z
   });
 export type TestsSpec = z.infer<typeof testsSchema>;
 
+/** A test's outcome as its runner reported it (SPEC section 6). */
+export const TEST_OUTCOMES = ['passed', 'failed', 'error', 'skipped', 'xfail'] as const;
+export type TestOutcome = (typeof TEST_OUTCOMES)[number];
+export type OutcomeCounts = Record<TestOutcome, number>;
+/** The counts of a run with no test. */
+export const noOutcomes = (): OutcomeCounts => ({ passed: 0, failed: 0, error: 0, skipped: 0, xfail: 0 });
+/** One test of a run, named as its runner names it (sandbox/junit.ts). */
+export interface TestCase {
+  id: string;
+  outcome: TestOutcome;
+}
+/** A test id is cut to this many characters. */
+export const TEST_ID_MAX = 512;
+/** Tests (or paths) a finding or a record names at most; the full lists are in the host store. */
+export const NAMED_MAX = 50;
+
+const testId = z.string().min(1).max(TEST_ID_MAX);
+
+/**
+ * A task's own verdict (SWE-bench's FAIL_TO_PASS and PASS_TO_PASS): when given, these ids decide
+ * instead of the tests that passed at the base. `tests_may_change`: a test whose file an approved
+ * write deleted or renamed is not counted lost.
+ */
+export const taskVerdictSchema = z.strictObject({
+  fail_to_pass: z.array(testId).max(100_000).optional(),
+  pass_to_pass: z.array(testId).max(100_000).optional(),
+  tests_may_change: z.boolean().optional(),
+});
+export type TaskVerdict = z.infer<typeof taskVerdictSchema>;
+
+/**
+ * A task's verdict file (a SWE-bench instance's part the model never sees): the ids that decide and
+ * the test patch applied to the tree only for verification and the base run.
+ */
+export const verdictFileSchema = taskVerdictSchema.extend({
+  schema_version: z.literal(1),
+  test_patch: z
+    .string()
+    .max(8 * 1024 * 1024)
+    .nullable()
+    .optional(),
+});
+export type VerdictFile = z.infer<typeof verdictFileSchema>;
+
+/**
+ * What a run's rules carry of its task's verdict: counts and digests in the host store, never the
+ * lists or the patch (they would ride on every activity's input in history).
+ */
+export interface VerdictRef {
+  /** The host store's digest of `{fail_to_pass, pass_to_pass}`, or null when the task names none. */
+  tests_ref: string | null;
+  fail_to_pass: number | null;
+  pass_to_pass: number | null;
+  /** The host store's digest of the test patch (a JSON string), or null. */
+  test_patch: string | null;
+  tests_may_change: boolean;
+}
+
 /** The hidden acceptance command (SPEC section 2's protocol). */
 export const acceptanceSchema = z.strictObject({ command, timeout_s: z.number().positive() });
 export type AcceptanceSpec = z.infer<typeof acceptanceSchema>;
@@ -200,6 +258,8 @@ export const fixtureSchema = z.strictObject({
   setup: setupSchema.nullable().optional(),
   /** What the setup phase may reach through the egress proxy. */
   egress: egressSchema.nullable().optional(),
+  /** The task's own FAIL_TO_PASS and PASS_TO_PASS ids, and whether its tests may change. */
+  verdict: taskVerdictSchema.optional(),
   /** Where a fixture taken from a real project comes from: repo/ is the tree at base_commit. */
   origin: z
     .strictObject({
@@ -242,6 +302,8 @@ export interface RunSpec {
   /** Commands run before the first decision (docker backend only), and what they may reach. */
   setup?: SetupSpec | null;
   egress?: EgressSpec | null;
+  /** The task's own verdict, by reference (loadRun keeps the lists and the test patch in the host store). */
+  verdict_ref?: VerdictRef;
 }
 
 // ---- decisions and replays (section 5) ----
@@ -407,6 +469,11 @@ export const repoSourceSchema = z.strictObject({
    * repository run there needs it (and a worker whose operator allows local runs).
    */
   trusted: z.boolean().optional(),
+  /**
+   * A host file of the task's own verdict (verdictFileSchema: a SWE-bench instance's FAIL_TO_PASS,
+   * PASS_TO_PASS and test patch), read by the worker into its store; the model never sees it.
+   */
+  verdict_file: z.string().min(1).optional(),
 });
 export type RepoSource = z.infer<typeof repoSourceSchema>;
 
@@ -440,6 +507,12 @@ export const runInputSchema = z
     child: childSchema.optional(),
     /** A fork of another run after one of its turns (`fork`). */
     fork: forkSchema.optional(),
+    /**
+     * The user lets the run change the files that configure its test runner (`--allow-test-config-change`):
+     * the verifier then runs the tests with the run's versions and does not fail it for them. Only
+     * the user's command line sets it; a repository's settings cannot.
+     */
+    allow_test_config_change: z.boolean().optional(),
   })
   .refine((input) => (input.fixture === undefined) !== (input.repo === undefined), {
     message: 'a run works on a fixture or on a repository: give exactly one of fixture and repo',
@@ -517,12 +590,80 @@ export interface VerifierFindings {
   passed: boolean;
   /** Protected paths that differ from the baseline (changed, deleted or created). */
   protected_changed: string[];
-  candidate_tests: TestCounts & { status: string; error: string | null };
-  /** Null when the run has no acceptance (a repository run without one). */
-  acceptance: { total: number; passed: number; failed: string[]; error: string | null } | null;
+  candidate_tests: TestCounts & {
+    status: string;
+    error: string | null;
+    /** Each outcome's count, and the host store's digest of every test with its outcome (absent in findings from before them). */
+    outcomes?: OutcomeCounts;
+    tests_ref?: string | null;
+  };
+  /**
+   * Null when the run has no acceptance (a repository run without one). `tests_ref`: the host
+   * store's digest of each case with its outcome (absent in findings from before it).
+   */
+  acceptance: { total: number; passed: number; failed: string[]; error: string | null; tests_ref?: string } | null;
   diff_paths: string[];
   /** What the verifier's own test and acceptance processes changed in the workspace, undone (absent: nothing). */
   unreceipted?: UnreceiptedChange[];
+  /** The verdict by named tests (absent in findings from before it). */
+  verdict?: TestVerdict;
+  /** Paths the verifier's own test or acceptance processes changed (absent: none): the verification failed. */
+  verification_tampered?: string[];
+  /**
+   * Files that configure the test runner and differ from the base (absent: none). The verifier
+   * ran the tests with the base's versions, and failed the run unless `test_config_allowed`.
+   */
+  test_config_changed?: string[];
+  test_config_allowed?: boolean;
+}
+
+/** The candidate tests at the untouched base tree: how they ended and each outcome's count. */
+export interface BaseTests {
+  status: string;
+  outcomes: OutcomeCounts;
+  /** The host store's digest of every test with its outcome. */
+  tests_ref: string | null;
+  /** True when this host had the outcomes of the same tree and command already (an earlier run or epoch). */
+  cached: boolean;
+}
+
+/** Ids a task names and how many of them passed at the end. */
+export interface NamedCheck {
+  total: number;
+  passed: number;
+  /** The ids that did not pass (discovered or not), at most NAMED_MAX. */
+  failed: string[];
+}
+
+/**
+ * A verdict decided by named tests (SPEC section 6). Each list holds at most NAMED_MAX ids, in
+ * order; `counts` says how many each had.
+ */
+export interface TestVerdict {
+  /**
+   * What decided: `base` (every test that passed at the base must be discovered and pass), `task`
+   * (the task's FAIL_TO_PASS and PASS_TO_PASS ids), or `counts` when the base gave no usable
+   * outcome (every test must pass, with at least one).
+   */
+  decided_by: 'base' | 'task' | 'counts';
+  base: BaseTests | null;
+  /** Failed at the base, pass now. */
+  fixed_tests: string[];
+  /** Passed at the base (or named PASS_TO_PASS / FAIL_TO_PASS), not discovered at the end. */
+  tests_lost: string[];
+  /** Passed at the base (or named PASS_TO_PASS), discovered and not passing at the end. */
+  tests_regressed: string[];
+  /** Not at the base and failing at the end (a `base` verdict: new tests must pass too). */
+  new_tests_failed: string[];
+  /** Failed at the end, then passed when run once more: counted as passing, named here. */
+  flaky: string[];
+  /** A test whose file an approved write deleted or renamed, when the task says tests may change: not counted lost. */
+  tests_removed: string[];
+  fail_to_pass: NamedCheck | null;
+  pass_to_pass: NamedCheck | null;
+  counts: Record<'fixed_tests' | 'tests_lost' | 'tests_regressed' | 'new_tests_failed' | 'flaky' | 'tests_removed', number>;
+  /** What the verdict decided, in words. */
+  decision: string;
 }
 
 /**
@@ -586,6 +727,8 @@ export interface RunRecord {
   empty_replies: number;
   /** Test and acceptance processes that changed the workspace (each change undone, traced as `unreceipted_change`). */
   unreceipted_changes: number;
+  /** The verdict by named tests, as verification found it (absent for a run that was not verified, and in older records). */
+  verdict?: RecordVerdict;
   usage?: Usage;
   /** A live source's prompt version and the digest of its content (the same for the same prompt files). */
   prompt?: PromptRef;
@@ -609,6 +752,22 @@ export interface RunRecord {
    * timings.json and report.html.
    */
   trace_id: string | null;
+}
+
+/** The verdict as a run's record carries it: what decided, the counts at the base and at the end, and the tests and paths it names. */
+export interface RecordVerdict {
+  decided_by: TestVerdict['decided_by'];
+  base: OutcomeCounts | null;
+  end: OutcomeCounts | null;
+  fixed_tests: string[];
+  tests_lost: string[];
+  tests_regressed: string[];
+  new_tests_failed: string[];
+  flaky: string[];
+  fail_to_pass: NamedCheck | null;
+  pass_to_pass: NamedCheck | null;
+  verification_tampered: string[];
+  test_config_changed: string[];
 }
 
 /** What a run tree spent: its runs (each execution of a reopened task counts), turns, tool calls and model usage. */

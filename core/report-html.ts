@@ -1,7 +1,8 @@
 /**
  * report.html: one self-contained page (data and script inlined, nothing fetched) that opens
  * from disk. A summary, a table of runs that sorts by any column and filters by status, and per
- * run its trace, the builds that ran it and a link to the run in the Temporal Web UI. Builds are
+ * run its verdict, every test with its outcome at the base and at the end, its trace, the builds
+ * that ran it and a link to the run in the Temporal Web UI. Builds are
  * here and in timings.json, never in report.json, whose bytes depend on the inputs only.
  */
 import type { EvalReport } from './report';
@@ -18,6 +19,8 @@ export interface HtmlRunExtra {
   builds?: string[] | null;
   /** The run's OpenTelemetry trace id (kept out of report.json, whose bytes must not vary). */
   trace_id: string | null;
+  /** Every test of its verification with its outcome at the base and at the end (null: not on this host, or not verified). */
+  tests?: { id: string; base: string | null; end: string | null }[] | null;
 }
 
 /** `<` is escaped so no text in the data can close the script element. */
@@ -75,6 +78,10 @@ details summary{cursor:pointer}
     ['reason', function (r) { return r.run.reason || ''; }],
     ['writes', function (r) { return r.run.writes; }],
     ['tests', function (r) { var t = r.run.candidate_tests; return t ? t.passed + '/' + t.discovered : '-'; }],
+    ['verdict', function (r) { var v = r.run.verdict; if (!v) return '-'; var parts = ['by ' + v.decided_by];
+      [['FAIL_TO_PASS failing', v.fail_to_pass ? v.fail_to_pass.failed : []], ['lost', v.tests_lost], ['regressed', v.tests_regressed], ['new failing', v.new_tests_failed], ['flaky', v.flaky], ['fixed', v.fixed_tests], ['tampered', v.verification_tampered], ['test config changed', v.test_config_changed]]
+        .forEach(function (p) { if (p[1].length) parts.push(p[0] + ': ' + p[1].join(', ')); });
+      return parts.join('; '); }],
     ['acceptance', function (r) { var a = r.run.acceptance; return a ? a.passed + '/' + a.total : '-'; }],
     ['duration (s)', function (r) { return r.extra.duration_s === null || r.extra.duration_s === undefined ? '' : r.extra.duration_s; }],
     ['build', function (r) { return (r.extra.builds || []).join(', '); }],
@@ -101,6 +108,11 @@ details summary{cursor:pointer}
       var td = el('td'); var d = el('details'); d.appendChild(el('summary', (r.extra.trace ? r.extra.trace.length + ' events' : 'trace not on this host')));
       if (r.extra.trace) d.appendChild(el('pre', r.extra.trace.join('\\n')));
       td.appendChild(d);
+      if (r.extra.tests) {
+        var dt = el('details', null, 'tests'); dt.appendChild(el('summary', r.extra.tests.length + ' tests (base -> end)'));
+        dt.appendChild(el('pre', r.extra.tests.map(function (t) { return (t.base || '-') + ' -> ' + (t.end || '-') + '  ' + t.id; }).join('\\n')));
+        td.appendChild(dt);
+      }
       if (r.extra.web_ui) { var a = el('a', r.extra.workflow_id); a.href = r.extra.web_ui; a.target = '_blank'; td.appendChild(a); } else td.appendChild(el('span', r.extra.workflow_id));
       if (r.extra.trace_id) { td.appendChild(el('br')); var tid = el('code', 'trace ' + r.extra.trace_id, 'trace-id'); tid.title = 'the OpenTelemetry trace of this run'; td.appendChild(tid); }
       tr.appendChild(td);

@@ -2,7 +2,7 @@
  * The batch evaluation report (SPEC section 7). Deterministic: the same runs give the same bytes.
  */
 import { canonicalJson } from './canonical';
-import type { RunRecord, RunStatus, SubrunCounts } from './contracts';
+import type { RecordVerdict, RunRecord, RunStatus, SubrunCounts } from './contracts';
 
 /** One run of a batch: its record, its epoch, and the first outcome when it was retried. */
 export interface EvalRun extends RunRecord {
@@ -35,6 +35,8 @@ export interface EvalReport {
     flaky?: { fixture: string; replay: string | null; outcomes: string[] }[];
     /** Sub-run figures summed over the runs that orchestrated tasks (the mis-dispatch measures among them). */
     subruns?: SubrunCounts;
+    /** Runs whose verification found flaky tests (failed, then passed when run once more), with the tests. */
+    flaky_tests?: { fixture: string; replay: string | null; epoch: number; tests: string[] }[];
   };
 }
 
@@ -69,6 +71,9 @@ export function buildReport(records: EvalRun[]): EvalReport {
     for (const r of orchestrated) for (const k of Object.keys(sum) as (keyof SubrunCounts)[]) sum[k] += r.subruns![k];
     summary.subruns = sum;
   }
+  const flakyTests = runs.filter((r) => (r.verdict?.flaky.length ?? 0) > 0);
+  if (flakyTests.length > 0)
+    summary.flaky_tests = flakyTests.map((r) => ({ fixture: r.fixture, replay: r.replay, epoch: r.epoch, tests: r.verdict!.flaky }));
   const epochs = runs.reduce((m, r) => Math.max(m, r.epoch), 1);
   if (epochs > 1) {
     const pairs = new Map<string, EvalRun[]>();
@@ -116,6 +121,7 @@ export function reportJson(report: EvalReport): string {
       repeated_calls: r.repeated_calls,
       empty_replies: r.empty_replies,
       unreceipted_changes: r.unreceipted_changes ?? 0,
+      ...(r.verdict ? { verdict: r.verdict } : {}),
       ...(r.usage ? { usage: r.usage } : {}),
       ...(r.prompt ? { prompt: r.prompt } : {}),
       ...(r.subruns ? { subruns: r.subruns, tasks: r.tasks } : {}),
@@ -145,12 +151,18 @@ export function reportMarkdown(report: EvalReport): string {
       );
     lines.push('');
   }
+  if (s.flaky_tests)
+    lines.push(
+      `Flaky tests (failed, then passed when run once more; counted as passing): ${s.flaky_tests.map((f) => `${f.fixture}/${f.replay ?? ''} epoch ${f.epoch}: ${f.tests.join(', ')}`).join('; ')}.`,
+      '',
+    );
   lines.push(
-    '| fixture | replay | epoch | status | reason | writes | receipts | red first | tests (passed/discovered) | acceptance (passed/total) | failed cases | tool errors | retried |',
-    '|---|---|---|---|---|---|---|---|---|---|---|---|---|',
+    '| fixture | replay | epoch | status | reason | writes | receipts | red first | tests (passed/discovered) | verdict | acceptance (passed/total) | failed cases | tool errors | retried |',
+    '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|',
   );
   for (const r of report.runs) {
     const tests = r.candidate_tests ? `${r.candidate_tests.passed}/${r.candidate_tests.discovered}` : '-';
+    const verdict = r.verdict ? verdictText(r.verdict) : '-';
     const acceptance = r.acceptance ? `${r.acceptance.passed}/${r.acceptance.total}` : '-';
     const failed = r.acceptance?.failed.join(', ') || '';
     const errors = Object.entries(r.tool_errors)
@@ -158,10 +170,29 @@ export function reportMarkdown(report: EvalReport): string {
       .join(', ');
     const retried = r.retried ? `${r.retried.attempts} attempts, first ${outcomeOf(r.retried.first as RunRecord)}` : '';
     lines.push(
-      `| ${r.fixture} | ${r.replay ?? ''} | ${r.epoch} | ${r.status} | ${r.reason ?? ''} | ${r.writes} | ${r.receipts} | ${r.red_observed ? 'yes' : 'no'} | ${tests} | ${acceptance} | ${failed} | ${errors} | ${retried} |`,
+      `| ${r.fixture} | ${r.replay ?? ''} | ${r.epoch} | ${r.status} | ${r.reason ?? ''} | ${r.writes} | ${r.receipts} | ${r.red_observed ? 'yes' : 'no'} | ${tests} | ${verdict} | ${acceptance} | ${failed} | ${errors} | ${retried} |`,
     );
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** A record's verdict in a few words: what decided, and each finding with the tests or paths it names. */
+export function verdictText(v: RecordVerdict): string {
+  const parts = [`by ${v.decided_by}`];
+  const list = (name: string, ids: string[]) => {
+    if (ids.length > 0) parts.push(`${name}: ${ids.join(', ')}`);
+  };
+  if (v.fail_to_pass) parts.push(`FAIL_TO_PASS ${v.fail_to_pass.passed}/${v.fail_to_pass.total}`);
+  if (v.pass_to_pass) parts.push(`PASS_TO_PASS ${v.pass_to_pass.passed}/${v.pass_to_pass.total}`);
+  list('FAIL_TO_PASS failing', v.fail_to_pass?.failed ?? []);
+  list('fixed', v.fixed_tests);
+  list('lost', v.tests_lost);
+  list('regressed', v.tests_regressed);
+  list('new failing', v.new_tests_failed);
+  list('flaky', v.flaky);
+  list('tampered', v.verification_tampered);
+  list('test config changed', v.test_config_changed);
+  return parts.join('; ').replaceAll('|', '\\|');
 }
 
 // ---- comparison of two reports ----

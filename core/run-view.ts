@@ -3,12 +3,14 @@
  */
 import {
   sumUsage,
+  type BaseTests,
   type Budgets,
   type CostLimit,
   type EgressSummary,
   type ForkedFrom,
   IsolationEvidence,
   PreparedAction,
+  type RecordVerdict,
   RunRecord,
   type RunStatus,
   type SubrunCounts,
@@ -98,6 +100,8 @@ export interface RunView {
   red_observed: boolean;
   pending_approval: PendingApproval | null;
   verification: VerifierFindings | null;
+  /** The candidate tests at the untouched base, taken before the first write (absent before it; in older runs). */
+  base_tests?: BaseTests | null;
   /** The docker backend's isolation evidence, for runs on it. */
   isolation: IsolationEvidence | null;
   diff_paths: string[];
@@ -158,6 +162,25 @@ export function treeSpend(view: RunView): TreeSpend {
   };
 }
 
+/** The verdict as the record carries it: counts and the names each finding gives. */
+export function recordVerdict(v: VerifierFindings): RecordVerdict {
+  const verdict = v.verdict!;
+  return {
+    decided_by: verdict.decided_by,
+    base: verdict.base ? verdict.base.outcomes : null,
+    end: v.candidate_tests.outcomes ?? null,
+    fixed_tests: verdict.fixed_tests,
+    tests_lost: verdict.tests_lost,
+    tests_regressed: verdict.tests_regressed,
+    new_tests_failed: verdict.new_tests_failed,
+    flaky: verdict.flaky,
+    fail_to_pass: verdict.fail_to_pass,
+    pass_to_pass: verdict.pass_to_pass,
+    verification_tampered: v.verification_tampered ?? [],
+    test_config_changed: v.test_config_changed ?? [],
+  };
+}
+
 export function buildRecord(view: RunView): RunRecord {
   const v = view.verification;
   return {
@@ -180,6 +203,7 @@ export function buildRecord(view: RunView): RunRecord {
     repeated_calls: view.counters.repeated_calls ?? 0,
     empty_replies: view.counters.empty_replies ?? 0,
     unreceipted_changes: view.counters.unreceipted_changes ?? 0,
+    ...(v?.verdict ? { verdict: recordVerdict(v) } : {}),
     ...(view.usage !== null ? { usage: view.usage } : {}),
     // Absent from the state of a run that started before prompts were versioned.
     ...(view.prompt ? { prompt: view.prompt } : {}),

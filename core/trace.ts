@@ -27,6 +27,8 @@ export const TRACE_TYPES = [
   'tool_observed',
   /** A test or acceptance process changed the workspace; the change was undone (paths, count). */
   'unreceipted_change',
+  /** The candidate tests at the untouched base, before the run's first write: status, outcome counts, whether the host had them, the stored list. */
+  'baseline_tests',
   'approval_requested',
   'approval_recorded',
   'approval_ignored',

@@ -36,6 +36,8 @@ export interface ResultView extends ToolResult {
   ref: string | null;
   /** run_tests: what the test process changed in the workspace, undone (whole, as `data` holds it briefed). */
   unreceipted?: UnreceiptedChange;
+  /** run_tests: the host store's digest of every test with its outcome (kept out of the result the model reads). */
+  tests_ref?: string;
 }
 
 /** A decision as the workflow sees it; the raw decision is in the store under `ref`. */

@@ -17,6 +17,8 @@
  * - `contents`: the bytes each receipted write put into the workspace, under their SHA-256 (the
  *   ledger's `after`), kept before the write's intent is recorded, so every receipt's content is
  *   here; a fork rebuilds a workspace from the baseline and these.
+ * - `baselines`: the candidate tests' outcomes at a base tree, by a key of the tree, the command,
+ *   the backend and image and the test patch (sandbox/baseline.ts), so the runs of one base pay once.
  */
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
@@ -40,7 +42,11 @@ export type BlobKind =
   /** The whole diff of an action whose diff history carries cut (the console shows it whole). */
   | 'diff'
   /** A fork's plan (host/fork.ts): what its workspace is restored from. */
-  | 'fork';
+  | 'fork'
+  /** Every test of one test run with its outcome (sandbox/junit.ts). */
+  | 'tests'
+  /** A task's own FAIL_TO_PASS and PASS_TO_PASS ids, and its test patch (a JSON string). */
+  | 'verdict';
 
 /** Text of a live reply as it streamed: the `index`-th fragment of `turn`, from request `stream` of that turn (1, 2, ...). */
 export interface Fragment {
@@ -81,6 +87,7 @@ export class Store {
       CREATE TABLE IF NOT EXISTS fragments (run_id TEXT NOT NULL, turn INTEGER NOT NULL, idx INTEGER NOT NULL, stream INTEGER NOT NULL,
         text TEXT NOT NULL, PRIMARY KEY (run_id, turn, idx));
       CREATE TABLE IF NOT EXISTS contents (digest TEXT PRIMARY KEY, body BLOB NOT NULL);
+      CREATE TABLE IF NOT EXISTS baselines (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     `,
     );
     this.insertBlob = this.db.prepare(`INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?)`);
@@ -206,6 +213,19 @@ export class Store {
   content(digest: string): Buffer | null {
     const row = this.db.prepare(`SELECT body FROM contents WHERE digest = ?`).get(digest) as { body: Buffer } | undefined;
     return row ? row.body : null;
+  }
+
+  /** The outcomes kept under a base's key (sandbox/baseline.ts), or null. */
+  baseline<T>(key: string): T | null {
+    const row = this.db.prepare(`SELECT value FROM baselines WHERE key = ?`).get(key) as { value: string } | undefined;
+    return row ? (JSON.parse(row.value) as T) : null;
+  }
+
+  /** Keeps a base's outcomes under its key; the first kept stays (the same tests of the same tree). */
+  keepBaseline(key: string, value: unknown): void {
+    onDisk('state folder', 'the host store', () =>
+      this.db.prepare(`INSERT OR IGNORE INTO baselines VALUES (?, ?)`).run(key, canonicalJson(value)),
+    );
   }
 
   /** Records trace events; a retried append of the same events changes nothing. */

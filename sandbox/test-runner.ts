@@ -1,13 +1,15 @@
 /**
- * Runs a fixture's candidate tests through a backend and reads the counts from the JUnit
- * report (pytest's --junitxml, Node's junit reporter, or for the junit format whatever runner
- * the fixture names, writing to {junit}). Used by the run_tests tool and by the verifier alike.
- * Whatever the tests change in the workspace is undone (host/workspace/byproducts.ts), and the
- * report is read as the sandbox left it: never through a link, never waiting on a FIFO.
+ * Runs a fixture's candidate tests through a backend and reads the counts and each test's
+ * outcome from the JUnit report (pytest's --junitxml, Node's junit reporter, or for the junit
+ * format whatever runner the fixture names, writing to {junit}). The run_tests tool runs them in
+ * the workspace, and whatever they change there is undone (host/workspace/byproducts.ts); the
+ * verifier and the base run run them in copies of their own (`runTestsIn`). The report is read as
+ * the sandbox left it: never through a link, never waiting on a FIFO, its size capped first.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { JUNIT_PLACEHOLDER, type TestsSpec } from '../core/contracts';
+import { JUNIT_PLACEHOLDER, noOutcomes, type OutcomeCounts, type TestCase, type TestsSpec } from '../core/contracts';
+import { testFile } from '../core/verdict';
 import { readHostile } from '../host/workspace/hostile-read';
 import type { ExecBackend } from './backends/types';
 import { tailBytes } from './backends/capped-output';
@@ -29,20 +31,64 @@ export interface TestRunData {
   discovered: number;
   passed: number;
   failed: number;
+  /** Each outcome's count (failed and error together are `failed` above; skipped and xfail are neither). */
+  outcomes: OutcomeCounts;
   failures: { test: string; message: string }[];
   output_tail: string;
   /** Why the output is unusable, for status `error`. */
   detail?: string;
   /** What the test run changed in the workspace, undone before this result (absent: nothing). */
   unreceipted?: Undone;
+  /**
+   * Every test with its outcome. run_tests keeps them in the host store apart from its result
+   * (the trace names them), so neither history nor the model's context carries a list as long as
+   * the suite.
+   */
+  tests?: TestCase[];
 }
 
 const REPORT = '{out}/junit.xml';
 
-/** The fixture's command with the reporter flags that make the counts structured. */
-export function testArgv(tests: TestsSpec): string[] {
+/** Tests chosen for a second run: only they run where the runner can choose (pytest, node-test), everything otherwise. */
+export interface Selection {
+  /** The ids to run. */
+  ids: string[];
+  /** Every id of the run they come from (pytest deselects the others). */
+  all: string[];
+}
+
+const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/** The runner's own arguments that run only `select`'s tests (none for the junit format: it reruns everything). */
+function selectionArgs(format: TestsSpec['format'], select: Selection): string[] {
+  if (format === 'pytest') {
+    const chosen = new Set(select.ids);
+    const files = new Set(select.ids.map((id) => testFile(id)).filter((f) => f !== null));
+    const args: string[] = [];
+    const elsewhere = new Set<string>();
+    for (const id of select.all) {
+      if (chosen.has(id)) continue;
+      const file = testFile(id);
+      if (file !== null && !files.has(file)) elsewhere.add(file);
+      else args.push(`--deselect=${id}`);
+    }
+    // A whole file by its prefix (a node id starts with its file and `::`).
+    return [...[...elsewhere].sort().map((f) => `--deselect=${f}::`), ...args];
+  }
+  if (format === 'node-test') {
+    // Node matches a pattern against each test's own name: the names on the way to each chosen test.
+    const names = new Set(select.ids.flatMap((id) => id.replace(/ #\d+$/, '').split(' > ')));
+    return [`--test-name-pattern=^(?:${[...names].map(escapeRegExp).join('|')})$`];
+  }
+  return [];
+}
+
+/** The fixture's command with the reporter flags that make the outcomes structured (and, for a second run, the selection). */
+export function testArgv(tests: TestsSpec, select?: Selection): string[] {
   const [exe, ...rest] = tests.command;
-  if (tests.format === 'pytest') return [exe, ...rest, `--junitxml=${REPORT}`];
+  const chosen = select ? selectionArgs(tests.format, select) : [];
+  // xunit1 names each test's file: the node id comes back whole (sandbox/junit.ts).
+  if (tests.format === 'pytest') return [exe, ...rest, `--junitxml=${REPORT}`, '-o', 'junit_family=xunit1', ...chosen];
   // junit: any runner; the fixture's command says where its report goes.
   if (tests.format === 'junit') return tests.command.map((a) => a.replaceAll(JUNIT_PLACEHOLDER, REPORT));
   // node-test: runner flags must come before the test paths, right after `node`.
@@ -52,36 +98,77 @@ export function testArgv(tests: TestsSpec): string[] {
     `--test-reporter-destination=${REPORT}`,
     '--test-reporter=spec',
     '--test-reporter-destination=stdout',
+    ...chosen,
     ...rest,
   ];
 }
 
-export async function runCandidateTests(opts: {
+/** A test run that could not start for `detail` (a task's test patch that does not apply): no usable outcome. */
+export function unusableRun(detail: string): TestRunData {
+  return {
+    status: 'error',
+    exit_code: null,
+    discovered: 0,
+    passed: 0,
+    failed: 0,
+    outcomes: noOutcomes(),
+    failures: [],
+    output_tail: '',
+    tests: [],
+    detail,
+  };
+}
+
+export interface TestRunOptions {
   backend: ExecBackend;
   fixture: { tests: TestsSpec };
-  paths: RunPaths;
   limits: Limits;
   timeoutMs: number;
   signal: AbortSignal;
   onProgress?: () => void;
-}): Promise<TestRunData> {
+}
+
+/** The run's candidate tests in its workspace; what they change there is undone (and named in the result). */
+export async function runCandidateTests(opts: TestRunOptions & { paths: RunPaths }): Promise<TestRunData> {
+  const { result: data, undone } = await withUndo(
+    opts.paths,
+    (entries) => runTestsIn(opts, opts.paths.workspace, opts.paths.control, entries),
+    opts.onProgress,
+  );
+  return undone === null ? data : { ...data, unreceipted: undone };
+}
+
+/**
+ * The candidate tests in the tree `dir` (a run's workspace, or a copy the verifier made), their
+ * report written to a fresh folder under `control/out`. Nothing is undone here. `entriesBefore`
+ * (what `dir` holds, the base of the bound on new files) is counted when not given.
+ */
+export async function runTestsIn(
+  opts: TestRunOptions & { select?: Selection },
+  dir: string,
+  control: string,
+  entriesBefore?: number,
+): Promise<TestRunData> {
   const outDir = onDisk('workspace', "the test run's report folder in the control folder", () => {
-    const outRoot = join(opts.paths.control, 'out');
+    const outRoot = join(control, 'out');
     mkdirSync(outRoot, { recursive: true });
     return mkdtempSync(join(outRoot, 'tests-'));
   });
   try {
-    const { result: data, undone } = await withUndo(opts.paths, (entries) => testsIn(opts, outDir, entries), opts.onProgress);
-    return undone === null ? data : { ...data, unreceipted: undone };
+    return await testsIn(opts, dir, outDir, entriesBefore);
   } finally {
     rmSync(outDir, { recursive: true, force: true });
   }
 }
 
-async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: string, entriesBefore: number): Promise<TestRunData> {
-  const workspaceDir = opts.paths.workspace;
+async function testsIn(
+  opts: TestRunOptions & { select?: Selection },
+  workspaceDir: string,
+  outDir: string,
+  entriesBefore: number | undefined,
+): Promise<TestRunData> {
   const spec = {
-    argv: testArgv(opts.fixture.tests),
+    argv: testArgv(opts.fixture.tests, opts.select),
     workspaceDir,
     workspaceReadOnly: false,
     outDir,
@@ -90,11 +177,12 @@ async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: st
     signal: opts.signal,
     onProgress: opts.onProgress,
   };
+  const before = await offThread('state', [workspaceDir], { key: workspaceDir });
   const result = await execWithinDisk(opts.backend, spec, {
     limitBytes: opts.limits.workspaceBytes,
-    bytesBefore: (await offThread('state', [workspaceDir], { key: workspaceDir })).bytes,
+    bytesBefore: before.bytes,
     newFiles: opts.limits.newFiles,
-    entriesBefore,
+    entriesBefore: entriesBefore ?? before.entries,
   });
   // Host paths stay out of results (and so out of the trace, history and the model's view).
   const scrub = (text: string) => text.split(outDir).join('<out>').split(workspaceDir).join('<workspace>');
@@ -102,7 +190,7 @@ async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: st
     exit_code: result.exitCode,
     output_tail: scrub(tailBytes(result.stdout + (result.stderr ? `\n${result.stderr}` : ''), opts.limits.outputTailBytes)),
   };
-  const zero = { discovered: 0, passed: 0, failed: 0, failures: [] };
+  const zero = { discovered: 0, passed: 0, failed: 0, outcomes: noOutcomes(), failures: [], tests: [] };
   if (result.overLimit) return { status: 'error', ...base, ...zero, detail: overLimitDetail(result.overLimit) };
   if (result.cancelled) return { status: 'cancelled', ...base, ...zero };
   if (result.timedOut) return { status: 'timeout', ...base, ...zero };
@@ -126,12 +214,20 @@ async function testsIn(opts: Parameters<typeof runCandidateTests>[0], outDir: st
   const xml = read.bytes.toString('utf8');
   let counts;
   try {
-    counts = parseJunit(xml);
+    counts = parseJunit(xml, opts.fixture.tests.format);
   } catch (err) {
     return { status: 'error', ...base, ...zero, detail: `unreadable test report: ${(err as Error).message}` };
   }
   const failures = counts.failures.map((f) => ({ test: f.test, message: scrub(f.message) }));
-  const data = { ...base, discovered: counts.discovered, passed: counts.passed, failed: counts.failed, failures };
+  const data = {
+    ...base,
+    discovered: counts.discovered,
+    passed: counts.passed,
+    failed: counts.failed,
+    outcomes: counts.outcomes,
+    failures,
+    tests: counts.tests,
+  };
   if (counts.discovered === 0) return { status: 'no_tests', ...data };
   if (counts.failed > 0) return { status: 'failed', ...data };
   // Every test passed according to the report: the exit code must agree, or the output is unusable.

@@ -1,23 +1,36 @@
 /**
- * The host verifier: the only thing that can make a run `completed`. Three checks, all recorded:
- * protected paths unchanged against the baseline, the candidate tests passing with at least one
- * test discovered, and the hidden acceptance cases compared with expected.json, which never
- * leaves the host.
+ * The host verifier: the only thing that can make a run `completed`. Its checks, all recorded:
+ * protected paths unchanged against the baseline; the candidate tests judged by name against
+ * their outcomes at the untouched base (or the task's own FAIL_TO_PASS / PASS_TO_PASS ids), with
+ * at least one test discovered (core/verdict.ts); the hidden acceptance cases compared with
+ * expected.json, which never leaves the host; nothing changed by the verifier's own processes
+ * (`verification_tampered`); and the test runner configured as at the base (`test_config_changed`).
+ *
+ * The tests run in a fresh copy of the workspace with the base's test configuration
+ * (host/workspace/verification-tree.ts), never in the workspace itself, so what they change is read off
+ * the copy. A test that must pass and does not is run once more, alone where its runner can
+ * choose: passing then, it is `flaky`, counted as passing and named.
  */
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { jsonEqual } from '../core/canonical';
-import { expectedFileSchema, type RunSpec, type UnreceiptedChange, type VerifierFindings } from '../core/contracts';
+import { expectedFileSchema, NAMED_MAX, type RunSpec, type UnreceiptedChange, type VerifierFindings } from '../core/contracts';
 import { isWritable, mayCreate } from '../core/policy';
 import { formatIssues } from '../core/validate';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from '../core/limits';
 import { withUndo } from '../host/workspace/undo';
 import { offThread } from '../host/workspace/thread';
+import { UNDONE_PATHS_SHOWN } from '../host/workspace/byproducts';
 import { faultPoint } from '../host/faults';
 import { treeChanges } from '../host/workspace/verified-change';
-import { runCandidateTests } from './test-runner';
+import { readHostile } from '../host/workspace/hostile-read';
+import { leftCopies } from '../host/workspace/verification-tree';
+import { decideVerdict, toRunAgain } from '../core/verdict';
+import { runTestsIn, unusableRun, type Selection, type TestRunData } from './test-runner';
+import { baseOutcomes, type BaselineCache } from './baseline';
+import { CONFIG_FILE_MAX, testConfigChanges, type ConfigChange } from './test-config';
 import { execWithinDisk, overLimitDetail } from './disk-bound';
 import { onDisk } from '../host/disk';
 import type { RunPaths } from '../host/workspace/workspace';
@@ -40,13 +53,13 @@ export function protectedChanges(spec: RunSpec, changed: string[], baselinePaths
   });
 }
 
-export type AcceptanceResult = { total: number; passed: number; failed: string[]; error: string | null };
+export type AcceptanceResult = { total: number; passed: number; failed: string[]; error: string | null; tests_ref?: string };
 
 /** Strict protocol check of the acceptance command's output against expected.json. */
-export function judgeAcceptance(stdout: string, expectedJson: string): AcceptanceResult {
+export function judgeAcceptance(stdout: string, expectedJson: string): AcceptanceResult & { ids: string[] } {
   const expected = expectedFile.parse(JSON.parse(expectedJson));
   const ids = Object.keys(expected.cases).sort();
-  const protocolError = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
+  const protocolError = (error: string) => ({ total: ids.length, passed: 0, failed: ids, error, ids });
   let parsed: unknown;
   try {
     parsed = JSON.parse(stdout);
@@ -68,7 +81,15 @@ export function judgeAcceptance(stdout: string, expectedJson: string): Acceptanc
     .filter((c) => c.error !== null || !jsonEqual(c.actual, expected.cases[c.id]))
     .map((c) => c.id)
     .sort();
-  return { total: ids.length, passed: ids.length - failed.length, failed, error: null };
+  return { total: ids.length, passed: ids.length - failed.length, failed, error: null, ids };
+}
+
+/** What a task names of its own verdict, resolved from the host store (activities/verification.ts). */
+export interface TaskVerdictInput {
+  fail_to_pass?: string[];
+  pass_to_pass?: string[];
+  tests_may_change: boolean;
+  test_patch: string | null;
 }
 
 export async function verify(opts: {
@@ -85,10 +106,22 @@ export async function verify(opts: {
   onProgress: () => void;
   /** False for a task's child run: the hidden cases judge the orchestrating run, not a part of it. */
   hiddenAcceptance?: boolean;
+  /** The host store's side: the base's outcomes kept per tree and command, and every test list. */
+  cache: BaselineCache;
+  /** The docker image the tests run in, when it is not the worker's own (part of the base's key). */
+  image: string | null;
+  task: TaskVerdictInput;
+  /** The user let the run change its test configuration (`--allow-test-config-change`). */
+  allowTestConfig: boolean;
 }): Promise<VerifierFindings> {
   const { fixture, paths } = opts;
   faultPoint('in_verifier');
   const call = { key: paths.workspace, onProgress: opts.onProgress };
+  const unreceipted: UnreceiptedChange[] = [];
+  // A test run of the loop whose worker died left its changes: they are put back first.
+  const earlier = await offThread('settleLeftovers', [paths], call);
+  if (earlier) unreceipted.push({ step: 'run_tests', ...earlier });
+  await offThread('remove', [leftCopies(paths)], call);
   const base = await offThread('baselineManifest', [paths], call);
   const current = await offThread('manifest', [paths.workspace], call);
   const protectedChanged = protectedChanges(fixture, changedPaths(base, current), new Set(base.map((e) => e.path)));
@@ -101,10 +134,30 @@ export async function verify(opts: {
     await offThread('keepChange', [paths, opts.baseCommit, changes], call);
   }
 
-  // Each process's changes are undone before the next step: the acceptance cases judge the verified state.
-  const tests = await runCandidateTests({ ...opts, paths });
-  const unreceipted: UnreceiptedChange[] = [];
-  if (tests.unreceipted) unreceipted.push({ step: 'verifier_tests', ...tests.unreceipted });
+  // The test configuration is the base's, unless the user let the run change it.
+  const read = (root: string) => (path: string) => {
+    const got = readHostile(join(root, path), CONFIG_FILE_MAX, path);
+    return got.ok ? got.bytes : null;
+  };
+  const config = testConfigChanges(fixture.tests, base, current, read(paths.baseline), read(paths.workspace));
+  const tampered = new Set<string>();
+  const tests = await testsInCopy(opts, config, null, tampered);
+
+  const baseTests = await baseOutcomes({ ...opts, testPatch: opts.task.test_patch });
+  const end = { status: tests.status, tests: tests.tests ?? [] };
+  const judged = { base: baseTests, end, task: opts.task };
+  const again = toRunAgain(judged);
+  const rerun = again.length > 0 ? await testsInCopy(opts, config, { ids: again, all: end.tests.map((t) => t.id) }, tampered) : null;
+  const present = new Set(current.map((e) => e.path));
+  const { ok: testsOk, verdict } = decideVerdict({
+    ...judged,
+    rerun: rerun && { status: rerun.status, tests: rerun.tests ?? [] },
+    fileExists: (p) => present.has(p),
+  });
+  if (tampered.size > 0) {
+    const changed = [...tampered].sort();
+    unreceipted.push({ step: 'verifier_tests', paths: changed.slice(0, UNDONE_PATHS_SHOWN), count: changed.length });
+  }
 
   let acceptance: AcceptanceResult | null = null; // a repository run without acceptance
   if (opts.hiddenAcceptance === false) acceptance = { total: 0, passed: 0, failed: [], error: null };
@@ -114,31 +167,75 @@ export async function verify(opts: {
       () => runAcceptance({ ...opts, acceptance: fixture.acceptance!, acceptanceDir: opts.acceptanceDir! }),
       opts.onProgress,
     );
-    acceptance = result;
-    if (undone) unreceipted.push({ step: 'acceptance', ...undone });
+    // Each case with its outcome, kept like a test run's: `trace --full` and report.html show them.
+    const cases = result.ids.map(
+      (id) => ({ id, outcome: !result.failed.includes(id) ? 'passed' : result.error ? 'error' : 'failed' }) as const,
+    );
+    const { ids: _ids, ...counts } = result;
+    acceptance = { ...counts, tests_ref: opts.cache.keepTests(cases) };
+    if (undone) {
+      unreceipted.push({ step: 'acceptance', ...undone });
+      for (const p of undone.paths) tampered.add(p);
+    }
   }
-  const testsOk = tests.status === 'passed' && tests.discovered > 0;
   const acceptanceOk = acceptance === null || (acceptance.error === null && acceptance.failed.length === 0);
+  const configOk = config.length === 0 || opts.allowTestConfig;
+  const testsError = testsOk
+    ? null
+    : (tests.detail ?? (tests.status === 'passed' || tests.status === 'failed' ? verdict.decision : `candidate tests ${tests.status}`));
   return {
-    passed: protectedChanged.length === 0 && testsOk && acceptanceOk,
+    passed: protectedChanged.length === 0 && testsOk && acceptanceOk && tampered.size === 0 && configOk,
     protected_changed: protectedChanged,
     candidate_tests: {
       status: tests.status,
       discovered: tests.discovered,
       passed: tests.passed,
       failed: tests.failed,
-      error: testsOk ? null : (tests.detail ?? `candidate tests ${tests.status}`),
+      error: testsError,
+      outcomes: tests.outcomes,
+      tests_ref: tests.tests ? opts.cache.keepTests(tests.tests) : null,
     },
     acceptance,
     diff_paths: changedFiles(base, current),
     ...(unreceipted.length > 0 ? { unreceipted } : {}),
+    verdict,
+    ...(tampered.size > 0 ? { verification_tampered: [...tampered].sort().slice(0, NAMED_MAX) } : {}),
+    ...(config.length > 0
+      ? { test_config_changed: config.map((c) => c.path).slice(0, NAMED_MAX), test_config_allowed: opts.allowTestConfig }
+      : {}),
   };
+}
+
+/**
+ * The candidate tests in a fresh copy of the workspace with the base's test configuration (unless
+ * allowed otherwise) and the task's test patch; every path they change in the copy is added to
+ * `tampered`. `select`: only these tests, for their second run.
+ */
+async function testsInCopy(
+  opts: Parameters<typeof verify>[0],
+  config: ConfigChange[],
+  select: Selection | null,
+  tampered: Set<string>,
+): Promise<TestRunData> {
+  const call = { key: opts.paths.workspace, onProgress: opts.onProgress };
+  const copy = await offThread('copyForTests', [opts.paths, opts.paths.workspace, select ? 'again' : 'end'], call);
+  try {
+    const restored = opts.allowTestConfig ? [] : config;
+    const patchError = await offThread('prepareCopy', [copy.tree, opts.paths.baseline, restored, opts.task.test_patch], call);
+    if (patchError !== null) return unusableRun(patchError);
+    const before = await offThread('manifest', [copy.tree], call);
+    const data = await runTestsIn({ ...opts, ...(select ? { select } : {}) }, copy.tree, copy.control, before.length);
+    for (const p of changedPaths(before, await offThread('manifest', [copy.tree], call))) tampered.add(p);
+    return data;
+  } finally {
+    await offThread('remove', [copy.dir], call);
+  }
 }
 
 /** The hidden acceptance cases, run read-only against the workspace and judged against expected.json on the host. */
 async function runAcceptance(
   opts: Parameters<typeof verify>[0] & { acceptance: NonNullable<RunSpec['acceptance']>; acceptanceDir: string },
-): Promise<AcceptanceResult> {
+): Promise<AcceptanceResult & { ids: string[] }> {
   const { paths } = opts;
   // The acceptance runner files, minus expected.json, in a fresh host folder mounted read-only.
   const scratch = onDisk('workspace', "the acceptance run's folder in the control folder", () => {
@@ -148,7 +245,7 @@ async function runAcceptance(
     mkdirSync(join(made, 'out'));
     return made;
   });
-  let acceptance: AcceptanceResult;
+  let acceptance: AcceptanceResult & { ids: string[] };
   try {
     const runnerDir = join(scratch, 'acceptance');
     const outDir = join(scratch, 'out');
@@ -171,7 +268,7 @@ async function runAcceptance(
       entriesBefore: 0,
     });
     const ids = Object.keys(expectedFile.parse(JSON.parse(expectedJson)).cases).sort();
-    const failAll = (error: string): AcceptanceResult => ({ total: ids.length, passed: 0, failed: ids, error });
+    const failAll = (error: string) => ({ total: ids.length, passed: 0, failed: ids, error, ids });
     if (result.overLimit) acceptance = failAll(overLimitDetail(result.overLimit));
     else if (result.cancelled) acceptance = failAll('acceptance run was cancelled');
     else if (result.timedOut) acceptance = failAll('acceptance command timed out');

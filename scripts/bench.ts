@@ -12,7 +12,7 @@
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
-import { lstatSync, mkdirSync, writeFileSync } from 'node:fs';
+import { cpSync, lstatSync, mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
@@ -33,6 +33,7 @@ import { readFile } from '../tools/read_file';
 import { workspaceDigest } from '../host/workspace/workspace';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
+import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles, SETTINGS } from './support/run-dir';
 import { canonicalInput, killed, spawnWorker, startServer, uniqueQueue, writeReplay } from './support/temporal';
 import { manyPathsCommit } from './support/git';
@@ -40,12 +41,22 @@ import { CLUSTER_BIN, clusterBuilt, environmentOf, startBackend, type ServerKind
 import { type Settings } from '../host/settings';
 import { createWorker, type WorkerOptions } from '../worker';
 import type { RunOutcome } from '../core/run-view';
-import { queryState, queryTrace, runOutcome, approvalFor, sendApproval, sendSteer, startRun } from '../client/run-access';
+import {
+  queryState,
+  queryTrace,
+  runOutcome,
+  approvalFor,
+  sendApproval,
+  sendSteer,
+  startRun,
+  evalResult,
+  startEval,
+} from '../client/run-access';
 import { startConsole, type RunningConsole } from '../client/console/server';
 import { runFrames, type ConsoleLink } from '../client/event-stream';
 import type { Frame } from '../core/delivery';
 
-const SECTIONS = ['steps', 'manifest', 'cli', 'undo', 'import', 'setup', 'stream', 'hint', 'servers'] as const;
+const SECTIONS = ['steps', 'baseline', 'manifest', 'cli', 'undo', 'import', 'setup', 'stream', 'hint', 'servers'] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** What the bench measures and how much: one field per row of `VARIABLES`. */
@@ -124,6 +135,7 @@ async function main(): Promise<void> {
   const settings = SETTINGS;
   const loadAtStart = +loadavg()[0].toFixed(2);
   if (runs(o, 'steps')) await benchSteps(o, settings);
+  if (runs(o, 'baseline')) await benchBaseline(o, settings);
   if (runs(o, 'manifest')) await benchManifest(o);
   if (runs(o, 'cli')) benchCli(o);
   if (runs(o, 'undo')) await benchUndo(o);
@@ -264,6 +276,8 @@ function report(o: BenchOptions, settings: Settings, loadAtStart: number): void 
 /** What a section's runs are started on: a server and a harness worker of its own. */
 interface Rig {
   env: TestWorkflowEnvironment;
+  /** The worker's task queue (a batch's parent goes there too). */
+  taskQueue: string;
   /** Starts a run; its workflow id is `<name>-<n>`. */
   start(input: RunInput): Promise<WorkflowHandle>;
   /** Runs `input` to its end: its milliseconds from the start, its handle and its outcome. */
@@ -291,7 +305,7 @@ async function onWorker<T>(
         });
         return { ms: run.ms, ...run.value };
       };
-      return await worker.runUntil(() => body({ env, start, finish }));
+      return await worker.runUntil(() => body({ env, taskQueue, start, finish }));
     } finally {
       close();
     }
@@ -814,6 +828,102 @@ async function setupMs(rig: Rig, repo: { dir: string; head: string }, replay: st
   );
   if (!scheduled || !completed) throw new Error(`${run}: no runSetup activity in its history`);
   return eventMs(completed) - eventMs(scheduled);
+}
+
+/** Milliseconds of a run's first activity of `type`, scheduled to completed, from its history (null: none). */
+async function activityMs(handle: WorkflowHandle, type: string): Promise<number | null> {
+  const events = (await handle.fetchHistory()).events ?? [];
+  const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === type);
+  const completed = events.find(
+    (e) => Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1) === Number(scheduled?.eventId ?? -2),
+  );
+  return scheduled && completed ? eventMs(completed) - eventMs(scheduled) : null;
+}
+
+/** A copy of the canonical fixture whose base tree is its own (a file no other copy has). */
+function freshLinkcheck(tag: string): string {
+  const dir = join(tempDir('bench-baseline-fixture'), 'linkcheck-nested');
+  cpSync(LINKCHECK, dir, { recursive: true });
+  writeFiles(join(dir, 'repo'), { 'bench-notes.txt': `${tag} ${process.pid} ${performance.now()}\n` });
+  return dir;
+}
+
+/**
+ * The base run of the candidate tests (sandbox/baseline.ts): the canonical run on a base tree the
+ * host has not seen (the base run's test process runs) and again on the same tree (its outcomes
+ * kept: no base run), and a batch of 8 epochs of one fixture, where only the first pays.
+ */
+async function benchBaseline(o: BenchOptions, settings: Settings): Promise<void> {
+  let baseProcesses = 0;
+  const worker: Omit<WorkerOptions, 'connection' | 'taskQueue'> = {
+    stateDir: tempDir('bench-baseline-state'),
+    docker: false,
+    settings: { ...settings, allowLocal: true },
+    // Test processes of a base run run in its copy of the base tree (host/workspace/verification-tree.ts).
+    wrapBackend: (b) => ({
+      name: b.name,
+      exec: (spec) => {
+        if (/[\\/]verify[\\/]base-/.test(spec.workspaceDir)) baseProcesses++;
+        return b.exec(spec);
+      },
+    }),
+  };
+  await onWorker('bench-baseline', worker, async (rig) => {
+    process.stderr.write('the base run: a canonical run with it and without it, a batch of 8 epochs\n');
+    await rig.finish(canonicalInput('canonical', { fixture: freshLinkcheck('warm-up') }));
+    const withBase: number[] = [];
+    const without: number[] = [];
+    const baseMs: number[] = [];
+    const keptMs: number[] = [];
+    for (let r = 0; r < o.repeats; r++) {
+      const fixture = freshLinkcheck(`repeat ${r}`);
+      const first = await rig.finish(canonicalInput('canonical', { fixture }));
+      const again = await rig.finish(canonicalInput('canonical', { fixture }));
+      for (const run of [first, again])
+        if (run.outcome.record.status !== 'completed')
+          throw new Error(`bench run ${run.handle.workflowId} ended ${run.outcome.record.status}`);
+      if (first.outcome.state.base_tests?.cached !== false || again.outcome.state.base_tests?.cached !== true)
+        throw new Error('the base run was not taken once, then kept');
+      withBase.push(first.ms);
+      without.push(again.ms);
+      baseMs.push((await activityMs(first.handle, 'baselineTests'))!);
+      keptMs.push((await activityMs(again.handle, 'baselineTests'))!);
+    }
+    const a = figure('canonical run with a base run (a base tree new to the host)', 'ms', withBase);
+    const b = figure('canonical run without one (the base outcomes kept)', 'ms', without);
+    figure('base run of the candidate tests (baselineTests activity, tests run)', 'ms', baseMs);
+    figure('base outcomes kept (baselineTests activity, nothing run)', 'ms', keptMs, {
+      op: '<',
+      limit: 100,
+      why: () =>
+        `the activity reads the kept outcomes from the host store; the base run itself costs ${fmt(a.median - b.median)} ms of a run`,
+    });
+
+    const fixture = freshLinkcheck('batch');
+    const plan: EvalPlan = {
+      fixtures: [{ dir: fixture, replays: [{ path: join(fixture, 'replays', 'canonical.json'), name: 'canonical', trusted: true }] }],
+      epochs: 8,
+      backend: 'local',
+      approver: 'policy:approve-writable',
+    };
+    const before = baseProcesses;
+    const batch = `bench-baseline-batch-${process.pid}`;
+    await evalResult(await startEval(rig.env.client, { plan, concurrency: 2 }, { taskQueue: rig.taskQueue, workflowId: batch }));
+    const epochMs: number[] = [];
+    for (let i = 0; i < planSize(plan); i++) {
+      const handle = rig.env.client.workflow.getHandle(runWorkflowId(batch, plan, plannedRun(plan, i), 1));
+      const outcome = await runOutcome(handle, null);
+      if (outcome.record.status !== 'completed') throw new Error(`bench batch run ${handle.workflowId} ended ${outcome.record.status}`);
+      epochMs.push((await activityMs(handle, 'baselineTests'))!);
+    }
+    figure('a batch of 8 epochs: base runs of test processes', 'runs', [baseProcesses - before], {
+      op: '<=',
+      limit: 1,
+      why: () => 'each epoch of the batch has the same base tree and command',
+    });
+    figure('a batch of 8 epochs: baselineTests activity, epoch 1', 'ms', epochMs.slice(0, 1));
+    figure('a batch of 8 epochs: baselineTests activity, epochs 2-8', 'ms', epochMs.slice(1));
+  });
 }
 
 /** Steps of the run whose closed trace one stream reads whole (three events a step). */

@@ -17,6 +17,9 @@ import { globMatches, normalizeRepoPath } from '../core/paths';
 import { evaluatePolicy } from '../core/policy';
 import { toolDefinitions, type ToolTexts } from '../core/tools';
 import { validateCall } from '../core/validate';
+import { decideVerdict, testFile, toRunAgain } from '../core/verdict';
+import { applyUnifiedDiff, PatchError } from '../core/unified-diff';
+import type { TestCase } from '../core/contracts';
 
 const scope = { writable: ['src/linkcheck.py'], new_files: ['tests/test_agent_*.py'] };
 
@@ -363,5 +366,127 @@ describe('the trace a run holds', () => {
         .map((e) => e.seq)
         .at(-1),
     ).toBe(1001);
+  });
+});
+
+describe('the verdict by named tests', () => {
+  const t = (id: string, outcome: TestCase['outcome']): TestCase => ({ id, outcome });
+  const zero = { passed: 0, failed: 0, error: 0, skipped: 0, xfail: 0 };
+  const base = (tests: TestCase[], status = 'failed') => ({ status, outcomes: zero, tests_ref: null, cached: false, tests });
+  const BASE = [t('a.py::ok', 'passed'), t('a.py::other', 'passed'), t('a.py::bug', 'failed'), t('a.py::skip', 'skipped')];
+  const decide = (o: Partial<Omit<Parameters<typeof decideVerdict>[0], 'end'>> & { end: TestCase[] }) =>
+    decideVerdict({
+      base: base(BASE),
+      rerun: null,
+      task: {},
+      fileExists: () => true,
+      ...o,
+      end: { status: o.end.some((x) => x.outcome === 'failed') ? 'failed' : o.end.length ? 'passed' : 'no_tests', tests: o.end },
+    });
+
+  it('keeps every test that passed at the base, lets earlier failures stand, names the fixed ones and new failing tests', () => {
+    const kept = decide({ end: [t('a.py::ok', 'passed'), t('a.py::other', 'passed'), t('a.py::bug', 'failed'), t('a.py::new', 'passed')] });
+    expect(kept.ok).toBe(true);
+    expect(kept.verdict).toMatchObject({ decided_by: 'base', tests_lost: [], tests_regressed: [], fixed_tests: [] });
+    const fixed = decide({ end: [t('a.py::ok', 'passed'), t('a.py::other', 'passed'), t('a.py::bug', 'passed')] });
+    expect([fixed.ok, fixed.verdict.fixed_tests]).toEqual([true, ['a.py::bug']]);
+    const bad = decide({ end: [t('a.py::ok', 'skipped'), t('a.py::bug', 'passed'), t('a.py::mine', 'failed')] });
+    expect(bad.ok).toBe(false);
+    expect(bad.verdict).toMatchObject({ tests_lost: ['a.py::other'], tests_regressed: ['a.py::ok'], new_tests_failed: ['a.py::mine'] });
+    expect(bad.verdict.decision).toBe(
+      'decided by the 2 tests that passed at the base; 1 lost; 1 regressed; 1 new test failing; 1 fixed: failed',
+    );
+  });
+
+  it('runs again only the expected tests that failed, and counts those that pass then as flaky', () => {
+    const end = [t('a.py::ok', 'failed'), t('a.py::other', 'error'), t('a.py::bug', 'failed')];
+    expect(toRunAgain({ base: base(BASE), end: { status: 'failed', tests: end }, task: {} })).toEqual(['a.py::ok', 'a.py::other']);
+    const again = decide({ end, rerun: { status: 'failed', tests: [t('a.py::ok', 'passed'), t('a.py::other', 'failed')] } });
+    expect(again.verdict).toMatchObject({ flaky: ['a.py::ok'], tests_regressed: ['a.py::other'] });
+    const all = decide({ end, rerun: { status: 'passed', tests: [t('a.py::ok', 'passed'), t('a.py::other', 'passed')] } });
+    expect([all.ok, all.verdict.flaky]).toEqual([true, ['a.py::ok', 'a.py::other']]);
+    expect(all.verdict.decision).toContain('2 flaky tests (failed, then passed when run once more) counted as passing');
+    // A rerun that gave no usable outcome settles nothing.
+    expect(decide({ end, rerun: { status: 'timeout', tests: [] } }).verdict.flaky).toEqual([]);
+  });
+
+  it("lets a task's FAIL_TO_PASS and PASS_TO_PASS decide, naming what did not pass", () => {
+    const task = { fail_to_pass: ['a.py::bug', 'a.py::gone'], pass_to_pass: ['a.py::ok'] };
+    const v = decide({ task, end: [t('a.py::ok', 'passed'), t('a.py::other', 'failed'), t('a.py::bug', 'passed')] });
+    expect(v.ok).toBe(false);
+    expect(v.verdict).toMatchObject({
+      decided_by: 'task',
+      fail_to_pass: { total: 2, passed: 1, failed: ['a.py::gone'] },
+      pass_to_pass: { total: 1, passed: 1, failed: [] },
+      tests_lost: ['a.py::gone'],
+      tests_regressed: [],
+    });
+    // Without PASS_TO_PASS, the tests that passed at the base are kept.
+    const f2p = decide({ task: { fail_to_pass: ['a.py::bug'] }, end: [t('a.py::ok', 'passed'), t('a.py::bug', 'passed')] });
+    expect([f2p.ok, f2p.verdict.tests_lost, f2p.verdict.pass_to_pass]).toEqual([
+      false,
+      ['a.py::other'],
+      { total: 2, passed: 1, failed: ['a.py::other'] },
+    ]);
+  });
+
+  it('counts a test whose file is gone as removed only when the task lets tests change, and falls back to counts without a base', () => {
+    const gone = (p: string) => p !== 'a.py';
+    const end = [t('b.py::x', 'passed')];
+    expect(decide({ end, fileExists: gone }).verdict.tests_lost).toEqual(['a.py::ok', 'a.py::other']);
+    const may = decide({ end, fileExists: gone, task: { tests_may_change: true } });
+    expect([may.ok, may.verdict.tests_removed, may.verdict.tests_lost]).toEqual([true, ['a.py::ok', 'a.py::other'], []]);
+    // No usable base: every test must pass, with one at least (the zero-test guard holds in every mode).
+    expect(decide({ base: base([], 'timeout'), end: [t('x', 'passed')] }).verdict.decided_by).toBe('counts');
+    expect(decide({ base: base([], 'timeout'), end: [t('x', 'failed')] }).ok).toBe(false);
+    expect(decide({ base: base([], 'no_tests'), end: [] }).ok).toBe(false);
+    expect(testFile('tests/test_x.py::T::test_y[a::b]')).toBe('tests/test_x.py');
+    expect(testFile('suite > name')).toBeNull();
+  });
+});
+
+describe('unified diffs applied as text', () => {
+  const files: Record<string, string> = { 'src/a.py': 'one\ntwo\nthree\n', 'old.txt': 'gone\n' };
+  const read = (p: string) => files[p] ?? null;
+  const patch = [
+    'diff --git a/src/a.py b/src/a.py',
+    '--- a/src/a.py',
+    '+++ b/src/a.py',
+    '@@ -1,3 +1,3 @@',
+    ' one',
+    '-two',
+    '+TWO',
+    ' three',
+    'diff --git a/new.py b/new.py',
+    'new file mode 100644',
+    '--- /dev/null',
+    '+++ b/new.py',
+    '@@ -0,0 +1 @@',
+    '+x',
+    'diff --git a/old.txt b/old.txt',
+    'deleted file mode 100644',
+    '--- a/old.txt',
+    '+++ /dev/null',
+    '@@ -1 +0,0 @@',
+    '-gone',
+    '',
+  ].join('\n');
+
+  it('gives each file before and after: an edit, a new file and a deletion', () => {
+    expect(applyUnifiedDiff(patch, read)).toEqual([
+      { path: 'src/a.py', before: 'one\ntwo\nthree\n', after: 'one\nTWO\nthree\n' },
+      { path: 'new.py', before: null, after: 'x\n' },
+      { path: 'old.txt', before: 'gone\n', after: null },
+    ]);
+  });
+
+  it('refuses what it cannot apply exactly, naming the file', () => {
+    expect(() => applyUnifiedDiff(patch, (p) => (p === 'src/a.py' ? 'one\n2\nthree\n' : read(p)))).toThrow(
+      new PatchError("the patch does not apply to src/a.py: a hunk's context is not there"),
+    );
+    expect(() => applyUnifiedDiff(patch, (p) => (p === 'new.py' ? 'x\n' : read(p)))).toThrow(/creates new.py, which exists/);
+    expect(() => applyUnifiedDiff('diff --git a/x b/y\nsimilarity index 100%\nrename from x\nrename to y\n', read)).toThrow(/renames/);
+    expect(() => applyUnifiedDiff('diff --git a/b.png b/b.png\nBinary files a/b.png and b/b.png differ\n', read)).toThrow(/binary/);
+    expect(() => applyUnifiedDiff(patch.replaceAll('src/a.py', '../a.py'), read)).toThrow(/path contains \.\./);
   });
 });

@@ -216,14 +216,14 @@ describe('runs on the docker backend', () => {
     for (const hostPath of [docker.stateDir, LINKCHECK, PROJECT_ROOT, join(tmpdir(), 'isolation-probe-')])
       expect(text).not.toContain(hostPath);
 
-    // Red run, green run, verifier tests and acceptance: four containers (the probe was measured
-    // before), each created and destroyed.
+    // The base run, red run, green run, verifier tests and acceptance: five containers (the probe
+    // was measured before), each created and destroyed.
     const events = await containerEvents(started, ended);
     const created = events
       .filter((e) => e.action === 'create')
       .map((e) => e.id)
       .sort();
-    expect(created).toHaveLength(4);
+    expect(created).toHaveLength(5);
     expect(
       events
         .filter((e) => e.action === 'destroy')

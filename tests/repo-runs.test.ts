@@ -30,14 +30,17 @@ const canonical = (fixture: string): Decision[] => JSON.parse(readFileSync(join(
 /**
  * The sqlparse fix of the fixture, plus what a run cannot do to a repository: a read through a
  * symlink that points out of the workspace (denied), and a test that makes a script executable,
- * writes a binary file and creates a symlink when it runs (each time undone: no receipt, so in
- * no branch).
+ * writes a binary file and creates a symlink when it runs before the fix (the red test run; undone:
+ * no receipt, so in no branch). The verifier's own run doing so would fail the verification
+ * (`verification_tampered`, tests/verdict.test.ts).
  */
 const FILES_TEST = [
   'import os',
   '',
   '',
   'def test_agent_files():',
+  "    if 'after the *last* dot' in open('sqlparse/sql.py').read():",
+  '        return',
   "    os.chmod('tools/gen.sh', 0o755)",
   "    with open('assets/generated.bin', 'wb') as f:",
   '        f.write(bytes(range(256)))',
@@ -66,7 +69,7 @@ function sqlparseDecisions(): Decision[] {
 }
 
 const EXPECTED_DIFF = ['sqlparse/sql.py', 'tests/test_agent_dotted.py', 'tests/test_agent_files.py'];
-/** What the files test changes each time it runs, undone. */
+/** What the files test changes when it runs before the fix, undone. */
 const BY_PRODUCTS = ['assets/generated.bin', 'tools/gen.sh', 'tools/sql.link'];
 const EXPECTED_RECORD = {
   fixture: 'project',
@@ -173,11 +176,9 @@ describe('repository runs through npm run agent', () => {
     });
     // The user's --trust-repository let the repository's tests run on this host; the run says so.
     expect(trace.find((e) => e.type === 'run_started')!.data).toMatchObject({ backend: 'local', trust_repository: true });
-    // Every test run after the files test was written changed the same paths, each time undone.
+    // The red test run, after the files test was written, changed these paths: undone.
     const undone = trace.filter((e) => e.type === 'unreceipted_change').map((e) => e.data);
-    expect(undone.length).toBeGreaterThan(1);
-    for (const change of undone) expect(change).toMatchObject({ paths: BY_PRODUCTS, count: 3 });
-    expect(undone.at(-1)).toMatchObject({ step: 'verifier_tests' });
+    expect(undone).toEqual([{ step: 'run_tests', paths: BY_PRODUCTS, count: 3 }]);
     const loaded = trace.find((e) => e.type === 'repository_loaded')!.data;
     expect(loaded).toMatchObject({
       name: 'project',

@@ -277,7 +277,7 @@ describe('run_tests', () => {
     const t = prepareRun({ repo: { 'tests/test_a.py': 'def test_a():\n    assert True\n\ndef test_b():\n    assert 1 == 2\n' } });
     const red = await runTests(t.ctx, 't');
     expect(red).toMatchObject({ ok: false, error: 'tests_failed', data: { status: 'failed', discovered: 2, passed: 1, failed: 1 } });
-    expect((red.data as { failures: { test: string }[] }).failures[0].test).toBe('tests.test_a::test_b');
+    expect((red.data as { failures: { test: string }[] }).failures[0].test).toBe('tests/test_a.py::test_b');
 
     const empty = prepareRun({ repo: { 'tests/readme.txt': 'no tests here\n' } });
     expect(await runTests(empty.ctx, 't')).toMatchObject({

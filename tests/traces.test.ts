@@ -173,6 +173,7 @@ describe('traces exported over OTLP/HTTP', () => {
         'executeTool',
         'preparePatch',
         'writePatch',
+        'baselineTests',
         'verify',
         'persist',
       ]),

@@ -70,6 +70,7 @@ export async function agentEval(input: EvalInput, carried?: EvalCarried): Promis
       backend: plan.backend,
       approver: plan.approver as RunInput['approver'],
       ...(plan.host_lost_s ? { host_lost_s: plan.host_lost_s } : {}),
+      ...(plan.allow_test_config_change ? { allow_test_config_change: true } : {}),
     };
     let status: RunStatus;
     try {

@@ -74,6 +74,8 @@ const MAX_MODEL_RETRIES = 2;
  * all again, and an attempt that stops heartbeating means a worker died or hung during it.
  */
 const TEST_ATTEMPTS = 3;
+/** How long the base run of the tests may take beyond the tests' own timeout (copying the tree, reading the report). */
+const BASELINE_MARGIN_MS = 60_000;
 /** How long an ending orchestrating run waits for the tasks it stopped (a task on a lost host never answers). */
 const TASKS_END_WAIT_MS = 60_000;
 /** Builds a run's state names at most (the first, then the newest). */
@@ -420,6 +422,7 @@ class AgentRun {
       ...(loaded.repository ? { repository: loaded.repository.ref } : {}),
       ...(loaded.instructions ? { instructions: loaded.instructions } : {}),
       ...(loaded.image !== undefined ? { image: loaded.image } : {}),
+      ...(input.allow_test_config_change ? { allow_test_config_change: true } : {}),
     };
     wf.upsertSearchAttributes([{ key: FIXTURE_ATTRIBUTE, value: loaded.fixture.id }]);
     // A fork goes on from the forked run's turn: its transcript, its replay's cursor, its turn count.
@@ -934,11 +937,11 @@ class AgentRun {
    * The one result of the call in flight: traced and added to the transcript, and counted in
    * `tool_errors` unless the harness made it up because the run ended (the model never saw it).
    */
-  private observe(result: ToolResult & { ref?: string | null }, counted = true): void {
+  private observe(result: ToolResult & { ref?: string | null; tests_ref?: string }, counted = true): void {
     if (counted && result.error !== null) this.view.tool_errors[result.error] = (this.view.tool_errors[result.error] ?? 0) + 1;
     if (counted) this.metrics.toolResult(result);
     const view = resultView(result, result.ref ?? null);
-    this.trace.add('tool_observed', view, { call_id: result.call_id });
+    this.trace.add('tool_observed', result.tests_ref ? { ...view, tests_ref: result.tests_ref } : view, { call_id: result.call_id });
     const inFlight = this.state.in_flight;
     this.state.in_flight = null;
     if (inFlight !== null) {
@@ -964,6 +967,7 @@ class AgentRun {
     }
     const { action } = prepared;
     const { action_id, before, after, args_digest, workspace_digest } = action;
+    await this.beforeFirstWrite();
     this.trace.add(
       'approval_requested',
       { path, before, after, args_digest, workspace_digest, diff: brief(action.diff), diff_bytes: action.diff.length },
@@ -1111,6 +1115,36 @@ class AgentRun {
       },
       { call_id: pending.call_id, action_id: signal.action_id },
     );
+  }
+
+  /**
+   * Before the run's first write is asked for (a prepared patch or task's merge), once: the candidate
+   * tests on the untouched base (a copy of it; the host keeps their outcomes per tree and command,
+   * so a batch's epochs pay once). The verifier judges the end against them; if they cannot be
+   * had now, it tries again itself.
+   */
+  async beforeFirstWrite(): Promise<void> {
+    // A change of this build's segment start (workflows/changes.ts): a segment of an older build never takes it.
+    if (this.state.base_tests_taken || !this.changes.current) return;
+    this.state.base_tests_taken = true;
+    const timeout = this.ref.fixture.tests.timeout_s * 1000 + BASELINE_MARGIN_MS;
+    try {
+      const base = await this.act.baselineTests.executeWithOptions(
+        {
+          startToCloseTimeout: timeout,
+          heartbeatTimeout: '10 seconds',
+          retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS },
+          cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+          summary: 'candidate tests at the base',
+        },
+        [this.ref, timeout],
+      );
+      this.view.base_tests = base;
+      this.trace.add('baseline_tests', base);
+    } catch (err) {
+      if (isCancellation(err) || !(err instanceof wf.ActivityFailure) || this.noteHostLost(err)) throw err;
+      this.trace.add('baseline_tests', { status: 'error', detail: err.cause?.message ?? err.message });
+    }
   }
 
   // ---- verification, continue-as-new and the end ----

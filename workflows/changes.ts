@@ -19,6 +19,11 @@ import * as wf from '@temporalio/workflow';
 
 /** The patch that says every change below holds, and that nothing is asked after a segment's start. */
 export const SEGMENT_START_PATCH = 'changes-at-segment-start';
+/*
+ * Changes that came with it, and so are held by `current` alone: the candidate tests' run on the
+ * untouched base before a run's first write (`beforeFirstWrite`, an activity no older build
+ * scheduled).
+ */
 
 /** The changes builds before `SEGMENT_START_PATCH` asked where their code took effect. */
 export const LEGACY_CHANGES = {

@@ -93,6 +93,8 @@ export interface RunState {
    * that began before: it replays as it ran (docs/how-a-run-goes.md).
    */
   prompt_messages?: boolean;
+  /** The base's test outcomes were asked for, before the first write (unset in runs that began before they were). */
+  base_tests_taken?: boolean;
 }
 
 /** A task's dispatch and what its last run left, to reopen it with its context. */

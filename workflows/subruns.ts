@@ -47,6 +47,8 @@ export interface TaskHost {
   readonly ref: RunRef;
   readonly act: wf.ActivityInterfaceFor<Activities>;
   approveAndWrite(pending: PendingWrite): Promise<ToolResult>;
+  /** What comes before the run's first write is asked for (the base's test outcomes), once. */
+  beforeFirstWrite(): Promise<void>;
   /** What counts against the run's budgets, its tasks' spending and holdings included. */
   used(): BudgetUse;
   /** Applies the effect of something that reached the run (a task's news or outcome) where a Signal's would take effect. */
@@ -466,6 +468,7 @@ export class Orchestration {
         rules: policy.matched.filter((r) => r.decision === 'deny'),
       });
     }
+    await this.host.beforeFirstWrite();
     this.host.trace.add(
       'approval_requested',
       {

@@ -1,7 +1,7 @@
 /** `eval`: a batch evaluation as a parent workflow; `eval watch`, `eval compare`, `eval --resume`. */
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { comparisonHtml } from '../../core/compare-html';
 import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
 import { parseApprover } from '../../core/policy';
@@ -13,8 +13,9 @@ import type { EvalInput, EvalPlan } from '../../core/batch-plan';
 export const evaluate = command({
   name: 'eval',
   usage: [
-    'eval <fixtures-dir>|<tasks.jsonl>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--trust-repository] [--approver policy:NAME] [--batch ID] [--host-lost-s N] [--json]',
+    'eval <fixtures-dir>|<tasks.jsonl>... [--out DIR] [--concurrency N] [--epochs K] [--backend local|docker] [--trust-replay] [--trust-repository] [--approver policy:NAME] [--allow-test-config-change] [--batch ID] [--host-lost-s N] [--json]',
     'eval <fixtures-dir>|<tasks.jsonl>... (--endpoint NAME | --provider openai|anthropic [--base-url URL] [--api-key-env VAR]) --model NAME [--prompt VERSION] --backend docker [the options above]',
+    'eval --instances FILE --repos DIR (--gold | --predictions FILE | --endpoint NAME ... --model NAME) [--allow-test-config-change] [the options above]',
     'eval --resume BATCH-ID [--out DIR] [--concurrency N]',
     'eval watch BATCH-ID',
     'eval compare REPORT-A REPORT-B [--json] [--html FILE]',
@@ -23,7 +24,12 @@ export const evaluate = command({
     'batch evaluation as a parent workflow: every replay of every fixture, K epochs, approved by a named policy;\n' +
     'a .jsonl file lists tasks on git repositories, one a line: {"id", "repo", "base", "task", "tests"?, "acceptance"?, "replays"?};\n' +
     'on the local backend their tests run on this machine with your rights: --trust-repository says you trust every one of them;\n' +
-    'writes report.json, report.md, report.html and timings.json to --out (default eval-out).\n' +
+    'writes report.json, report.md, report.html and timings.json to --out (default eval-out), and for repository tasks predictions.jsonl\n' +
+    "(SWE-bench's instance_id, model_name_or_path, model_patch: each run's change as its verifier saw it, first epoch).\n" +
+    '--instances reads a SWE-bench instance file (JSON or JSONL): each repository from --repos DIR (owner__name or owner/name), nothing fetched;\n' +
+    'the problem statement is the task, FAIL_TO_PASS and PASS_TO_PASS decide, test_patch is applied for verification only;\n' +
+    "--gold makes each instance's patch its decisions (every one must resolve), --predictions FILE another system's model_patch.\n" +
+    '--allow-test-config-change lets runs change the files that configure the test runner (else the base versions run, and such a run fails).\n' +
     '--resume (or the same --batch) starts only the runs that are missing or ended on infrastructure;\n' +
     '--endpoint and --model make a live batch: each fixture or task once per epoch, decided by that model (--prompt: its prompt version);\n' +
     "--provider instead of --endpoint adds such an endpoint to the embedded default's providers file, or reuses an equal one (as run does);\n" +
@@ -49,6 +55,11 @@ export const evaluate = command({
     'api-key-env': { kind: 'string', value: 'VAR' },
     model: { kind: 'string', value: 'NAME' },
     prompt: { kind: 'string', value: 'VERSION' },
+    instances: { kind: 'string', value: 'FILE' },
+    repos: { kind: 'string', value: 'DIR' },
+    gold: { kind: 'flag' },
+    predictions: { kind: 'string', value: 'FILE' },
+    'allow-test-config-change': { kind: 'flag' },
   },
   offline: (positionals) => positionals[0] === 'compare',
   runOffline: async (_settings, positionals, values) => compareCommand(positionals.slice(1), values.json, values.html),
@@ -68,16 +79,27 @@ export const evaluate = command({
       throw new UsageError('a live batch runs on the docker backend (--backend docker): a live model runs only with verified isolation');
     if (parseApprover(values.approver).kind !== 'policy')
       throw new UsageError('--approver must name a policy (policy:NAME): a batch approves one action at a time through a policy');
-    const tasks = positionals.some((p) => p.endsWith('.jsonl'));
+    if ((values.instances === undefined) !== (values.repos === undefined))
+      throw new UsageError('--instances FILE and --repos DIR go together: each instance names its repository, found under --repos');
+    const decisions = [values.gold, values.predictions !== undefined, live].filter(Boolean).length;
+    if (values.instances !== undefined && decisions !== 1)
+      throw new UsageError(
+        'an instance file needs one source of decisions: --gold, --predictions FILE, or a live model (--endpoint/--provider and --model)',
+      );
+    if (values.instances === undefined && (values.gold || values.predictions !== undefined))
+      throw new UsageError('--gold and --predictions go with --instances FILE --repos DIR');
+    const tasks = positionals.some((p) => p.endsWith('.jsonl')) || values.instances !== undefined;
     if (values['trust-repository'] && (!tasks || values.backend !== 'local'))
-      throw new UsageError('--trust-repository goes with a tasks.jsonl batch on the local backend');
+      throw new UsageError('--trust-repository goes with a tasks.jsonl or instance batch on the local backend');
     if (tasks && values.backend === 'local' && !values['trust-repository'])
       throw new RefusedInput(
         "on the local backend the repositories' tests run on this machine with your rights: add --trust-repository if you trust the content of every repository the tasks name, or run them in the sandbox with --backend docker",
       );
   },
   async run(session, positionals, values) {
-    const { batchInput, buildPlan, collectReport, followBatch, planSize, resumeAttempts, writeOutputs } = await import('../eval');
+    const { batchInput, batchPredictions, buildPlan, collectReport, followBatch, planSize, resumeAttempts, writeOutputs } =
+      await import('../eval');
+    const { writePredictions } = await import('../swe-bench');
     if (positionals[0] === 'watch') {
       const end = await followBatch(session.client.workflow.getHandle(positionals[1]), process.stderr);
       out(end.progress);
@@ -95,7 +117,7 @@ export const evaluate = command({
       if (positionals.length > 0)
         process.stderr.write(`${batch} exists: resuming it with its own plan (the fixture arguments are not used)\n`);
     } else {
-      if (positionals.length === 0) throw new UsageError('missing <fixtures-dir>');
+      if (positionals.length === 0 && values.instances === undefined) throw new UsageError('missing <fixtures-dir>');
       try {
         plan = await buildPlan(session.settings, positionals, {
           epochs: values.epochs,
@@ -104,6 +126,17 @@ export const evaluate = command({
           trustReplay: values['trust-replay'],
           trustRepository: values['trust-repository'],
           hostLostS: values['host-lost-s'],
+          allowTestConfig: values['allow-test-config-change'],
+          ...(values.instances !== undefined
+            ? {
+                instances: {
+                  file: values.instances,
+                  repos: values.repos!,
+                  decisions: values.gold ? 'gold' : values.predictions !== undefined ? { predictions: values.predictions } : 'live',
+                  dir: outDir,
+                },
+              }
+            : {}),
           ...(values.model !== undefined
             ? {
                 live: {
@@ -117,7 +150,10 @@ export const evaluate = command({
       } catch (err) {
         throw new UsageError((err as Error).message);
       }
-      if (plan.fixtures.length === 0) throw new UsageError(`no fixture with replays found in ${positionals.join(', ')}`);
+      if (plan.fixtures.length === 0)
+        throw new UsageError(
+          `no fixture with replays found in ${[...positionals, ...(values.instances ? [values.instances] : [])].join(', ')}`,
+        );
     }
     const total = planSize(plan);
     const ui = webUi(session);
@@ -152,10 +188,12 @@ export const evaluate = command({
       runs: total,
       concurrency,
     });
+    const predicted = plan.fixtures.some((f) => f.repo);
+    if (predicted) writePredictions(join(outDir, 'predictions.jsonl'), await batchPredictions(session, plan, collected));
     if (values.json) out(reportJson(collected.report).trimEnd());
     else
       out(
-        `${reportMarkdown(collected.report)}\nwritten to ${outDir}/report.json, report.md, report.html and timings.json (batch ${batch})`,
+        `${reportMarkdown(collected.report)}\nwritten to ${outDir}/report.json, report.md, report.html${predicted ? ', predictions.jsonl' : ''} and timings.json (batch ${batch})`,
       );
     return 0;
   },

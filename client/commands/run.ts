@@ -38,6 +38,7 @@ const options = {
   'max-model-tokens': { kind: 'int', value: 'N' },
   'max-cost-usd': { kind: 'positive', value: 'USD' },
   prompt: { kind: 'string', value: 'VERSION' },
+  'allow-test-config-change': { kind: 'flag' },
 } as const;
 
 type RunValues = Values<typeof options>;
@@ -70,7 +71,7 @@ function repositoryRun(path: string, values: RunValues, settings: Settings): Pro
 export const run = command({
   name: 'run',
   usage: [
-    'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--follow] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S]',
+    'run <fixture-dir> --replay FILE [--trust-replay] [--backend local|docker] [--approver interactive|policy:NAME] [--wait] [--follow] [--json] [--id ID] [--max-turns N] [--max-tool-calls N] [--deadline-s S] [--approval-timeout-s S] [--allow-test-config-change]',
     'run <fixture-dir> --endpoint NAME --model NAME --backend docker [--max-model-tokens N] [--max-cost-usd USD] [--prompt VERSION] [...the options above]',
     'run <fixture-dir> --provider openai|anthropic --model NAME [--base-url URL] [--api-key-env VAR] --backend docker [...the options above]',
     'run <repo> --task TEXT|--task-file FILE [--base REF] [--image NAME] [--branch] [--trust-repository] (--replay FILE | --endpoint NAME ... | --provider ...) [...the options above]',
@@ -87,7 +88,9 @@ export const run = command({
     "On the local backend a repository's tests run on this machine with your rights: --trust-repository says you trust its content\n" +
     '(else run it in the sandbox, --backend docker); the worker runs local commands only when its operator allows it (AGENT_ALLOW_LOCAL).\n' +
     '--max-cost-usd stops a live run (an orchestrating one: with all its tasks) before a call that could pass that many US dollars.\n' +
-    "--prompt names the prompt version a live source uses (default: the worker's newest, under AGENT_PROMPTS_DIR).",
+    "--prompt names the prompt version a live source uses (default: the worker's newest, under AGENT_PROMPTS_DIR).\n" +
+    "The verifier runs the tests with the base tree's test configuration (conftest.py, pytest.ini, package.json's test script...)\n" +
+    "and fails a run that changed it; --allow-test-config-change lets the run change it (a repository's settings cannot).",
   options,
   async check(positionals, values, settings) {
     if (!positionals[0]) throw new UsageError('missing <fixture-dir> or <repo>');
@@ -170,6 +173,7 @@ export const run = command({
       approver: approver as RunInput['approver'],
       ...(Object.keys(budgets).length ? { budgets } : {}),
       ...(values.prompt !== undefined ? { prompt: values.prompt } : {}),
+      ...(values['allow-test-config-change'] ? { allow_test_config_change: true } : {}),
     };
     const name = repository ? repository.facts.name : basename(resolve(fixture));
     const workflowId = values.id ?? `agent-${name}-${randomBytes(4).toString('hex')}`;

@@ -85,7 +85,7 @@ export const trace = command({
   name: 'trace',
   usage: ['trace <workflow-id> [--full] [--json]'],
   summary:
-    'the trace events of a run (from the host store of this machine);\n--full resolves references: whole tool results, calls and plans',
+    'the trace events of a run (from the host store of this machine);\n--full resolves references: whole tool results, calls and plans, and every test with its outcome',
   options: { full: { kind: 'flag' }, json: { kind: 'flag' } },
   async run(session, positionals, values) {
     const handle = await handleFor(session, positionals);

@@ -113,6 +113,15 @@ export function restore(paths: RunPaths): string[] {
 }
 
 /**
+ * Puts back what a guarded process of the run left when its worker died, before a step that does
+ * not guard a process of its own looks at the workspace (the verifier); null when nothing was left.
+ */
+export function settleLeftovers(paths: RunPaths): Undone | null {
+  const undone = onDisk('workspace', "undoing a test process's changes in the control folder", () => settle(paths));
+  return undone.length === 0 ? null : { paths: undone.slice(0, UNDONE_PATHS_SHOWN), count: undone.length };
+}
+
+/**
  * Puts back a state an earlier attempt wrote down and did not get to restore (its worker died
  * while the process ran, or another thread kept it); returns the paths that were undone.
  */

@@ -107,7 +107,7 @@ export function workspaceDigest(dir: string, options: ManifestOptions = {}): str
 }
 
 /** The digest of `dir`'s manifest and the bytes of its regular files (their sizes), from one walk. */
-export function workspaceState(dir: string, options: ManifestOptions = {}): { digest: string; bytes: number } {
+export function workspaceState(dir: string, options: ManifestOptions = {}): { digest: string; bytes: number; entries: number } {
   const cached = check(dir, options);
   cached.digest ??= manifestDigest(cached.entries);
   if (cached.bytes === undefined) {
@@ -115,7 +115,7 @@ export function workspaceState(dir: string, options: ManifestOptions = {}): { di
     for (const d of cached.dirs.values()) for (const f of d.files) bytes += f?.size ?? 0;
     cached.bytes = bytes;
   }
-  return { digest: cached.digest, bytes: cached.bytes };
+  return { digest: cached.digest, bytes: cached.bytes, entries: cached.entries.length };
 }
 
 export function manifestDigest(entries: ManifestEntry[]): string {

@@ -4,14 +4,15 @@
  */
 import { mkdirSync, rmSync } from 'node:fs';
 import type { ForkPlan } from '../fork';
-import { baselineHas, guard, restore } from './byproducts';
+import { baselineHas, guard, restore, settleLeftovers } from './byproducts';
 import { filesDiff, textPatch, workspaceDiff } from './diff';
 import { mergePlan, snapshotFiles } from './merge';
 import { searchWorkspace } from './search';
 import type { MergeEntry } from '../../core/activities';
 import { prepareForkWorkspace } from './fork';
 import { lendTree, giveBackTree, type Owners } from './lend';
-import { manifest, workspaceDigest, workspaceState } from './manifest';
+import { manifest, manifestDigest, workspaceDigest, workspaceState } from './manifest';
+import { copyForTests, prepareCopy, type ConfigChange } from './verification-tree';
 import { beginTree, finishTree, writeBaselineManifest, writeFiles, writeLinks, type FileBatch } from './tree-write';
 import { keepVerifiedChange, type ChangeEntry } from './verified-change';
 import { baselineManifest, copyTree, prepareWorkspace, type RunPaths } from './workspace';
@@ -21,6 +22,11 @@ export const OPS = {
   digest: (dir: string) => workspaceDigest(dir),
   state: (dir: string) => workspaceState(dir),
   baselineManifest: (paths: RunPaths) => baselineManifest(paths),
+  baselineDigest: (paths: RunPaths) => manifestDigest(baselineManifest(paths)),
+  settleLeftovers: (paths: RunPaths) => settleLeftovers(paths),
+  copyForTests: (paths: RunPaths, from: string, label: string) => copyForTests(paths, from, label),
+  prepareCopy: (tree: string, baseline: string, config: ConfigChange[], testPatch: string | null) =>
+    prepareCopy(tree, baseline, config, testPatch),
   copyTree: (from: string, to: string) => copyTree(from, to),
   remove: (path: string) => rmSync(path, { recursive: true, force: true }),
   makeFolder: (path: string) => void mkdirSync(path, { recursive: true }),

@@ -42,6 +42,21 @@ export const CANONICAL_RECORD = {
   repeated_calls: 0,
   empty_replies: 0,
   unreceipted_changes: 0,
+  // Decided by the two tests that passed at the base: both still pass, and the run's own test too.
+  verdict: {
+    decided_by: 'base',
+    base: { passed: 2, failed: 0, error: 0, skipped: 0, xfail: 0 },
+    end: { passed: 3, failed: 0, error: 0, skipped: 0, xfail: 0 },
+    fixed_tests: [],
+    tests_lost: [],
+    tests_regressed: [],
+    new_tests_failed: [],
+    flaky: [],
+    fail_to_pass: null,
+    pass_to_pass: null,
+    verification_tampered: [],
+    test_config_changed: [],
+  },
   trace_id: null,
 };
 

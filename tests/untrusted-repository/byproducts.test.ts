@@ -262,9 +262,16 @@ function markerScript(): { script: string; marker: string; marks: () => string[]
   return { script, marker, marks: () => (existsSync(marker) ? readFileSync(marker, 'utf8').trim().split('\n') : []) };
 }
 
-/** A committed test that rewrites a source file and adds one each time it runs. */
+/**
+ * A committed test that rewrites a source file and adds one when it runs before the fix is there
+ * (the run's red test run). Run by the verifier, the same would fail the verification
+ * (`verification_tampered`, tests/verdict.test.ts); here it shows that what the loop's runs change
+ * never reaches a branch.
+ */
 const REWRITING_TEST = [
   'def test_rewrites_the_source():',
+  "    if 'document.parent / target' in open('src/linkcheck.py').read():",
+  '        return',
   "    with open('src/linkcheck.py', 'a') as f:",
   "        f.write('\\n# appended by a test\\n')",
   "    open('stray.txt', 'w').write('left by a test')",
@@ -338,14 +345,10 @@ describe('a repository run whose repository and user configure commands, and who
         receipts: 2,
         diff_paths: ['src/linkcheck.py', 'tests/test_agent_nested.py'],
       });
-      // Every test run (the model's two and the verifier's) rewrote the source and added a file; each was undone.
+      // The red test run rewrote the source and added a file; undone.
       const undone = trace.filter((e) => e.type === 'unreceipted_change').map((e) => e.data);
-      expect(undone).toEqual([
-        { step: 'run_tests', paths: ['src/linkcheck.py', 'stray.txt'], count: 2 },
-        { step: 'run_tests', paths: ['src/linkcheck.py', 'stray.txt'], count: 2 },
-        { step: 'verifier_tests', paths: ['src/linkcheck.py', 'stray.txt'], count: 2 },
-      ]);
-      expect(outcome.record.unreceipted_changes).toBe(3);
+      expect(undone).toEqual([{ step: 'run_tests', paths: ['src/linkcheck.py', 'stray.txt'], count: 2 }]);
+      expect(outcome.record.unreceipted_changes).toBe(1);
       expect(mark.marks()).toEqual([]); // the workspace's import ran nothing
 
       const session = { settings: { ...readSettings(), stateDir }, client: env.client } as unknown as Session;
@@ -488,13 +491,19 @@ describe('run --wait --json while the SDK core warns', () => {
   });
 });
 
-/** Rewrites a source file and leaves a file behind at every test session, before any test runs. */
+/**
+ * Rewrites a source file and leaves a file behind at every test session before any test runs, as
+ * long as neither task's fix is there (each task's red test run): a verification's run doing the
+ * same would fail it (`verification_tampered`).
+ */
 const REWRITING_CONFTEST = [
   'import pathlib',
   '',
   '',
   'def pytest_sessionstart(session):',
   "    source = pathlib.Path('src/mathx.py')",
+  "    if 'return high' in source.read_text() or 'for w in words' in pathlib.Path('src/strx.py').read_text():",
+  '        return',
   "    source.write_text(source.read_text() + '\\n# appended by a test\\n')",
   "    pathlib.Path('stray.txt').write_text('left by a test')",
   '',
@@ -558,16 +567,11 @@ describe('a sub-run whose tests rewrite a source file and leave a file', () => {
     expect(readFileSync(join(stateDir, 'runs', outcome.state.run_id, 'workspace', 'src', 'mathx.py'), 'utf8')).not.toContain(
       'appended by a test',
     );
-    // The verifier's own test run rewrote the source and left the file again: undone, and counted.
-    expect(trace.filter((e) => e.type === 'unreceipted_change').map((e) => e.data)).toContainEqual({
-      step: 'verifier_tests',
-      paths: ['src/mathx.py', 'stray.txt'],
-      count: 2,
-    });
-    // Each task's own test runs were undone in its run alike.
+    // Each task's red test run rewrote the source and left the file: undone in its run.
+    expect(trace.filter((e) => e.type === 'unreceipted_change')).toEqual([]);
     for (const task of outcome.state.subruns!.tasks) {
       const child = (await runHandle(env.client, task.task_id).result()) as RunOutcome;
-      expect(child.record.unreceipted_changes).toBeGreaterThan(0);
+      expect(child.record.unreceipted_changes).toBe(1);
       expect(child.record.diff_paths).not.toContain('stray.txt');
     }
   });
