@@ -16,7 +16,7 @@
  * measuring), so a fast writer can pass the bound by what it writes between two measures; the
  * file-system check runs before the undo, which may give space back.
  */
-import { lstat, readdir } from 'node:fs/promises';
+import { lstat, opendir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { DiskFullError, freeBytes } from '../host/disk';
 import type { ExecBackend, ExecResult, ExecSpec } from './backends/types';
@@ -34,25 +34,28 @@ export interface BoundedResult extends ExecResult {
 
 /**
  * The sizes of the regular files below `dir` (links not followed) and its entries (a file, a
- * folder, a link each); stops counting once either passes its `stop`.
+ * folder, a link each); stops counting once either passes its `stop`. Folders are read a few
+ * hundred entries at a time, so a folder of 400,000 names is never one array on the event loop,
+ * and reading stops at the bound.
  */
 export async function treeSize(dir: string, stop: { bytes: number; entries: number }): Promise<{ bytes: number; entries: number }> {
   const total = { bytes: 0, entries: 0 };
+  const over = () => total.bytes > stop.bytes || total.entries > stop.entries;
   const walk = async (path: string): Promise<void> => {
-    let names: string[];
     try {
-      names = await readdir(path);
+      for await (const entry of await opendir(path, { bufferSize: 256 })) {
+        if (over()) return; // leaving the loop closes the folder
+        total.entries++;
+        const child = join(path, entry.name);
+        if (entry.isDirectory()) await walk(child);
+        else if (entry.isFile()) {
+          const st = await lstat(child).catch(() => null);
+          if (st?.isFile()) total.bytes += st.size;
+        }
+      }
     } catch (err) {
       if (['ENOENT', 'ENOTDIR'].includes((err as NodeJS.ErrnoException).code ?? '')) return; // changed meanwhile
       throw err;
-    }
-    for (const name of names) {
-      if (total.bytes > stop.bytes || total.entries > stop.entries) return;
-      total.entries++;
-      const child = join(path, name);
-      const st = await lstat(child).catch(() => null);
-      if (st?.isFile()) total.bytes += st.size;
-      else if (st?.isDirectory()) await walk(child);
     }
   };
   await walk(dir);

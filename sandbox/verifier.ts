@@ -11,7 +11,7 @@
  * the copy. A test that must pass and does not is run once more, alone where its runner can
  * choose: passing then, it is `flaky`, counted as passing and named.
  */
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { jsonEqual } from '../core/canonical';
@@ -122,8 +122,8 @@ export async function verify(opts: {
   const earlier = await offThread('settleLeftovers', [paths], call);
   if (earlier) unreceipted.push({ step: 'run_tests', ...earlier });
   await offThread('remove', [leftCopies(paths)], call);
-  const base = await offThread('baselineManifest', [paths], call);
-  const current = await offThread('manifest', [paths.workspace], call);
+  // Only the entries that differ cross to this thread: a 100,000-file workspace is compared there.
+  const { before: base, after: current } = await offThread('changedSinceBaseline', [paths], call);
   const protectedChanged = protectedChanges(fixture, changedPaths(base, current), new Set(base.map((e) => e.path)));
   if (opts.baseCommit !== null) {
     // The change as the verifier sees it now, before its own test run can add to the workspace.
@@ -140,7 +140,7 @@ export async function verify(opts: {
     return got.ok ? got.bytes : null;
   };
   const config = testConfigChanges(fixture.tests, base, current, read(paths.baseline), read(paths.workspace));
-  const tampered = new Set<string>();
+  const tampered = new Tampered();
   const tests = await testsInCopy(opts, config, null, tampered);
 
   const baseTests = await baseOutcomes({ ...opts, testPatch: opts.task.test_patch });
@@ -148,15 +148,19 @@ export async function verify(opts: {
   const judged = { base: baseTests, end, task: opts.task };
   const again = toRunAgain(judged);
   const rerun = again.length > 0 ? await testsInCopy(opts, config, { ids: again, all: end.tests.map((t) => t.id) }, tampered) : null;
-  const present = new Set(current.map((e) => e.path));
   const { ok: testsOk, verdict } = decideVerdict({
     ...judged,
     rerun: rerun && { status: rerun.status, tests: rerun.tests ?? [] },
-    fileExists: (p) => present.has(p),
+    // The workspace is as the scan above saw it: the verifier's tests ran in copies.
+    fileExists: (p) => lstatSync(join(paths.workspace, p), { throwIfNoEntry: false }) !== undefined,
   });
   if (tampered.size > 0) {
     const changed = [...tampered].sort();
-    unreceipted.push({ step: 'verifier_tests', paths: changed.slice(0, UNDONE_PATHS_SHOWN), count: changed.length });
+    unreceipted.push({
+      step: 'verifier_tests',
+      paths: changed.slice(0, UNDONE_PATHS_SHOWN),
+      count: Math.max(changed.length, tampered.counted),
+    });
   }
 
   let acceptance: AcceptanceResult | null = null; // a repository run without acceptance
@@ -206,6 +210,14 @@ export async function verify(opts: {
   };
 }
 
+/** Paths a copy's tests changed, at most this many of each copy kept by name. */
+const TAMPERED_KEPT = 1000;
+
+/** The paths the verifier's processes changed: named (up to TAMPERED_KEPT a copy), and the most one copy counted. */
+class Tampered extends Set<string> {
+  counted = 0;
+}
+
 /**
  * The candidate tests in a fresh copy of the workspace with the base's test configuration (unless
  * allowed otherwise) and the task's test patch; every path they change in the copy is added to
@@ -215,7 +227,7 @@ async function testsInCopy(
   opts: Parameters<typeof verify>[0],
   config: ConfigChange[],
   select: Selection | null,
-  tampered: Set<string>,
+  tampered: Tampered,
 ): Promise<TestRunData> {
   const call = { key: opts.paths.workspace, onProgress: opts.onProgress };
   const copy = await offThread('copyForTests', [opts.paths, opts.paths.workspace, select ? 'again' : 'end'], call);
@@ -223,9 +235,12 @@ async function testsInCopy(
     const restored = opts.allowTestConfig ? [] : config;
     const patchError = await offThread('prepareCopy', [copy.tree, opts.paths.baseline, restored, opts.task.test_patch], call);
     if (patchError !== null) return unusableRun(patchError);
-    const before = await offThread('manifest', [copy.tree], call);
-    const data = await runTestsIn({ ...opts, ...(select ? { select } : {}) }, copy.tree, copy.control, before.length);
-    for (const p of changedPaths(before, await offThread('manifest', [copy.tree], call))) tampered.add(p);
+    const kept = join(copy.dir, 'before.json');
+    await offThread('keepManifest', [copy.tree, kept], call);
+    const data = await runTestsIn({ ...opts, ...(select ? { select } : {}) }, copy.tree, copy.control);
+    const changed = await offThread('changedSinceKept', [copy.tree, kept, TAMPERED_KEPT], call);
+    for (const p of changed.paths) tampered.add(p);
+    tampered.counted = Math.max(tampered.counted, changed.count);
     return data;
   } finally {
     await offThread('remove', [copy.dir], call);

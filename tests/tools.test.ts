@@ -483,3 +483,27 @@ describe('workspace threads', () => {
     expect(JSON.parse(stdout)).not.toEqual(expect.arrayContaining([expect.stringMatching(/MessagePort|Worker/)]));
   });
 });
+
+describe('the undo across workspace threads', () => {
+  it('goes back to the state on disk when another thread wrote down a later one than this thread remembers: a write made between two test runs stays', () => {
+    const run = prepareRun({ repo: { 'a.txt': 'a\n' } });
+    const { paths } = run.ctx;
+    // Two threads' memories: two instances of the module, as two workspace threads hold.
+    const first = require('../host/workspace/byproducts') as typeof import('../host/workspace/byproducts');
+    let second!: typeof first;
+    jest.isolateModules(() => {
+      second = require('../host/workspace/byproducts') as typeof first;
+    });
+    // A first test run, guarded and undone on the first thread: it remembers that state.
+    first.guard(paths);
+    expect(first.restore(paths)).toEqual([]);
+    // The run's write, then a second test run guarded on the other thread.
+    writeFileSync(join(paths.workspace, 'fix.txt'), 'fixed\n');
+    second.guard(paths);
+    writeFileSync(join(paths.workspace, 'by-the-test.txt'), 'x\n');
+    // Its restore lands on the first thread: only what the test made goes.
+    expect(first.restore(paths)).toEqual(['by-the-test.txt']);
+    expect(readFileSync(join(paths.workspace, 'fix.txt'), 'utf8')).toBe('fixed\n');
+    run.ledger.close();
+  });
+});

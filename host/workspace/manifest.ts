@@ -298,6 +298,15 @@ export function changedPaths(before: ManifestEntry[], after: ManifestEntry[]): s
   return [...paths].sort();
 }
 
+/**
+ * The entries of `before` and `after` at the paths that differ (a path absent on one side has no
+ * entry there): what every comparison of two manifests needs, small when little changed.
+ */
+export function changedEntries(before: ManifestEntry[], after: ManifestEntry[]): { before: ManifestEntry[]; after: ManifestEntry[] } {
+  const changed = new Set(changedPaths(before, after));
+  return { before: before.filter((e) => changed.has(e.path)), after: after.filter((e) => changed.has(e.path)) };
+}
+
 /** Changed paths that are not folders: what a diff shows. */
 export function changedFiles(before: ManifestEntry[], after: ManifestEntry[]): string[] {
   const dirs = new Set([...before, ...after].filter((e) => e.kind === 'dir').map((e) => e.path));

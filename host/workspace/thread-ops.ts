@@ -2,16 +2,16 @@
  * The operations a workspace thread runs (thread.ts), by name: the synchronous walks, copies and
  * writes of this folder. Nothing here may import thread.ts: a thread never calls another.
  */
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { ForkPlan } from '../fork';
-import { baselineHas, guard, restore, settleLeftovers } from './byproducts';
+import { baselineHas, guard, restore, settleLeftovers, undoneOf } from './byproducts';
 import { filesDiff, textPatch, workspaceDiff } from './diff';
 import { mergePlan, snapshotFiles } from './merge';
 import { searchWorkspace } from './search';
 import type { MergeEntry } from '../../core/activities';
 import { prepareForkWorkspace } from './fork';
 import { lendTree, giveBackTree, type Owners } from './lend';
-import { manifest, manifestDigest, workspaceDigest, workspaceState } from './manifest';
+import { changedEntries, changedPaths, manifest, type ManifestEntry, manifestDigest, workspaceDigest, workspaceState } from './manifest';
 import { copyForTests, prepareCopy, type ConfigChange } from './verification-tree';
 import { beginTree, finishTree, writeBaselineManifest, writeFiles, writeLinks, type FileBatch } from './tree-write';
 import { keepVerifiedChange, type ChangeEntry } from './verified-change';
@@ -23,6 +23,14 @@ export const OPS = {
   state: (dir: string) => workspaceState(dir),
   baselineManifest: (paths: RunPaths) => baselineManifest(paths),
   baselineDigest: (paths: RunPaths) => manifestDigest(baselineManifest(paths)),
+  changedSinceBaseline: (paths: RunPaths) => changedEntries(baselineManifest(paths), manifest(paths.workspace)),
+  /** The manifest of `dir` kept in `file`, for `changedSinceKept` after a process. */
+  keepManifest: (dir: string, file: string) => writeFileSync(file, JSON.stringify(manifest(dir))),
+  /** The paths changed in `dir` since `keepManifest`: the first `cap` in order, and how many. */
+  changedSinceKept: (dir: string, file: string, cap: number) => {
+    const changed = changedPaths(JSON.parse(readFileSync(file, 'utf8')) as ManifestEntry[], manifest(dir));
+    return { paths: changed.slice(0, cap), count: changed.length };
+  },
   settleLeftovers: (paths: RunPaths) => settleLeftovers(paths),
   copyForTests: (paths: RunPaths, from: string, label: string) => copyForTests(paths, from, label),
   prepareCopy: (tree: string, baseline: string, config: ConfigChange[], testPatch: string | null) =>
@@ -48,7 +56,8 @@ export const OPS = {
   snapshotFiles: (childWorkspace: string, snapshot: string, entries: MergeEntry[], taskId: string) =>
     snapshotFiles(childWorkspace, snapshot, entries, taskId),
   guard: (paths: RunPaths) => guard(paths),
-  restore: (paths: RunPaths) => restore(paths),
+  /** Restores, and tells what was undone with `earlier` (what `guard` settled first). */
+  restore: (paths: RunPaths, earlier: string[]) => undoneOf(earlier, restore(paths)),
   beginTree: (paths: RunPaths) => beginTree(paths),
   writeFiles: (root: string, batch: FileBatch) => writeFiles(root, batch),
   writeLinks: (root: string, links: { path: string; target: string }[]) => writeLinks(root, links),

@@ -4,7 +4,7 @@
  * it ended, timed out, was cancelled or threw. The walks, copies and removals run in a workspace
  * thread (thread.ts).
  */
-import { UNDONE_PATHS_SHOWN, type Undone } from './byproducts';
+import type { Undone } from './byproducts';
 import { offThread } from './thread';
 import type { RunPaths } from './workspace';
 
@@ -24,10 +24,8 @@ export async function withUndo<T>(
   try {
     result = await run(entries);
   } catch (err) {
-    await offThread('restore', [paths], call);
+    await offThread('restore', [paths, []], call);
     throw err;
   }
-  const changed = await offThread('restore', [paths], call);
-  const all = [...new Set([...earlier, ...changed])].sort();
-  return { result, undone: all.length === 0 ? null : { paths: all.slice(0, UNDONE_PATHS_SHOWN), count: all.length } };
+  return { result, undone: await offThread('restore', [paths, earlier], call) };
 }

@@ -124,6 +124,7 @@ function repoInput(dir: string, replay = FINAL, backend: RunInput['backend'] = '
 async function meanwhile<T>(attack: () => Promise<T>): Promise<{ value: T; stallMs: number; canonical: RunOutcome['record'] }> {
   const both = Promise.all([runOnWorker(canonicalInput('canonical')), attack()]);
   const stallMs = await largestStall(both);
+  console.log(`largest event-loop stall ${stallMs.toFixed(0)} ms: ${expect.getState().currentTestName}`);
   const [canonical, value] = await both;
   return { value, stallMs, canonical: canonical.outcome.record };
 }
