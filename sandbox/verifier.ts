@@ -236,8 +236,8 @@ async function testsInCopy(
     const patchError = await offThread('prepareCopy', [copy.tree, opts.paths.baseline, restored, opts.task.test_patch], call);
     if (patchError !== null) return unusableRun(patchError);
     const kept = join(copy.dir, 'before.json');
-    await offThread('keepManifest', [copy.tree, kept], call);
-    const data = await runTestsIn({ ...opts, ...(select ? { select } : {}) }, copy.tree, copy.control);
+    const entries = await offThread('keepManifest', [copy.tree, kept], call);
+    const data = await runTestsIn({ ...opts, ...(select ? { select } : {}) }, copy.tree, copy.control, entries);
     const changed = await offThread('changedSinceKept', [copy.tree, kept, TAMPERED_KEPT], call);
     for (const p of changed.paths) tampered.add(p);
     tampered.counted = Math.max(tampered.counted, changed.count);

@@ -937,21 +937,27 @@ const STREAM_EVENTS = 20;
  * another, and how many frames one stream delivers per second, each on a console and a worker of
  * this process (one machine), the console asking each followed run every 100 ms.
  */
+/** A console on loopback over `stateDir`, with one API token for the bench's clients. */
+async function benchConsole(client: Parameters<typeof startConsole>[0]['client'], stateDir: string, name: string) {
+  const token = `bench-${name}-token-0123456789-0123456789`;
+  const app = await startConsole({
+    client,
+    token: `bench-${name}-console-token`,
+    host: '127.0.0.1',
+    port: 0,
+    webUi: null,
+    namespace: 'default',
+    stateDir,
+    apiTokens: new Map([['bench', token]]),
+  });
+  return { app, token };
+}
+
 async function benchStream(o: BenchOptions, settings: Settings): Promise<void> {
   const stateDir = tempDir('bench-stream-state');
   const worker = { stateDir, docker: false as const, settings: { ...settings, allowLocal: true } };
   await onWorker('stream', worker, async (rig) => {
-    const token = 'bench-stream-token-0123456789-0123456789';
-    const app = await startConsole({
-      client: rig.env.client,
-      token: 'bench-stream-console-token',
-      host: '127.0.0.1',
-      port: 0,
-      webUi: null,
-      namespace: 'default',
-      stateDir,
-      apiTokens: new Map([['bench', token]]),
-    });
+    const { app, token } = await benchConsole(rig.env.client, stateDir, 'stream');
     try {
       const link = { url: app.url, token };
       await eventLatency(rig, o, link);
@@ -1104,17 +1110,7 @@ async function benchHint(): Promise<void> {
   const env = await startServer();
   const stateDir = tempDir('bench-hint-state');
   const taskQueue = uniqueQueue('hint');
-  const token = 'bench-hint-token-0123456789-0123456789';
-  const app = await startConsole({
-    client: env.client,
-    token: 'bench-hint-console-token',
-    host: '127.0.0.1',
-    port: 0,
-    webUi: null,
-    namespace: 'default',
-    stateDir,
-    apiTokens: new Map([['bench', token]]),
-  });
+  const { app, token } = await benchConsole(env.client, stateDir, 'hint');
   const worker = () => {
     const child = spawnWorker(env, taskQueue, stateDir, { AGENT_ALLOW_LOCAL: '1' });
     child.stderr?.resume();

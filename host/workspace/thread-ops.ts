@@ -18,14 +18,17 @@ import { keepVerifiedChange, type ChangeEntry } from './verified-change';
 import { baselineManifest, copyTree, prepareWorkspace, type RunPaths } from './workspace';
 
 export const OPS = {
-  manifest: (dir: string) => manifest(dir),
   digest: (dir: string) => workspaceDigest(dir),
   state: (dir: string) => workspaceState(dir),
   baselineManifest: (paths: RunPaths) => baselineManifest(paths),
   baselineDigest: (paths: RunPaths) => manifestDigest(baselineManifest(paths)),
   changedSinceBaseline: (paths: RunPaths) => changedEntries(baselineManifest(paths), manifest(paths.workspace)),
-  /** The manifest of `dir` kept in `file`, for `changedSinceKept` after a process. */
-  keepManifest: (dir: string, file: string) => writeFileSync(file, JSON.stringify(manifest(dir))),
+  /** The manifest of `dir` kept in `file`, for `changedSinceKept` after a process; its entries. */
+  keepManifest: (dir: string, file: string) => {
+    const entries = manifest(dir);
+    writeFileSync(file, JSON.stringify(entries));
+    return entries.length;
+  },
   /** The paths changed in `dir` since `keepManifest`: the first `cap` in order, and how many. */
   changedSinceKept: (dir: string, file: string, cap: number) => {
     const changed = changedPaths(JSON.parse(readFileSync(file, 'utf8')) as ManifestEntry[], manifest(dir));

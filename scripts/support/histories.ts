@@ -76,32 +76,20 @@ export class HistorySink {
         });
         appendFileSync(this.file, lines.join(''));
       }
-      const done: SinkLine = {
-        test: this.attribute(null),
-        server: address,
-        workflow_id: '',
-        run_id: '',
-        type: '',
-        status: '',
-        collect_ms: Date.now() - began,
-      };
-      appendFileSync(this.file, `${JSON.stringify(done)}\n`);
+      this.serverLine(address, { collect_ms: Date.now() - began });
       return executions.length;
     } catch (err) {
-      const line: SinkLine = {
-        test: this.attribute(null),
-        server: address,
-        workflow_id: '',
-        run_id: '',
-        type: '',
-        status: '',
-        error: (err as Error).message,
-      };
-      appendFileSync(this.file, `${JSON.stringify(line)}\n`);
+      this.serverLine(address, { error: (err as Error).message });
       return 0;
     } finally {
       await connection?.close().catch(() => undefined);
     }
+  }
+
+  /** A line about the server at `address` itself (no workflow): its collection's time, or why it could not be read. */
+  private serverLine(address: string, about: Pick<SinkLine, 'collect_ms' | 'error'>): void {
+    const line: SinkLine = { test: this.attribute(null), server: address, workflow_id: '', run_id: '', type: '', status: '', ...about };
+    appendFileSync(this.file, `${JSON.stringify(line)}\n`);
   }
 }
 
