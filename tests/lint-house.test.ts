@@ -68,7 +68,9 @@ describe('the lint of the house', () => {
     });
     expect(found['host/settings.ts']).toEqual([expect.stringMatching(/^host\/ \(this machine.*\) may import only core\/: store\/ /)]);
     expect(found['store/store.ts']).toEqual([expect.stringMatching(/^store\/ .* may import only core\/, host\/: workspace\/ /)]);
-    expect(found['workspace/prepare.ts']).toEqual([expect.stringMatching(/^workspace\/ .* may import only core\/, host\/, store\/: sandbox\/ /)]);
+    expect(found['workspace/prepare.ts']).toEqual([
+      expect.stringMatching(/^workspace\/ .* may import only core\/, host\/, store\/: sandbox\/ /),
+    ]);
     expect(found['sandbox/run.ts']).toEqual([expect.stringMatching(/^sandbox\/ .* may import only core\/, host\/, workspace\/: store\/ /)]);
     expect(found['store/ledger.ts']).toEqual([]);
     expect(found['workspace/fork.ts']).toEqual([]);
