@@ -25,7 +25,7 @@ import { withUndo } from '../workspace/undo';
 import { offThread } from '../workspace/thread';
 import { UNDONE_PATHS_SHOWN } from '../workspace/byproducts';
 import { faultPoint } from '../host/faults';
-import { treeChanges, type VerifiedChange } from '../workspace/verified-change';
+import { changeEntries, type VerifiedChange } from '../workspace/verified-change';
 import { readHostile } from '../workspace/hostile-read';
 import { leftCopies } from '../workspace/verification-tree';
 import { decideVerdict, toRunAgain } from '../core/verdict';
@@ -135,7 +135,7 @@ export async function verify(opts: {
   let change: VerifiedChange | null = null;
   if (opts.baseCommit !== null) {
     // The change as the verifier sees it now: its own tests run in copies, never in the workspace.
-    const { changes, unrepresentable } = treeChanges(base, current);
+    const { changes, unrepresentable } = changeEntries(base, current);
     // A FIFO or socket cannot go into a tree: the change could not come back whole.
     for (const path of unrepresentable) if (!protectedChanged.includes(path)) protectedChanged.push(path);
     protectedChanged.sort();

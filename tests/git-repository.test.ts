@@ -9,7 +9,7 @@ import { chmodSync, mkdirSync, readFileSync, symlinkSync, unlinkSync, writeFileS
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { inspectBase, prepareRepositoryWorkspace, withRepository } from '../workspace/repository';
-import { keepVerifiedChange, readVerifiedChange, treeChanges, VerifiedChangeError } from '../workspace/verified-change';
+import { keepVerifiedChange, readVerifiedChange, changeEntries, VerifiedChangeError } from '../workspace/verified-change';
 import { workspaceDiff } from '../workspace/diff';
 import { baselineManifest, manifest, runPaths } from '../workspace/workspace';
 import { commitToBranch, DEFAULT_REPOSITORY_LIMITS, GitError, GitRepository, hostGit, RepositoryWriter } from '../workspace/git';
@@ -149,7 +149,7 @@ describe.each(['host', 'sandbox'] as const)('read through git on the %s', (read)
       writeFileSync(join(ws, 'assets', 'more', 'data.bin'), Buffer.concat([BINARY, BINARY]));
       symlinkSync('../src/linkcheck.py', join(ws, 'tools', 'source.link'));
       unlinkSync(join(ws, 'notes.txt'));
-      const { changes, unrepresentable } = treeChanges(baselineManifest(paths), manifest(ws));
+      const { changes, unrepresentable } = changeEntries(baselineManifest(paths), manifest(ws));
       expect(unrepresentable).toEqual([]);
       expect(changes.map((c) => `${c.kind} ${c.path}`)).toEqual([
         'file assets/more/data.bin',

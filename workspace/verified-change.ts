@@ -41,7 +41,7 @@ const changeFolder = (paths: RunPaths) => join(paths.control, 'verified');
  * executable bit, symlinks, deletions (folders are not entries of a tree). Paths that are special
  * files (a FIFO, a socket) cannot be in a tree; they are returned apart.
  */
-export function treeChanges(base: ManifestEntry[], current: ManifestEntry[]): { changes: ChangeEntry[]; unrepresentable: string[] } {
+export function changeEntries(base: ManifestEntry[], current: ManifestEntry[]): { changes: ChangeEntry[]; unrepresentable: string[] } {
   const b = new Map(base.map((e) => [e.path, e]));
   const c = new Map(current.map((e) => [e.path, e]));
   const changes: ChangeEntry[] = [];
