@@ -20,6 +20,8 @@
  * - `baselines`: the candidate tests' outcomes at a base tree, by a key of the tree, the command,
  *   the backend and image and the test patch (sandbox/baseline.ts), so the runs of one base pay once.
  */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
 import { onDisk } from '../host/disk';
@@ -251,4 +253,22 @@ export class Store {
   close(): void {
     this.db.close();
   }
+}
+
+/** The host store's file in a state folder. */
+export const STORE_FILE = 'store.sqlite';
+
+/** The host store of a state folder, made when it is not there yet: the worker's, which writes it. */
+export function hostStore(stateDir: string): Store {
+  return new Store(join(stateDir, STORE_FILE));
+}
+
+/**
+ * The host store of a state folder for a reader (the command line, the console), or null when the
+ * folder holds none: its worker runs on another host or with another state folder, or has not
+ * written yet. The one way the client opens the store; the caller closes it.
+ */
+export function openStore(stateDir: string): Store | null {
+  const file = join(stateDir, STORE_FILE);
+  return existsSync(file) ? new Store(file) : null;
 }

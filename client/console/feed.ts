@@ -19,10 +19,10 @@ import { compareCursors, REPLY_EVENT, snapshotVersion, waitingOn, type Cursor, t
 import type { RunView, TaskView } from '../../core/run-view';
 import { TERMINAL_STATUSES } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
-import type { Store } from '../../store/store';
+import { openStore, type Store } from '../../store/store';
 import { isRunning, querySnapshot, queryTrace, runHandle, runOutcome, wedgedTask, type RunHandle } from '../run-access';
-import { openStore } from '../stored-trace';
-import { fragmentsAfter, replyText } from './fragments';
+import { replyText } from '../../store/stored-trace';
+import { fragmentsAfter } from './fragments';
 
 /** A frame of the run's record as the ring holds it: a trace event, or a fragment of a streamed reply. */
 export type Entry =
