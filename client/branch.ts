@@ -16,7 +16,7 @@ import { hostPath } from '../host/tools-env';
 import { GitSandboxUnavailable, sandboxRefusal, type RepositoryRead } from '../sandbox/git-sandbox';
 import { repositoryReaders } from './repository-run';
 import type { Session } from './session';
-import { openStore } from './stored-trace';
+import { openStore } from '../store/store';
 import type { RunOutcome } from '../core/run-view';
 
 /** Why no branch or patch comes of a run: exit status 1, with this line. */

@@ -20,8 +20,8 @@ import { hostPath } from '../host/tools-env';
 import { LocalBackend } from '../sandbox/backends/local';
 import type { ExecBackend } from '../sandbox/backends/types';
 import { DEFAULT_LIMITS, type Limits } from '../core/limits';
-import { Ledger } from '../store/ledger';
-import { Store } from '../store/store';
+import { hostLedger, type Ledger } from '../store/ledger';
+import { hostStore, type Store } from '../store/store';
 import { PayloadSizeGuard } from './payload-guard';
 import { becomeCurrent, deploymentOptions } from './deployment';
 import type { WorkerDeploymentVersion } from '@temporalio/common';
@@ -184,8 +184,8 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       ? null
       : createSandbox({ ...options.docker, limits: { fileBytes: limits.workspaceBytes, ...options.docker?.limits } }, settings);
   const hostQueue = `${options.taskQueue}@${hostId(options.stateDir)}`;
-  const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
-  const store = new Store(join(options.stateDir, 'store.sqlite'));
+  const ledger = hostLedger(options.stateDir);
+  const store = hostStore(options.stateDir);
   const made = createActivities({ ...activityWiring({ ...options, limits }, settings, sandbox, hostQueue), ledger, store });
   const activities = options.wrapActivities ? options.wrapActivities(made) : made;
   const worker = await temporalWorkers(options, settings, activities, hostQueue);
