@@ -585,13 +585,17 @@ async function parkedOn(label: string, extraEnv: Record<string, string>, o: Benc
     const busy = residentBytes(worker.pid!);
     await sleep(SETTLE_MS);
     const settled = residentBytes(worker.pid!);
-    figure(`parking ${o.parked} runs, ${label} (${PARK_STARTS_AT_ONCE} starts at a time, until each waits)`, 'runs/s', [o.parked / (parkedMs / 1000)]);
+    figure(`parking ${o.parked} runs, ${label} (${PARK_STARTS_AT_ONCE} starts at a time, until each waits)`, 'runs/s', [
+      o.parked / (parkedMs / 1000),
+    ]);
     figure(`worker resident memory, idle, ${label}`, 'MiB', [idle / 2 ** 20]);
     const busyFigure = figure(`worker resident memory, ${o.parked} runs parked, ${label}`, 'MiB', [busy / 2 ** 20]);
-    const later = figure(`worker resident memory, ${o.parked} runs parked, ${SETTLE_MS / 1000} s later, ${label}`, 'MiB', [settled / 2 ** 20]);
+    const later = figure(`worker resident memory, ${o.parked} runs parked, ${SETTLE_MS / 1000} s later, ${label}`, 'MiB', [
+      settled / 2 ** 20,
+    ]);
     if (receiver) figure(`spans the receiver took, ${label}`, 'spans', [receiver.spans.length]);
     const why = () =>
-      `the worker went from ${fmt(idle / 2 ** 20)} MiB idle to ${fmt(busyFigure.median)} MiB with ${o.parked} runs parked (${fmt(((busy - idle) / o.parked) / 1024)} KiB a run) and was at ${fmt(later.median)} MiB ${SETTLE_MS / 1000} s later: what stays is the garbage of ${o.parked} starts in the workflow thread's V8 heap and glibc's arenas (a parked run is evicted from the cache of ${SETTINGS.maxCachedWorkflows} and holds nothing in the worker)`;
+      `the worker went from ${fmt(idle / 2 ** 20)} MiB idle to ${fmt(busyFigure.median)} MiB with ${o.parked} runs parked (${fmt((busy - idle) / o.parked / 1024)} KiB a run) and was at ${fmt(later.median)} MiB ${SETTLE_MS / 1000} s later: what stays is the garbage of ${o.parked} starts in the workflow thread's V8 heap and glibc's arenas (a parked run is evicted from the cache of ${SETTINGS.maxCachedWorkflows} and holds nothing in the worker)`;
     figure(`parked / idle memory, right after the last run parked, ${label}`, 'x', [busy / idle], { op: '<', limit: 1.5, why });
     figure(`parked / idle memory, ${SETTLE_MS / 1000} s later, ${label}`, 'x', [settled / idle], { op: '<', limit: 1.5, why });
     if (receiver) return { approved: 0, approveMs: 0 };
