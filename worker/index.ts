@@ -66,8 +66,14 @@ export type BundleKind = keyof typeof WORKFLOW_BUNDLES;
  * Hazard: a module listed here (and everything it imports) must keep no state at its module
  * scope, since one instance serves every workflow of the thread; the SDK deep-freezes its
  * exports. core/ is pure by rule; nothing from @temporalio/workflow belongs here.
+ * workflows/stack-traces.ts is the one module kept for its effect: the sandbox's stack format.
  */
-export const SHARED_WORKFLOW_MODULES = [require.resolve('../core/contracts'), require.resolve('../core/validate')];
+export const SHARED_WORKFLOW_MODULES = [
+  // First: it sets the sandbox's Error.prepareStackTrace before the SDK freezes the globals.
+  require.resolve('../workflows/stack-traces'),
+  require.resolve('../core/contracts'),
+  require.resolve('../core/validate'),
+];
 
 /** How a workflow bundle is made, here and by the build: a pre-built bundle holds its interceptors itself. */
 export function workflowBundleOptions(kind: BundleKind) {
