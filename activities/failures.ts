@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { nonRetryable, retryLater } from '../core/failures';
 import { diskFullCode, DiskFullError } from '../host/disk';
 import { ProvidersFileError } from '../host/endpoints';
-import { StoreError } from '../host/store';
+import { StoreError } from '../store/store';
 import { ReplayFileError } from '../models/replay';
 import { BackendUnavailableError } from '../sandbox/backends/types';
 

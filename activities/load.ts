@@ -35,17 +35,17 @@ import { taskFixture, type DispatchCall } from '../core/tasks';
 import { brief } from '../core/transcript';
 import { formatIssues } from '../core/validate';
 import { buildId } from '../host/build';
-import { readRegular } from '../host/workspace/hostile-read';
+import { readRegular } from '../workspace/hostile-read';
 import { faultPoint } from '../host/faults';
-import { planFork, type ForkPlan } from '../host/fork';
-import { loadRepository, prepareRepositoryWorkspace, type LoadedRepository } from '../host/repository';
-import { GitError } from '../host/git';
-import { offThread } from '../host/workspace/thread';
+import { planFork, type ForkPlan } from '../workspace/fork-plan';
+import { loadRepository, prepareRepositoryWorkspace, type LoadedRepository } from '../workspace/repository';
+import { GitError } from '../workspace/git';
+import { offThread } from '../workspace/thread';
 import { GitSandboxUnavailable, sandboxRefusal } from '../sandbox/git-sandbox';
 import { imageAllowed, imageRefusal, repositoryRead } from '../core/repo-settings';
 import { Context } from '@temporalio/activity';
 import { activeTraceId } from '../host/tracing';
-import { makingWorkspace } from '../host/workspace/workspace';
+import { makingWorkspace } from '../workspace/workspace';
 import { loadPrompt, PromptError } from '../models/prompt';
 import { loadReplay, ReplayFileError } from '../models/replay';
 import { expectedFile } from '../sandbox/verifier';
@@ -118,7 +118,7 @@ function gate(kit: Kit, input: ParsedRunInput): Refusal | null {
 }
 
 /**
- * A repository run's base, read where the user's trust says (host/repository.ts), and the image
+ * A repository run's base, read where the user's trust says (workspace/repository.ts), and the image
  * its settings name checked against the operator's list before any container is made.
  */
 async function repositoryWork(kit: Kit, input: ParsedRunInput, repo: NonNullable<ParsedRunInput['repo']>): Promise<Work | Refusal> {

@@ -6,7 +6,7 @@ import type { RunRef } from '../core/activities';
 import type { BaseTests, TestCase, VerifierFindings } from '../core/contracts';
 import { baseOutcomes, type BaselineCache, type StoredBaseline } from '../sandbox/baseline';
 import { verify as runVerifier, type TaskVerdictInput } from '../sandbox/verifier';
-import { offThread } from '../host/workspace/thread';
+import { offThread } from '../workspace/thread';
 import { infrastructure, type Kit } from './kit';
 
 export function verificationActivities(kit: Kit) {

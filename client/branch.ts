@@ -8,10 +8,10 @@
 import { runInputSchema, type ParsedRunInput } from '../core/contracts';
 import type { Decision } from '../core/contracts';
 import { repositoryRead } from '../core/repo-settings';
-import { withRepository } from '../host/repository';
-import { readVerifiedChange, VerifiedChangeError } from '../host/workspace/verified-change';
-import { runPaths } from '../host/workspace/workspace';
-import { commitToBranch, GitError, hostGit, RepositoryWriter, type GitRepository, type TreeChange } from '../host/git';
+import { withRepository } from '../workspace/repository';
+import { readVerifiedChange, VerifiedChangeError } from '../workspace/verified-change';
+import { runPaths } from '../workspace/workspace';
+import { commitToBranch, GitError, hostGit, RepositoryWriter, type GitRepository, type TreeChange } from '../workspace/git';
 import { hostPath } from '../host/tools-env';
 import { GitSandboxUnavailable, sandboxRefusal, type RepositoryRead } from '../sandbox/git-sandbox';
 import { repositoryReaders } from './repository-run';

@@ -30,7 +30,7 @@ import type { Session } from './session';
 import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
 import { reportHtml, type HtmlRunExtra } from '../core/report-html';
 import type { RunRecord, TestCase, VerifierFindings } from '../core/contracts';
-import type { Store } from '../host/store';
+import type { Store } from '../store/store';
 import { replayTrusted, type Settings } from '../host/settings';
 import { evalProgress, evalResult, runOutcome, startInput } from './run-access';
 import { openStore } from './stored-trace';

@@ -3,7 +3,7 @@
  * deterministic regression fixture. Provider failures are left out (they are not decisions the
  * run acted on); each call of a reply becomes one tool decision, in order.
  */
-import type { Store } from '../host/store';
+import type { Store } from '../store/store';
 import type { Decision, Replay } from '../core/contracts';
 
 export function exportReplay(store: Store, head: string | null): Replay {

@@ -1,7 +1,7 @@
 /**
  * A fork's input: the ended run's own input (its fixture or repository, decision source and prompt
  * version, backend, budgets), naming the run, the turn, the run's final transcript head and its
- * replay as it read it. What the worker restores from these is checked on its host (host/fork.ts); what this
+ * replay as it read it. What the worker restores from these is checked on its host (workspace/fork-plan.ts); what this
  * client can tell alone (no such run, a run still going, a turn beyond it) is refused here.
  */
 import type { Client } from '@temporalio/client';

@@ -1,19 +1,19 @@
 /**
  * The command line's side of a repository run (SPEC section 10): the repository, the base
  * commit and the task, checked before any workflow starts, with the same reading of the base
- * tree the worker does (host/repository.ts). Each refusal is one line naming what is wrong.
+ * tree the worker does (workspace/repository.ts). Each refusal is one line naming what is wrong.
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { RepoSource } from '../core/contracts';
 import Dockerode from 'dockerode';
 import { imageAllowed, imageRefusal, SETTINGS_FILE, type RepoSettings } from '../core/repo-settings';
-import { inspectBase, withRepository, type InspectedBase, type OpenRunner } from '../host/repository';
+import { inspectBase, withRepository, type InspectedBase, type OpenRunner } from '../workspace/repository';
 import { hostPath } from '../host/tools-env';
 import { GitSandboxUnavailable, repositoryRunners, sandboxRefusal, type RepositoryRead } from '../sandbox/git-sandbox';
 import { resolveTarget } from '../host/connection';
 import { CredentialsFileError, lookupCredentials } from '../host/credentials';
-import { GitError } from '../host/git';
+import { GitError } from '../workspace/git';
 import type { Settings } from '../host/settings';
 import { RefusedInput } from './command';
 import type { RepositoryFacts } from '../core/activities';

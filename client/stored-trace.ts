@@ -5,7 +5,7 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { Store } from '../host/store';
+import { Store } from '../store/store';
 import type { TraceEvent } from '../core/trace';
 
 export function openStore(stateDir: string): Store | null {

@@ -17,8 +17,8 @@ import { COMMIT_ID, FIXTURE_ID, testsSchema, type Replay, type RepoSource, type 
 import { applyUnifiedDiff, patchPaths, PatchError } from '../core/unified-diff';
 import { formatIssues } from '../core/validate';
 import { writeFileAtomic } from '../host/files';
-import { GitError, type GitRepository } from '../host/git';
-import { withRepository } from '../host/repository';
+import { GitError, type GitRepository } from '../workspace/git';
+import { withRepository } from '../workspace/repository';
 import type { Settings } from '../host/settings';
 import type { RepositoryRead } from '../sandbox/git-sandbox';
 import { RefusedInput } from './command';

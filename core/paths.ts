@@ -1,6 +1,6 @@
 /**
  * Lexical path rules, applied before anything touches the disk. The file-system half
- * (symlinks and hardlinks on the way) lives in host/workspace/fs-safety.ts.
+ * (symlinks and hardlinks on the way) lives in workspace/fs-safety.ts.
  */
 export const MAX_PATH_BYTES = 1024;
 export const MAX_SEGMENT_BYTES = 255;

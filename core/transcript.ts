@@ -1,6 +1,6 @@
 /**
  * What Temporal history carries of a run's transcript: digests and short views. The full
- * decisions, calls and results live in the host store (host/store.ts) under these digests.
+ * decisions, calls and results live in the host store (store/store.ts) under these digests.
  * Pure, workflow-safe.
  */
 import type { ToolResult, UnreceiptedChange } from './contracts';

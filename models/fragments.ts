@@ -1,5 +1,5 @@
 /**
- * A live reply's text, into the host store as it streams (host/store.ts `fragments`), for clients
+ * A live reply's text, into the host store as it streams (store/store.ts `fragments`), for clients
  * that show it before the turn ends. A little is gathered before each write (one store commit per
  * write), and a stream's fragments are bounded: past the bound they are not kept (a client then
  * waits for the turn's end, whose text is the authoritative one).
@@ -8,7 +8,7 @@
  * (a retried activity, a retry of the turn) writes a new stream of the same turn, so a reader
  * keeps the fragments of a turn's latest stream only.
  */
-import type { Store } from '../host/store';
+import type { Store } from '../store/store';
 
 /** Characters gathered before they are written, at most. */
 export const FRAGMENT_FLUSH_CHARS = 2048;

@@ -28,7 +28,7 @@ import { openaiAdapter } from './openai';
 import { scrubbedError, scrubSecret } from '../core/secrets';
 import type { Prompt } from './tool-schemas';
 import type { ProviderAdapter, ReplyDecision } from './types';
-import type { Store } from '../host/store';
+import type { Store } from '../store/store';
 import type { DecideInput, DecideResult, SourceRef } from '../core/activities';
 
 export const DEFAULT_CONTEXT_BUDGET_TOKENS = BUDGET_DEFAULTS.context_budget_tokens;

@@ -12,9 +12,9 @@
 import type { BaseTests, OutcomeCounts, TestCase } from '../core/contracts';
 import { usable } from '../core/verdict';
 import { digestJson } from '../host/digest';
-import { offThread } from '../host/workspace/thread';
-import type { RunPaths } from '../host/workspace/workspace';
-import { leftCopies } from '../host/workspace/verification-tree';
+import { offThread } from '../workspace/thread';
+import type { RunPaths } from '../workspace/workspace';
+import { leftCopies } from '../workspace/verification-tree';
 import { runTestsIn, unusableRun, type TestRunOptions } from './test-runner';
 
 /** What the host store keeps of a base's outcomes. */
@@ -24,7 +24,7 @@ export interface StoredBaseline {
   tests_ref: string;
 }
 
-/** The host store's side (activities/verification.ts wires it to host/store.ts). */
+/** The host store's side (activities/verification.ts wires it to store/store.ts). */
 export interface BaselineCache {
   get(key: string): StoredBaseline | null;
   put(key: string, value: StoredBaseline): void;

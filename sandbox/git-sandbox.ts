@@ -2,7 +2,7 @@
  * git inside a container, for every repository the user has not trusted on the local backend:
  * one throwaway container of the git image (docker/build-git-image.sh) per reading, the
  * repository mounted read-only at /repo, each git command a `docker exec` in it whose output
- * streams back to the host's parser (host/git.ts), which reads it as hostile.
+ * streams back to the host's parser (workspace/git.ts), which reads it as hostile.
  *
  * The container has no network, no capability, no secret (its environment is fixed here), a
  * non-root user, a read-only root with a small /tmp (where scratch repositories go), limits on
@@ -27,7 +27,7 @@ import {
   type GitIO,
   type GitRunner,
   type RepositoryLimits,
-} from '../host/git';
+} from '../workspace/git';
 import { engineError, ownerLabel, removeContainer, SANDBOX_GID, SANDBOX_LABEL, SANDBOX_UID } from './backends/docker';
 
 export const GIT_LABEL_VALUE = 'git';

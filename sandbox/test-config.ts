@@ -21,8 +21,8 @@
 import { basename } from 'node:path';
 import { canonicalJson } from '../core/canonical';
 import type { TestsSpec } from '../core/contracts';
-import type { ManifestEntry } from '../host/workspace/manifest';
-import type { ConfigChange } from '../host/workspace/verification-tree';
+import type { ManifestEntry } from '../workspace/manifest';
+import type { ConfigChange } from '../workspace/verification-tree';
 
 export type { ConfigChange };
 

@@ -2,7 +2,7 @@
  * Runs a fixture's candidate tests through a backend and reads the counts and each test's
  * outcome from the JUnit report (pytest's --junitxml, Node's junit reporter, or for the junit
  * format whatever runner the fixture names, writing to {junit}). The run_tests tool runs them in
- * the workspace, and whatever they change there is undone (host/workspace/byproducts.ts); the
+ * the workspace, and whatever they change there is undone (workspace/byproducts.ts); the
  * verifier and the base run run them in copies of their own (`runTestsIn`). The report is read as
  * the sandbox left it: never through a link, never waiting on a FIFO, its size capped first.
  */
@@ -10,18 +10,18 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { JUNIT_PLACEHOLDER, noOutcomes, type OutcomeCounts, type TestCase, type TestsSpec } from '../core/contracts';
 import { testFile } from '../core/verdict';
-import { readHostile } from '../host/workspace/hostile-read';
+import { readHostile } from '../workspace/hostile-read';
 import type { ExecBackend } from './backends/types';
 import { tailBytes } from './backends/capped-output';
-import type { Undone } from '../host/workspace/byproducts';
-import { withUndo } from '../host/workspace/undo';
-import { offThread } from '../host/workspace/thread';
+import type { Undone } from '../workspace/byproducts';
+import { withUndo } from '../workspace/undo';
+import { offThread } from '../workspace/thread';
 import type { Limits } from '../core/limits';
 import { nonRetryable } from '../core/failures';
 import { parseJunit } from './junit';
 import { execWithinDisk, overLimitDetail } from './disk-bound';
 import { onDisk } from '../host/disk';
-import type { RunPaths } from '../host/workspace/workspace';
+import type { RunPaths } from '../workspace/workspace';
 
 export type TestStatus = 'passed' | 'failed' | 'no_tests' | 'timeout' | 'cancelled' | 'error';
 

@@ -7,7 +7,7 @@
  * (`verification_tampered`); and the test runner configured as at the base (`test_config_changed`).
  *
  * The tests run in a fresh copy of the workspace with the base's test configuration
- * (host/workspace/verification-tree.ts), never in the workspace itself, so what they change is read off
+ * (workspace/verification-tree.ts), never in the workspace itself, so what they change is read off
  * the copy. A test that must pass and does not is run once more, alone where its runner can
  * choose: passing then, it is `flaky`, counted as passing and named.
  */
@@ -20,21 +20,21 @@ import { isWritable, mayCreate } from '../core/policy';
 import { formatIssues } from '../core/validate';
 import type { ExecBackend } from './backends/types';
 import type { Limits } from '../core/limits';
-import { withUndo } from '../host/workspace/undo';
-import { offThread } from '../host/workspace/thread';
-import { UNDONE_PATHS_SHOWN } from '../host/workspace/byproducts';
+import { withUndo } from '../workspace/undo';
+import { offThread } from '../workspace/thread';
+import { UNDONE_PATHS_SHOWN } from '../workspace/byproducts';
 import { faultPoint } from '../host/faults';
-import { treeChanges } from '../host/workspace/verified-change';
-import { readHostile } from '../host/workspace/hostile-read';
-import { leftCopies } from '../host/workspace/verification-tree';
+import { treeChanges } from '../workspace/verified-change';
+import { readHostile } from '../workspace/hostile-read';
+import { leftCopies } from '../workspace/verification-tree';
 import { decideVerdict, toRunAgain } from '../core/verdict';
 import { runTestsIn, unusableRun, type Selection, type TestRunData } from './test-runner';
 import { baseOutcomes, type BaselineCache } from './baseline';
 import { CONFIG_FILE_MAX, testConfigChanges, type ConfigChange } from './test-config';
 import { execWithinDisk, overLimitDetail } from './disk-bound';
 import { onDisk } from '../host/disk';
-import type { RunPaths } from '../host/workspace/workspace';
-import { changedFiles, changedPaths } from '../host/workspace/manifest';
+import type { RunPaths } from '../workspace/workspace';
+import { changedFiles, changedPaths } from '../workspace/manifest';
 
 const acceptanceOutput = z.strictObject({
   schema_version: z.literal(1),

@@ -20,17 +20,17 @@ import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { temporal } from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { RACY_MARGIN_MS } from '../host/workspace/manifest';
-import { withUndo } from '../host/workspace/undo';
-import { loadRepository, prepareRepositoryWorkspace } from '../host/repository';
-import { runPaths } from '../host/workspace/workspace';
+import { RACY_MARGIN_MS } from '../workspace/manifest';
+import { withUndo } from '../workspace/undo';
+import { loadRepository, prepareRepositoryWorkspace } from '../workspace/repository';
+import { runPaths } from '../workspace/workspace';
 import { repositoryReaders } from '../client/repository-run';
 import type { RepositoryRead } from '../sandbox/git-sandbox';
-import { offThread } from '../host/workspace/thread';
+import { offThread } from '../workspace/thread';
 import { sha256 } from '../host/digest';
 import { preparePatch, writePatch } from '../tools/apply_patch';
 import { readFile } from '../tools/read_file';
-import { workspaceDigest } from '../host/workspace/workspace';
+import { workspaceDigest } from '../workspace/workspace';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
 import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
@@ -607,7 +607,7 @@ function benchCli(o: BenchOptions): void {
 
 /**
  * A repository's import as a worker does it (loadRun's reading of the base, then the workspace
- * written from its tree, host/repository.ts) through the reading container and through this
+ * written from its tree, workspace/repository.ts) through the reading container and through this
  * machine's git, on a repository of `o.importFiles` files; and the largest event-loop stall of
  * this process while it imports, while a tree of 200,000 paths is refused and while a test's
  * 100,000 new files are undone, each with the stall's target of docs/security.md.
@@ -695,7 +695,7 @@ async function benchImport(o: BenchOptions, settings: Settings): Promise<void> {
 }
 
 /**
- * What undoing a test process's changes costs (host/workspace/byproducts.ts) on a workspace of
+ * What undoing a test process's changes costs (workspace/byproducts.ts) on a workspace of
  * `o.undoFiles` files, as run_tests and the verifier pay it around each process: the manifest
  * before, the state written down, the manifest after, and the restore; the process's own time left
  * out. Once around a process that changes nothing, once around one that rewrites 3 files (one of
@@ -859,7 +859,7 @@ async function benchBaseline(o: BenchOptions, settings: Settings): Promise<void>
     stateDir: tempDir('bench-baseline-state'),
     docker: false,
     settings: { ...settings, allowLocal: true },
-    // Test processes of a base run run in its copy of the base tree (host/workspace/verification-tree.ts).
+    // Test processes of a base run run in its copy of the base tree (workspace/verification-tree.ts).
     wrapBackend: (b) => ({
       name: b.name,
       exec: (spec) => {

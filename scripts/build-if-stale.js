@@ -9,7 +9,21 @@ const { join } = require('node:path');
 
 const root = join(__dirname, '..');
 const stamp = join(root, 'dist', '.build-stamp');
-const SOURCES = ['core', 'host', 'tools', 'sandbox', 'models', 'activities', 'workflows', 'worker', 'client', 'scripts', 'tests'];
+const SOURCES = [
+  'core',
+  'host',
+  'store',
+  'workspace',
+  'tools',
+  'sandbox',
+  'models',
+  'activities',
+  'workflows',
+  'worker',
+  'client',
+  'scripts',
+  'tests',
+];
 const FILES = ['tsconfig.json', 'package.json', 'package-lock.json'];
 /** Folders the build copies whole (scripts/copy-assets.js): every file and folder of them counts, a removal too. */
 const COPIED = ['prompts'];

@@ -8,20 +8,24 @@ const { dirname, join, relative, resolve, sep } = require('node:path');
 const ARROWS = {
   core: [],
   host: ['core'],
-  sandbox: ['core', 'host'],
-  tools: ['core', 'host', 'sandbox'],
-  models: ['core', 'host'],
-  activities: ['core', 'host', 'sandbox', 'tools', 'models'],
+  store: ['core', 'host'],
+  workspace: ['core', 'host', 'store'],
+  sandbox: ['core', 'host', 'workspace'],
+  tools: ['core', 'host', 'store', 'workspace', 'sandbox'],
+  models: ['core', 'host', 'store'],
+  activities: ['core', 'host', 'store', 'workspace', 'sandbox', 'tools', 'models'],
   workflows: ['core'],
-  worker: ['core', 'host', 'sandbox', 'models', 'activities', 'workflows'],
-  client: ['core', 'host', 'sandbox', 'workflows'],
-  scripts: ['core', 'host', 'sandbox', 'tools', 'models', 'activities', 'workflows', 'worker', 'client'],
+  worker: ['core', 'host', 'store', 'sandbox', 'models', 'activities', 'workflows'],
+  client: ['core', 'host', 'store', 'workspace', 'sandbox', 'workflows'],
+  scripts: ['core', 'host', 'store', 'workspace', 'sandbox', 'tools', 'models', 'activities', 'workflows', 'worker', 'client'],
 };
 
 /** Where each folder's job is, for the message that says where an import should go. */
 const JOBS = {
   core: 'pure contracts and rules',
-  host: "the host's durable state and this machine",
+  host: 'this machine: settings, operator files, processes, the Temporal server and connection, telemetry',
+  store: "the host's durable record: the store, the ledger, fragments and stored traces",
+  workspace: "a run's files: preparing, reading, writing, undoing, forking and the verified change",
   sandbox: 'where commands run and what keeps them in',
   tools: 'what each tool does to a workspace',
   models: 'providers, prompts and decisions',

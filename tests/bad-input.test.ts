@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { Limits } from '../core/limits';
-import { manifest, manifestDigest, runPaths } from '../host/workspace/workspace';
+import { manifest, manifestDigest, runPaths } from '../workspace/workspace';
 import type { ToolResult } from '../core/contracts';
 import { PROJECT_ROOT } from './helpers/run-dir';
 import { runOnce, startServer } from './helpers/temporal';

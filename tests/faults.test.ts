@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { defaultProcessDir, ProcessGroups } from '../sandbox/backends/local';
 import type { FaultPoint } from '../host/faults';
-import { runPaths } from '../host/workspace/workspace';
+import { runPaths } from '../workspace/workspace';
 import type { RunInput } from '../core/contracts';
 import {
   activityAttempts,

@@ -16,7 +16,7 @@ import { runHandle, startRun } from '../client/run-access';
 import type { RunInput } from '../core/contracts';
 import type { RunOutcome } from '../core/run-view';
 import type { TraceEvent, TurnState } from '../core/trace';
-import { runPaths, workspaceDigest } from '../host/workspace/workspace';
+import { runPaths, workspaceDigest } from '../workspace/workspace';
 import { createWorker } from '../worker';
 import { createSandbox } from '../worker/sandbox';
 import { addEndpoint, endpointOf, reply, servedPerTest, type ReplyCall } from './helpers/provider-server';

@@ -50,10 +50,30 @@ describe('the lint of the house', () => {
       expect.stringMatching(/^core\/ \(pure contracts and rules\) may import only nothing of the house: activities\/ .* is not below it/),
     ]);
     expect(found['client/cli.ts']).toEqual([
-      expect.stringMatching(/^client\/ .* may import only core\/, host\/, sandbox\/, workflows\/: activities\/ /),
+      expect.stringMatching(/^client\/ .* may import only core\/, host\/, store\/, workspace\/, sandbox\/, workflows\/: activities\/ /),
     ]);
     expect(found['workflows/loop.ts']).toEqual([]);
     expect(found['activities/run.ts']).toEqual([]);
+  });
+
+  it('holds the rooms of the machine, the store and the workspace apart: each may import only the rooms below it', () => {
+    const found = lint({
+      'host/settings.ts': "import { Store } from '../store/store';\nexport const settings = Store;\n",
+      'store/store.ts': "import { prepare } from '../workspace/prepare';\nexport const Store = prepare;\n",
+      'workspace/prepare.ts': "import { run } from '../sandbox/run';\nexport const prepare = run;\n",
+      'sandbox/run.ts': "import { Ledger } from '../store/ledger';\nexport const run = Ledger;\n",
+      'store/ledger.ts': "import { machine } from '../host/machine';\nexport const Ledger = machine;\n",
+      'host/machine.ts': 'export const machine = 1;\n',
+      'workspace/fork.ts': "import { Ledger } from '../store/ledger';\nexport const fork = Ledger;\n",
+    });
+    expect(found['host/settings.ts']).toEqual([expect.stringMatching(/^host\/ \(this machine.*\) may import only core\/: store\/ /)]);
+    expect(found['store/store.ts']).toEqual([expect.stringMatching(/^store\/ .* may import only core\/, host\/: workspace\/ /)]);
+    expect(found['workspace/prepare.ts']).toEqual([
+      expect.stringMatching(/^workspace\/ .* may import only core\/, host\/, store\/: sandbox\/ /),
+    ]);
+    expect(found['sandbox/run.ts']).toEqual([expect.stringMatching(/^sandbox\/ .* may import only core\/, host\/, workspace\/: store\/ /)]);
+    expect(found['store/ledger.ts']).toEqual([]);
+    expect(found['workspace/fork.ts']).toEqual([]);
   });
 
   it('refuses an import circle, type imports and re-exports included, naming every file of it', () => {
@@ -73,7 +93,7 @@ describe('the lint of the house', () => {
 
   it('has an arrow for every folder of the house and none into a folder that is not one', () => {
     expect(Object.keys(house.ARROWS).sort()).toEqual(
-      ['activities', 'client', 'core', 'host', 'models', 'sandbox', 'scripts', 'tools', 'worker', 'workflows'].sort(),
+      ['activities', 'client', 'core', 'host', 'models', 'sandbox', 'scripts', 'store', 'tools', 'worker', 'workflows', 'workspace'].sort(),
     );
     for (const [folder, below] of Object.entries(house.ARROWS)) {
       for (const b of below) expect([folder, b, b in house.ARROWS]).toEqual([folder, b, true]);

@@ -13,7 +13,7 @@ import {
   RACY_MARGIN_MS,
   workspaceDigest,
   type ManifestEntry,
-} from '../host/workspace/manifest';
+} from '../workspace/manifest';
 import { tempDir, writeFiles } from './helpers/run-dir';
 
 /** A check this far after the files were written sees none of them as racy. */

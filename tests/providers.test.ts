@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Store } from '../host/store';
+import { Store } from '../store/store';
 import { exportReplay } from '../client/export-replay';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';

@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import type { ManifestEntry } from '../host/workspace/workspace';
+import type { ManifestEntry } from '../workspace/workspace';
 import { git, repoPicture, sampleRepo, SQLPARSE, type SampleRepo } from './helpers/git-repo';
 import { ProviderServer, reply } from './helpers/provider-server';
 import { freePort, LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { deterministicFailure } from '../activities';
 import { BackendUnavailableError } from '../sandbox/backends/types';
 import { ReplayFileError } from '../models/replay';
-import { Store, StoreError } from '../host/store';
+import { Store, StoreError } from '../store/store';
 import { canonicalJson } from '../core/canonical';
 import { brief, BRIEF_STRING } from '../core/transcript';
 import { MAX_PAYLOAD_BYTES, PayloadSizeGuard } from '../worker/payload-guard';

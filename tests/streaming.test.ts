@@ -17,7 +17,7 @@ import type { RunInput } from '../core/contracts';
 import { FRAME_TYPES, type FrameType } from '../core/delivery';
 import type { RunOutcome } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
-import { Store, type Fragment } from '../host/store';
+import { Store, type Fragment } from '../store/store';
 import { anthropicAdapter } from '../models/anthropic';
 import { classify } from '../models/errors';
 import { openaiAdapter } from '../models/openai';

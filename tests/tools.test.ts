@@ -8,7 +8,7 @@ import { createActivities } from '../activities';
 import { CappedOutput } from '../sandbox/backends/capped-output';
 import { DEFAULT_LIMITS, DEFAULT_REPOSITORY_LIMITS } from '../core/limits';
 import { sha256 } from '../host/digest';
-import { Store } from '../host/store';
+import { Store } from '../store/store';
 import { preparePatch, writePatch } from '../tools/apply_patch';
 import { readFile } from '../tools/read_file';
 import { search } from '../tools/search';
@@ -475,7 +475,7 @@ describe('workspace threads', () => {
     const dir = tempDir('thread-exit');
     writeFileSync(join(dir, 'a.txt'), 'a\n');
     const script = [
-      `const { offThread } = require(${JSON.stringify(join(__dirname, '..', 'host', 'workspace', 'thread.js'))});`,
+      `const { offThread } = require(${JSON.stringify(join(__dirname, '..', 'workspace', 'thread.js'))});`,
       `offThread('digest', [${JSON.stringify(dir)}]).then(() => setImmediate(() => process.stdout.write(JSON.stringify(process.getActiveResourcesInfo()))));`,
     ].join('\n');
     const { stdout } = await promisify(execFile)(process.execPath, ['-e', script], { timeout: 30_000 });
@@ -489,10 +489,10 @@ describe('the undo across workspace threads', () => {
     const run = prepareRun({ repo: { 'a.txt': 'a\n' } });
     const { paths } = run.ctx;
     // Two threads' memories: two instances of the module, as two workspace threads hold.
-    const first = require('../host/workspace/byproducts') as typeof import('../host/workspace/byproducts');
+    const first = require('../workspace/byproducts') as typeof import('../workspace/byproducts');
     let second!: typeof first;
     jest.isolateModules(() => {
-      second = require('../host/workspace/byproducts') as typeof first;
+      second = require('../workspace/byproducts') as typeof first;
     });
     // A first test run, guarded and undone on the first thread: it remembers that state.
     first.guard(paths);

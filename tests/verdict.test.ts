@@ -33,7 +33,7 @@ import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import { parseJunit } from '../sandbox/junit';
 import { isTestConfig, pytestPart, testConfigChanges } from '../sandbox/test-config';
-import type { ManifestEntry } from '../host/workspace/manifest';
+import type { ManifestEntry } from '../workspace/manifest';
 import { PROJECT_ROOT, tempDir, writeFiles } from './helpers/run-dir';
 import { startServer, traceIn, uniqueQueue } from './helpers/temporal';
 

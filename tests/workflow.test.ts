@@ -2,8 +2,8 @@ import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildId } from '../host/build';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Ledger } from '../host/ledger';
-import { runPaths } from '../host/workspace/workspace';
+import { Ledger } from '../store/ledger';
+import { runPaths } from '../workspace/workspace';
 import { LINKCHECK, tempDir } from './helpers/run-dir';
 import {
   approveAll,

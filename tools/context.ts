@@ -1,8 +1,8 @@
 import type { RunSpec } from '../core/contracts';
 import type { ExecBackend } from '../sandbox/backends/types';
 import type { Limits } from '../core/limits';
-import type { Ledger } from '../host/ledger';
-import type { RunPaths } from '../host/workspace/workspace';
+import type { Ledger } from '../store/ledger';
+import type { RunPaths } from '../workspace/workspace';
 
 /** What a tool handler may use: the run's folders, its rules, the limits and the backend. */
 export interface ToolContext {
@@ -41,4 +41,4 @@ export function cutDiff(
   };
 }
 
-export { decodeText, splitLines } from '../host/workspace/text';
+export { decodeText, splitLines } from '../workspace/text';

@@ -10,14 +10,14 @@ import { chmodSync, closeSync, fsyncSync, mkdirSync, openSync, rmSync } from 'no
 import { dirname, join } from 'node:path';
 import type { PreparedAction } from '../core/contracts';
 import { asDiskFull } from '../host/disk';
-import { Replacement } from '../host/workspace/replace';
-import { copyRegular } from '../host/workspace/hostile-read';
+import { Replacement } from '../workspace/replace';
+import { copyRegular } from '../workspace/hostile-read';
 import { digestJson, sha256 } from '../host/digest';
 import { faultPoint } from '../host/faults';
-import { resolveInWorkspace } from '../host/workspace/fs-safety';
-import { offThread } from '../host/workspace/thread';
+import { resolveInWorkspace } from '../workspace/fs-safety';
+import { offThread } from '../workspace/thread';
 import { currentDigest as patchDigest, notWritten, overWorkspaceLimit } from './apply_patch';
-import { runPaths, type RunPaths } from '../host/workspace/workspace';
+import { runPaths, type RunPaths } from '../workspace/workspace';
 import { cutDiff, type ToolContext } from './context';
 import type { MergeEntry, MergeOutcome, MergePrepared } from '../core/activities';
 

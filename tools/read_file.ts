@@ -1,8 +1,8 @@
 import { errorResult, okResult, type ToolResult } from '../core/contracts';
 import type { ReadFileArgs } from '../core/tools';
-import { readHostile } from '../host/workspace/hostile-read';
+import { readHostile } from '../workspace/hostile-read';
 import { sha256 } from '../host/digest';
-import { resolveInWorkspace } from '../host/workspace/fs-safety';
+import { resolveInWorkspace } from '../workspace/fs-safety';
 import { decodeText, splitLines, type ToolContext } from './context';
 
 export function readFile(ctx: ToolContext, callId: string, args: ReadFileArgs): ToolResult {

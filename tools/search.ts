@@ -1,12 +1,12 @@
 import { errorResult, okResult, type ToolResult } from '../core/contracts';
 import type { SearchArgs } from '../core/tools';
-import { resolveInWorkspace } from '../host/workspace/fs-safety';
-import { offThread } from '../host/workspace/thread';
+import { resolveInWorkspace } from '../workspace/fs-safety';
+import { offThread } from '../workspace/thread';
 import type { ToolContext } from './context';
 
 const DEFAULT_MAX_RESULTS = 50;
 
-/** The search tool: the path checked here, the walk and the reads in a workspace thread (host/workspace/search.ts). */
+/** The search tool: the path checked here, the walk and the reads in a workspace thread (workspace/search.ts). */
 export async function search(ctx: ToolContext, callId: string, args: SearchArgs): Promise<ToolResult> {
   const base = args.path ?? '';
   const resolved = resolveInWorkspace(ctx.paths.workspace, base);

@@ -1,5 +1,5 @@
 import { okResult, type ToolResult } from '../core/contracts';
-import { offThread } from '../host/workspace/thread';
+import { offThread } from '../workspace/thread';
 import type { ToolContext } from './context';
 
 /** The workspace's changes against its baseline, whole file diffs up to the cap (built in a workspace thread). */

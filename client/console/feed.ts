@@ -19,7 +19,7 @@ import { compareCursors, REPLY_EVENT, snapshotVersion, waitingOn, type Cursor, t
 import type { RunView, TaskView } from '../../core/run-view';
 import { TERMINAL_STATUSES } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
-import type { Store } from '../../host/store';
+import type { Store } from '../../store/store';
 import { isRunning, querySnapshot, queryTrace, runHandle, runOutcome, wedgedTask, type RunHandle } from '../run-access';
 import { openStore } from '../stored-trace';
 import { fragmentsAfter, replyText } from './fragments';

@@ -8,7 +8,7 @@
  * latest stream's text of a turn. Fragments may be lost; the turn-end frame's text is the truth.
  */
 import type { TraceEvent } from '../../core/trace';
-import type { Store } from '../../host/store';
+import type { Store } from '../../store/store';
 
 /**
  * Fragments of the request traced at `request` (its turn) after index `after` of this stream's

@@ -14,7 +14,7 @@ import { hostname } from 'node:os';
 import Dockerode from 'dockerode';
 import { DEFAULT_LIMITS as HARNESS_LIMITS } from '../../core/limits';
 import { processAlive } from '../../host/processes';
-import { offThread } from '../../host/workspace/thread';
+import { offThread } from '../../workspace/thread';
 import { CappedSink, capturedResult } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 
@@ -166,7 +166,7 @@ function unavailable(err: unknown): BackendUnavailableError {
 }
 
 /**
- * Hands a host folder tree to the sandbox uid for the duration of one exec (host/workspace/lend.ts,
+ * Hands a host folder tree to the sandbox uid for the duration of one exec (workspace/lend.ts,
  * in a workspace thread) and returns the function that gives it back.
  */
 async function lend(root: string, to: { uid: number; gid: number }, onProgress?: () => void): Promise<() => Promise<void>> {

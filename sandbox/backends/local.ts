@@ -16,7 +16,7 @@ import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { faultPoint } from '../../host/faults';
-import { offThread } from '../../host/workspace/thread';
+import { offThread } from '../../workspace/thread';
 import { CappedOutput, capturedResult } from './capped-output';
 import { BackendUnavailableError, type ExecBackend, type ExecResult, type ExecSpec } from './types';
 

@@ -44,7 +44,7 @@ import { isolationRefusal } from '../../core/isolation';
 import { BackendUnavailableError, type ExecResult } from '../backends/types';
 import type { Limits } from '../../core/limits';
 import { scrubSecret } from '../../core/secrets';
-import { manifestDigest, type ManifestEntry, type RunPaths } from '../../host/workspace/workspace';
+import { manifestDigest, type ManifestEntry, type RunPaths } from '../../workspace/workspace';
 import { findSetupImage, setupInputs, setupKey, setupLabels, SETUP_REPOSITORY } from './cache';
 import { applyProducts, dropPreSetup, keepPreSetup, restorePreSetup, SetupProductError, workspaceArchive } from './products';
 import {

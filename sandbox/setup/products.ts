@@ -39,10 +39,10 @@ import type Dockerode from 'dockerode';
 import tar from 'tar-stream';
 import { writeFileAtomic } from '../../host/files';
 import { engineError, MOUNT_WORKSPACE, removeContainer } from '../backends/docker';
-import { copyRegular } from '../../host/workspace/hostile-read';
-import { unsafeTreePath } from '../../host/repository';
-import type { ManifestEntry, RunPaths } from '../../host/workspace/workspace';
-import { offThread } from '../../host/workspace/thread';
+import { copyRegular } from '../../workspace/hostile-read';
+import { unsafeTreePath } from '../../workspace/repository';
+import type { ManifestEntry, RunPaths } from '../../workspace/workspace';
+import { offThread } from '../../workspace/thread';
 
 /** A setup that left something other than additions in the workspace. */
 export class SetupProductError extends Error {

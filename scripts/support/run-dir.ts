@@ -7,9 +7,9 @@ import { LocalBackend, type LocalBackendOptions } from '../../sandbox/backends/l
 import { readSettings } from '../../host/settings';
 import { hostPath } from '../../host/tools-env';
 import { DEFAULT_LIMITS, type Limits } from '../../core/limits';
-import { Ledger } from '../../host/ledger';
+import { Ledger } from '../../store/ledger';
 import type { ToolContext } from '../../tools/context';
-import { manifest, manifestDigest, prepareWorkspace, runPaths } from '../../host/workspace/workspace';
+import { manifest, manifestDigest, prepareWorkspace, runPaths } from '../../workspace/workspace';
 import { fixtureSchema, type Fixture } from '../../core/contracts';
 
 export const PROJECT_ROOT = resolve(__dirname, '..', '..', '..');

@@ -15,7 +15,7 @@ import Dockerode from 'dockerode';
 import { startRunWithArgs } from '../../client/run-access';
 import type { RunInput, ToolResult } from '../../core/contracts';
 import type { RunOutcome } from '../../core/run-view';
-import { DEFAULT_REPOSITORY_LIMITS, hostGit } from '../../host/git';
+import { DEFAULT_REPOSITORY_LIMITS, hostGit } from '../../workspace/git';
 import { readSettings } from '../../host/settings';
 import { sandboxGit } from '../../sandbox/git-sandbox';
 import { git, sampleRepo } from '../helpers/git-repo';

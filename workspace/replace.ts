@@ -12,7 +12,7 @@
  */
 import { closeSync, fsyncSync, linkSync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmSync, unlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { fsyncDir } from '../files';
+import { fsyncDir } from '../host/files';
 
 interface Replaced {
   target: string;

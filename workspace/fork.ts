@@ -8,11 +8,11 @@
  */
 import { copyFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import type { PreparedWorkspace } from '../../core/activities';
-import { nonRetryable } from '../../core/failures';
-import { sha256 } from '../digest';
-import { writeFileAtomic } from '../files';
-import { forkFile, type ForkPlan, type ForkWrite } from '../fork';
+import type { PreparedWorkspace } from '../core/activities';
+import { nonRetryable } from '../core/failures';
+import { sha256 } from '../host/digest';
+import { writeFileAtomic } from '../host/files';
+import { forkFile, type ForkPlan, type ForkWrite } from './fork-plan';
 import { resolveInWorkspace } from './fs-safety';
 import { digestHostile } from './hostile-read';
 import { copyTree, manifest, manifestDigest, type RunPaths } from './workspace';

@@ -3,14 +3,14 @@
  * batches as their bytes arrive, links last, then the baseline copy and its manifest.
  *
  * Hazards: a tree's paths come from whoever made the commit; they were refused before this if a
- * segment is empty, `.`, `..` or `.git` (host/repository.ts). Files are created with O_EXCL below
+ * segment is empty, `.`, `..` or `.git` (workspace/repository.ts). Files are created with O_EXCL below
  * folders this code made and never through a link: a path whose parent is anything but a folder
  * is an error, and links are made only after every file, so no write can follow one.
  */
 import { chmodSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, rmSync, symlinkSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { PreparedWorkspace } from '../../core/activities';
-import { writeFileAtomic } from '../files';
+import type { PreparedWorkspace } from '../core/activities';
+import { writeFileAtomic } from '../host/files';
 import { copyTree, manifest, manifestDigest, type RunPaths } from './workspace';
 
 /** Files of one batch: their bytes are `data[offset, offset + length)`. */

@@ -27,7 +27,7 @@
 import { lstatSync, readdirSync, readlinkSync, type Stats } from 'node:fs';
 import { resolve } from 'node:path';
 import { digestRegular } from './hostile-read';
-import { digestJson } from '../digest';
+import { digestJson } from '../host/digest';
 
 export type ManifestEntry =
   | { path: string; kind: 'file'; digest: string; executable: boolean }

@@ -9,7 +9,7 @@
  */
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
-import { onDisk } from './disk';
+import { onDisk } from '../host/disk';
 import type { PreparedAction } from '../core/contracts';
 
 export interface Receipt {

@@ -5,8 +5,8 @@
  */
 import { lstatSync, mkdirSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { MergeEntry } from '../../core/activities';
-import { onDisk } from '../disk';
+import type { MergeEntry } from '../core/activities';
+import { onDisk } from '../host/disk';
 import { copyRegular } from './hostile-read';
 import { manifest, manifestDigest, workspaceState, type ManifestEntry } from './manifest';
 import { baselineManifest, type RunPaths } from './workspace';

@@ -7,7 +7,7 @@
  *
  * The pool: threads are made when a call finds none idle (at most `MAX_THREADS`), and a thread
  * idle for a minute ends. A workspace's calls go to the thread that served it last when that one
- * is idle, so its manifest cache (host/workspace/manifest.ts) is warm; any other thread gives the
+ * is idle, so its manifest cache (workspace/manifest.ts) is warm; any other thread gives the
  * same answers, the cache being checked against every file's stat.
  *
  * Hazards:
@@ -21,7 +21,7 @@
 import { Worker } from 'node:worker_threads';
 import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
-import { DiskFullError } from '../disk';
+import { DiskFullError } from '../host/disk';
 import type { OPS } from './thread-ops';
 
 type Ops = typeof OPS;

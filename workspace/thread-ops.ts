@@ -3,12 +3,12 @@
  * writes of this folder. Nothing here may import thread.ts: a thread never calls another.
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import type { ForkPlan } from '../fork';
+import type { ForkPlan } from './fork-plan';
 import { baselineHas, guard, restore, settleLeftovers, undoneOf } from './byproducts';
 import { fileDiff, filesDiff, workspaceDiff, type DiffSide } from './diff';
 import { mergePlan, snapshotFiles } from './merge';
 import { searchWorkspace } from './search';
-import type { MergeEntry } from '../../core/activities';
+import type { MergeEntry } from '../core/activities';
 import { prepareForkWorkspace } from './fork';
 import { lendTree, giveBackTree, type Owners } from './lend';
 import { changedEntries, changedPaths, manifest, type ManifestEntry, manifestDigest, workspaceDigest, workspaceState } from './manifest';

@@ -41,10 +41,10 @@ import {
 } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
-import { onDisk } from '../disk';
-import { writeFileAtomic } from '../files';
+import { onDisk } from '../host/disk';
+import { writeFileAtomic } from '../host/files';
 import { copyRegular, digestRegular } from './hostile-read';
-import { nonRetryable } from '../../core/failures';
+import { nonRetryable } from '../core/failures';
 import { manifest, type ManifestEntry } from './manifest';
 import { baselineManifest, type RunPaths } from './workspace';
 

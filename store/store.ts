@@ -22,11 +22,11 @@
  */
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
-import { onDisk } from './disk';
+import { onDisk } from '../host/disk';
 import { canonicalJson } from '../core/canonical';
 import type { TraceEvent } from '../core/trace';
 import type { TranscriptEntry } from '../core/transcript';
-import { sha256 } from './digest';
+import { sha256 } from '../host/digest';
 
 export type BlobKind =
   | 'replay'
@@ -41,7 +41,7 @@ export type BlobKind =
   | 'prompt'
   /** The whole diff of an action whose diff history carries cut (the console shows it whole). */
   | 'diff'
-  /** A fork's plan (host/fork.ts): what its workspace is restored from. */
+  /** A fork's plan (workspace/fork-plan.ts): what its workspace is restored from. */
   | 'fork'
   /** Every test of one test run with its outcome (sandbox/junit.ts). */
   | 'tests'

@@ -17,9 +17,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ForkInput } from '../core/contracts';
 import type { TraceEvent, TurnState } from '../core/trace';
-import type { Ledger } from './ledger';
-import { StoreError, type Store } from './store';
-import { runPaths, type RunPaths } from './workspace/workspace';
+import type { Ledger } from '../store/ledger';
+import { StoreError, type Store } from '../store/store';
+import { runPaths, type RunPaths } from './workspace';
 
 /** One receipted write a fork puts back, in order. */
 export interface ForkWrite {

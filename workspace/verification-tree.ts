@@ -6,7 +6,7 @@
  * verification), then the copy is removed.
  *
  * Hazards:
- * - A copy keeps links as links (host/workspace/workspace.ts copyTree). Nothing here writes
+ * - A copy keeps links as links (workspace/workspace.ts copyTree). Nothing here writes
  *   through one: every folder on the way to a path written must be a folder, and an entry in the
  *   way is removed (a link unlinked, never followed) before a fresh file is made.
  * - Files read from a tree are read with the hostile reader (a test of an earlier run may have
@@ -14,8 +14,8 @@
  */
 import { cpSync, lstatSync, mkdirSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { applyUnifiedDiff, PatchError } from '../../core/unified-diff';
-import { onDisk } from '../disk';
+import { applyUnifiedDiff, PatchError } from '../core/unified-diff';
+import { onDisk } from '../host/disk';
 import { readHostile } from './hostile-read';
 import { copyTree, type RunPaths } from './workspace';
 

@@ -18,10 +18,10 @@ import {
   existsSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import { asDiskFull, DiskFullError } from '../disk';
-import { writeFileAtomic } from '../files';
+import { asDiskFull, DiskFullError } from '../host/disk';
+import { writeFileAtomic } from '../host/files';
 import { manifest, manifestDigest, type ManifestEntry } from './manifest';
-import type { PreparedWorkspace } from '../../core/activities';
+import type { PreparedWorkspace } from '../core/activities';
 
 export interface RunPaths {
   root: string;

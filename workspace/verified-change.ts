@@ -5,9 +5,9 @@
  */
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { TreeChange } from '../git';
-import { sha256 } from '../digest';
-import { writeFileAtomic } from '../files';
+import type { TreeChange } from './git';
+import { sha256 } from '../host/digest';
+import { writeFileAtomic } from '../host/files';
 import { copyRegular } from './hostile-read';
 import type { ManifestEntry } from './manifest';
 import type { RunPaths } from './workspace';

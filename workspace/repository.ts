@@ -1,7 +1,7 @@
 /**
  * A repository run's source of work: what its base commit says (settings, test command,
  * acceptance, project instructions, submodules), the workspace written from its tree, and the
- * verified change kept for `branch` and `patch`. Reads go through git plumbing (host/git.ts) on a
+ * verified change kept for `branch` and `patch`. Reads go through git plumbing (workspace/git.ts) on a
  * runner the caller opens: git in a container for every repository the user has not trusted on
  * the local backend. Nothing here writes to the repository.
  *
@@ -30,10 +30,10 @@ import {
 } from '../core/repo-settings';
 import type { RepositoryLimits } from '../core/limits';
 import { GitError, GitRepository, requireFolder, type GitRunner, type TreeEntry } from './git';
-import { sha256 } from './digest';
-import { offThread } from './workspace/thread';
-import type { FileBatch } from './workspace/tree-write';
-import type { RunPaths } from './workspace/workspace';
+import { sha256 } from '../host/digest';
+import { offThread } from './thread';
+import type { FileBatch } from './tree-write';
+import type { RunPaths } from './workspace';
 import type { PreparedWorkspace, RepositoryFacts, RepositoryRef } from '../core/activities';
 
 /** Files of the base tree read whole (settings, instructions, the detector's, expected.json): at most this many bytes. */
