@@ -31,7 +31,7 @@ export interface RunState {
   view: RunView;
   ref: RunRef | null;
   source: SourceRef | null;
-  /** When the agent's working time ends; moved on by the time a person took to decide. */
+  /** When the agent's working time ends; moved on by the time a person took to answer an approval. */
   deadline_at: number;
   /** Set while the run waits for a person: the deadline is paused. */
   waiting_since: number | null;
