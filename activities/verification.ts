@@ -28,9 +28,14 @@ export function verificationActivities(kit: Kit) {
   };
 
   return {
+    /**
+     * The verifier's findings, for history; a repository run's verified change is kept in the
+     * control folder for `branch` and `patch` (each file checked against the digest the verifier
+     * saw as it is copied), never returned.
+     */
     async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
       const ctx = kit.toolContext(ref, timeoutMs);
-      const findings = await runVerifier({
+      const { findings, change } = await runVerifier({
         ...ctx,
         onProgress: ctx.heartbeat,
         hiddenAcceptance: ref.hidden_acceptance !== false,
@@ -40,6 +45,7 @@ export function verificationActivities(kit: Kit) {
         allowTestConfig: ref.allow_test_config_change === true,
       }).catch(infrastructure);
       cancelled(ctx.signal, 'verification');
+      if (change !== null) await offThread('keepChange', [ctx.paths, change], { key: ctx.paths.workspace, onProgress: ctx.heartbeat });
       return findings;
     },
 

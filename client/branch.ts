@@ -9,14 +9,14 @@ import { runInputSchema, type ParsedRunInput } from '../core/contracts';
 import type { Decision } from '../core/contracts';
 import { repositoryRead } from '../core/repo-settings';
 import { withRepository } from '../workspace/repository';
-import { readVerifiedChange, VerifiedChangeError } from '../workspace/verified-change';
+import { readVerifiedChange, VerifiedChangeError, type ChangeEntryWithBytes, type VerifiedChange } from '../workspace/verified-change';
 import { runPaths } from '../workspace/workspace';
-import { commitToBranch, GitError, hostGit, RepositoryWriter, type GitRepository, type TreeChange } from '../workspace/git';
+import { commitToBranch, GitError, hostGit, RepositoryWriter, type GitRepository } from '../workspace/git';
 import { hostPath } from '../host/tools-env';
 import { GitSandboxUnavailable, sandboxRefusal, type RepositoryRead } from '../sandbox/git-sandbox';
 import { repositoryReaders } from './repository-run';
 import type { Session } from './session';
-import { openStore } from './stored-trace';
+import { openStore } from '../store/store';
 import type { RunOutcome } from '../core/run-view';
 
 /** Why no branch or patch comes of a run: exit status 1, with this line. */
@@ -28,8 +28,8 @@ interface RunChange {
   /** The repository folder, and where it is read (the run's own trust decides). */
   path: string;
   read: RepositoryRead;
-  base: string;
-  changes: TreeChange[];
+  /** The verified change as the run's activity kept it, its one source: base commit, entries, bytes. */
+  change: VerifiedChange<ChangeEntryWithBytes>;
   message: string;
 }
 
@@ -58,15 +58,19 @@ function finalSummary(session: Session, outcome: RunOutcome, workflowId: string)
 
 /**
  * The verified change of a completed repository run, or a NoBranch naming why there is none.
- * `anyEnd`: of a run that ended otherwise too, once verified (a batch's predictions file).
+ * `anyEnd`: of a run that ended otherwise too, once verified (a batch's predictions file); null
+ * when it was never verified (it ended before).
  */
-async function runChange(session: Session, workflowId: string, anyEnd = false): Promise<RunChange> {
+async function runChange(session: Session, workflowId: string): Promise<RunChange>;
+async function runChange(session: Session, workflowId: string, anyEnd: true): Promise<RunChange | null>;
+async function runChange(session: Session, workflowId: string, anyEnd = false): Promise<RunChange | null> {
   const { runHandle, startInput, isRunning, runOutcome } = await import('./run-access');
   const handle = runHandle(session.client, workflowId);
   const raw = await startInput(handle);
   if (raw === null) throw new NoBranch(`no run ${workflowId}`);
   if (await isRunning(handle)) throw new NoBranch(`${workflowId} is still running: a branch comes from a completed run`);
   const outcome = await runOutcome(handle);
+  if (anyEnd && outcome.state.verification === null) return null;
   const { status, reason } = outcome.record;
   if (status !== 'completed' && !anyEnd)
     throw new NoBranch(
@@ -75,21 +79,21 @@ async function runChange(session: Session, workflowId: string, anyEnd = false): 
   const parsed = runInputSchema.safeParse(raw);
   const input: ParsedRunInput | null = parsed.success ? parsed.data : null;
   if (!input?.repo) throw new NoBranch(`${workflowId} is not a repository run: its change has no repository to go back to`);
-  let kept;
+  let change;
   try {
-    kept = readVerifiedChange(runPaths(session.settings.stateDir, outcome.state.run_id));
+    change = readVerifiedChange(runPaths(session.settings.stateDir, outcome.state.run_id));
   } catch (err) {
     if (err instanceof VerifiedChangeError) throw new NoBranch(err.message);
     throw err;
   }
-  if (kept.base_commit !== input.repo.base_commit)
-    throw new NoBranch(`the kept change of ${workflowId} is on ${kept.base_commit}, not on the run's base ${input.repo.base_commit}`);
+  // A state folder of another run of the same id is not this run's change.
+  if (change.base_commit !== input.repo.base_commit)
+    throw new NoBranch(`the kept change of ${workflowId} is on ${change.base_commit}, not on the run's base ${input.repo.base_commit}`);
   const model = input.source.kind === 'provider' ? input.source.model : `replay:${outcome.record.replay ?? 'unknown'}`;
   return {
     path: input.repo.path,
     read: repositoryRead(input.backend, input.repo.trusted),
-    base: kept.base_commit,
-    changes: kept.changes,
+    change,
     message: commitMessage(finalSummary(session, outcome, workflowId), workflowId, model),
   };
 }
@@ -98,21 +102,21 @@ async function runChange(session: Session, workflowId: string, anyEnd = false): 
  * Runs `fn` on the run's repository, read where the run's trust says; a repository that is gone,
  * whose base is gone or that cannot be read is a NoBranch naming why.
  */
-async function onRepository<T>(session: Session, change: RunChange, fn: (repo: GitRepository) => Promise<T>): Promise<T> {
+async function onRepository<T>(session: Session, run: RunChange, fn: (repo: GitRepository) => Promise<T>): Promise<T> {
   try {
     return await withRepository(
-      repositoryReaders(session.settings)(change.read),
-      change.path,
+      repositoryReaders(session.settings)(run.read),
+      run.path,
       session.settings.repositoryLimits,
       async (repo) => {
-        await repo.resolveCommit(change.base);
+        await repo.resolveCommit(run.change.base_commit);
         return fn(repo);
       },
     );
   } catch (err) {
     if (err instanceof GitSandboxUnavailable) throw new NoBranch(sandboxRefusal(err));
     if (err instanceof GitError && err.kind !== 'ref_exists' && err.kind !== 'bad_ref_name')
-      throw new NoBranch(`${change.path}: ${err.message}`);
+      throw new NoBranch(`${run.path}: ${err.message}`);
     throw err;
   }
 }
@@ -124,25 +128,26 @@ export async function branchFromRun(
   name?: string,
 ): Promise<{ branch: string; ref: string; commit: string; base: string; paths: string[] }> {
   const branch = name ?? `agent/${workflowId}`;
-  const change = await runChange(session, workflowId);
+  const run = await runChange(session, workflowId);
   const settings = session.settings;
-  const writer = hostGitFor(settings, change.path);
+  const writer = hostGitFor(settings, run.path);
   try {
-    const repository = await RepositoryWriter.open(writer, settings.repositoryLimits, change.path);
-    const { ref, commit } = await onRepository(session, change, (repo) =>
+    const repository = await RepositoryWriter.open(writer, settings.repositoryLimits, run.path);
+    const { ref, commit } = await onRepository(session, run, (repo) =>
       commitToBranch(repo, repository, {
-        ...change,
+        change: run.change,
+        message: run.message,
         name: branch,
         reason: `coding-agent: branch from run ${workflowId}`,
         maxPackBytes: settings.repositoryLimits.bytes,
       }),
     );
-    return { branch, ref, commit, base: change.base, paths: change.changes.map((c) => c.path) };
+    return { branch, ref, commit, base: run.change.base_commit, paths: run.change.changes.map((c) => c.path) };
   } catch (err) {
     if (err instanceof GitError && (err.kind === 'ref_exists' || err.kind === 'bad_ref_name')) {
       throw new NoBranch(err.kind === 'bad_ref_name' && name === undefined ? `${err.message}: give one with --name NAME` : err.message);
     }
-    if (err instanceof GitError) throw new NoBranch(`${change.path}: ${err.message}`);
+    if (err instanceof GitError) throw new NoBranch(`${run.path}: ${err.message}`);
     throw err;
   } finally {
     await writer.close();
@@ -157,8 +162,8 @@ function hostGitFor(settings: Session['settings'], path: string) {
 
 /** The run's verified change as a patch that `git apply` takes, with nothing written to the repository. */
 export async function patchFromRun(session: Session, workflowId: string): Promise<string> {
-  const change = await runChange(session, workflowId);
-  return onRepository(session, change, (repo) => repo.patch(change.base, change.changes, change.message));
+  const run = await runChange(session, workflowId);
+  return onRepository(session, run, (repo) => repo.patch(run.change, run.message));
 }
 
 /**
@@ -167,10 +172,7 @@ export async function patchFromRun(session: Session, workflowId: string): Promis
  * where there should be one (its state folder is not on this machine, say).
  */
 export async function verifiedPatch(session: Session, workflowId: string): Promise<string> {
-  const { runHandle, runOutcome } = await import('./run-access');
-  const outcome = await runOutcome(runHandle(session.client, workflowId));
-  if (outcome.state.verification === null) return '';
-  const change = await runChange(session, workflowId, true);
-  if (change.changes.length === 0) return '';
-  return onRepository(session, change, (repo) => repo.patch(change.base, change.changes, change.message));
+  const run = await runChange(session, workflowId, true);
+  if (run === null || run.change.changes.length === 0) return '';
+  return onRepository(session, run, (repo) => repo.patch(run.change, run.message));
 }

@@ -27,13 +27,12 @@ import { readTasksFile } from './tasks-file';
 import { repositoryRead } from '../core/repo-settings';
 import { planInstances, type Prediction } from './swe-bench';
 import type { Session } from './session';
-import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from '../core/report';
-import { reportHtml, type HtmlRunExtra } from '../core/report-html';
+import { buildReport, reportJson, reportMarkdown, type EvalReport, type EvalRun } from './report/report';
+import { reportHtml, type HtmlRunExtra } from './report/report-html';
 import type { RunRecord, TestCase, VerifierFindings } from '../core/contracts';
-import type { Store } from '../store/store';
+import { openStore, type Store } from '../store/store';
 import { replayTrusted, type Settings } from '../host/settings';
 import { evalProgress, evalResult, runOutcome, startInput } from './run-access';
-import { openStore } from './stored-trace';
 import type { RunOutcome } from '../core/run-view';
 
 /** Outcomes of the harness's environment, not of the agent: a resume starts these runs again. */

@@ -23,7 +23,7 @@ import { nonRetryable } from '../core/failures';
 import { faultPoint } from '../host/faults';
 import { anthropicAdapter } from './anthropic';
 import { classify } from './errors';
-import { FragmentWriter } from './fragments';
+import { FragmentWriter } from '../store/fragments';
 import { openaiAdapter } from './openai';
 import { scrubbedError, scrubSecret } from '../core/secrets';
 import type { Prompt } from './tool-schemas';

@@ -8,7 +8,8 @@
  *
  * The tests run in a fresh copy of the workspace with the base's test configuration
  * (workspace/verification-tree.ts), never in the workspace itself, so what they change is read off
- * the copy. A test that must pass and does not is run once more, alone where its runner can
+ * the copy. A repository run's verifier returns the change it saw (the base commit and each
+ * changed path with its digest); it writes no repository state: its activity keeps the change. A test that must pass and does not is run once more, alone where its runner can
  * choose: passing then, it is `flaky`, counted as passing and named.
  */
 import { cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -24,7 +25,7 @@ import { withUndo } from '../workspace/undo';
 import { offThread } from '../workspace/thread';
 import { UNDONE_PATHS_SHOWN } from '../workspace/byproducts';
 import { faultPoint } from '../host/faults';
-import { treeChanges } from '../workspace/verified-change';
+import { changeEntries, type VerifiedChange } from '../workspace/verified-change';
 import { readHostile } from '../workspace/hostile-read';
 import { leftCopies } from '../workspace/verification-tree';
 import { decideVerdict, toRunAgain } from '../core/verdict';
@@ -92,12 +93,18 @@ export interface TaskVerdictInput {
   test_patch: string | null;
 }
 
+/** What the verifier returns: its findings (for the run's history) and, in a repository run, the change it judged (for the host to keep). */
+export interface Verification {
+  findings: VerifierFindings;
+  change: VerifiedChange | null;
+}
+
 export async function verify(opts: {
   backend: ExecBackend;
   fixture: RunSpec;
   /** The acceptance runner files and expected.json (host folder), or null when the run has none. */
   acceptanceDir: string | null;
-  /** A repository run's base commit: the verified change is kept for `branch` and `patch`. */
+  /** A repository run's base commit: the verified change on it is returned, for `branch` and `patch`. */
   baseCommit: string | null;
   paths: RunPaths;
   limits: Limits;
@@ -113,7 +120,7 @@ export async function verify(opts: {
   task: TaskVerdictInput;
   /** The user let the run change its test configuration (`--allow-test-config-change`). */
   allowTestConfig: boolean;
-}): Promise<VerifierFindings> {
+}): Promise<Verification> {
   const { fixture, paths } = opts;
   faultPoint('in_verifier');
   const call = { key: paths.workspace, onProgress: opts.onProgress };
@@ -125,13 +132,14 @@ export async function verify(opts: {
   // Only the entries that differ cross to this thread: a 100,000-file workspace is compared there.
   const { before: base, after: current } = await offThread('changedSinceBaseline', [paths], call);
   const protectedChanged = protectedChanges(fixture, changedPaths(base, current), new Set(base.map((e) => e.path)));
+  let change: VerifiedChange | null = null;
   if (opts.baseCommit !== null) {
-    // The change as the verifier sees it now, before its own test run can add to the workspace.
-    const { changes, unrepresentable } = treeChanges(base, current);
+    // The change as the verifier sees it now: its own tests run in copies, never in the workspace.
+    const { changes, unrepresentable } = changeEntries(base, current);
     // A FIFO or socket cannot go into a tree: the change could not come back whole.
     for (const path of unrepresentable) if (!protectedChanged.includes(path)) protectedChanged.push(path);
     protectedChanged.sort();
-    await offThread('keepChange', [paths, opts.baseCommit, changes], call);
+    change = { base_commit: opts.baseCommit, changes };
   }
 
   // The test configuration is the base's, unless the user let the run change it.
@@ -187,7 +195,7 @@ export async function verify(opts: {
   const testsError = testsOk
     ? null
     : (tests.detail ?? (tests.status === 'passed' || tests.status === 'failed' ? verdict.decision : `candidate tests ${tests.status}`));
-  return {
+  const findings: VerifierFindings = {
     passed: protectedChanged.length === 0 && testsOk && acceptanceOk && tampered.size === 0 && configOk,
     protected_changed: protectedChanged,
     candidate_tests: {
@@ -208,6 +216,7 @@ export async function verify(opts: {
       ? { test_config_changed: config.map((c) => c.path).slice(0, NAMED_MAX), test_config_allowed: opts.allowTestConfig }
       : {}),
   };
+  return { findings, change };
 }
 
 /** Paths a copy's tests changed, at most this many of each copy kept by name. */

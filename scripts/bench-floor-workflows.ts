@@ -6,8 +6,19 @@
 import * as wf from '@temporalio/workflow';
 
 const { noop } = wf.proxyLocalActivities<{ noop(): Promise<void> }>({ startToCloseTimeout: '10 seconds' });
+const regular = wf.proxyActivities<{ noop(): Promise<void> }>({ startToCloseTimeout: '10 seconds' });
 
 /** `steps` steps of two no-op local activities each (a read-only step makes two: decide, then the tool). */
 export async function noopSteps(steps: number): Promise<void> {
   for (let i = 0; i < 2 * steps; i++) await noop();
+}
+
+/**
+ * A run's Temporal work doing nothing: `activities` regular activities one after the other (each a
+ * workflow task and a round trip through the server), then `locals` local activities (the
+ * canonical run's counts, so its harness share has a floor measured beside it).
+ */
+export async function noopRun(activities: number, locals: number): Promise<void> {
+  for (let i = 0; i < activities; i++) await regular.noop();
+  for (let i = 0; i < locals; i++) await noop();
 }

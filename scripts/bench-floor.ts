@@ -2,16 +2,18 @@
  * `npm run bench`'s floor figure, in a process of its own (so its worker and bundler weigh
  * nothing on the harness worker's memory): on the bench's dev server, steps of two no-op local
  * activities, the SDK's own cost of a read-only step. Prints the milliseconds per step of each
- * repeat, and the CPU time this process spent per step (every thread), as JSON.
+ * repeat, and the CPU time this process spent per step (every thread), as JSON. With ACTIVITIES
+ * and LOCALS, also the milliseconds of a run of that many no-op regular and local activities
+ * (`noopRun`), per repeat: the canonical run's Temporal work with nothing in it.
  *
- *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS
+ *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS [ACTIVITIES LOCALS]
  */
 import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
 import { installRuntime } from '../host/runtime';
 
 async function main(): Promise<void> {
-  const [address, stepsArg, repeatsArg] = process.argv.slice(2);
+  const [address, stepsArg, repeatsArg, activitiesArg, localsArg] = process.argv.slice(2);
   const steps = Number(stepsArg);
   const repeats = Number(repeatsArg);
   installRuntime('WARN');
@@ -39,11 +41,17 @@ async function main(): Promise<void> {
         return { ms: performance.now() - t, cpu: (used.user + used.system) / 1000 };
       };
       await timed(1);
-      const out: { ms: number[]; cpu: number[] } = { ms: [], cpu: [] };
+      const out: { ms: number[]; cpu: number[]; run: number[] } = { ms: [], cpu: [], run: [] };
       for (let r = 0; r < repeats; r++) {
         const [a, b] = [await timed(steps), await timed(0)];
         out.ms.push((a.ms - b.ms) / steps);
         out.cpu.push((a.cpu - b.cpu) / steps);
+        if (activitiesArg !== undefined) {
+          const t = performance.now();
+          const args = [Number(activitiesArg), Number(localsArg)];
+          await client.workflow.execute('noopRun', { taskQueue, workflowId: `${taskQueue}-${++n}`, args });
+          out.run.push(performance.now() - t);
+        }
       }
       return out;
     });

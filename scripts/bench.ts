@@ -12,7 +12,7 @@
  */
 import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
-import { cpSync, lstatSync, mkdirSync, writeFileSync } from 'node:fs';
+import { cpSync, lstatSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
@@ -37,6 +37,7 @@ import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batc
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles, SETTINGS } from './support/run-dir';
 import { canonicalInput, killed, spawnWorker, startServer, uniqueQueue, writeReplay } from './support/temporal';
 import { manyPathsCommit } from './support/git';
+import { OtlpReceiver } from './support/otlp-receiver';
 import { CLUSTER_BIN, clusterBuilt, environmentOf, startBackend, type ServerKind, type ServerUnderTest } from './support/servers';
 import { type Settings } from '../host/settings';
 import { createWorker, type WorkerOptions } from '../worker';
@@ -56,7 +57,7 @@ import { startConsole, type RunningConsole } from '../client/console/server';
 import { runFrames, type ConsoleLink } from '../client/event-stream';
 import type { Frame } from '../core/delivery';
 
-const SECTIONS = ['steps', 'baseline', 'manifest', 'cli', 'undo', 'import', 'setup', 'stream', 'hint', 'servers'] as const;
+const SECTIONS = ['steps', 'parked', 'baseline', 'manifest', 'cli', 'undo', 'import', 'setup', 'stream', 'hint', 'servers'] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** What the bench measures and how much: one field per row of `VARIABLES`. */
@@ -95,7 +96,7 @@ const count = (name: string, fallback: number, meaning: string): Variable<number
 /** Every variable the bench reads: its name, default and meaning, and the option it sets. */
 const VARIABLES: { readonly [K in keyof BenchOptions]: Variable<BenchOptions[K]> } = {
   repeats: count('BENCH_REPEATS', 5, 'repeats of each timed figure'),
-  parked: count('BENCH_PARKED', 1000, 'runs parked on an approval at once'),
+  parked: count('BENCH_PARKED', 1000, 'runs parked on an approval at once, by a worker process without traces and by one exporting them'),
   files: count('BENCH_FILES', 100_000, 'files of the workspace whose unchanged manifest is checked'),
   undoFiles: count('BENCH_UNDO_FILES', 30_000, "files of the workspace a test process's changes are undone in"),
   importFiles: count(
@@ -135,6 +136,7 @@ async function main(): Promise<void> {
   const settings = SETTINGS;
   const loadAtStart = +loadavg()[0].toFixed(2);
   if (runs(o, 'steps')) await benchSteps(o, settings);
+  if (runs(o, 'parked')) await benchParked(o);
   if (runs(o, 'baseline')) await benchBaseline(o, settings);
   if (runs(o, 'manifest')) await benchManifest(o);
   if (runs(o, 'cli')) benchCli(o);
@@ -345,7 +347,7 @@ function processClock(): { ms: () => number; wrap: NonNullable<WorkerOptions['wr
   };
 }
 
-/** Orchestration of a read-only step, canonical runs, history sizes, parked runs and the worker's memory. */
+/** Orchestration of a read-only step, canonical runs and history sizes. */
 async function benchSteps(o: BenchOptions, settings: Settings): Promise<void> {
   const processes = processClock();
   const worker: Omit<WorkerOptions, 'connection' | 'taskQueue'> = {
@@ -363,20 +365,23 @@ async function benchSteps(o: BenchOptions, settings: Settings): Promise<void> {
     await readOnlyStep(rig, o, long, short);
     const canonical = await canonicalRun(rig, o, processes.ms);
     await historySize(rig, canonical, long, short);
-    const parked = await parkRuns(rig, o);
-    await approveParked(parked, o);
   });
 }
 
 /** The SDK's own cost of a read-only step, per repeat: no-op local activities in a process of their own (scripts/bench-floor.ts). */
-async function sdkFloor(address: string, o: BenchOptions): Promise<{ ms: number[]; cpu: number[] }> {
+async function sdkFloor(
+  address: string,
+  o: BenchOptions,
+  run?: { activities: number; locals: number },
+): Promise<{ ms: number[]; cpu: number[]; run: number[] }> {
   const { stdout } = await promisify(execFile)(process.execPath, [
     join(__dirname, 'bench-floor.js'),
     address,
     String(READS),
     String(o.repeats),
+    ...(run ? [String(run.activities), String(run.locals)] : []),
   ]);
-  return JSON.parse(stdout) as { ms: number[]; cpu: number[] };
+  return JSON.parse(stdout) as { ms: number[]; cpu: number[]; run: number[] };
 }
 
 /** A read-only step through Temporal, a long run against a short one, beside the SDK's floor and the handler alone. */
@@ -401,6 +406,17 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
   figure('read-only step through Temporal (decide + tool, local activities)', 'ms/step', perStep);
   figure('the same read_file handler in-process', 'ms/call', inProcess);
   const cpuFigure = figure('worker CPU per read-only step (every thread)', 'ms/step', cpuPerStep);
+  figure(
+    "worker CPU per read-only step / the SDK floor's",
+    'x',
+    cpuPerStep.map((v) => v / floorCpu.median),
+    {
+      op: '<=',
+      limit: 1.25,
+      why: () =>
+        `the floor's two no-op local activities cost ${fmt(floorCpu.median)} ms of CPU a step and the harness's step ${fmt(cpuFigure.median)} ms; the rest is the harness's own: the workflow code's promises (each one hooked by the SDK), the step's payloads across the worker's threads, two store commits, validation and trace events`,
+    },
+  );
   figure(
     'orchestration cost per step (difference)',
     'ms/step',
@@ -454,17 +470,29 @@ async function canonicalRun(rig: Rig, o: BenchOptions, processMs: () => number):
     canonicalExecMs = processMs() - before;
   }
   const parts = await historyParts(canonical!);
+  // The same Temporal work doing nothing, on the same server: the part of the harness time no harness avoids.
+  const floor = await sdkFloor(rig.env.address, o, { activities: parts.activities, locals: parts.localActivities });
   const wall = figure('canonical run, wall time', 'ms', walls);
   const harness = figure(
     'canonical run, harness time (wall minus test processes)',
     'ms',
     walls.map((w, i) => (w * shares[i]) / 100),
   );
+  const floorRun = figure(
+    `SDK floor: a run of ${parts.activities} no-op activities and ${parts.localActivities} no-op local activities (another process, same server)`,
+    'ms',
+    floor.run,
+  );
+  const floorShare = figure(
+    "canonical run, that floor's share (floor run / canonical wall time)",
+    '%',
+    floor.run.map((f) => (100 * f) / wall.median),
+  );
   figure('canonical run, harness share (wall minus test processes)', '%', shares, {
     op: '<=',
     limit: 10,
     why: () =>
-      `at 10 % of a run whose test processes take ${fmt(wall.median - harness.median)} ms the harness could spend ${fmt((wall.median - harness.median) / 9)} ms, and it spends ${fmt(harness.median)} ms; in the last run, ${parts.activities} regular activities (each a round trip through the server) took ${fmt(parts.activityMs - canonicalExecMs)} ms beyond their test processes, and ${parts.workflowTasks} workflow tasks ${fmt(parts.workflowTaskMs)} ms, with ${parts.localActivities} local activities inside them`,
+      `at 10 % of a run whose test processes take ${fmt(wall.median - harness.median)} ms the harness could spend ${fmt((wall.median - harness.median) / 9)} ms, and it spends ${fmt(harness.median)} ms; the same Temporal work doing nothing (${parts.activities} activities, ${parts.localActivities} local activities) takes ${fmt(floorRun.median)} ms, ${fmt(floorShare.median)} % of the run: the floor, and ${fmt(harness.median - floorRun.median)} ms the harness's own (in the last run, ${parts.activities} regular activities took ${fmt(parts.activityMs - canonicalExecMs)} ms beyond their test processes, and ${parts.workflowTasks} workflow tasks ${fmt(parts.workflowTaskMs)} ms)`,
   });
   return canonical!;
 }
@@ -485,60 +513,113 @@ async function historySize(rig: Rig, canonical: WorkflowHandle, long: RunInput, 
   figure(`history JSON per turn (${READS}-turn run)`, 'KB/turn', [(a.bytes - b.bytes) / 1024 / READS]);
 }
 
-const SETTLE_MS = 120_000;
+/** How long parked runs are left before the worker's memory is read again. */
+const SETTLE_MS = 60_000;
+/** Starts under way at once while runs are parked. */
+const PARK_STARTS_AT_ONCE = 8;
+/** Parked runs approved (the rest end with the section's server). */
+const APPROVED = 200;
 
-/** The worker's memory idle, with `o.parked` runs parked on an approval, and once it has settled; returns the parked runs. */
-async function parkRuns(rig: Rig, o: BenchOptions): Promise<WorkflowHandle[]> {
-  process.stderr.write(`${o.parked} runs parked on an approval\n`);
-  const gc = (globalThis as { gc?: () => void }).gc;
-  gc?.();
-  const idle = process.memoryUsage();
-  const add = { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' };
-  const park = replayInput([{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: add } }, STOP], {
-    approver: 'interactive',
-  });
-  const parked: WorkflowHandle[] = [];
-  for (let i = 0; i < o.parked; i++) parked.push(await rig.start(park));
-  const waiting = async () =>
-    (await rig.env.client.workflow.count(`WorkflowId STARTS_WITH "bench-" AND AgentStatus = "awaiting_approval"`)).count;
-  const t1 = performance.now();
-  while ((await waiting()) < o.parked) await sleep(500);
-  process.stderr.write(`  all parked after ${((performance.now() - t1) / 1000).toFixed(1)} s\n`);
-  gc?.();
-  const busy = process.memoryUsage();
-  // Parked runs are a steady state: the same worker once it has had time to collect what the burst of starts left.
-  await sleep(SETTLE_MS);
-  gc?.();
-  const settled = process.memoryUsage().rss;
-  figure('worker resident memory, idle', 'MiB', [idle.rss / 2 ** 20]);
-  figure(`worker resident memory, ${o.parked} runs parked`, 'MiB', [busy.rss / 2 ** 20]);
-  const heap = figure('worker JavaScript heap in use (main thread), parked minus idle', 'MiB', [(busy.heapUsed - idle.heapUsed) / 2 ** 20]);
-  const later = figure(`worker resident memory, ${o.parked} runs parked, ${SETTLE_MS / 1000} s later`, 'MiB', [settled / 2 ** 20]);
-  figure('parked / idle memory, right after the last start', 'x', [busy.rss / idle.rss], {
-    op: '<',
-    limit: 1.2,
-    why: () =>
-      `the parked runs themselves hold little (main-thread heap ${fmt(heap.median)} MiB above idle, ${fmt(later.median / (idle.rss / 2 ** 20))}x idle ${SETTLE_MS / 1000} s later): the rest is garbage of starting ${o.parked} runs within a minute, chiefly the SDK's modules instantiated for each new workflow (about 85 KiB each) in the workflow thread's V8 heap, which V8 returns only once that thread has been idle a while`,
-  });
-  figure(`parked / idle memory, ${SETTLE_MS / 1000} s later`, 'x', [settled / idle.rss], {
-    op: '<',
-    limit: 1.2,
-    why: () =>
-      `the workflow thread's V8 heap had not yet returned the garbage of ${o.parked} starts (main-thread heap ${fmt(heap.median)} MiB above idle)`,
-  });
-  return parked;
+/** A process's resident memory (every thread), from /proc. */
+function residentBytes(pid: number): number {
+  const line = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  if (!line) throw new Error(`no VmRSS for process ${pid}`);
+  return Number(line[1]) * 1024;
 }
 
-/** Approving every parked run through the real Signal, until each has written and ended. */
-async function approveParked(parked: WorkflowHandle[], o: BenchOptions): Promise<void> {
-  const approved = await timed(async () => {
-    for (const h of parked) {
-      const p = (await queryState(h)).pending_approval!;
-      await sendApproval(h, approvalFor(p, 'approve', 'user:bench'));
-    }
-    await Promise.all(parked.map((h) => h.result()));
+/**
+ * Parked runs and the worker's memory, without traces and with traces exported: for each, a worker
+ * process of its own (`dist/worker/main.js`, as an operator runs it) on a fresh dev server, its
+ * resident memory idle after one run, with `o.parked` runs parked on an approval (started
+ * `PARK_STARTS_AT_ONCE` at a time) and once they have sat a while. The traced worker exports to a
+ * local OTLP receiver, and the spans it received are counted.
+ */
+async function benchParked(o: BenchOptions): Promise<void> {
+  const receiver = await new OtlpReceiver().start();
+  try {
+    const plain = await parkedOn('without traces', {}, o);
+    await parkedOn('with traces exported', { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url }, o, receiver);
+    figure(`approve ${plain.approved} of the parked runs (signal, write, end; 16 at a time)`, 's', [plain.approveMs / 1000]);
+  } finally {
+    await receiver.close();
+  }
+}
+
+async function parkedOn(label: string, extraEnv: Record<string, string>, o: BenchOptions, receiver?: OtlpReceiver) {
+  process.stderr.write(`${o.parked} runs parked on an approval, ${label}\n`);
+  const env = await startServer();
+  const taskQueue = uniqueQueue('parked');
+  const worker = spawnWorker(env, taskQueue, tempDir('bench-parked'), { AGENT_ALLOW_LOCAL: '1', ...extraEnv });
+  let said = '';
+  worker.stderr?.on('data', (c: Buffer) => (said = (said + c.toString()).slice(-4000)));
+  worker.once('exit', (code) => {
+    if (code !== 0 && code !== null) process.stderr.write(`  the worker ended (${code}): ${said}\n`);
   });
-  figure(`approve all ${o.parked} parked runs (signal, write, end)`, 's', [approved.ms / 1000]);
+  try {
+    let n = 0;
+    const start = (input: RunInput) => startRun(env.client, input, { taskQueue, workflowId: `parked-${++n}` });
+    await runOutcome(await start(replayInput([STOP])), null); // the worker polls and has run once
+    await sleep(5000);
+    const idle = residentBytes(worker.pid!);
+    const add = { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' };
+    const park = replayInput([{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: add } }, STOP], {
+      approver: 'interactive',
+    });
+    const parked: WorkflowHandle[] = [];
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: PARK_STARTS_AT_ONCE }, async () => {
+        while (parked.length < o.parked) {
+          const slot = parked.length;
+          parked.push(null as unknown as WorkflowHandle);
+          parked[slot] = await start(park);
+        }
+      }),
+    );
+    const started = performance.now() - t0;
+    const waiting = async () =>
+      (await env.client.workflow.count(`WorkflowId STARTS_WITH "parked-" AND AgentStatus = "awaiting_approval"`)).count;
+    while ((await waiting()) < o.parked) await sleep(500);
+    const parkedMs = performance.now() - t0;
+    process.stderr.write(`  started in ${(started / 1000).toFixed(1)} s, all parked after ${(parkedMs / 1000).toFixed(1)} s\n`);
+    const busy = residentBytes(worker.pid!);
+    await sleep(SETTLE_MS);
+    const settled = residentBytes(worker.pid!);
+    figure(`parking ${o.parked} runs, ${label} (${PARK_STARTS_AT_ONCE} starts at a time, until each waits)`, 'runs/s', [
+      o.parked / (parkedMs / 1000),
+    ]);
+    figure(`worker resident memory, idle, ${label}`, 'MiB', [idle / 2 ** 20]);
+    const busyFigure = figure(`worker resident memory, ${o.parked} runs parked, ${label}`, 'MiB', [busy / 2 ** 20]);
+    const later = figure(`worker resident memory, ${o.parked} runs parked, ${SETTLE_MS / 1000} s later, ${label}`, 'MiB', [
+      settled / 2 ** 20,
+    ]);
+    if (receiver) figure(`spans the receiver took, ${label}`, 'spans', [receiver.spans.length]);
+    const why = () =>
+      `the worker went from ${fmt(idle / 2 ** 20)} MiB idle to ${fmt(busyFigure.median)} MiB with ${o.parked} runs parked (${fmt((busy - idle) / o.parked / 1024)} KiB a run) and was at ${fmt(later.median)} MiB ${SETTLE_MS / 1000} s later: what stays is the garbage of ${o.parked} starts in the workflow thread's V8 heap and glibc's arenas (a parked run is evicted from the cache of ${SETTINGS.maxCachedWorkflows} and holds nothing in the worker)`;
+    figure(`parked / idle memory, right after the last run parked, ${label}`, 'x', [busy / idle], { op: '<', limit: 1.5, why });
+    figure(`parked / idle memory, ${SETTLE_MS / 1000} s later, ${label}`, 'x', [settled / idle], { op: '<', limit: 1.5, why });
+    if (receiver) return { approved: 0, approveMs: 0 };
+    // Approving goes through the real Signal: the run is replayed (it was evicted), writes and ends.
+    const approve = parked.slice(0, Math.min(APPROVED, parked.length));
+    const approved = await timed(async () => {
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 16 }, async () => {
+          while (next < approve.length) {
+            const h = approve[next++];
+            const p = (await queryState(h)).pending_approval!;
+            await sendApproval(h, approvalFor(p, 'approve', 'user:bench'));
+            await h.result();
+          }
+        }),
+      );
+    });
+    return { approved: approve.length, approveMs: approved.ms };
+  } finally {
+    worker.kill('SIGTERM');
+    await killed(worker);
+    await env.teardown();
+  }
 }
 
 /** Git on `tree` with its own folder kept beside it, so git and the manifest look at exactly the same files. */

@@ -7,6 +7,7 @@
  * A ledger that finds no space left throws a DiskFullError (host/disk.ts): nothing of that row
  * is recorded.
  */
+import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
 import { onDisk } from '../host/disk';
@@ -106,4 +107,12 @@ export class Ledger {
   private write(fn: () => unknown): void {
     onDisk('state folder', 'the ledger', fn);
   }
+}
+
+/** The ledger's file in a state folder. */
+export const LEDGER_FILE = 'ledger.sqlite';
+
+/** The ledger of a state folder, made when it is not there yet: the worker's, which writes it. */
+export function hostLedger(stateDir: string): Ledger {
+  return new Ledger(join(stateDir, LEDGER_FILE));
 }

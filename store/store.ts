@@ -12,14 +12,18 @@
  *
  * Two tables are not content-addressed JSON:
  * - `fragments`: a live reply's text as it streams, by run, turn and index (`appendFragment`,
- *   `fragmentsAfter`). They may be lost (a worker killed mid-reply keeps what it flushed); the
- *   turn's authoritative text is the stored response and the decisions made from it.
+ *   `fragmentsAfter`; their writer and reader are fragments.ts). They may be lost (a worker killed
+ *   mid-reply keeps what it flushed); the turn's authoritative text is the stored response and the
+ *   decisions made from it. A fragment's index is its n (from 1, fragments.ts); the table's `idx`
+ *   column holds n - 1, as every build has written it, so the rows of any build read alike.
  * - `contents`: the bytes each receipted write put into the workspace, under their SHA-256 (the
  *   ledger's `after`), kept before the write's intent is recorded, so every receipt's content is
  *   here; a fork rebuilds a workspace from the baseline and these.
  * - `baselines`: the candidate tests' outcomes at a base tree, by a key of the tree, the command,
  *   the backend and image and the test patch (sandbox/baseline.ts), so the runs of one base pay once.
  */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
 import { onDisk } from '../host/disk';
@@ -48,9 +52,10 @@ export type BlobKind =
   /** A task's own FAIL_TO_PASS and PASS_TO_PASS ids, and its test patch (a JSON string). */
   | 'verdict';
 
-/** Text of a live reply as it streamed: the `index`-th fragment of `turn`, from request `stream` of that turn (1, 2, ...). */
+/** Text of a live reply as it streamed: the `index`-th fragment of `turn` (1, 2, ...), from request `stream` of that turn (1, 2, ...). */
 export interface Fragment {
   turn: number;
+  /** Its n within the turn, from 1 over every stream of the turn (fragments.ts). */
   index: number;
   /** Each request of a turn that streamed text (a retry, a request asked again) is a new stream. */
   stream: number;
@@ -175,31 +180,32 @@ export class Store {
     return (row.s ?? 0) + 1;
   }
 
-  /** Appends a fragment of `stream` to the run's turn; returns its index (0, 1, ... over every stream of the turn). */
+  /** Appends a fragment of `stream` to the run's turn; returns its index (1, 2, ... over every stream of the turn). */
   appendFragment(runId: string, turn: number, stream: number, text: string): number {
     return this.batch(() => {
-      const row = this.db.prepare(`SELECT MAX(idx) AS i FROM fragments WHERE run_id = ? AND turn = ?`).get(runId, turn) as {
-        i: number | null;
+      const row = this.db.prepare(`SELECT MAX(idx) + 1 AS last FROM fragments WHERE run_id = ? AND turn = ?`).get(runId, turn) as {
+        last: number | null;
       };
-      const index = (row.i ?? -1) + 1;
-      this.db.prepare(`INSERT INTO fragments VALUES (?, ?, ?, ?, ?)`).run(runId, turn, index, stream, text);
+      const index = (row.last ?? 0) + 1;
+      this.db.prepare(`INSERT INTO fragments VALUES (?, ?, ?, ?, ?)`).run(runId, turn, index - 1, stream, text);
       return index;
     });
   }
 
   /**
-   * A run's fragments after the cursor `after` (a turn and an index of it; null: from the start),
-   * in order of turn and index, at most `limit`. A reader passes the last one it got as the next cursor.
+   * A run's fragments after the cursor `after` (a turn and an index of it, 0 before its first;
+   * null: from the start), in order of turn and index, at most `limit`. A reader passes the last
+   * one it got as the next cursor.
    */
   fragmentsAfter(runId: string, after: { turn: number; index: number } | null, limit = FRAGMENTS_PAGE): Fragment[] {
-    const at = after ?? { turn: -1, index: -1 };
-    const rows = this.db
+    const at = after ?? { turn: -1, index: 0 };
+    // `idx` holds n - 1: the fragments after n are those from idx n on.
+    return this.db
       .prepare(
-        `SELECT turn, idx AS "index", stream, text FROM fragments
-         WHERE run_id = ? AND (turn > ? OR (turn = ? AND idx > ?)) ORDER BY turn, idx LIMIT ?`,
+        `SELECT turn, idx + 1 AS "index", stream, text FROM fragments
+         WHERE run_id = ? AND (turn > ? OR (turn = ? AND idx >= ?)) ORDER BY turn, idx LIMIT ?`,
       )
       .all(runId, at.turn, at.turn, at.index, limit) as Fragment[];
-    return rows;
   }
 
   /** Keeps bytes written to a workspace under their SHA-256, which it returns. */
@@ -251,4 +257,22 @@ export class Store {
   close(): void {
     this.db.close();
   }
+}
+
+/** The host store's file in a state folder. */
+export const STORE_FILE = 'store.sqlite';
+
+/** The host store of a state folder, made when it is not there yet: the worker's, which writes it. */
+export function hostStore(stateDir: string): Store {
+  return new Store(join(stateDir, STORE_FILE));
+}
+
+/**
+ * The host store of a state folder for a reader (the command line, the console), or null when the
+ * folder holds none: its worker runs on another host or with another state folder, or has not
+ * written yet. The one way the client opens the store; the caller closes it.
+ */
+export function openStore(stateDir: string): Store | null {
+  const file = join(stateDir, STORE_FILE);
+  return existsSync(file) ? new Store(file) : null;
 }

@@ -12,7 +12,7 @@ import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import type { Comparison, EvalReport } from '../core/report';
+import type { Comparison, EvalReport } from '../client/report/report';
 import { addEndpoint, endpointOf, ProviderServer, reply, type ReplyCall } from './helpers/provider-server';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { killed, spawnWorker, startServer, uniqueQueue } from './helpers/temporal';

@@ -16,7 +16,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { collectReport, writeOutputs } from '../client/eval';
 import { evalResult, startEval } from '../client/run-access';
 import type { EvalPlan } from '../core/batch-plan';
-import { compareReports, type BehaviourKey, type Comparison, type EvalReport, type EvalRun } from '../core/report';
+import { compareReports, type BehaviourKey, type Comparison, type EvalReport, type EvalRun } from '../client/report/report';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import { launchChromium, testOutput } from './helpers/browser';

@@ -13,7 +13,7 @@ import { collectReport } from '../client/eval';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
 import type { EvalPlan } from '../core/batch-plan';
-import type { EvalReport } from '../core/report';
+import type { EvalReport } from '../client/report/report';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { killed, spawnWorker, startServer, uniqueQueue, waitFor } from './helpers/temporal';
 import { evalProgress, evalResult, startEval } from '../client/run-access';

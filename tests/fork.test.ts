@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { exportReplay } from '../client/export-replay';
-import { forkInput } from '../client/fork';
+import { forkInput } from '../client/commands/fork';
 import { runHandle, startRun } from '../client/run-access';
 import type { RunInput } from '../core/contracts';
 import type { RunOutcome } from '../core/run-view';

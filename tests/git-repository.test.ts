@@ -9,7 +9,7 @@ import { chmodSync, mkdirSync, readFileSync, symlinkSync, unlinkSync, writeFileS
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { inspectBase, prepareRepositoryWorkspace, withRepository } from '../workspace/repository';
-import { keepVerifiedChange, readVerifiedChange, treeChanges } from '../workspace/verified-change';
+import { keepVerifiedChange, readVerifiedChange, changeEntries, VerifiedChangeError } from '../workspace/verified-change';
 import { workspaceDiff } from '../workspace/diff';
 import { baselineManifest, manifest, runPaths } from '../workspace/workspace';
 import { commitToBranch, DEFAULT_REPOSITORY_LIMITS, GitError, GitRepository, hostGit, RepositoryWriter } from '../workspace/git';
@@ -149,7 +149,7 @@ describe.each(['host', 'sandbox'] as const)('read through git on the %s', (read)
       writeFileSync(join(ws, 'assets', 'more', 'data.bin'), Buffer.concat([BINARY, BINARY]));
       symlinkSync('../src/linkcheck.py', join(ws, 'tools', 'source.link'));
       unlinkSync(join(ws, 'notes.txt'));
-      const { changes, unrepresentable } = treeChanges(baselineManifest(paths), manifest(ws));
+      const { changes, unrepresentable } = changeEntries(baselineManifest(paths), manifest(ws));
       expect(unrepresentable).toEqual([]);
       expect(changes.map((c) => `${c.kind} ${c.path}`)).toEqual([
         'file assets/more/data.bin',
@@ -170,14 +170,25 @@ describe.each(['host', 'sandbox'] as const)('read through git on the %s', (read)
       expect(diff).toContain('Binary files a/assets/more/data.bin and b/assets/more/data.bin differ\n');
       expect(diff).toContain('new file mode 120000\n');
       expect(diff).toContain('+symlink -> ../src/linkcheck.py');
-      keepVerifiedChange(paths, head, changes);
+      keepVerifiedChange(paths, { base_commit: head, changes });
       // What the run's tests do afterwards is not part of the verified change.
       writeFileSync(join(ws, 'src', 'linkcheck.py'), 'changed after verification\n');
       const kept = readVerifiedChange(paths);
+      // Bytes other than those whose digests the verifier saw are never kept: the kept change stays.
+      expect(() => keepVerifiedChange(paths, { base_commit: head, changes })).toThrow(
+        new VerifiedChangeError('src/linkcheck.py changed while the verified change was kept'),
+      );
+      expect(readVerifiedChange(paths)).toEqual(kept);
+      // A kept copy that is not what was verified is refused when read.
+      const copy = join(paths.control, 'verified', 'files', 'tests', 'test_agent_new.py');
+      writeFileSync(copy, 'def test_new():\n    assert False\n');
+      expect(() => readVerifiedChange(paths)).toThrow(
+        new VerifiedChangeError('tests/test_agent_new.py in the kept change differs from what was verified'),
+      );
 
       const before = repoPicture(dir);
       const objects = objectNames(join(dir, '.git'));
-      const patch = await onRepo(dir, (repo) => repo.patch(kept.base_commit, kept.changes, 'message'));
+      const patch = await onRepo(dir, (repo) => repo.patch(kept, 'message'));
       expect(objectNames(join(dir, '.git'))).toEqual(objects); // the patch wrote nothing into the repository
       expect(repoPicture(dir)).toEqual(before);
 
@@ -185,8 +196,7 @@ describe.each(['host', 'sandbox'] as const)('read through git on the %s', (read)
       const repository = await RepositoryWriter.open(writer, DEFAULT_REPOSITORY_LIMITS, dir);
       const { ref, commit } = await onRepo(dir, (repo) =>
         commitToBranch(repo, repository, {
-          base: kept.base_commit,
-          changes: kept.changes,
+          change: kept,
           message: 'Fix the checker\n\nAgent-Run: run-1\n',
           name: 'agent/run-1',
           reason: 'coding-agent: run-1',

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import type { WorkflowHandle, WorkflowHandleWithFirstExecutionRunId } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { buildReport } from '../core/report';
+import { buildReport } from '../client/report/report';
 import type { RunInput } from '../core/contracts';
 import { traceLine, writeOutputs } from '../client/eval';
 import { createSandbox } from '../worker/sandbox';

@@ -7,7 +7,9 @@ import { z } from 'zod';
 import { deterministicFailure } from '../activities';
 import { BackendUnavailableError } from '../sandbox/backends/types';
 import { ReplayFileError } from '../models/replay';
+import Database from 'better-sqlite3';
 import { Store, StoreError } from '../store/store';
+import { FragmentWriter, turnFragments } from '../store/fragments';
 import { canonicalJson } from '../core/canonical';
 import { brief, BRIEF_STRING } from '../core/transcript';
 import { MAX_PAYLOAD_BYTES, PayloadSizeGuard } from '../worker/payload-guard';
@@ -86,6 +88,37 @@ describe('the host store', () => {
     store.appendTrace('run-b', events.slice(0, 1));
     expect(store.trace('run-a')).toEqual(events);
     expect(store.trace('run-b')).toHaveLength(1);
+    store.close();
+  });
+
+  it("numbers a turn's fragments from 1 over its streams, reads the rows older builds wrote alike, and gives a reader the newest stream", () => {
+    const path = file();
+    const store = new Store(path);
+    // A row as an older build wrote it: the first fragment of turn 2, stream 1, at idx 0.
+    const older = new Database(path);
+    older.prepare(`INSERT INTO fragments VALUES (?, ?, ?, ?, ?)`).run('run-a', 2, 0, 1, 'Pla');
+    older.close();
+    expect(turnFragments(store, 'run-a', 2, 0)).toEqual([{ turn: 2, index: 1, stream: 1, text: 'Pla' }]);
+    // The turn asked again: a second stream, whose fragment is the turn's second.
+    const writer = new FragmentWriter(store, 'run-a', 2);
+    writer.push('The plan');
+    writer.flush();
+    expect(store.fragmentsAfter('run-a', null)).toEqual([
+      { turn: 2, index: 1, stream: 1, text: 'Pla' },
+      { turn: 2, index: 2, stream: 2, text: 'The plan' },
+    ]);
+    expect(store.fragmentsAfter('run-a', { turn: 2, index: 1 })).toEqual([{ turn: 2, index: 2, stream: 2, text: 'The plan' }]);
+    expect(turnFragments(store, 'run-a', 2, 0)).toEqual([{ turn: 2, index: 2, stream: 2, text: 'The plan' }]);
+    expect(turnFragments(store, 'run-a', 2, 2)).toEqual([]);
+    expect(turnFragments(store, 'run-a', 3, 0)).toEqual([]);
+    expect(store.nextFragmentStream('run-a', 2)).toBe(3);
+    // On disk the rows keep the form every build reads: idx from 0.
+    const rows = new Database(path, { readonly: true });
+    expect(rows.prepare(`SELECT idx, stream FROM fragments ORDER BY idx`).all()).toEqual([
+      { idx: 0, stream: 1 },
+      { idx: 1, stream: 2 },
+    ]);
+    rows.close();
     store.close();
   });
 });

@@ -1,5 +1,5 @@
 /**
- * Traces of runs, exported over OTLP/HTTP to a local receiver (tests/helpers/otlp-receiver.ts):
+ * Traces of runs, exported over OTLP/HTTP to a local receiver (scripts/support/otlp-receiver.ts):
  * the canonical run started by `npm run agent -- run` against a real worker process, both with
  * OTEL_EXPORTER_OTLP_ENDPOINT set, is one trace: the command's start span, the workflow span and
  * one span per activity (each activity of the history found once), with the run's attributes; its
@@ -19,7 +19,7 @@ import type { RunRecord } from '../core/contracts';
 import { workerTelemetry } from '../worker/telemetry';
 import { launchChromium } from './helpers/browser';
 import { LINKCHECK, PROJECT_ROOT, tempDir } from './helpers/run-dir';
-import { OtlpReceiver, type ReceivedSpan } from './helpers/otlp-receiver';
+import { OtlpReceiver, type ReceivedSpan } from '../scripts/support/otlp-receiver';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
 import {
   approveAll,

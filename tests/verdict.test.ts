@@ -27,7 +27,7 @@ import { collectReport } from '../client/eval';
 import { evalResult, startEval, startRunWithArgs } from '../client/run-access';
 import type { EvalPlan } from '../core/batch-plan';
 import type { RecordVerdict } from '../core/contracts';
-import type { EvalReport } from '../core/report';
+import type { EvalReport } from '../client/report/report';
 import type { RunOutcome } from '../core/run-view';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';

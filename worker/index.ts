@@ -20,8 +20,8 @@ import { hostPath } from '../host/tools-env';
 import { LocalBackend } from '../sandbox/backends/local';
 import type { ExecBackend } from '../sandbox/backends/types';
 import { DEFAULT_LIMITS, type Limits } from '../core/limits';
-import { Ledger } from '../store/ledger';
-import { Store } from '../store/store';
+import { hostLedger, type Ledger } from '../store/ledger';
+import { hostStore, type Store } from '../store/store';
 import { PayloadSizeGuard } from './payload-guard';
 import { becomeCurrent, deploymentOptions } from './deployment';
 import type { WorkerDeploymentVersion } from '@temporalio/common';
@@ -66,8 +66,14 @@ export type BundleKind = keyof typeof WORKFLOW_BUNDLES;
  * Hazard: a module listed here (and everything it imports) must keep no state at its module
  * scope, since one instance serves every workflow of the thread; the SDK deep-freezes its
  * exports. core/ is pure by rule; nothing from @temporalio/workflow belongs here.
+ * workflows/stack-traces.ts is the one module kept for its effect: the sandbox's stack format.
  */
-export const SHARED_WORKFLOW_MODULES = [require.resolve('../core/contracts'), require.resolve('../core/validate')];
+export const SHARED_WORKFLOW_MODULES = [
+  // First: it sets the sandbox's Error.prepareStackTrace before the SDK freezes the globals.
+  require.resolve('../workflows/stack-traces'),
+  require.resolve('../core/contracts'),
+  require.resolve('../core/validate'),
+];
 
 /** How a workflow bundle is made, here and by the build: a pre-built bundle holds its interceptors itself. */
 export function workflowBundleOptions(kind: BundleKind) {
@@ -184,8 +190,8 @@ export async function createWorker(options: WorkerOptions): Promise<HarnessWorke
       ? null
       : createSandbox({ ...options.docker, limits: { fileBytes: limits.workspaceBytes, ...options.docker?.limits } }, settings);
   const hostQueue = `${options.taskQueue}@${hostId(options.stateDir)}`;
-  const ledger = new Ledger(join(options.stateDir, 'ledger.sqlite'));
-  const store = new Store(join(options.stateDir, 'store.sqlite'));
+  const ledger = hostLedger(options.stateDir);
+  const store = hostStore(options.stateDir);
   const made = createActivities({ ...activityWiring({ ...options, limits }, settings, sandbox, hostQueue), ledger, store });
   const activities = options.wrapActivities ? options.wrapActivities(made) : made;
   const worker = await temporalWorkers(options, settings, activities, hostQueue);

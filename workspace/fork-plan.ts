@@ -10,43 +10,23 @@
  *   `contents`; the result must have the digest the turn's state recorded.
  * - The transcript is the forked run's chain up to the turn's state: its stored head then, and the
  *   entries appended after it by then, found on the chain that ends at the run's final head.
- * - A fork of a fork inherits the writes its parent restored (kept in its control folder as
- *   `fork.json`), and cannot go back before the turn its parent started from.
+ * - A fork of a fork inherits the writes its parent restored (the plan workspace/fork.ts kept),
+ *   and cannot go back before the turn its parent started from.
+ *
+ * Reads the host's store and ledger, so it runs in the activity; the restore it plans runs in a
+ * workspace thread (workspace/fork.ts), which this module imports and never the other way.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ForkInput } from '../core/contracts';
 import type { TraceEvent, TurnState } from '../core/trace';
 import type { Ledger } from '../store/ledger';
 import { StoreError, type Store } from '../store/store';
-import { runPaths, type RunPaths } from './workspace';
+import { keptForkPlan, type ForkPlan, type ForkWrite } from './fork';
+import { runPaths } from './workspace';
 
-/** One receipted write a fork puts back, in order. */
-export interface ForkWrite {
-  action_id: string;
-  path: string;
-  before: string;
-  after: string;
-}
-
-export interface ForkPlan {
-  schema_version: 1;
-  /** The forked run's run id: its run folder holds the baseline. */
-  from_run: string;
-  turn: number;
-  writes: ForkWrite[];
-  /** The workspace's digest the forked run recorded after the turn. */
-  workspace_digest: string;
-  /** The transcript head after the turn. */
-  transcript: string | null;
-  /** The replay's cursor after the turn. */
-  cursor: number;
-}
-
+/** A plan, or why this host can no longer make one. */
 export type ForkFinding = { ok: true; plan: ForkPlan } | { ok: false; detail: string };
-
-/** Where a fork keeps the plan it was restored from (a fork of it inherits its writes). */
-export const forkFile = (paths: RunPaths) => join(paths.control, 'fork.json');
 
 export function planFork(host: { store: Store; ledger: Ledger; stateDir: string }, fork: ForkInput): ForkFinding {
   const { store, ledger } = host;
@@ -57,7 +37,7 @@ export function planFork(host: { store: Store; ledger: Ledger; stateDir: string 
   const from = runPaths(host.stateDir, fork.run_id);
   if (!existsSync(join(from.control, 'baseline-manifest.json')))
     return refuse(`${name}'s baseline is not on this host: it ran on another host, or its run folder was removed`);
-  const inherited = existsSync(forkFile(from)) ? (JSON.parse(readFileSync(forkFile(from), 'utf8')) as ForkPlan) : null;
+  const inherited = keptForkPlan(from);
   if (inherited && fork.turn < inherited.turn)
     return refuse(
       `${name} is a fork after turn ${inherited.turn}: its turns up to there are its parent's; fork that run at turn ${fork.turn}`,

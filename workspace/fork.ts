@@ -5,6 +5,9 @@
  * after (its bytes, from the host store, must have the `after` digest), and the whole workspace
  * must end with the digest the forked run recorded; otherwise nothing is left behind and the fork
  * ends `fork_unavailable`. Idempotent like every workspace preparation: `prepared.json` last.
+ *
+ * The plan's shape and the copy of it kept in the control folder (`fork.json`, a fork of this run
+ * inherits its writes) are here; workspace/fork-plan.ts makes a plan from the host's store.
  */
 import { copyFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -12,10 +15,40 @@ import type { PreparedWorkspace } from '../core/activities';
 import { nonRetryable } from '../core/failures';
 import { sha256 } from '../host/digest';
 import { writeFileAtomic } from '../host/files';
-import { forkFile, type ForkPlan, type ForkWrite } from './fork-plan';
 import { resolveInWorkspace } from './fs-safety';
 import { digestHostile } from './hostile-read';
 import { copyTree, manifest, manifestDigest, type RunPaths } from './workspace';
+
+/** One receipted write a fork puts back, in order. */
+export interface ForkWrite {
+  action_id: string;
+  path: string;
+  before: string;
+  after: string;
+}
+
+/** What a new run restores of another run's state after one of its turns (planned by workspace/fork-plan.ts). */
+export interface ForkPlan {
+  schema_version: 1;
+  /** The forked run's run id: its run folder holds the baseline. */
+  from_run: string;
+  turn: number;
+  writes: ForkWrite[];
+  /** The workspace's digest the forked run recorded after the turn. */
+  workspace_digest: string;
+  /** The transcript head after the turn. */
+  transcript: string | null;
+  /** The replay's cursor after the turn. */
+  cursor: number;
+}
+
+/** Where a fork keeps the plan it was restored from (a fork of it inherits its writes). */
+const forkFile = (paths: RunPaths) => join(paths.control, 'fork.json');
+
+/** The plan a run that is itself a fork was restored from, or null for a run that is not one. */
+export function keptForkPlan(paths: RunPaths): ForkPlan | null {
+  return existsSync(forkFile(paths)) ? (JSON.parse(readFileSync(forkFile(paths), 'utf8')) as ForkPlan) : null;
+}
 
 const unavailable = (detail: string) => nonRetryable('ForkUnavailable', detail);
 

@@ -27,6 +27,7 @@ import { lstatSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { limitName, type RepositoryLimits } from '../core/limits';
+import type { ChangeEntryWithBytes, VerifiedChange } from './verified-change';
 
 export { DEFAULT_REPOSITORY_LIMITS, type RepositoryLimits } from '../core/limits';
 
@@ -64,12 +65,6 @@ export interface TreeEntry {
   size: number;
   path: string;
 }
-
-/** A change to a tree: a file (its bytes), a symlink (its target), or a deletion. */
-export type TreeChange =
-  | { path: string; kind: 'file'; executable: boolean; bytes: Buffer }
-  | { path: string; kind: 'symlink'; target: string }
-  | { path: string; kind: 'deleted' };
 
 /** How one command is fed and read. */
 export interface GitIO {
@@ -559,11 +554,15 @@ export class GitRepository {
   }
 
   /**
-   * The commit of `base`'s tree plus `changes` (parent `base`), built by fast-import in a scratch
-   * repository whose only objects of its own are the change's. Returns the scratch repository
-   * (for `pack` or `diff`) and the ids.
+   * The commit of the base commit's tree plus the change (parent the base commit), built by
+   * fast-import in a scratch repository whose only objects of its own are the change's. Returns
+   * the scratch repository (for `pack` or `diff`) and the ids.
    */
-  async buildChange(base: string, changes: TreeChange[], message: string): Promise<{ scratch: string; commit: string; tree: string }> {
+  async buildChange(
+    change: VerifiedChange<ChangeEntryWithBytes>,
+    message: string,
+  ): Promise<{ scratch: string; commit: string; tree: string }> {
+    const { base_commit: base, changes } = change;
     const objects = await this.objectsPath();
     const scratch = await this.runner.scratch();
     const format = base.length === 64 ? 'sha256' : 'sha1';
@@ -603,8 +602,8 @@ export class GitRepository {
   }
 
   /** The change as a patch for `git apply`: built in a scratch repository (the repository gets nothing), diffed with full ids and binary hunks. */
-  async patch(base: string, changes: TreeChange[], message: string): Promise<string> {
-    const built = await this.buildChange(base, changes, message);
+  async patch(change: VerifiedChange<ChangeEntryWithBytes>, message: string): Promise<string> {
+    const built = await this.buildChange(change, message);
     const objects = await this.objectsPath();
     const out = await this.runner.git(
       [
@@ -619,7 +618,7 @@ export class GitRepository {
         '--no-color',
         '--src-prefix=a/',
         '--dst-prefix=b/',
-        base,
+        change.base_commit,
         built.tree,
       ],
       {
@@ -714,13 +713,13 @@ export class RepositoryWriter {
 export async function commitToBranch(
   repo: GitRepository,
   writer: RepositoryWriter,
-  change: { base: string; changes: TreeChange[]; message: string; name: string; reason: string; maxPackBytes: number },
+  branch: { change: VerifiedChange<ChangeEntryWithBytes>; message: string; name: string; reason: string; maxPackBytes: number },
 ): Promise<{ ref: string; commit: string }> {
-  const ref = await writer.branchRef(change.name);
+  const ref = await writer.branchRef(branch.name);
   if (await writer.refExists(ref))
-    throw new GitError('ref_exists', `branch ${change.name} exists already; choose another name with --name`);
-  const built = await repo.buildChange(change.base, change.changes, change.message);
-  await writer.unpack(await repo.packChange(built.scratch, change.base, built.commit, change.maxPackBytes));
-  await writer.createBranch(change.name, built.commit, change.reason);
+    throw new GitError('ref_exists', `branch ${branch.name} exists already; choose another name with --name`);
+  const built = await repo.buildChange(branch.change, branch.message);
+  await writer.unpack(await repo.packChange(built.scratch, branch.change.base_commit, built.commit, branch.maxPackBytes));
+  await writer.createBranch(branch.name, built.commit, branch.reason);
   return { ref, commit: built.commit };
 }

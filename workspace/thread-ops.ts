@@ -3,18 +3,17 @@
  * writes of this folder. Nothing here may import thread.ts: a thread never calls another.
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import type { ForkPlan } from './fork-plan';
+import { prepareForkWorkspace, type ForkPlan } from './fork';
 import { baselineHas, guard, restore, settleLeftovers, undoneOf } from './byproducts';
 import { fileDiff, filesDiff, workspaceDiff, type DiffSide } from './diff';
 import { mergePlan, snapshotFiles } from './merge';
 import { searchWorkspace } from './search';
 import type { MergeEntry } from '../core/activities';
-import { prepareForkWorkspace } from './fork';
 import { lendTree, giveBackTree, type Owners } from './lend';
 import { changedEntries, changedPaths, manifest, type ManifestEntry, manifestDigest, workspaceDigest, workspaceState } from './manifest';
 import { copyForTests, prepareCopy, type ConfigChange } from './verification-tree';
 import { beginTree, finishTree, writeBaselineManifest, writeFiles, writeLinks, type FileBatch } from './tree-write';
-import { keepVerifiedChange, type ChangeEntry } from './verified-change';
+import { keepVerifiedChange, type VerifiedChange } from './verified-change';
 import { baselineManifest, copyTree, prepareWorkspace, type RunPaths } from './workspace';
 
 export const OPS = {
@@ -67,7 +66,7 @@ export const OPS = {
   writeLinks: (root: string, links: { path: string; target: string }[]) => writeLinks(root, links),
   finishTree: (paths: RunPaths) => finishTree(paths),
   writeBaselineManifest: (paths: RunPaths) => writeBaselineManifest(paths),
-  keepChange: (paths: RunPaths, baseCommit: string, changes: ChangeEntry[]) => keepVerifiedChange(paths, baseCommit, changes),
+  keepChange: (paths: RunPaths, change: VerifiedChange) => keepVerifiedChange(paths, change),
   lendTree: (root: string, uid: number, gid: number) => lendTree(root, uid, gid),
   giveBackTree: (root: string, owners: Owners) => giveBackTree(root, owners),
 };

@@ -1,28 +1,37 @@
 /**
  * A repository run's verified change: what the verifier saw between the baseline and the
- * workspace, kept in the control folder (`change.json` and a copy of each changed file), from
- * which `branch` and `patch` make their commit.
+ * workspace. The verifier returns it; its activity keeps it in the control folder (`change.json`
+ * and a copy of each changed file), from which `branch` and `patch` make their commit.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { TreeChange } from './git';
 import { sha256 } from '../host/digest';
 import { writeFileAtomic } from '../host/files';
 import { copyRegular } from './hostile-read';
 import type { ManifestEntry } from './manifest';
 import type { RunPaths } from './workspace';
 
-/** One changed path of the verified state, as a tree would hold it. */
+/** One changed path of the verified state, as a tree would hold it: a file by the digest of its bytes. */
 export type ChangeEntry =
   | { path: string; kind: 'file'; executable: boolean; digest: string }
   | { path: string; kind: 'symlink'; target: string }
   | { path: string; kind: 'deleted' };
 
-/** What the verifier saw, kept in the control folder: `branch` and `patch` make their commit from it. */
-export interface VerifiedChange {
-  schema_version: 1;
+/** A change entry as git writes it into a tree: a file with its bytes too (read back, checked against its digest). */
+export type ChangeEntryWithBytes = Exclude<ChangeEntry, { kind: 'file' }> | (Extract<ChangeEntry, { kind: 'file' }> & { bytes: Buffer });
+
+/**
+ * The verified change: the base commit and what the verifier saw changed on it. The verifier
+ * returns it with digests; `readVerifiedChange` gives it back with each file's bytes.
+ */
+export interface VerifiedChange<Entry extends ChangeEntry = ChangeEntry> {
   base_commit: string;
-  changes: ChangeEntry[];
+  changes: Entry[];
+}
+
+/** The verified change as kept in `change.json`. */
+interface KeptChange extends VerifiedChange {
+  schema_version: 1;
 }
 
 const changeFolder = (paths: RunPaths) => join(paths.control, 'verified');
@@ -32,7 +41,7 @@ const changeFolder = (paths: RunPaths) => join(paths.control, 'verified');
  * executable bit, symlinks, deletions (folders are not entries of a tree). Paths that are special
  * files (a FIFO, a socket) cannot be in a tree; they are returned apart.
  */
-export function treeChanges(base: ManifestEntry[], current: ManifestEntry[]): { changes: ChangeEntry[]; unrepresentable: string[] } {
+export function changeEntries(base: ManifestEntry[], current: ManifestEntry[]): { changes: ChangeEntry[]; unrepresentable: string[] } {
   const b = new Map(base.map((e) => [e.path, e]));
   const c = new Map(current.map((e) => [e.path, e]));
   const changes: ChangeEntry[] = [];
@@ -50,23 +59,32 @@ export function treeChanges(base: ManifestEntry[], current: ManifestEntry[]): { 
 }
 
 /**
- * Keeps the verified change: `change.json` and a copy of each changed file, taken from the
- * workspace at the moment its manifest was read (before the verifier's own test run).
+ * Keeps the verified change: `change.json` and a copy of each changed file from the workspace,
+ * each copy's digest the one the verifier saw. A file whose bytes are not those is refused, and
+ * the change kept before stays as it was.
  */
-export function keepVerifiedChange(paths: RunPaths, baseCommit: string, changes: ChangeEntry[]): void {
+export function keepVerifiedChange(paths: RunPaths, change: VerifiedChange): void {
   const dir = changeFolder(paths);
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(join(dir, 'files'), { recursive: true });
-  for (const c of changes) {
-    if (c.kind !== 'file') continue;
-    const to = join(dir, 'files', c.path);
-    mkdirSync(dirname(to), { recursive: true });
-    // The bytes whose digest the manifest took, read without following a link or opening a FIFO.
-    if (copyRegular(join(paths.workspace, c.path), to, c.path) !== c.digest)
-      throw new VerifiedChangeError(`${c.path} changed while the verified change was kept`);
+  const next = `${dir}.next`;
+  rmSync(next, { recursive: true, force: true });
+  mkdirSync(join(next, 'files'), { recursive: true });
+  try {
+    for (const c of change.changes) {
+      if (c.kind !== 'file') continue;
+      const to = join(next, 'files', c.path);
+      mkdirSync(dirname(to), { recursive: true });
+      // The bytes whose digest the manifest took, read without following a link or opening a FIFO.
+      if (copyRegular(join(paths.workspace, c.path), to, c.path) !== c.digest)
+        throw new VerifiedChangeError(`${c.path} changed while the verified change was kept`);
+    }
+    const kept: KeptChange = { schema_version: 1, base_commit: change.base_commit, changes: change.changes };
+    writeFileAtomic(join(next, 'change.json'), JSON.stringify(kept), { tmpDir: paths.tmp });
+  } catch (err) {
+    rmSync(next, { recursive: true, force: true });
+    throw err;
   }
-  const change: VerifiedChange = { schema_version: 1, base_commit: baseCommit, changes };
-  writeFileAtomic(join(dir, 'change.json'), JSON.stringify(change), { tmpDir: paths.tmp });
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(next, dir);
 }
 
 export class VerifiedChangeError extends Error {
@@ -74,18 +92,18 @@ export class VerifiedChangeError extends Error {
 }
 
 /** The verified change with each file's bytes, checked against the digests the verifier recorded. */
-export function readVerifiedChange(paths: RunPaths): { base_commit: string; changes: TreeChange[] } {
+export function readVerifiedChange(paths: RunPaths): VerifiedChange<ChangeEntryWithBytes> {
   const file = join(changeFolder(paths), 'change.json');
   if (!existsSync(file))
     throw new VerifiedChangeError(
       `no verified change in ${changeFolder(paths)}: the run's state folder is not on this machine, or its run was not verified`,
     );
-  const change = JSON.parse(readFileSync(file, 'utf8')) as VerifiedChange;
-  const changes = change.changes.map((c) => {
+  const change = JSON.parse(readFileSync(file, 'utf8')) as KeptChange;
+  const changes = change.changes.map((c): ChangeEntryWithBytes => {
     if (c.kind !== 'file') return c;
     const bytes = readFileSync(join(changeFolder(paths), 'files', c.path));
     if (sha256(bytes) !== c.digest) throw new VerifiedChangeError(`${c.path} in the kept change differs from what was verified`);
-    return { path: c.path, kind: 'file' as const, executable: c.executable, bytes };
+    return { ...c, bytes };
   });
   return { base_commit: change.base_commit, changes };
 }

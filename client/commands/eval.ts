@@ -2,8 +2,8 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { comparisonHtml } from '../../core/compare-html';
-import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalReport } from '../../core/report';
+import { comparisonHtml } from '../report/compare-html';
+import { behavioursText, compareReports, reportJson, reportMarkdown, type EvalReport } from '../report/report';
 import { parseApprover } from '../../core/policy';
 import { writeFileAtomic } from '../../host/files';
 import { command, RefusedInput, UsageError } from '../command';
@@ -201,7 +201,7 @@ export const evaluate = command({
 
 /**
  * `eval compare A B`: the runs that flipped with the exact McNemar p-value of the flips, and the
- * behaviours with their intervals (core/report.ts); `--html` writes the same view as one page.
+ * behaviours with their intervals (client/report/report.ts); `--html` writes the same view as one page.
  */
 function compareCommand(files: string[], asJson: boolean, html: string | undefined): number {
   const [a, b] = files.map((f) => {

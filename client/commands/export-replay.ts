@@ -1,7 +1,7 @@
 /** `export-replay`: a finished run's decisions as a replay (SPEC section 5). */
 import { command } from '../command';
 import { exportReplay as fromTranscript } from '../export-replay';
-import { openStore } from '../stored-trace';
+import { openStore } from '../../store/store';
 import { access, handleFor, out } from './shared';
 
 export const exportReplay = command({

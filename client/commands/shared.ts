@@ -12,7 +12,8 @@ import { UsageError } from '../command';
 import type { RunHandle } from '../run-access';
 import type { Session } from '../session';
 import type { ConsoleLink } from '../event-stream';
-import { fullEvent, mergeTrace, openStore, storedTrace } from '../stored-trace';
+import { openStore } from '../../store/store';
+import { fullEvent, storedTrace } from '../../store/stored-trace';
 
 export const out = (value: unknown) => process.stdout.write(`${typeof value === 'string' ? value : JSON.stringify(value, null, 2)}\n`);
 
@@ -58,6 +59,13 @@ export async function readRunWithTrace(session: Session, handle: RunHandle, full
   } finally {
     store.close();
   }
+}
+
+/** Events by seq: stored ones, then the live ones (which win: they are the same events). */
+export function mergeTrace(stored: TraceEvent[], live: TraceEvent[]): TraceEvent[] {
+  const bySeq = new Map<number, TraceEvent>();
+  for (const e of [...stored, ...live]) bySeq.set(e.seq, e);
+  return [...bySeq.values()].sort((a, b) => a.seq - b.seq);
 }
 
 /** The stored trace of a run in this machine's host store (none when the store is elsewhere). */

@@ -19,15 +19,13 @@ import { compareCursors, REPLY_EVENT, snapshotVersion, waitingOn, type Cursor, t
 import type { RunView, TaskView } from '../../core/run-view';
 import { TERMINAL_STATUSES } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
-import type { Store } from '../../store/store';
+import { openStore, type Fragment, type Store } from '../../store/store';
 import { isRunning, querySnapshot, queryTrace, runHandle, runOutcome, wedgedTask, type RunHandle } from '../run-access';
-import { openStore } from '../stored-trace';
-import { fragmentsAfter, replyText } from './fragments';
+import { turnFragments } from '../../store/fragments';
+import { replyText } from '../../store/stored-trace';
 
 /** A frame of the run's record as the ring holds it: a trace event, or a fragment of a streamed reply. */
-export type Entry =
-  | { cursor: Cursor; event: TraceEvent; text?: string }
-  | { cursor: Cursor; fragment: { turn: number; index: number; stream: number; text: string } };
+export type Entry = { cursor: Cursor; event: TraceEvent; text?: string } | { cursor: Cursor; fragment: Fragment };
 
 export class GapError extends Error {
   override name = 'GapError';
@@ -288,15 +286,18 @@ export class RunFeed {
     return { cursor: { seq: event.seq, sub: 0 }, event, ...(text !== undefined ? { text } : {}) };
   }
 
-  /** Fragments of the reply being streamed (the newest event is its request) not read yet. */
+  /**
+   * Fragments of the reply being streamed (the newest event is its request) not read yet: those of
+   * its turn, each at the cursor `<request's seq>.<n>` (store/fragments.ts).
+   */
   private readFragments(): void {
     const request = this.newestEvent;
     const store = this.openedStore();
     if (request?.type !== 'model_requested' || store === null || this.runId === null) return;
     const turn = (request.data as { turn?: number }).turn ?? 0;
     const after = this.cursor!.seq === request.seq ? this.cursor!.sub : 0;
-    for (const f of fragmentsAfter(store, this.runId, { seq: request.seq, turn }, after))
-      this.push({ cursor: { seq: request.seq, sub: f.index }, fragment: { turn, ...f } });
+    for (const fragment of turnFragments(store, this.runId, turn, after))
+      this.push({ cursor: { seq: request.seq, sub: fragment.index }, fragment });
   }
 
   private push(entry: Entry): void {

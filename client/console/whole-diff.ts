@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { canonicalJson } from '../../core/canonical';
 import type { PendingApproval } from '../../core/run-view';
 import { queryState, runHandle } from '../run-access';
-import { openStore } from '../stored-trace';
+import { openStore } from '../../store/store';
 import { json, type ApiDoor } from './access';
 import { html, type Door } from './guards';
 import { messagePage } from './pages';

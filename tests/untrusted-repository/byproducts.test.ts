@@ -24,7 +24,7 @@ import { readSettings } from '../../host/settings';
 import { startDevServer } from '../../host/temporal-server';
 import { collectHistories } from '../../scripts/support/histories';
 import { readWorkerRecord, stopWorker } from '../../host/background-worker';
-import { storedTrace } from '../../client/stored-trace';
+import { storedTrace } from '../../store/stored-trace';
 import { git, sampleRepo } from '../helpers/git-repo';
 import { freePort, LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, type TestRun, SETTINGS } from '../helpers/run-dir';
 import { CANONICAL_RECORD, canonicalInput, runOnce, startServer, uniqueQueue, waitFor, writeReplay } from '../helpers/temporal';

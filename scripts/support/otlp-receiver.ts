@@ -1,5 +1,5 @@
 /**
- * A local OTLP/HTTP trace receiver for the tests: a node:http server on 127.0.0.1 that takes
+ * A local OTLP/HTTP trace receiver for the tests and the bench: a node:http server on 127.0.0.1 that takes
  * `POST /v1/traces` with a JSON body (the OTLP JSON encoding: ids in hex, times as decimal strings
  * of nanoseconds, attributes as typed key-values), decodes every span and keeps it. Anything else
  * is answered 404 or 415 and counted, so a test can assert that nothing odd arrived.

@@ -1,24 +1,11 @@
 /**
- * A run's trace as the command line shows it: the events stored in the worker host's store
- * (everything of finished runs and of earlier segments), merged with the events the running
- * segment still holds (by query). `--full` resolves the digests in events to the stored contents.
+ * A run's trace as the host store holds it (everything of finished runs and of earlier segments),
+ * read for the command line and the console: `--full` resolves the digests in events to the
+ * stored contents, and a reply event's whole text is read from the decision it names. Merging
+ * these with the events a running segment still holds is the client's (client/commands/shared.ts).
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { Store } from '../store/store';
+import type { Store } from './store';
 import type { TraceEvent } from '../core/trace';
-
-export function openStore(stateDir: string): Store | null {
-  const file = join(stateDir, 'store.sqlite');
-  return existsSync(file) ? new Store(file) : null;
-}
-
-/** Events by seq: stored ones, then the live ones (which win: they are the same events). */
-export function mergeTrace(stored: TraceEvent[], live: TraceEvent[]): TraceEvent[] {
-  const bySeq = new Map<number, TraceEvent>();
-  for (const e of [...stored, ...live]) bySeq.set(e.seq, e);
-  return [...bySeq.values()].sort((a, b) => a.seq - b.seq);
-}
 
 /**
  * The event with its references resolved: a tool result becomes the full result, a proposal the
@@ -78,4 +65,13 @@ function withTests(store: Store, e: TraceEvent): TraceEvent {
 export function storedTrace(store: Store, runId: string, full = false): TraceEvent[] {
   const events = store.trace(runId);
   return full ? events.map((e) => fullEvent(store, e)) : events;
+}
+
+/** The whole text of a reply event (its `text_ref` names the stored decision); undefined when the store does not hold it. */
+export function replyText(store: Store, event: TraceEvent): string | undefined {
+  const ref = (event.data as { text_ref?: unknown } | null)?.text_ref;
+  if (typeof ref !== 'string' || !store.has(ref)) return undefined;
+  const decision = store.get<unknown>(ref);
+  const text = typeof decision === 'object' && decision !== null ? (decision as { text?: unknown }).text : decision;
+  return typeof text === 'string' ? text : undefined;
 }

@@ -1,8 +1,8 @@
 /**
  * The batch evaluation report (SPEC section 7). Deterministic: the same runs give the same bytes.
  */
-import { canonicalJson } from './canonical';
-import type { RecordVerdict, RunRecord, RunStatus, SubrunCounts } from './contracts';
+import { canonicalJson } from '../../core/canonical';
+import type { RecordVerdict, RunRecord, RunStatus, SubrunCounts } from '../../core/contracts';
 
 /** One run of a batch: its record, its epoch, and the first outcome when it was retried. */
 export interface EvalRun extends RunRecord {
