@@ -3,15 +3,12 @@ import { CancelledFailure } from '@temporalio/common';
 import type { Elsewhere, RunRef } from '../core/activities';
 import type { ToolResult } from '../core/contracts';
 import { nonRetryable } from '../core/failures';
-import { READ_ONLY_TOOLS, type ValidCall } from '../core/tools';
+import { READ_ONLY_TOOLS, toolKind, type ValidCall } from '../core/tools';
 import { resultView, type CallView, type ResultView } from '../core/transcript';
 import type { TestRunData } from '../sandbox/test-runner';
 import type { ToolContext } from '../tools/context';
 import { faultAfter } from '../host/faults';
-import { readFile } from '../tools/read_file';
-import { runTests } from '../tools/run_tests';
-import { search } from '../tools/search';
-import { showDiff } from '../tools/show_diff';
+import { runHandler } from '../tools';
 import { infrastructure, type Kit } from './kit';
 
 export function toolActivities(kit: Kit) {
@@ -23,14 +20,15 @@ export function toolActivities(kit: Kit) {
     const ctx = kit.toolContext(ref, timeoutMs);
     let result = await runTool(ctx, kit.storedCall(view, view.name));
     let testsRef: string | undefined;
-    if (view.name === 'run_tests' && result.data !== null) {
+    const tests = toolKind(view.name) === 'test';
+    if (tests && result.data !== null) {
       // Every test with its outcome is stored on its own: the trace names it (`trace --full` shows
       // it), the result the model reads does not carry a list as long as the suite.
       const { tests, ...data } = result.data as TestRunData;
       if (tests) testsRef = kit.store.put('tests', tests);
       result = { ...result, data };
     }
-    const unreceipted = view.name === 'run_tests' ? (result.data as TestRunData | null)?.unreceipted : undefined;
+    const unreceipted = tests ? (result.data as TestRunData | null)?.unreceipted : undefined;
     const resultRef = kit.store.put('result', result);
     return {
       ...resultView(result, resultRef),
@@ -56,23 +54,17 @@ export function toolActivities(kit: Kit) {
   };
 }
 
+/** The table's handler of a read or a test; a write or an orchestration tool is never this activity's. */
 async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
-  switch (call.name) {
-    case 'read_file':
-      return readFile(ctx, call.call_id, call.arguments);
-    case 'search':
-      return search(ctx, call.call_id, call.arguments);
-    case 'show_diff':
-      return showDiff(ctx, call.call_id);
-    case 'run_tests': {
-      const result = await runTests(ctx, call.call_id).catch(infrastructure);
-      // A cancelled activity must say so, or the workflow would take the partial result.
-      if (ctx.signal.aborted) throw new CancelledFailure('run_tests was cancelled');
-      return result;
-    }
-    case 'apply_patch':
-      throw nonRetryable('ProtocolError', 'apply_patch goes through preparePatch and writePatch');
-    default:
-      throw nonRetryable('ProtocolError', `${call.name} is carried out by the workflow, not as a tool activity`);
+  const kind = toolKind(call.name);
+  const handler = runHandler(call.name);
+  if (handler === null) {
+    const by = kind === 'write' ? 'goes through preparePatch and writePatch' : 'is carried out by the workflow';
+    throw nonRetryable('ProtocolError', `${call.name} ${by}, not as a tool activity`);
   }
+  if (kind === 'read') return handler(ctx, call.call_id, call.arguments);
+  const result = await Promise.resolve(handler(ctx, call.call_id, call.arguments)).catch(infrastructure);
+  // A cancelled activity must say so, or the workflow would take the partial result.
+  if (ctx.signal.aborted) throw new CancelledFailure(`${call.name} was cancelled`);
+  return result;
 }

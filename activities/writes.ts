@@ -2,8 +2,10 @@
 import type { PreparedPatch, RunRef, WriteOutcome, Written } from '../core/activities';
 import type { PreparedAction } from '../core/contracts';
 import type { CallView } from '../core/transcript';
-import { preparePatch as prepare, writePatch as write } from '../tools/apply_patch';
+import { HANDLERS } from '../tools';
 import type { Kit } from './kit';
+
+const { prepare, write } = HANDLERS.apply_patch;
 
 export function writeActivities(kit: Kit) {
   return {

@@ -2,10 +2,10 @@
  * Prompts as versioned configuration. A prompt version is a folder `prompts/v<N>/` holding the
  * system prompt (`system.md`), the heading that introduces a repository's own instructions
  * (`project-instructions.md`) and the model-facing texts of every tool and each of its arguments
- * (`tools.json`); the validating schemas stay in core/tools. A run names a version or takes the
- * newest, and records the version with the digest of its content (the SHA-256 of the canonical
- * JSON of `PromptTexts`), so a changed text is a changed digest. Pure: the files are read by
- * models/prompt.ts.
+ * (`tools.json`; the newest version's is the tool table's `toolsFileText()`, core/tools.ts). A run
+ * names a version or takes the newest, and records the version with the digest of its content
+ * (the SHA-256 of the canonical JSON of `PromptTexts`), so a changed text is a changed digest.
+ * Pure: the files are read by models/prompt.ts.
  */
 import { z } from 'zod';
 import { matching } from './patterns';

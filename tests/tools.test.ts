@@ -15,6 +15,7 @@ import { search } from '../tools/search';
 import { showDiff } from '../tools/show_diff';
 import { runTests } from '../tools/run_tests';
 import { canonicalJson } from '../core/canonical';
+import { fileDiff, filesDiff } from '../workspace/diff';
 import type { CallView, ResultView } from '../core/transcript';
 import { LINKCHECK, prepareRun, tempDir, type TestRun, localBackend } from './helpers/run-dir';
 import type { RunRef } from '../core/activities';
@@ -269,6 +270,39 @@ describe('apply_patch prepare and write', () => {
     const diff = await showDiff(t.ctx, 'd');
     expect(diff.data).toMatchObject({ paths: ['tests/test_agent_x.py'] });
     expect((diff.data as { diff: string }).diff).toContain('+def test_x():');
+  });
+});
+
+describe('the one diff builder', () => {
+  const patch = (a: string, b: string, before: string, after: string) =>
+    createTwoFilesPatch(a, b, before, after, undefined, undefined, { context: 3 });
+
+  it("builds a path's diff from its two sides: the text's unified diff, git's mode lines, git's binary line", () => {
+    const plain = { mode: '100644' as const };
+    expect(fileDiff('a.txt', { text: 'one\n', ...plain }, { text: 'two\n', ...plain })).toBe(patch('a/a.txt', 'b/a.txt', 'one\n', 'two\n'));
+    expect(fileDiff('new.txt', null, { text: 'x\n', ...plain })).toBe(patch('/dev/null', 'b/new.txt', '', 'x\n'));
+    expect(fileDiff('gone.txt', { text: 'x\n', ...plain }, null)).toBe(patch('a/gone.txt', '/dev/null', 'x\n', ''));
+    expect(fileDiff('run.sh', null, { text: 'echo\n', mode: '100755' })).toBe(
+      `new file mode 100755\n${patch('/dev/null', 'b/run.sh', '', 'echo\n')}`,
+    );
+    expect(fileDiff('run.sh', { text: 'echo\n', ...plain }, { text: 'echo\n', mode: '100755' })).toMatch(
+      /^old mode 100644\nnew mode 100755\n/,
+    );
+    expect(fileDiff('b.dat', { text: 'x\n', ...plain }, { text: null, ...plain })).toBe('Binary files a/b.dat and b/b.dat differ\n');
+  });
+
+  it("gives a merge's files the diff show_diff gives the same change, byte for byte", async () => {
+    const t = run({ 'data.bin': 'plain text\n' });
+    const ws = t.ctx.paths.workspace;
+    writeFileSync(join(ws, 'src/linkcheck.py'), SRC.replace('target', 'root / target'));
+    writeFileSync(join(ws, 'data.bin'), Buffer.from([0, 1, 2, 255]));
+    writeFileSync(join(ws, 'tests/run.sh'), 'echo run\n', { mode: 0o755 });
+    const shown = (await showDiff(t.ctx, 'd')).data as { diff: string; paths: string[] };
+    expect(shown.paths).toEqual(['data.bin', 'src/linkcheck.py', 'tests/run.sh']);
+    expect(shown.diff).toContain('Binary files a/data.bin and b/data.bin differ\n');
+    expect(shown.diff).toContain('new file mode 100755\n');
+    const files = shown.paths.map((path) => ({ path, absent: path === 'tests/run.sh', executable: path === 'tests/run.sh' }));
+    expect(filesDiff(t.ctx.paths.baseline, ws, files, DEFAULT_LIMITS.maxFileBytes)).toBe(shown.diff);
   });
 });
 

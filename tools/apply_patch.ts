@@ -12,6 +12,7 @@ import { digestHostile, readHostile, readRegular } from '../workspace/hostile-re
 import { digestJson, sha256 } from '../host/digest';
 import { asDiskFull, DiskFullError } from '../host/disk';
 import { faultPoint } from '../host/faults';
+import { fileMode } from '../workspace/diff';
 import { resolveInWorkspace } from '../workspace/fs-safety';
 import { Replacement } from '../workspace/replace';
 import { offThread } from '../workspace/thread';
@@ -85,11 +86,9 @@ export async function preparePatch(ctx: Omit<ToolContext, 'backend'>, callId: st
   const workspace = await offThread('state', [ctx.paths.workspace], call);
   const over = overWorkspaceLimit(ctx.limits, workspace.bytes, Buffer.byteLength(next) - Buffer.byteLength(current));
   if (over) return reject('too_large', over);
-  const diff = await offThread(
-    'textPatch',
-    [args.version === 'absent' ? '/dev/null' : `a/${args.path}`, `b/${args.path}`, current, next],
-    call,
-  );
+  // A patch keeps the file's mode; a new file is made plain (writeAndReceipt).
+  const mode = fileMode(((resolved.stat?.mode ?? 0) & 0o111) !== 0);
+  const diff = await offThread('fileDiff', [args.path, before === 'absent' ? null : { text: current, mode }, { text: next, mode }], call);
   const shown = cutDiff(diff, ctx.limits);
   return {
     kind: 'prepared',

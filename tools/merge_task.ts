@@ -40,7 +40,12 @@ export async function prepareMerge(
   await offThread('snapshotFiles', [child.workspace, snapshot, entries, task.task_id], call);
   const diff = await offThread(
     'filesDiff',
-    [ctx.paths.workspace, snapshot, entries.map((e) => ({ path: e.path, absent: e.before === 'absent' })), ctx.limits.maxFileBytes],
+    [
+      ctx.paths.workspace,
+      snapshot,
+      entries.map((e) => ({ path: e.path, absent: e.before === 'absent', executable: e.executable })),
+      ctx.limits.maxFileBytes,
+    ],
     call,
   );
   const shown = cutDiff(diff, ctx.limits);

@@ -36,7 +36,7 @@ import { evaluatePolicy } from '../core/policy';
 import type { RunOutcome, RunView } from '../core/run-view';
 import { REASON_ATTRIBUTE, STATUS_ATTRIBUTE } from '../core/search-attributes';
 import { Trace, type TurnState } from '../core/trace';
-import { isOrchestrationTool, READ_ONLY_TOOLS } from '../core/tools';
+import { toolKind } from '../core/tools';
 import { resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
 import { taskUpdateSignal } from './messages';
@@ -285,9 +285,10 @@ class AgentRun implements StartupHost, DecideHost, WriteHost, EndHost, SignalHos
     const call = decision.call;
     this.noteRepeat(call);
     if (interrupted !== null) return interruptedResult(callId, interrupted);
-    if (call.name === 'apply_patch')
-      return this.writes.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
-    if (isOrchestrationTool(call.name)) {
+    // The table's kind decides who carries the call out (core/tools.ts).
+    const kind = toolKind(call.name);
+    if (kind === 'write') return this.writes.patch(decision.ref, decision.reply, call, evaluatePolicy(call, call.path, this.ref.fixture));
+    if (kind === 'orchestration') {
       const orchestrate = () => this.tasks.call(decision.ref, decision.reply, call);
       // Of these only task_status's wait is cut off: the others start, signal or write.
       if (call.name !== 'task_status') return orchestrate();
@@ -301,17 +302,17 @@ class AgentRun implements StartupHost, DecideHost, WriteHost, EndHost, SignalHos
       cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
       summary: summarize(call),
     };
-    const attempts = call.name === 'run_tests' ? { retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS } } : {};
+    const attempts = kind === 'test' ? { retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS } } : {};
     const remote = () =>
       this.act.executeTool.executeWithOptions({ ...options, ...attempts, heartbeatTimeout: '10 seconds' }, [this.ref, call, timeout]);
     const result = await this.interruptible(() =>
-      READ_ONLY_TOOLS.has(call.name)
+      kind === 'read'
         ? this.readOnly(() => local.localTool.executeWithOptions(options, [this.state.host_queue, this.ref, call, timeout]), remote)
         : remote(),
     );
     // Cut off by an interrupt: a test run's process tree is gone (the activity waits for that).
     if (result === null) return interruptedResult(callId, this.takeInterrupt(), 'cut off');
-    if (call.name === 'run_tests' && result.error === 'tests_failed' && !this.state.wrote_writable) this.view.red_observed = true;
+    if (kind === 'test' && result.error === 'tests_failed' && !this.state.wrote_writable) this.view.red_observed = true;
     if (result.unreceipted) this.unreceipted(result.unreceipted, callId);
     return result;
   }

@@ -33,6 +33,7 @@ import { evaluatePolicy, type PolicyDecision, type PolicyEvaluation } from '../c
 import type { RunOutcome, TaskView } from '../core/run-view';
 import { taskEnded, taskEndedMessage, taskId } from '../core/tasks';
 import type { Trace } from '../core/trace';
+import { isOrchestrationTool, type OrchestrationToolName } from '../core/tools';
 import type { CallView } from '../core/transcript';
 import { AGENT_RUN, steerSignal, stopSignal, taskUpdateSignal } from './messages';
 import type { PendingWrite, RunState } from './run-state';
@@ -135,30 +136,34 @@ export class Orchestration {
 
   /** Carries out one orchestration call; every call gets its one result. */
   async call(decisionRef: string, reply: string | null, call: CallView): Promise<ToolResult> {
+    if (!isOrchestrationTool(call.name)) throw new Error(`${call.name} is not an orchestration tool`);
+    return this.carriers[call.name](call, decisionRef, reply);
+  }
+
+  /** One carrier per orchestration tool of the table (core/tools.ts): a tool without one does not compile. */
+  private readonly carriers: {
+    [N in OrchestrationToolName]: (call: CallView, decisionRef: string, reply: string | null) => Promise<ToolResult>;
+  } = {
+    dispatch_task: (call) => this.dispatch(call),
+    task_status: (call) => this.status(call),
+    message_task: (call) => this.message(call),
+    stop_task: (call) => this.stop(call),
+    merge_task: (call, decisionRef, reply) => this.merge(decisionRef, reply, call),
+  };
+
+  /**
+   * task_status. With wait: until one of the tasks asked about has news this run has not seen in
+   * an answer yet (it ended, or started to wait for a person); at once when there is some.
+   */
+  private async status(call: CallView): Promise<ToolResult> {
     const args = call.task!.args;
-    switch (call.name) {
-      case 'dispatch_task':
-        return this.dispatch(call);
-      case 'task_status': {
-        const one = args.task_id === undefined ? null : this.find(args.task_id);
-        if (args.task_id !== undefined && one === null) return this.unknown(call.call_id, args.task_id);
-        // With wait: until one of the tasks asked about has news this run has not seen in an
-        // answer yet (it ended, or started to wait for a person); at once when there is some.
-        const asked = one ? [one] : this.tasks;
-        const unseen = () => asked.some((t) => this.state.task_refs[t.task_id].news > this.state.task_refs[t.task_id].seen);
-        if (args.wait && asked.some((t) => !taskEnded(t) || unseen())) await wf.condition(unseen);
-        for (const t of asked) this.state.task_refs[t.task_id].seen = this.state.task_refs[t.task_id].news;
-        return okResult(call.call_id, { tasks: asked });
-      }
-      case 'message_task':
-        return this.message(call);
-      case 'stop_task':
-        return this.stop(call);
-      case 'merge_task':
-        return this.merge(decisionRef, reply, call);
-      default:
-        throw new Error(`${call.name} is not an orchestration tool`);
-    }
+    const one = args.task_id === undefined ? null : this.find(args.task_id);
+    if (args.task_id !== undefined && one === null) return this.unknown(call.call_id, args.task_id);
+    const asked = one ? [one] : this.tasks;
+    const unseen = () => asked.some((t) => this.state.task_refs[t.task_id].news > this.state.task_refs[t.task_id].seen);
+    if (args.wait && asked.some((t) => !taskEnded(t) || unseen())) await wf.condition(unseen);
+    for (const t of asked) this.state.task_refs[t.task_id].seen = this.state.task_refs[t.task_id].news;
+    return okResult(call.call_id, { tasks: asked });
   }
 
   private unknown(callId: string, given: unknown): ToolResult {

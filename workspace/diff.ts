@@ -1,13 +1,15 @@
 /**
- * The one diff builder: unified diffs of a file (apply_patch's proposal), of a workspace against
- * its baseline (show_diff, the verifier's paths) and of a task's files against its parent's
- * (merge_task). Run in a workspace thread (thread.ts): the texts are the model's and a test
- * process's, up to the file cap.
+ * The one diff builder: every diff is built path by path by `fileDiff` from the path's two sides
+ * (absent, or a text and a mode), whatever gives the sides: a file's text before and after a
+ * proposal (apply_patch), a workspace against its baseline (show_diff, the verifier's paths) and
+ * a task's files onto its parent's (merge_task). Run in a workspace thread (thread.ts): the texts
+ * are the model's and a test process's, up to the file cap.
  *
  * Hazard: Myers' algorithm costs the product of the texts' length and their edit distance, which
  * a proposal chooses. Past MAX_EDIT_LENGTH edits the diff is given as the whole old text removed
  * and the whole new text added: the same change, in time linear in its size.
  */
+import { lstatSync } from 'node:fs';
 import { join } from 'node:path';
 import { createTwoFilesPatch } from 'diff';
 import { readHostile } from './hostile-read';
@@ -28,7 +30,7 @@ function hunkLines(text: string, sign: '+' | '-'): string[] {
 }
 
 /** A unified diff (3 lines of context), or the whole replacement when the edit is too long to find. */
-export function textPatch(oldName: string, newName: string, oldText: string, newText: string): string {
+function textPatch(oldName: string, newName: string, oldText: string, newText: string): string {
   const patch = createTwoFilesPatch(oldName, newName, oldText, newText, undefined, undefined, {
     context: 3,
     maxEditLength: MAX_EDIT_LENGTH,
@@ -48,51 +50,63 @@ export function textPatch(oldName: string, newName: string, oldText: string, new
   ].join('');
 }
 
-function fileText(root: string, entries: Map<string, ManifestEntry>, path: string, capBytes: number): string | null {
-  const entry = entries.get(path);
-  if (!entry) return '';
-  if (entry.kind === 'symlink') return `symlink -> ${entry.target}\n`;
-  if (entry.kind === 'dir') return '';
-  if (entry.kind === 'special') return `special file (${entry.type}), not opened\n`;
-  const read = readHostile(join(root, path), capBytes, path);
-  if (!read.ok) return `${read.detail}, not shown\n`;
-  return decodeText(read.bytes);
-}
+/** git's mode of a file: a plain file, an executable one, a symbolic link. */
+export type FileMode = '100644' | '100755' | '120000';
 
-const mode = (e: ManifestEntry | undefined) =>
-  e?.kind === 'file' ? (e.executable ? '100755' : '100644') : e?.kind === 'symlink' ? '120000' : null;
+/**
+ * One side of a path's diff: null when the path is absent there; otherwise its text (null: not
+ * text, shown as git shows a binary change) and its mode (null: neither a file nor a link).
+ */
+export type DiffSide = null | { text: string | null; mode: FileMode | null };
+
+/**
+ * The diff of one path, the one way every diff is built: git's mode lines when the mode is not
+ * the plain file's default, then the text's unified diff, or git's line for a binary change.
+ */
+export function fileDiff(path: string, before: DiffSide, after: DiffSide): string {
+  const modes = modeLines(before?.mode ?? null, after?.mode ?? null);
+  if (before?.text === null || after?.text === null) return `${modes}Binary files a/${path} and b/${path} differ\n`;
+  const oldName = before === null ? '/dev/null' : `a/${path}`;
+  const newName = after === null ? '/dev/null' : `b/${path}`;
+  return modes + textPatch(oldName, newName, before?.text ?? '', after?.text ?? '');
+}
 
 /**
  * git's mode lines for a path whose mode is not the plain file's default: a changed executable
  * bit, a new executable file or link, a removed one. A plain text change has none, as in git.
  */
-function modeLines(before: ManifestEntry | undefined, after: ManifestEntry | undefined): string {
-  const a = mode(before);
-  const b = mode(after);
+function modeLines(a: FileMode | null, b: FileMode | null): string {
   if (a !== null && b !== null) return a !== b ? `old mode ${a}\nnew mode ${b}\n` : '';
   if (a === null && b !== null && b !== '100644') return `new file mode ${b}\n`;
   if (a !== null && b === null && a !== '100644') return `deleted file mode ${a}\n`;
   return '';
 }
 
+export const fileMode = (executable: boolean): FileMode => (executable ? '100755' : '100644');
+
 /**
- * Unified diff of one path between the baseline and the workspace, with git's mode lines when the
- * mode is not the default. A file over `fileCap` bytes is not read (its diff says so).
+ * A regular file's side, read as a test process may have left it, up to `capBytes`; what cannot be
+ * read is said instead of its text (a file gone meanwhile: `missing`, when given).
  */
-function diffOf(
-  paths: RunPaths,
-  base: Map<string, ManifestEntry>,
-  current: Map<string, ManifestEntry>,
-  path: string,
-  fileCap: number,
-): string {
-  const modes = modeLines(base.get(path), current.get(path));
-  const oldText = fileText(paths.baseline, base, path, fileCap);
-  const newText = fileText(paths.workspace, current, path, fileCap);
-  if (oldText === null || newText === null) return `${modes}Binary files a/${path} and b/${path} differ\n`;
-  const oldName = base.has(path) ? `a/${path}` : '/dev/null';
-  const newName = current.has(path) ? `b/${path}` : '/dev/null';
-  return modes + textPatch(oldName, newName, oldText, newText);
+function readSide(abs: string, path: string, capBytes: number, mode: FileMode, missing: string | null = null): DiffSide {
+  const read = readHostile(abs, capBytes, path);
+  if (read.ok) return { text: decodeText(read.bytes), mode };
+  return { text: read.kind === 'missing' && missing !== null ? missing : `${read.detail}, not shown\n`, mode };
+}
+
+/** A manifest entry's side: a file's text, a link's target, what a special file is. A file over `capBytes` is not read. */
+function entrySide(root: string, entry: ManifestEntry | undefined, capBytes: number): DiffSide {
+  if (entry === undefined) return null;
+  switch (entry.kind) {
+    case 'file':
+      return readSide(join(root, entry.path), entry.path, capBytes, fileMode(entry.executable));
+    case 'symlink':
+      return { text: `symlink -> ${entry.target}\n`, mode: '120000' };
+    case 'dir':
+      return { text: '', mode: null };
+    case 'special':
+      return { text: `special file (${entry.type}), not opened\n`, mode: null };
+  }
 }
 
 /** The workspace's changes against its baseline: whole file diffs up to `capBytes`, and every changed path. */
@@ -106,7 +120,7 @@ export function workspaceDiff(paths: RunPaths, capBytes: number, fileCap: number
   let truncated = false;
   for (const path of changed) {
     if (capBytes === 0) break;
-    const part = diffOf(paths, base, current, path, fileCap);
+    const part = fileDiff(path, entrySide(paths.baseline, base.get(path), fileCap), entrySide(paths.workspace, current.get(path), fileCap));
     if (Buffer.byteLength(diff) + Buffer.byteLength(part) > capBytes) {
       truncated = true; // whole file diffs only
       break;
@@ -116,17 +130,24 @@ export function workspaceDiff(paths: RunPaths, capBytes: number, fileCap: number
   return { diff, paths: changed, truncated };
 }
 
-/** The diff of files from one folder onto another (a merge: the parent's files and the task's snapshot), up to `fileCap` bytes each. */
-export function filesDiff(fromRoot: string, toRoot: string, files: { path: string; absent: boolean }[], fileCap: number): string {
+/**
+ * The diff of files from one folder onto another (a merge: the parent's files and the task's
+ * snapshot, each a regular file or absent), with the mode each file has after, up to `fileCap`
+ * bytes each.
+ */
+export function filesDiff(
+  fromRoot: string,
+  toRoot: string,
+  files: { path: string; absent: boolean; executable: boolean }[],
+  fileCap: number,
+): string {
   return files
-    .map(({ path, absent }) => {
-      const read = (dir: string) => {
-        const r = readHostile(join(dir, path), fileCap, path);
-        return r.ok ? r.bytes : Buffer.from(r.kind === 'missing' ? '' : `${r.detail}, not shown\n`);
-      };
-      const before = absent ? '' : (decodeText(read(fromRoot)) ?? '(binary)\n');
-      const after = decodeText(read(toRoot)) ?? '(binary)\n';
-      return textPatch(absent ? '/dev/null' : `a/${path}`, `b/${path}`, before, after);
+    .map(({ path, absent, executable }) => {
+      const from = join(fromRoot, path);
+      const fromMode = fileMode(((lstatSync(from, { throwIfNoEntry: false })?.mode ?? 0) & 0o111) !== 0);
+      const before = absent ? null : readSide(from, path, fileCap, fromMode, '');
+      const after = readSide(join(toRoot, path), path, fileCap, fileMode(executable), '');
+      return fileDiff(path, before, after);
     })
     .join('');
 }

@@ -5,7 +5,7 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { prepareForkWorkspace, type ForkPlan } from './fork';
 import { baselineHas, guard, restore, settleLeftovers, undoneOf } from './byproducts';
-import { filesDiff, textPatch, workspaceDiff } from './diff';
+import { fileDiff, filesDiff, workspaceDiff, type DiffSide } from './diff';
 import { mergePlan, snapshotFiles } from './merge';
 import { searchWorkspace } from './search';
 import type { MergeEntry } from '../core/activities';
@@ -51,9 +51,10 @@ export const OPS = {
     query: string,
     caps: { maxResults: number; maxFileBytes: number; searchBytes: number },
   ) => searchWorkspace(root, base, isFolder, query, caps),
-  textPatch: (oldName: string, newName: string, oldText: string, newText: string) => textPatch(oldName, newName, oldText, newText),
+  fileDiff: (path: string, before: DiffSide, after: DiffSide) => fileDiff(path, before, after),
   workspaceDiff: (paths: RunPaths, capBytes: number, fileCap: number) => workspaceDiff(paths, capBytes, fileCap),
-  filesDiff: (from: string, to: string, files: { path: string; absent: boolean }[], fileCap: number) => filesDiff(from, to, files, fileCap),
+  filesDiff: (from: string, to: string, files: { path: string; absent: boolean; executable: boolean }[], fileCap: number) =>
+    filesDiff(from, to, files, fileCap),
   mergePlan: (child: RunPaths, parent: RunPaths) => mergePlan(child, parent),
   snapshotFiles: (childWorkspace: string, snapshot: string, entries: MergeEntry[], taskId: string) =>
     snapshotFiles(childWorkspace, snapshot, entries, taskId),

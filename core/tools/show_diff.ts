@@ -1,3 +1,0 @@
-import { z } from 'zod';
-
-export const show_diffArgs = z.strictObject({});
