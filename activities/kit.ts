@@ -7,7 +7,7 @@
 import { join, resolve } from 'node:path';
 import { Context } from '@temporalio/activity';
 import type { RunRef, Written } from '../core/activities';
-import type { Budgets, IsolationEvidence, PreparedAction, RunSpec } from '../core/contracts';
+import type { Budgets, IsolationEvidence, PendingAction, RunSpec } from '../core/contracts';
 import { nonRetryable } from '../core/failures';
 import type { Limits, RepositoryLimits } from '../core/limits';
 import type { OpenRunner } from '../workspace/repository';
@@ -170,7 +170,7 @@ export class Kit {
    * The action as history carries it: a diff cut for display names its whole text, kept in the
    * host store (`diff_ref`), so the console can show it whole before anyone approves it there.
    */
-  keepWholeDiff(prepared: { action: PreparedAction; whole_diff: string | null }): PreparedAction {
+  keepWholeDiff(prepared: { action: PendingAction; whole_diff: string | null }): PendingAction {
     return prepared.whole_diff === null ? prepared.action : { ...prepared.action, diff_ref: this.store.put('diff', prepared.whole_diff) };
   }
 
@@ -178,7 +178,7 @@ export class Kit {
    * A write's or merge's outcome as the run gets it: whether the ledger holds its receipt, and once
    * it is in the workspace, the workspace's digest (the trace records it: a fork checks against it).
    */
-  async written<O extends { kind: string }>(ref: RunRef, action: PreparedAction, outcome: O): Promise<O & Written> {
+  async written<O extends { kind: string }>(ref: RunRef, action: PendingAction, outcome: O): Promise<O & Written> {
     const workspace = this.paths(ref.run_id).workspace;
     const done = outcome.kind === 'written' || outcome.kind === 'receipt_recovered' || outcome.kind === 'already_recorded';
     return {

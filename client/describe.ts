@@ -1,5 +1,5 @@
 /** Trace events and pending actions as one reads them at a terminal. Pure: no SDK is loaded. */
-import type { PendingApproval } from '../core/run-view';
+import type { PendingActionView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 
 const short = (digest: unknown) => (typeof digest === 'string' ? digest.slice(0, 12) : String(digest));
@@ -85,7 +85,7 @@ function taskDetail(t: Record<string, any>): string {
   return `task ${t.task_id}${title}${state}${merged}`;
 }
 
-export function describePending(p: PendingApproval): string {
+export function describePending(p: PendingActionView): string {
   return [
     `apply_patch ${p.path}  (call ${p.call_id})`,
     `  action_id        ${p.action_id}`,

@@ -1,6 +1,6 @@
 /**
  * Following a run from the terminal: each trace event printed as it happens, and, for an
- * interactive approver, each pending write shown with its path, diff and digests and a y/N prompt.
+ * interactive approver, each pending action shown with its path, diff and digests and a y/N prompt.
  */
 import { createInterface } from 'node:readline';
 import type { RunRecord } from '../core/contracts';

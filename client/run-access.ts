@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { defaultPayloadConverter, WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import type { ApprovalSignal, RunInput } from '../core/contracts';
-import type { PendingApproval, RunOutcome, RunView } from '../core/run-view';
+import type { PendingActionView, RunOutcome, RunView } from '../core/run-view';
 import type { TraceEvent, TracePage, TraceRequest } from '../core/trace';
 import {
   AGENT_EVAL,
@@ -282,7 +282,7 @@ export class WedgedRun extends NoWorkerAnswered {
  * client makes the Signal's payload). `messageId` makes a retried send count once.
  */
 export function approvalFor(
-  p: Pick<PendingApproval, 'action_id' | 'args_digest' | 'workspace_digest'>,
+  p: Pick<PendingActionView, 'action_id' | 'args_digest' | 'workspace_digest'>,
   decision: 'approve' | 'reject',
   principal: string,
   reason?: string,

@@ -10,7 +10,7 @@ import type {
   Budgets,
   IsolationEvidence,
   ParsedRunInput,
-  PreparedAction,
+  PendingAction,
   RunSpec,
   TestsSpec,
   ToolResult,
@@ -149,7 +149,7 @@ export type SetupResult =
 
 export type PrepareOutcome =
   /** `whole_diff`: the uncut diff when `action.diff` was cut (for the host store, never for history). */
-  | { kind: 'prepared'; action: PreparedAction; whole_diff: string | null }
+  | { kind: 'prepared'; action: PendingAction; whole_diff: string | null }
   | { kind: 'already_written'; action_id: string; before: string; after: string }
   | { kind: 'rejected'; result: ToolResult };
 
@@ -170,7 +170,7 @@ export interface MergeEntry {
 
 export type MergePrepared =
   /** `whole_diff`: the uncut diff when `action.diff` was cut (for the host store, never for history). */
-  | { kind: 'prepared'; action: PreparedAction; entries: MergeEntry[]; whole_diff: string | null }
+  | { kind: 'prepared'; action: PendingAction; entries: MergeEntry[]; whole_diff: string | null }
   | { kind: 'conflict'; paths: string[] }
   | { kind: 'unsupported'; paths: string[]; reason: string }
   /** The merge would take the parent's workspace over its limit (`limits.workspaceBytes`). */
@@ -328,9 +328,9 @@ export interface Activities {
   /** The setup's egress events from `offset` on, a page at a time. */
   setupEgress(ref: { run_id: string }, offset: number): Promise<EgressEvent[]>;
   /** merge_task's first half: the task's change as one action over its paths, or why it cannot merge. */
-  prepareMerge(ref: RunRef, task: { task_id: string; run_id: string }): Promise<PreparedMerge>;
+  prepareMerge(ref: RunRef, task: { task_id: string; run_id: string }): Promise<PrepareMergeOutcome>;
   /** merge_task's second half: the approved merge, exactly once; receipted like a write. */
-  writeMerge(ref: RunRef, action: PreparedAction, entriesRef: string): Promise<MergeOutcome & Written>;
+  writeMerge(ref: RunRef, action: PendingAction, entriesRef: string): Promise<MergeOutcome & Written>;
   /** The next decision, and the build of the worker that took it. */
   decide(input: DecideInput): Promise<DecideResult>;
   /** `decide` of a replay as a local activity, on the run's host only. */
@@ -347,9 +347,9 @@ export interface Activities {
   /** read_file, search or show_diff as a local activity, on the run's host only. */
   localTool(hostQueue: string | null, ref: RunRef, view: CallView, timeoutMs: number): Promise<ResultView | Elsewhere>;
   /** apply_patch's first half: every check, no side effect. */
-  preparePatch(ref: RunRef, view: CallView): Promise<PreparedPatch>;
+  preparePatch(ref: RunRef, view: CallView): Promise<PreparePatchOutcome>;
   /** The approved write, whether the ledger holds its receipt now, and the workspace's digest after it. */
-  writePatch(ref: RunRef, action: PreparedAction, view: CallView): Promise<WriteOutcome & Written>;
+  writePatch(ref: RunRef, action: PendingAction, view: CallView): Promise<WriteOutcome & Written>;
   /** The candidate tests at the untouched base (once per tree and command on a host): taken before the run's first write. */
   baselineTests(ref: RunRef, timeoutMs: number): Promise<BaseTests>;
   /** The host verifier: what "done" means. */
@@ -377,9 +377,9 @@ export interface Written {
   workspace_digest?: string;
 }
 
-/** preparePatch's answer as history carries it: a prepared action whose cut diff's whole text is in the host store. */
-export type PreparedPatch = Exclude<PrepareOutcome, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction };
+/** preparePatch's answer as history carries it: a pending action whose cut diff's whole text is in the host store. */
+export type PreparePatchOutcome = Exclude<PrepareOutcome, { kind: 'prepared' }> | { kind: 'prepared'; action: PendingAction };
 
 /** prepareMerge's answer: the entries of a prepared merge are in the host store under `entries_ref`. */
-export type PreparedMerge =
-  Exclude<MergePrepared, { kind: 'prepared' }> | { kind: 'prepared'; action: PreparedAction; entries_ref: string };
+export type PrepareMergeOutcome =
+  Exclude<MergePrepared, { kind: 'prepared' }> | { kind: 'prepared'; action: PendingAction; entries_ref: string };

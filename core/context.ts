@@ -6,7 +6,7 @@
  * note of what was left out. Pure and deterministic; the store keeps every raw payload.
  */
 import { canonicalJson } from './canonical';
-import type { Budgets, PreparedAction, RunSpec, ToolResult, VerifierFindings } from './contracts';
+import type { Budgets, PendingAction, RunSpec, ToolResult, VerifierFindings } from './contracts';
 import type { TaskView } from './run-view';
 import { rosterLine } from './tasks';
 
@@ -25,7 +25,7 @@ export interface RunFacts {
   budgets: Budgets;
   /** The latest plan the model stated. */
   plan: string | null;
-  pending_action: Pick<PreparedAction, 'action_id' | 'path' | 'before' | 'after'> | null;
+  pending_action: Pick<PendingAction, 'action_id' | 'path' | 'before' | 'after'> | null;
   verification: Pick<VerifierFindings, 'passed' | 'protected_changed' | 'candidate_tests' | 'acceptance'> | null;
   /** A note for the next request, e.g. that the previous reply was cut off by the output limit. */
   notice: string | null;

@@ -543,7 +543,7 @@ export const approvalSignalSchema = z.strictObject({
 export type ApprovalSignal = z.infer<typeof approvalSignalSchema>;
 
 /** A write that passed every check and waits for (or has) its approval. */
-export interface PreparedAction {
+export interface PendingAction {
   action_id: string;
   /** The file written (a merge's first path). */
   path: string;

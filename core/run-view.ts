@@ -9,7 +9,7 @@ import {
   type EgressSummary,
   type ForkedFrom,
   IsolationEvidence,
-  PreparedAction,
+  PendingAction,
   type RecordVerdict,
   RunRecord,
   type RunStatus,
@@ -22,7 +22,7 @@ import type { ErrorCode } from './errors';
 import type { PromptRef } from './prompt';
 import type { RunReason } from './reasons';
 
-export interface PendingApproval extends PreparedAction {
+export interface PendingActionView extends PendingAction {
   call_id: string;
   /** The tool-policy rules that put this action at "ask" (why a person is asked). */
   rules: { id: string; why: string }[];
@@ -98,7 +98,7 @@ export interface RunView {
   };
   tool_errors: Partial<Record<ErrorCode, number>>;
   red_observed: boolean;
-  pending_approval: PendingApproval | null;
+  pending_approval: PendingActionView | null;
   verification: VerifierFindings | null;
   /** The candidate tests at the untouched base, taken before the first write (absent before it; in older runs). */
   base_tests?: BaseTests | null;

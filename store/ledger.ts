@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { openDurable } from './sqlite';
 import { onDisk } from '../host/disk';
-import type { PreparedAction } from '../core/contracts';
+import type { PendingAction } from '../core/contracts';
 
 export interface Receipt {
   action_id: string;
@@ -49,7 +49,7 @@ export class Ledger {
     );
   }
 
-  recordIntent(runId: string, action: PreparedAction): void {
+  recordIntent(runId: string, action: PendingAction): void {
     this.write(() =>
       this.db
         .prepare(`INSERT OR IGNORE INTO intents VALUES (?, ?, ?, ?, ?, ?, ?)`)

@@ -5,7 +5,7 @@
  * write is whole or not made: with no space left the target stays as it was (see writeAndReceipt).
  */
 import { writeFileSync } from 'node:fs';
-import { errorResult, type PreparedAction } from '../core/contracts';
+import { errorResult, type PendingAction } from '../core/contracts';
 import { isWritable, mayCreate } from '../core/policy';
 import type { ApplyPatchArgs } from '../core/tools';
 import { digestHostile, readHostile, readRegular } from '../workspace/hostile-read';
@@ -137,7 +137,7 @@ export function currentDigest(abs: string, path: string): string {
  */
 export async function writePatch(
   ctx: Omit<ToolContext, 'backend'>,
-  action: PreparedAction,
+  action: PendingAction,
   args: ApplyPatchArgs,
   keep: (bytes: Buffer) => void = () => undefined,
 ): Promise<WriteOutcome> {
@@ -188,7 +188,7 @@ export async function writePatch(
 function writeAndReceipt(
   ctx: Omit<ToolContext, 'backend'>,
   replacement: Replacement,
-  action: PreparedAction,
+  action: PendingAction,
   target: string,
   mode: number,
   next: string,
@@ -212,7 +212,7 @@ function writeAndReceipt(
  * the attempt as not written (a ledger that is full itself cannot; its intent alone then says so,
  * with the targets at `before`). Returns the error to throw.
  */
-export function notWritten(ctx: Omit<ToolContext, 'backend'>, replacement: Replacement, action: PreparedAction, err: unknown): unknown {
+export function notWritten(ctx: Omit<ToolContext, 'backend'>, replacement: Replacement, action: PendingAction, err: unknown): unknown {
   if (!(err instanceof DiskFullError)) return err;
   replacement.putBack();
   try {

@@ -8,7 +8,7 @@
  */
 import { chmodSync, closeSync, fsyncSync, mkdirSync, openSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import type { PreparedAction } from '../core/contracts';
+import type { PendingAction } from '../core/contracts';
 import { asDiskFull } from '../host/disk';
 import { Replacement } from '../workspace/replace';
 import { copyRegular } from '../workspace/hostile-read';
@@ -72,7 +72,7 @@ function currentDigest(paths: RunPaths, path: string): string {
 }
 
 /** Performs an approved merge. Safe to call any number of times for the same action. */
-export async function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PreparedAction, entries: MergeEntry[]): Promise<MergeOutcome> {
+export async function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: PendingAction, entries: MergeEntry[]): Promise<MergeOutcome> {
   const receipt = ctx.ledger.receipt(action.action_id);
   if (receipt) return { kind: 'already_recorded', recovered: receipt.recovered };
   // An earlier attempt's kept links to old files would count as second hard links.
@@ -107,7 +107,7 @@ export async function writeMerge(ctx: Omit<ToolContext, 'backend'>, action: Prep
 function mergeFiles(
   ctx: Omit<ToolContext, 'backend'>,
   replacement: Replacement,
-  action: PreparedAction,
+  action: PendingAction,
   states: { e: MergeEntry; current: string }[],
 ): MergeOutcome | null {
   const snapshot = join(ctx.paths.control, 'merges', action.action_id);

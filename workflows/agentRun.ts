@@ -15,7 +15,7 @@
  * other phase is a sibling module that reads the run through a small interface of its own, which
  * this class implements, and keeps none of the run's state (ending.ts holds only the two scopes a
  * stop cancels): startup.ts (the input's checks, loading, setup), decide.ts (a model turn, and
- * the budgets checked before it), writes.ts (the pending write: approval and write), ending.ts
+ * the budgets checked before it), writes.ts (the pending action: approval and write), ending.ts
  * (the scopes, verification, continue-as-new, the record), signals.ts (the Signals' and Queries'
  * handlers), subruns.ts (an orchestrating run's tasks); what they share is run-base.ts.
  */
@@ -40,8 +40,8 @@ import { toolKind } from '../core/tools';
 import { resultView, type CallView, type DecisionView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
 import { taskUpdateSignal } from './messages';
-import { Orchestration, type TaskHost } from './subruns';
-import { initialState, type PendingWrite, type RunState } from './run-state';
+import { Orchestration, type TaskOwner } from './subruns';
+import { initialState, type PendingCall, type RunState } from './run-state';
 import { RunMetrics } from './metrics';
 
 export type { RunState };
@@ -98,7 +98,7 @@ export async function agentRun(rawInput: unknown, carried?: RunState): Promise<R
   return carried ? run.resume(parsed.data) : run.execute(parsed.data);
 }
 
-class AgentRun implements StartupHost, DecideHost, WriteHost, EndHost, SignalHost, TaskHost {
+class AgentRun implements StartupHost, DecideHost, WriteHost, EndHost, SignalHost, TaskOwner {
   /** The run's state: one value, carried whole across continue-as-new. */
   readonly state: RunState;
   /** The trace: numbering, unstored events and a bounded window for queries. */
@@ -528,11 +528,11 @@ class AgentRun implements StartupHost, DecideHost, WriteHost, EndHost, SignalHos
     return this.decisions.used(held);
   }
 
-  continueAsNew(pendingWrite: PendingWrite | null): Promise<never> {
+  continueAsNew(pendingWrite: PendingCall | null): Promise<never> {
     return this.ending.continueAsNew(pendingWrite);
   }
 
-  approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
+  approveAndWrite(pending: PendingCall): Promise<ToolResult> {
     return this.writes.approveAndWrite(pending);
   }
 

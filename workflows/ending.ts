@@ -14,7 +14,7 @@ import { brief } from '../core/transcript';
 import { LEGACY_CHANGES } from './changes';
 import type { LocalChains } from './local-chain';
 import { ACTIVITY_OPTIONS, failedStep, Phase, RunStop, TEST_ATTEMPTS, type RunBase } from './run-base';
-import type { PendingWrite, RunState } from './run-state';
+import type { PendingCall, RunState } from './run-state';
 import type { Orchestration } from './subruns';
 
 /** Trace events go to the host store in batches of at most this many bytes of JSON. */
@@ -94,10 +94,10 @@ export class Ending extends Phase<EndHost> {
 
   /**
    * Continues as new under the same workflow id: the trace and transcript are stored first, and
-   * the next segment gets the state (counters, budgets, deadline, pending write, an approval
+   * the next segment gets the state (counters, budgets, deadline, pending action, an approval
    * already received) but no contents.
    */
-  async continueAsNew(pendingWrite: PendingWrite | null): Promise<never> {
+  async continueAsNew(pendingWrite: PendingCall | null): Promise<never> {
     const info = this.run.chains.figures();
     // A newer build is the deployment's current version: the next segment starts on it, unless a
     // write waits for its approval, which the build that prepared it carries to its end

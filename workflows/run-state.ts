@@ -2,7 +2,7 @@
  * The state of one run, as one value: the workflow reads and updates it, continue-as-new carries
  * it whole to the next segment. Pure types and the initial value; workflow-safe.
  */
-import type { ApprovalSignal, PreparedAction, Subruns } from '../core/contracts';
+import type { ApprovalSignal, PendingAction, Subruns } from '../core/contracts';
 import type { Allotment } from '../core/budgets';
 import type { PolicyEvaluation } from '../core/policy';
 import type { RunView } from '../core/run-view';
@@ -11,11 +11,11 @@ import type { CallView, DecisionView, PendingEntry } from '../core/transcript';
 import type { RunRef, SourceRef } from '../core/activities';
 
 /** A write waiting for its approval when the run continued as new. */
-export interface PendingWrite {
+export interface PendingCall {
   decision_ref: string;
   reply: string | null;
   call: CallView;
-  action: PreparedAction;
+  action: PendingAction;
   policy: PolicyEvaluation;
   /** A merge_task's write: the task, and its entries in the host store. */
   merge?: { task_id: string; entries_ref: string };
@@ -49,7 +49,7 @@ export interface RunState {
   /** The proposed call that has no result yet: it gets a synthesized one if the run ends first. */
   in_flight: { call_id: string; decision_ref: string; reply: string | null } | null;
   /** A write waiting for its approval when the run continued as new. */
-  pending_write: PendingWrite | null;
+  pending_write: PendingCall | null;
   /** The decisions of the current reply not taken yet, and the interrupt of its turn. */
   reply_rest: DecisionView[];
   turn_interrupted: string | null;

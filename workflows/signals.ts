@@ -25,7 +25,7 @@ export interface SignalHost extends RunBase {
   cancelCall(): void;
   /** A stop: the run's work is cancelled. */
   cancelWork(): void;
-  /** An approval Signal, checked against the pending write. */
+  /** An approval Signal, checked against the pending action. */
   onApproval(payload: unknown): void;
 }
 

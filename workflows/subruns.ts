@@ -36,18 +36,18 @@ import type { Trace } from '../core/trace';
 import { isOrchestrationTool, type OrchestrationToolName } from '../core/tools';
 import type { CallView } from '../core/transcript';
 import { AGENT_RUN, steerSignal, stopSignal, taskUpdateSignal } from './messages';
-import type { PendingWrite, RunState } from './run-state';
+import type { PendingCall, RunState } from './run-state';
 import type { Activities, RunRef } from '../core/activities';
 import type { RunReason } from '../core/reasons';
 
 /** What the orchestration needs of the run that owns it. */
-export interface TaskHost {
+export interface TaskOwner {
   readonly state: RunState;
   readonly trace: Trace;
   readonly input: ParsedRunInput;
   readonly ref: RunRef;
   readonly act: wf.ActivityInterfaceFor<Activities>;
-  approveAndWrite(pending: PendingWrite): Promise<ToolResult>;
+  approveAndWrite(pending: PendingCall): Promise<ToolResult>;
   /** What comes before the run's first write is asked for (the base's test outcomes), once. */
   beforeFirstWrite(): Promise<void>;
   /** What counts against the run's budgets, its tasks' spending and holdings included. */
@@ -59,7 +59,7 @@ export interface TaskHost {
 const STRICTNESS: Record<PolicyDecision, number> = { allow: 0, ask: 1, deny: 2 };
 
 export class Orchestration {
-  constructor(private readonly host: TaskHost) {
+  constructor(private readonly host: TaskOwner) {
     wf.setHandler(taskUpdateSignal, (u) =>
       host.receive(() => {
         const task = this.find(u?.task_id);

@@ -1,5 +1,5 @@
 /**
- * agentRun's writes: the pending write from its preparation to its receipt. `patch` prepares an
+ * agentRun's writes: the pending action from its preparation to its receipt. `patch` prepares an
  * apply_patch (policy first) and asks for approval; `approveAndWrite` waits for it (a person's
  * `approval` Signal, taken by `onApproval`, or a named policy) and makes the write, a patch or a
  * task's merge, each keyed by its action_id; `beforeFirstWrite` runs the candidate tests at the
@@ -15,7 +15,7 @@ import { brief, type CallView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
 import type { MergeOutcome, WriteOutcome, Written } from '../core/activities';
 import { ACTIVITY_OPTIONS, interruptedResult, Phase, RunStop, TEST_ATTEMPTS, type RunBase } from './run-base';
-import type { PendingWrite } from './run-state';
+import type { PendingCall } from './run-state';
 
 /** How long the base run of the tests may take beyond the tests' own timeout (copying the tree, reading the report). */
 const BASELINE_MARGIN_MS = 60_000;
@@ -28,8 +28,8 @@ export interface WriteHost extends RunBase {
   takeInterrupt(): string;
   /** Temporal suggests a new segment, and no task runs. */
   mayContinueAsNew(): boolean;
-  /** Continues as new, the pending write carried. */
-  continueAsNew(pendingWrite: PendingWrite | null): Promise<never>;
+  /** Continues as new, the pending action carried. */
+  continueAsNew(pendingWrite: PendingCall | null): Promise<never>;
   /** Ends a wait for a person: the time it took is added to the deadline. */
   resumeDeadline(): void;
   /** True when a client message with this id was taken before. */
@@ -63,7 +63,7 @@ export class Writes extends Phase<WriteHost> {
   }
 
   /** Approval, then the write (a patch, or a task's merge), each keyed by its action_id. */
-  async approveAndWrite(pending: PendingWrite): Promise<ToolResult> {
+  async approveAndWrite(pending: PendingCall): Promise<ToolResult> {
     const { call, action } = pending;
     const approval = await this.awaitApproval(pending);
     if (approval === 'interrupted') return interruptedResult(call.call_id, this.run.takeInterrupt());
@@ -130,7 +130,7 @@ export class Writes extends Phase<WriteHost> {
   }
 
   /** Waits durably for the Signal bound to this action, or asks the named policy. */
-  private async awaitApproval(pending: PendingWrite): Promise<ApprovalSignal | 'interrupted'> {
+  private async awaitApproval(pending: PendingCall): Promise<ApprovalSignal | 'interrupted'> {
     const { call, action, policy } = pending;
     const { action_id, args_digest, workspace_digest } = action;
     const approver = this.input.approver;

@@ -9,11 +9,11 @@ const options = {
   json: { kind: 'flag' },
 } as const;
 
-async function decide(
+async function answerApproval(
   session: Session,
   positionals: string[],
   values: Values<typeof options>,
-  decision: 'approve' | 'reject',
+  answer: 'approve' | 'reject',
 ): Promise<number> {
   const handle = await handleFor(session, positionals);
   const { view } = await readRunWithTrace(session, handle);
@@ -27,16 +27,10 @@ async function decide(
     return 2;
   }
   const { approvalFor, ORIGIN, sendApproval } = await access();
-  const signal = approvalFor(
-    pending,
-    decision,
-    values.principal ?? principal(),
-    values.reason,
-    `${ORIGIN}:${decision}:${pending.action_id}`,
-  );
+  const signal = approvalFor(pending, answer, values.principal ?? principal(), values.reason, `${ORIGIN}:${answer}:${pending.action_id}`);
   await sendApproval(handle, signal);
   if (values.json) out(signal);
-  else out(`${decision === 'approve' ? 'approved' : 'rejected'} ${pending.action_id} (apply_patch ${pending.path})`);
+  else out(`${answer === 'approve' ? 'approved' : 'rejected'} ${pending.action_id} (apply_patch ${pending.path})`);
   return 0;
 }
 
@@ -45,7 +39,7 @@ export const approve = command({
   usage: ['approve <workflow-id> [<action-id>] [--principal NAME] [--json]'],
   summary: 'send the approval Signal for the pending action, with its digests',
   options: { principal: options.principal, json: options.json },
-  run: (session, positionals, values) => decide(session, positionals, { ...values, reason: undefined }, 'approve'),
+  run: (session, positionals, values) => answerApproval(session, positionals, { ...values, reason: undefined }, 'approve'),
 });
 
 export const reject = command({
@@ -53,5 +47,5 @@ export const reject = command({
   usage: ['reject <workflow-id> [<action-id>] [--reason TEXT] [--principal NAME] [--json]'],
   summary: 'send a rejecting approval Signal for the pending action',
   options,
-  run: (session, positionals, values) => decide(session, positionals, values, 'reject'),
+  run: (session, positionals, values) => answerApproval(session, positionals, values, 'reject'),
 });

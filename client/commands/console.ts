@@ -8,7 +8,7 @@ export const consoleCommand = command({
   name: 'console',
   usage: ['console [--port 8787] [--host ADDRESS --public-url https://NAME[:PORT]] [--token-file FILE]'],
   summary:
-    'serve the approval console: runs awaiting approval, the card of each pending write, Approve / Reject in a browser.\n' +
+    'serve the approval console: runs awaiting approval, the card of each pending action, Approve / Reject in a browser.\n' +
     'Bound to 127.0.0.1 unless --host is given; any other address needs --public-url, the https address of the TLS terminator\n' +
     'in front of it (cookies are then Secure and only that name is answered). Prints a one-time sign-in link (one use, within\n' +
     '10 minutes); after that, sign in by typing the token: the first line of --token-file, or a fresh one written to\n' +

@@ -135,7 +135,7 @@ async function perform(
   switch (r.action) {
     case 'approve':
     case 'reject':
-      return decide(handle, r, access, messageId, o);
+      return answerApproval(handle, r, access, messageId, o);
     case 'steer':
       await sendSteer(handle, r.message, messageId);
       return sent();
@@ -148,12 +148,12 @@ async function perform(
   }
 }
 
-type Decision = Extract<ActionRequest, { action: 'approve' | 'reject' }>;
+type ApprovalAnswer = Extract<ActionRequest, { action: 'approve' | 'reject' }>;
 
 /** Approve or reject: the cut-diff rule, the Signal, then what the run made of it. */
-async function decide(
+async function answerApproval(
   handle: RunHandle,
-  r: Decision,
+  r: ApprovalAnswer,
   access: Access,
   messageId: string,
   o: { stateDir: string | null; confirmMs: number },
@@ -181,7 +181,7 @@ async function decide(
 }
 
 /** Why Approve may not be sent, or null: a cut diff needs this session to have opened it, or the whole diff's SHA-256. */
-async function approveRefusal(handle: RunHandle, r: Decision, access: Access, stateDir: string | null): Promise<string | null> {
+async function approveRefusal(handle: RunHandle, r: ApprovalAnswer, access: Access, stateDir: string | null): Promise<string | null> {
   const p = (await queryState(handle)).pending_approval;
   // The run takes an approval only for its pending action, so the rule is asked of that one.
   if (p === null || p.action_id !== r.action_id || p.args_digest !== r.args_digest || p.workspace_digest !== r.workspace_digest)

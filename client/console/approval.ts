@@ -12,7 +12,7 @@ import type { Client } from '@temporalio/client';
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { MESSAGE_ID } from '../../core/contracts';
-import type { PendingApproval } from '../../core/run-view';
+import type { PendingActionView } from '../../core/run-view';
 import { approvalAnswer, queryState, queryTrace, runHandle, approvalFor, sendApproval, type RunHandle } from '../run-access';
 import { csrfHeld, formOf, html, type Door } from './guards';
 import { messagePage, type Notice } from './pages';
@@ -77,7 +77,7 @@ export function approvalRoute(app: FastifyInstance, door: Door, client: Client, 
 
 /** Why Approve of `f` is not sent from session `s`, as the page to answer with; null when it may go. */
 async function approveRefusal(handle: RunHandle, id: string, f: Decision, s: Session): Promise<{ status: number; page: string } | null> {
-  let p: PendingApproval | null;
+  let p: PendingActionView | null;
   try {
     p = (await queryState(handle)).pending_approval;
   } catch {

@@ -4,7 +4,7 @@
  * carry the console's own script (live-script.ts), which follows their runs' event streams; every
  * other page runs none.
  */
-import type { PendingApproval, RunView } from '../../core/run-view';
+import type { PendingActionView, RunView } from '../../core/run-view';
 import type { TraceEvent } from '../../core/trace';
 import { LIVE_SCRIPT } from './live-script';
 
@@ -116,7 +116,7 @@ export function listPage(user: string, csrf: string, pending: PendingRow[], fini
     'Agent console',
     `${signedIn(user, csrf)}<h1>Agent console</h1><p>This page refreshes every 5 s.</p>
 <h2>Awaiting approval (${pending.length})</h2>
-${pending.length === 0 ? '<p id="no-pending">No run is waiting for an approval.</p>' : `<table id="pending"><thead><tr><th>run</th><th>fixture</th><th>pending write</th><th>age</th><th>counters</th><th>resolved</th></tr></thead><tbody>\n${rows}\n</tbody></table>`}
+${pending.length === 0 ? '<p id="no-pending">No run is waiting for an approval.</p>' : `<table id="pending"><thead><tr><th>run</th><th>fixture</th><th>pending action</th><th>age</th><th>counters</th><th>resolved</th></tr></thead><tbody>\n${rows}\n</tbody></table>`}
 <h2>Recently finished</h2>
 ${finished.length === 0 ? '<p>None yet.</p>' : `<table id="finished"><thead><tr><th>run</th><th>fixture</th><th>status</th><th>reason</th><th>closed</th></tr></thead><tbody>\n${done}\n</tbody></table>`}`,
     { refreshS: 5, live: true },
@@ -184,7 +184,7 @@ function describe(e: TraceEvent): string {
  * Approve of a write whose diff was cut waits until this session has opened the whole diff (the
  * server refuses it too; the disabled button only says so early). Reject never waits.
  */
-function wholeDiffHtml(p: PendingApproval, link: string, opened: boolean): { note: string; locked: boolean } {
+function wholeDiffHtml(p: PendingActionView, link: string, opened: boolean): { note: string; locked: boolean } {
   if (!p.diff_truncated) return { note: '', locked: false };
   const open = `<a id="whole-diff" href="${esc(link)}">the whole diff</a>`;
   if (opened)
@@ -198,7 +198,7 @@ function wholeDiffHtml(p: PendingApproval, link: string, opened: boolean): { not
   };
 }
 
-function pendingHtml(id: string, p: PendingApproval, c: CardData): string {
+function pendingHtml(id: string, p: PendingActionView, c: CardData): string {
   const { csrf, user, form_token: formToken } = c;
   const action = `/runs/${encodeURIComponent(id)}/approval`;
   const whole = wholeDiffHtml(p, c.diff_link ?? '', c.diff_opened === true);

@@ -1,6 +1,6 @@
 /**
  * The approval console: a small web app over the same Signal and Queries as the command line.
- * Runs awaiting approval (a visibility query on AgentStatus), the card of a pending write, and
+ * Runs awaiting approval (a visibility query on AgentStatus), the card of a pending action, and
  * Approve / Reject that send the `approval` Signal with the digests the page displayed and the
  * principal `console:<name>` of the signed-in person.
  *

@@ -13,7 +13,7 @@ import type { Client } from '@temporalio/client';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { canonicalJson } from '../../core/canonical';
-import type { PendingApproval } from '../../core/run-view';
+import type { PendingActionView } from '../../core/run-view';
 import { queryState, runHandle } from '../run-access';
 import { openStore } from '../../store/store';
 import { json, type ApiDoor } from './access';
@@ -29,13 +29,13 @@ const actionQuery = z.strictObject({ action_id: digest, args_digest: digest, wor
 const DIFF_SLICE = 64 * 1024;
 
 /** What a session must have opened before it may approve `p`: the action, its digests and its whole diff's digest. */
-const diffKey = (p: PendingApproval) => [p.action_id, p.args_digest, p.workspace_digest, p.diff_ref ?? ''].join(':');
+const diffKey = (p: PendingActionView) => [p.action_id, p.args_digest, p.workspace_digest, p.diff_ref ?? ''].join(':');
 
 /** Whether session `s` was sent the whole diff of pending action `p`. */
-export const wholeDiffOpened = (s: Session, p: PendingApproval) => s.diffsOpened.has(diffKey(p));
+export const wholeDiffOpened = (s: Session, p: PendingActionView) => s.diffsOpened.has(diffKey(p));
 
 /** The address of the plain-text whole diff of `p`, pending in run `id`. */
-export const diffLink = (id: string, p: PendingApproval) =>
+export const diffLink = (id: string, p: PendingActionView) =>
   `/runs/${encodeURIComponent(id)}/diff?${new URLSearchParams({ action_id: p.action_id, args_digest: p.args_digest, workspace_digest: p.workspace_digest })}`;
 
 export const cardLink = (id: string) => ({ href: `/runs/${encodeURIComponent(id)}`, text: 'back to the card' });
@@ -74,7 +74,7 @@ async function serveWholeDiff(
   const id = (req.params as { id: string }).id;
   const q = actionQuery.safeParse(req.query);
   if (!q.success) return refuse(400, "The address names no action: open the whole diff from the run's card.");
-  let p: PendingApproval | null;
+  let p: PendingActionView | null;
   try {
     p = (await queryState(runHandle(client, id))).pending_approval;
   } catch {
@@ -110,7 +110,7 @@ function* slices(text: string): Generator<string> {
  * The whole diff of pending action `p`: its own diff when nothing was cut, else the host store's
  * text under `diff_ref`, checked against that digest and against the cut diff history holds.
  */
-export function wholeDiff(stateDir: string | null, p: PendingApproval): string | { status: number; why: string } {
+export function wholeDiff(stateDir: string | null, p: PendingActionView): string | { status: number; why: string } {
   if (!p.diff_truncated) return p.diff;
   if (p.diff_ref === undefined)
     return {
