@@ -9,21 +9,8 @@ const { join } = require('node:path');
 
 const root = join(__dirname, '..');
 const stamp = join(root, 'dist', '.build-stamp');
-const SOURCES = [
-  'core',
-  'host',
-  'store',
-  'workspace',
-  'tools',
-  'sandbox',
-  'models',
-  'activities',
-  'workflows',
-  'worker',
-  'client',
-  'scripts',
-  'tests',
-];
+/** The source folders: the ones tsconfig.json compiles. */
+const SOURCES = require('../tsconfig.json').include;
 const FILES = ['tsconfig.json', 'package.json', 'package-lock.json'];
 /** Folders the build copies whole (scripts/copy-assets.js): every file and folder of them counts, a removal too. */
 const COPIED = ['prompts'];

@@ -26,21 +26,8 @@ for (const folder of FOLDERS) {
 
 // A compiled module whose source is gone (moved or removed) would still run: a stale test suite
 // would still be found by jest, a stale module still be required. Each is removed with its map.
-const SOURCE_FOLDERS = [
-  'core',
-  'host',
-  'store',
-  'workspace',
-  'tools',
-  'sandbox',
-  'models',
-  'activities',
-  'workflows',
-  'worker',
-  'client',
-  'scripts',
-  'tests',
-];
+/** The source folders: the ones tsconfig.json compiles. */
+const SOURCE_FOLDERS = require('../tsconfig.json').include;
 function prune(rel) {
   const dir = join(root, 'dist', rel);
   for (const entry of readdirSync(dir, { withFileTypes: true })) {

@@ -13,7 +13,7 @@ import type { TurnState } from '../core/trace';
 import { brief } from '../core/transcript';
 import { LEGACY_CHANGES } from './changes';
 import type { LocalChains } from './local-chain';
-import { ACTIVITY_OPTIONS, failedStep, Phase, RunStop, TEST_ATTEMPTS, type RunBase } from './run-base';
+import { ACTIVITY_OPTIONS, failedStep, Phase, RunStop, testStepOptions, type RunBase } from './run-base';
 import type { PendingCall, RunState } from './run-state';
 import type { Orchestration } from './subruns';
 
@@ -65,16 +65,7 @@ export class Ending extends Phase<EndHost> {
     this.trace.add('verification_started', { final: finalText });
     const timeout = Math.max(1000, this.run.msLeft());
     const findings = await this.run.interruptible(() =>
-      this.act.verify.executeWithOptions(
-        {
-          startToCloseTimeout: timeout,
-          heartbeatTimeout: '10 seconds',
-          retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS },
-          cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-          summary: 'verify',
-        },
-        [this.ref, timeout],
-      ),
+      this.act.verify.executeWithOptions(testStepOptions(timeout, 'verify'), [this.ref, timeout]),
     );
     if (findings === null) {
       this.run.setStatus('running');

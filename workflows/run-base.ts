@@ -40,6 +40,16 @@ export const ACTIVITY_OPTIONS: wf.ActivityOptions = {
   },
 };
 /** The shared queue: a run's first activity, taken by whichever host is free. */
+/** A step that runs the tests (the base run, the verifier): it heartbeats, a retry runs them all again, a cancellation waits for their end. */
+export function testStepOptions(timeout: wf.ActivityOptions['startToCloseTimeout'], summary: string): wf.ActivityOptions {
+  return {
+    startToCloseTimeout: timeout,
+    heartbeatTimeout: '10 seconds',
+    retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS },
+    cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    summary,
+  };
+}
 export const sharedQueue = wf.proxyActivities<Activities>(ACTIVITY_OPTIONS);
 export type RunActivities = typeof sharedQueue;
 

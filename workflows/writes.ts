@@ -14,7 +14,7 @@ import { APPROVAL_POLICIES, endsRedWindow, parseApprover, type PolicyEvaluation 
 import { brief, type CallView } from '../core/transcript';
 import { formatIssues } from '../core/validate';
 import type { MergeOutcome, WriteOutcome, Written } from '../core/activities';
-import { ACTIVITY_OPTIONS, interruptedResult, Phase, RunStop, TEST_ATTEMPTS, type RunBase } from './run-base';
+import { interruptedResult, Phase, RunStop, testStepOptions, type RunBase } from './run-base';
 import type { PendingCall } from './run-state';
 
 /** How long the base run of the tests may take beyond the tests' own timeout (copying the tree, reading the report). */
@@ -215,16 +215,10 @@ export class Writes extends Phase<WriteHost> {
     this.state.base_tests_taken = true;
     const timeout = this.ref.fixture.tests.timeout_s * 1000 + BASELINE_MARGIN_MS;
     try {
-      const base = await this.act.baselineTests.executeWithOptions(
-        {
-          startToCloseTimeout: timeout,
-          heartbeatTimeout: '10 seconds',
-          retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS },
-          cancellationType: wf.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-          summary: 'candidate tests at the base',
-        },
-        [this.ref, timeout],
-      );
+      const base = await this.act.baselineTests.executeWithOptions(testStepOptions(timeout, 'candidate tests at the base'), [
+        this.ref,
+        timeout,
+      ]);
       this.view.base_tests = base;
       this.trace.add('baseline_tests', base);
     } catch (err) {
