@@ -278,19 +278,19 @@ export class WedgedRun extends NoWorkerAnswered {
 }
 
 /**
- * The approval of a pending action, bound to the digests shown to whoever decided (the one way a
- * client makes the Signal's payload). `messageId` makes a retried send count once.
+ * A person's answer to a pending action, bound to the digests shown to them (the one way a
+ * client makes the Signal's payload, whose `decision` field is SPEC's). `messageId` makes a retried send count once.
  */
 export function approvalFor(
   p: Pick<PendingActionView, 'action_id' | 'args_digest' | 'workspace_digest'>,
-  decision: 'approve' | 'reject',
+  answer: 'approve' | 'reject',
   principal: string,
   reason?: string,
   messageId?: string,
 ): ApprovalSignal {
   return {
     action_id: p.action_id,
-    decision,
+    decision: answer,
     args_digest: p.args_digest,
     workspace_digest: p.workspace_digest,
     principal,

@@ -59,11 +59,11 @@ import {
   sharedQueue,
   TEST_ATTEMPTS,
 } from './run-base';
-import { Startup, type StartupHost } from './startup';
-import { Decisions, type DecideHost } from './decide';
-import { Writes, type WriteHost } from './writes';
-import { Ending, type EndHost } from './ending';
-import { Signals, type SignalHost } from './signals';
+import { Startup, type StartupRun } from './startup';
+import { Decisions, type DecideRun } from './decide';
+import { Writes, type WriteRun } from './writes';
+import { Ending, type EndRun } from './ending';
+import { Signals, type SignalRun } from './signals';
 import type { Elsewhere, RunRef } from '../core/activities';
 
 /** The run stores its trace once this much is held in workflow memory only. */
@@ -98,7 +98,7 @@ export async function agentRun(rawInput: unknown, carried?: RunState): Promise<R
   return carried ? run.resume(parsed.data) : run.execute(parsed.data);
 }
 
-class AgentRun implements StartupHost, DecideHost, WriteHost, EndHost, SignalHost, TaskOwner {
+class AgentRun implements StartupRun, DecideRun, WriteRun, EndRun, SignalRun, TaskOwner {
   /** The run's state: one value, carried whole across continue-as-new. */
   readonly state: RunState;
   /** The trace: numbering, unstored events and a bounded window for queries. */
@@ -528,8 +528,8 @@ class AgentRun implements StartupHost, DecideHost, WriteHost, EndHost, SignalHos
     return this.decisions.used(held);
   }
 
-  continueAsNew(pendingWrite: PendingCall | null): Promise<never> {
-    return this.ending.continueAsNew(pendingWrite);
+  continueAsNew(pendingCall: PendingCall | null): Promise<never> {
+    return this.ending.continueAsNew(pendingCall);
   }
 
   approveAndWrite(pending: PendingCall): Promise<ToolResult> {

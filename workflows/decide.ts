@@ -5,7 +5,7 @@
  * retries of transient errors, the usage and prompt-cache facts, a call that could cost more than
  * the budget has left (`overBudget`), the facts a live model's context is rebuilt from, and the
  * one decision with tools disabled after the turn limit (`wrapUp`). It touches the run's state and
- * trace through `DecideHost`; what the decisions then do is the loop's (agentRun.ts `runReply`).
+ * trace through `DecideRun`; what the decisions then do is the loop's (agentRun.ts `runReply`).
  */
 import * as wf from '@temporalio/workflow';
 import { runFacts, type RunFacts } from '../core/context';
@@ -21,7 +21,7 @@ import type { Orchestration } from './subruns';
 const MAX_MODEL_RETRIES = 2;
 
 /** What a model turn needs of the run beyond `RunBase`. */
-export interface DecideHost extends RunBase {
+export interface DecideRun extends RunBase {
   /** The tasks of an orchestrating run (what they hold of the budgets, the next to end). */
   readonly tasks: Orchestration;
   /** A read-only step: the local activity's answer, or the run's host's when it ran elsewhere. */
@@ -32,7 +32,7 @@ export interface DecideHost extends RunBase {
   observe(result: ToolResult, counted?: boolean): void;
 }
 
-export class Decisions extends Phase<DecideHost> {
+export class Decisions extends Phase<DecideRun> {
   /**
    * What counts against the run's budgets: its own turns, tool calls, tokens and cost and, for an
    * orchestrating run, what its tasks spent and (`held`) what the running ones hold.

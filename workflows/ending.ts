@@ -2,7 +2,7 @@
  * agentRun's scopes and its end: the scope of the run's work (`inRunScope`) and of its deadline
  * (`withDeadline`), what the error that ended the work means (`endOf`), the verifier's judgement
  * of a `final` (`verify`), a new segment (`continueAsNew`), the trace's store (`storeTrace`), and
- * the run's record (`finish`). It touches the run's state and trace through `EndHost`, and holds
+ * the run's record (`finish`). It touches the run's state and trace through `EndRun`, and holds
  * only the two scopes a stop cancels.
  */
 import * as wf from '@temporalio/workflow';
@@ -28,7 +28,7 @@ const TASKS_END_WAIT_MS = 60_000;
 type AgentRunWorkflow = (rawInput: unknown, carried?: RunState) => Promise<RunOutcome>;
 
 /** What the scopes and the end need of the run beyond `RunBase`. */
-export interface EndHost extends RunBase {
+export interface EndRun extends RunBase {
   readonly tasks: Orchestration;
   readonly chains: LocalChains;
   /** Set once the run's host is found gone. */
@@ -47,7 +47,7 @@ export interface EndHost extends RunBase {
   hostLostDetail(): string;
 }
 
-export class Ending extends Phase<EndHost> {
+export class Ending extends Phase<EndRun> {
   /** The scope of the loop: a parent's stop cancels it. */
   private loopScope: wf.CancellationScope | null = null;
   /** The scope of all the run's work from loading on (`prompt_messages`): a stop or a cancel request cancels it. */
@@ -88,17 +88,17 @@ export class Ending extends Phase<EndHost> {
    * the next segment gets the state (counters, budgets, deadline, pending action, an approval
    * already received) but no contents.
    */
-  async continueAsNew(pendingWrite: PendingCall | null): Promise<never> {
+  async continueAsNew(pendingCall: PendingCall | null): Promise<never> {
     const info = this.run.chains.figures();
     // A newer build is the deployment's current version: the next segment starts on it, unless a
     // write waits for its approval, which the build that prepared it carries to its end
     // (docs/versioning.md).
-    const upgrade = info.targetWorkerDeploymentVersionChanged && pendingWrite === null;
+    const upgrade = info.targetWorkerDeploymentVersionChanged && pendingCall === null;
     this.trace.add('continued_as_new', {
       segment: this.view.segment,
       history_events: info.historyLength,
       history_bytes: info.historySize,
-      pending_action: pendingWrite?.action.action_id ?? null,
+      pending_action: pendingCall?.action.action_id ?? null,
       to_current_version: upgrade,
     });
     await this.storeTrace();
@@ -107,8 +107,8 @@ export class Ending extends Phase<EndHost> {
     // trace events (stored again first if a burst of them made those many).
     while (this.trace.unstoredBytes() > TRACE_CARRY_BYTES) await this.storeTrace();
     this.view.segment++;
-    this.state.pending_write = pendingWrite;
-    if (pendingWrite === null) this.state.reply_rest = [];
+    this.state.pending_write = pendingCall;
+    if (pendingCall === null) this.state.reply_rest = [];
     this.state.trace = this.trace.carried();
     if (!upgrade) return wf.continueAsNew<AgentRunWorkflow>(this.input, this.state);
     return wf.makeContinueAsNewFunc<AgentRunWorkflow>({ initialVersioningBehavior: 'AUTO_UPGRADE' })(this.input, this.state);

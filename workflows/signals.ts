@@ -4,7 +4,7 @@
  * stop, and the client message ids taken once (`repeated`). A Signal's effect goes through the
  * run's `receive` (workflows/local-chain.ts); the approval's is the write path's (writes.ts
  * `onApproval`), a task's news the orchestration's (subruns.ts). It touches the run's state and
- * trace through `SignalHost`. The names of the Signals and Queries are messages.ts's.
+ * trace through `SignalRun`. The names of the Signals and Queries are messages.ts's.
  */
 import * as wf from '@temporalio/workflow';
 import { snapshotVersion, type RunSnapshot, type SnapshotRequest } from '../core/delivery';
@@ -16,7 +16,7 @@ import { MAX_STEER_CHARS, Phase, type RunBase } from './run-base';
 const SEEN_MESSAGES = 256;
 
 /** What the handlers need of the run beyond `RunBase`. */
-export interface SignalHost extends RunBase {
+export interface SignalRun extends RunBase {
   /** Set as the run records its end: a message arriving later is not taken. */
   readonly ended: boolean;
   /** Applies the effect of something that reached the run where a Signal's takes effect. */
@@ -29,7 +29,7 @@ export interface SignalHost extends RunBase {
   onApproval(payload: unknown): void;
 }
 
-export class Signals extends Phase<SignalHost> {
+export class Signals extends Phase<SignalRun> {
   /** The Queries, set as the run is made. */
   queries(): void {
     wf.setHandler(stateQuery, () => this.state.view);

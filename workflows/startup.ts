@@ -3,7 +3,7 @@
  * first facts (`begin`), loading (`load`: the fixture or repository, the trust gates, the
  * decision source, the isolation probe), what the loaded run is (`adopt`), and the setup phase
  * (`setup`, SPEC section 11), before the first decision. It touches the run's state and trace
- * only, through `StartupHost`; the workspace's preparation, between `adopt` and `setup`, is the
+ * only, through `StartupRun`; the workspace's preparation, between `adopt` and `setup`, is the
  * run's own (agentRun.ts `execute`).
  */
 import * as wf from '@temporalio/workflow';
@@ -20,7 +20,7 @@ import { ACTIVITY_OPTIONS, failedStep, noteBuild, Phase, RunStop, type RunBase }
 export type Loaded = Extract<LoadRunResult, { ok: true }>;
 
 /** What the startup needs of the run beyond `RunBase`. */
-export interface StartupHost extends RunBase {
+export interface StartupRun extends RunBase {
   /** A reopened task goes on with its earlier run's trace numbering. */
   trace: Trace;
   /** Every later activity goes to this host's queue (null: the shared queue). */
@@ -30,7 +30,7 @@ export interface StartupHost extends RunBase {
   hostLostDetail(): string;
 }
 
-export class Startup extends Phase<StartupHost> {
+export class Startup extends Phase<StartupRun> {
   /** The run's first facts (a reopened task goes on in its own workspace, transcript and trace numbering), and the input's own checks. */
   begin(input: ParsedRunInput): RunStop | null {
     const child = input.child ?? null;

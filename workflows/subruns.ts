@@ -59,9 +59,9 @@ export interface TaskOwner {
 const STRICTNESS: Record<PolicyDecision, number> = { allow: 0, ask: 1, deny: 2 };
 
 export class Orchestration {
-  constructor(private readonly host: TaskOwner) {
+  constructor(private readonly owner: TaskOwner) {
     wf.setHandler(taskUpdateSignal, (u) =>
-      host.receive(() => {
+      owner.receive(() => {
         const task = this.find(u?.task_id);
         // The outcome is the child's result: an update never overrides an end.
         if (task === null || taskEnded(task)) return;
@@ -74,7 +74,7 @@ export class Orchestration {
   }
 
   private get state(): RunState {
-    return this.host.state;
+    return this.owner.state;
   }
 
   private get tasks(): TaskView[] {
@@ -121,7 +121,7 @@ export class Orchestration {
    */
   private allot(): { ok: true; allotment: Allotment | null } | { ok: false; detail: string } {
     if (!this.state.tree_budgets) return { ok: true, allotment: null };
-    const used = this.host.used();
+    const used = this.owner.used();
     const free = this.state.subruns!.max_active - this.tasks.filter((t) => !taskEnded(t)).length;
     return taskAllotment(
       this.state.view.budgets as Budgets,
@@ -231,7 +231,7 @@ export class Orchestration {
 
   /** Starts (or reopens) the child run of a task, and watches for its outcome. */
   private async start(task: TaskView, reopen: ChildInput['reopen']): Promise<void> {
-    const input = this.host.input;
+    const input = this.owner.input;
     const ref = this.state.task_refs[task.task_id];
     const depth = (input.child?.depth ?? 0) + 1;
     // The task's share of the tree (tree budgets), over what its run would otherwise take alone.
@@ -284,9 +284,9 @@ export class Orchestration {
     }
     if (task.status === 'starting') task.status = 'running';
     void handle.result().then(
-      (outcome) => this.host.receive(() => this.finished(task.task_id, outcome as RunOutcome)),
+      (outcome) => this.owner.receive(() => this.finished(task.task_id, outcome as RunOutcome)),
       (err: unknown) =>
-        this.host.receive(() =>
+        this.owner.receive(() =>
           this.ended(task.task_id, {
             // A run that ended without its record: cancelled before it could make one (a run that
             // began before stops were taken from loading on), or failed.
@@ -364,7 +364,7 @@ export class Orchestration {
     if (end.unread) task.unread = end.unread;
     else delete task.unread;
     this.state.task_refs[id].news++;
-    this.host.trace.add('task_ended', {
+    this.owner.trace.add('task_ended', {
       task_id: id,
       title: task.title,
       status: task.status,
@@ -439,8 +439,8 @@ export class Orchestration {
         task,
         `only a completed task is merged; this one ended ${task.status}${task.reason ? ` (${task.reason})` : ''}`,
       );
-    const prepared = await this.host.act.prepareMerge.executeWithOptions({ summary: `prepare merge_task ${task.title}` }, [
-      this.host.ref,
+    const prepared = await this.owner.act.prepareMerge.executeWithOptions({ summary: `prepare merge_task ${task.title}` }, [
+      this.owner.ref,
       { task_id: task.task_id, run_id: task.run_id! },
     ]);
     switch (prepared.kind) {
@@ -464,17 +464,17 @@ export class Orchestration {
         return okResult(call.call_id, { task_id: task.task_id, paths: [] });
     }
     const { action } = prepared;
-    const policy = mergePolicy(action.paths!, this.host.ref);
+    const policy = mergePolicy(action.paths!, this.owner.ref);
     if (policy.decision === 'deny') {
-      const denied = action.paths!.filter((p) => evaluatePolicy({ name: 'apply_patch' }, p, this.host.ref.fixture).decision === 'deny');
+      const denied = action.paths!.filter((p) => evaluatePolicy({ name: 'apply_patch' }, p, this.owner.ref.fixture).decision === 'deny');
       return errorResult(call.call_id, 'write_denied', {
         task_id: task.task_id,
         paths: denied,
         rules: policy.matched.filter((r) => r.decision === 'deny'),
       });
     }
-    await this.host.beforeFirstWrite();
-    this.host.trace.add(
+    await this.owner.beforeFirstWrite();
+    this.owner.trace.add(
       'approval_requested',
       {
         path: action.path,
@@ -488,7 +488,7 @@ export class Orchestration {
       },
       { call_id: call.call_id, action_id: action.action_id },
     );
-    const result = await this.host.approveAndWrite({
+    const result = await this.owner.approveAndWrite({
       decision_ref: decisionRef,
       reply,
       call,

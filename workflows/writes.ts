@@ -4,7 +4,7 @@
  * `approval` Signal, taken by `onApproval`, or a named policy) and makes the write, a patch or a
  * task's merge, each keyed by its action_id; `beforeFirstWrite` runs the candidate tests at the
  * base once, before the first write is asked for. It touches the run's state and trace through
- * `WriteHost`; the write that waits when the run continues as new is `state.pending_write`.
+ * `WriteRun`; the write that waits when the run continues as new is `state.pending_write`.
  */
 import * as wf from '@temporalio/workflow';
 import { isCancellation } from '@temporalio/workflow';
@@ -23,13 +23,13 @@ const BASELINE_MARGIN_MS = 60_000;
 const DEFAULT_APPROVAL_TIMEOUT_S = BUDGET_DEFAULTS.approval_timeout_s;
 
 /** What the write path needs of the run beyond `RunBase`. */
-export interface WriteHost extends RunBase {
+export interface WriteRun extends RunBase {
   /** Takes the interrupt that arrived for the turn running now. */
   takeInterrupt(): string;
   /** Temporal suggests a new segment, and no task runs. */
   mayContinueAsNew(): boolean;
   /** Continues as new, the pending action carried. */
-  continueAsNew(pendingWrite: PendingCall | null): Promise<never>;
+  continueAsNew(pendingCall: PendingCall | null): Promise<never>;
   /** Ends a wait for a person: the time it took is added to the deadline. */
   resumeDeadline(): void;
   /** True when a client message with this id was taken before. */
@@ -38,7 +38,7 @@ export interface WriteHost extends RunBase {
   noteHostLost(err: unknown): boolean;
 }
 
-export class Writes extends Phase<WriteHost> {
+export class Writes extends Phase<WriteRun> {
   /** prepare -> approve -> write, each write keyed by its action_id. */
   async patch(decisionRef: string, reply: string | null, call: CallView, policy: PolicyEvaluation): Promise<ToolResult> {
     const path = call.path!;

@@ -19,7 +19,7 @@ import { messagePage, type Notice } from './pages';
 import type { Session } from './sign-in';
 import { cardLink, digest, wholeDiffOpened } from './whole-diff';
 
-const decisionForm = z.strictObject({
+const answerForm = z.strictObject({
   csrf: z.string().min(1).max(200),
   action_id: digest,
   args_digest: digest,
@@ -30,7 +30,7 @@ const decisionForm = z.strictObject({
   message_id: MESSAGE_ID.optional(),
 });
 
-type Decision = z.infer<typeof decisionForm>;
+type AnswerForm = z.infer<typeof answerForm>;
 
 const unreachable = (id: string) => `Run ${id} is not running, or no worker answers for it; nothing was sent.`;
 
@@ -42,7 +42,7 @@ export function approvalRoute(app: FastifyInstance, door: Door, client: Client, 
     const body = formOf(req);
     if (!csrfHeld(body, s))
       return html(reply, 403, messagePage('Refused', "The form did not carry this session's CSRF token; nothing was sent."));
-    const form = decisionForm.safeParse(Object.fromEntries(Object.entries(body).filter(([k, v]) => !(k === 'reason' && v === ''))));
+    const form = answerForm.safeParse(Object.fromEntries(Object.entries(body).filter(([k, v]) => !(k === 'reason' && v === ''))));
     if (!form.success)
       return html(
         reply,
@@ -76,7 +76,7 @@ export function approvalRoute(app: FastifyInstance, door: Door, client: Client, 
 }
 
 /** Why Approve of `f` is not sent from session `s`, as the page to answer with; null when it may go. */
-async function approveRefusal(handle: RunHandle, id: string, f: Decision, s: Session): Promise<{ status: number; page: string } | null> {
+async function approveRefusal(handle: RunHandle, id: string, f: AnswerForm, s: Session): Promise<{ status: number; page: string } | null> {
   let p: PendingActionView | null;
   try {
     p = (await queryState(handle)).pending_approval;
