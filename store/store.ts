@@ -81,6 +81,8 @@ export class Store {
   private readonly selectBlob: Database.Statement;
   private readonly hasBlob: Database.Statement;
   private readonly insertTrace: Database.Statement;
+  /** One transaction wrapper for every batch (better-sqlite3 builds one per call of `transaction`). */
+  private readonly inTransaction: <T>(fn: () => T) => T;
 
   constructor(file: string) {
     this.db = openDurable(
@@ -99,6 +101,7 @@ export class Store {
     this.selectBlob = this.db.prepare(`SELECT body FROM blobs WHERE digest = ?`);
     this.hasBlob = this.db.prepare(`SELECT 1 FROM blobs WHERE digest = ?`);
     this.insertTrace = this.db.prepare(`INSERT OR IGNORE INTO trace VALUES (?, ?, ?)`);
+    this.inTransaction = this.db.transaction(<T>(fn: () => T): T => fn()) as <T>(fn: () => T) => T;
   }
 
   /**
@@ -106,7 +109,7 @@ export class Store {
    * returns, or not at all when it throws. Nested batches join the outer one.
    */
   batch<T>(fn: () => T): T {
-    return onDisk('state folder', 'the host store', () => this.db.transaction(fn)());
+    return onDisk('state folder', 'the host store', () => this.inTransaction(fn));
   }
 
   /** Stores a JSON value under the digest of its canonical form and returns that digest. */

@@ -52,8 +52,17 @@ export class LocalChains {
   private inFlight = 0;
   private open: ChainStart | null = null;
   private readonly held: (() => void)[] = [];
+  /**
+   * The one scope every local activity of the run's path runs in: not cancellable, so neither is
+   * the activity. One for the run rather than one per activity: a scope costs a few promises
+   * (each one hooked by the SDK) and a reaction on its parent's that stays until the parent ends.
+   * Nothing in it depends on the caller's scope: a scope that cannot be cancelled passes no
+   * cancellation to what runs in it.
+   */
+  private readonly shield: wf.CancellationScope | null;
 
   constructor(private readonly enabled: boolean) {
+    this.shield = enabled ? new wf.CancellationScope({ cancellable: false }) : null;
     // Not cancellable: a cancel request must not end the loop that closes chains.
     if (enabled) void wf.CancellationScope.nonCancellable(() => this.closeEach());
   }
@@ -64,7 +73,7 @@ export class LocalChains {
     this.open ??= { time: workflowTime(), figures: figuresNow() };
     this.inFlight++;
     try {
-      return await wf.CancellationScope.nonCancellable(activity);
+      return await this.shield!.run(activity);
     } finally {
       this.inFlight--;
     }
