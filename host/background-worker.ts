@@ -13,6 +13,7 @@
  * left by a dead command is taken over.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { WORKER_NODE_ARGS, workerProcessEnv } from './worker-launch';
 import { closeSync, existsSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { sha256 } from './digest';
@@ -144,10 +145,10 @@ export async function ensureBackgroundWorker(settings: Settings, env: NodeJS.Pro
     const log = openSync(join(settings.stateDir, 'worker.log'), 'a');
     let child: ChildProcess;
     try {
-      child = spawn(process.execPath, [join(__dirname, '..', 'worker', 'main.js')], {
+      child = spawn(process.execPath, [...WORKER_NODE_ARGS, join(__dirname, '..', 'worker', 'main.js')], {
         detached: true,
         stdio: ['ignore', log, log],
-        env: { ...env, [BACKGROUND_MARK]: '1' },
+        env: workerProcessEnv({ ...env, [BACKGROUND_MARK]: '1' }),
       });
       child.unref();
     } finally {

@@ -453,6 +453,41 @@ async function historyParts(handle: WorkflowHandle) {
   return parts;
 }
 
+/**
+ * What a run does before it parks, from the histories of `sample` of the parked runs: each activity
+ * type's time from start to completion (the worker's) and from schedule to start (the queue's), the
+ * workflow tasks' and the local activities' count.
+ */
+async function parkingParts(handles: WorkflowHandle[], sample: number) {
+  const picked = Array.from({ length: Math.min(sample, handles.length) }, (_, i) => handles[Math.floor((i * handles.length) / sample)]);
+  const run = new Map<string, number[]>();
+  const wait = new Map<string, number[]>();
+  const tasks: number[] = [];
+  const locals: number[] = [];
+  for (const h of picked) {
+    const events = (await h.fetchHistory()).events ?? [];
+    const at = new Map(events.map((e) => [Number(e.eventId), e]));
+    let wfTaskMs = 0;
+    let local = 0;
+    for (const e of events) {
+      const done = e.activityTaskCompletedEventAttributes;
+      if (done) {
+        const scheduled = at.get(Number(done.scheduledEventId))!;
+        const type = scheduled.activityTaskScheduledEventAttributes!.activityType!.name!;
+        const started = at.get(Number(done.startedEventId))!;
+        (run.get(type) ?? run.set(type, []).get(type)!).push(eventMs(e) - eventMs(started));
+        (wait.get(type) ?? wait.set(type, []).get(type)!).push(eventMs(started) - eventMs(scheduled));
+      }
+      const wft = e.workflowTaskCompletedEventAttributes;
+      if (wft) wfTaskMs += eventMs(e) - eventMs(at.get(Number(wft.startedEventId))!);
+      if (e.markerRecordedEventAttributes?.markerName === 'core_local_activity') local++;
+    }
+    tasks.push(wfTaskMs);
+    locals.push(local);
+  }
+  return { run, wait, tasks, locals, sampled: picked.length };
+}
+
 /** The canonical run's wall time and the harness's share of it (wall minus test processes); returns the last run. */
 async function canonicalRun(rig: Rig, o: BenchOptions, processMs: () => number): Promise<WorkflowHandle> {
   process.stderr.write('canonical run: harness and test-process time\n');
@@ -517,6 +552,8 @@ async function historySize(rig: Rig, canonical: WorkflowHandle, long: RunInput, 
 const SETTLE_MS = 60_000;
 /** Starts under way at once while runs are parked. */
 const PARK_STARTS_AT_ONCE = 8;
+/** Parked runs whose histories say what a run does before it parks. */
+const PARTS_SAMPLED = 20;
 /** Parked runs approved (the rest end with the section's server). */
 const APPROVED = 200;
 
@@ -583,6 +620,16 @@ async function parkedOn(label: string, extraEnv: Record<string, string>, o: Benc
     const parkedMs = performance.now() - t0;
     process.stderr.write(`  started in ${(started / 1000).toFixed(1)} s, all parked after ${(parkedMs / 1000).toFixed(1)} s\n`);
     const busy = residentBytes(worker.pid!);
+    const parts = await parkingParts(parked, PARTS_SAMPLED);
+    for (const [type, ms] of parts.run) {
+      figure(`before a run parks, ${label}: ${type}, start to completion (${parts.sampled} runs' histories)`, 'ms', ms);
+      figure(`before a run parks, ${label}: ${type}, schedule to start`, 'ms', parts.wait.get(type)!);
+    }
+    figure(
+      `before a run parks, ${label}: its workflow tasks, start to completion, summed (${parts.locals[0]} local activities)`,
+      'ms',
+      parts.tasks,
+    );
     await sleep(SETTLE_MS);
     const settled = residentBytes(worker.pid!);
     figure(`parking ${o.parked} runs, ${label} (${PARK_STARTS_AT_ONCE} starts at a time, until each waits)`, 'runs/s', [

@@ -9,6 +9,7 @@
  * version drained (docs/versioning.md).
  */
 import { readFileSync } from 'node:fs';
+import { setFlagsFromString } from 'node:v8';
 import { join } from 'node:path';
 import type { Runtime } from '@temporalio/worker';
 import { readWorkerRecord, recordSelf } from '../host/background-worker';
@@ -17,6 +18,7 @@ import { ConnectionError, connectTemporal, resolveTarget } from '../host/connect
 import { processAlive } from '../host/processes';
 import { embeddedDevServer } from '../host/temporal-server';
 import { startTracing } from '../host/tracing';
+import { WORKER_NODE_ARGS } from '../host/worker-launch';
 import { installRuntime as install } from '../host/runtime';
 import { readSettings, type Settings } from '../host/settings';
 import { drained, versionName } from './deployment';
@@ -24,6 +26,9 @@ import { createWorker, type HostWorkers } from './index';
 import { prometheusOptions, snakeCaseMetricTags, watchEventLoop } from './telemetry';
 
 async function main(): Promise<void> {
+  // For a worker started without host/worker-launch.ts's options: the threads it starts from here
+  // on (the workflow thread, the workspace threads) read the flag when their heap is made.
+  for (const flag of WORKER_NODE_ARGS) setFlagsFromString(flag);
   const settings = readSettings();
   const runtime = installRuntime(settings);
   snakeCaseMetricTags(runtime);

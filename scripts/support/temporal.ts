@@ -10,6 +10,7 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { RunInput } from '../../core/contracts';
 import { startDevServer } from '../../host/temporal-server';
+import { WORKER_NODE_ARGS, workerProcessEnv } from '../../host/worker-launch';
 import { installRuntime } from '../../host/runtime';
 import { queryState, approvalFor, sendApproval } from '../../client/run-access';
 import { freePort, LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from './run-dir';
@@ -105,8 +106,14 @@ export function spawnWorker(
   stateDir: string,
   extraEnv: Record<string, string> = {},
 ): ChildProcess {
-  return spawn(process.execPath, [join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
-    env: { ...process.env, TEMPORAL_ADDRESS: env.address, AGENT_TASK_QUEUE: taskQueue, AGENT_STATE_DIR: stateDir, ...extraEnv },
+  return spawn(process.execPath, [...WORKER_NODE_ARGS, join(PROJECT_ROOT, 'dist', 'worker', 'main.js')], {
+    env: workerProcessEnv({
+      ...process.env,
+      TEMPORAL_ADDRESS: env.address,
+      AGENT_TASK_QUEUE: taskQueue,
+      AGENT_STATE_DIR: stateDir,
+      ...extraEnv,
+    }),
     stdio: ['ignore', 'ignore', 'pipe'],
   });
 }
