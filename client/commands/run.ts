@@ -7,7 +7,7 @@ import { PROMPT_VERSION } from '../../core/prompt';
 import { replayTrusted, type Settings } from '../../host/settings';
 import { command, RefusedInput, UsageError, type Values } from '../command';
 import { repositoryRead } from '../../core/repo-settings';
-import { checkRepositoryRun, localCredentialsFile, taskText, type CheckedRepositoryRun } from '../repository-run';
+import type { CheckedRepositoryRun } from '../repository-run';
 import { localEndpoint, startAndFollow } from './shared';
 
 const options = {
@@ -55,15 +55,18 @@ function repositoryRun(path: string, values: RunValues, settings: Settings): Pro
   if (!found)
     checked.set(
       values,
-      (found = checkRepositoryRun({
-        path,
-        task: taskText(values.task, values['task-file']),
-        base: values.base,
-        credentialsFile: localCredentialsFile(settings),
-        settings,
-        read: repositoryRead(values.backend as 'local' | 'docker', values['trust-repository']),
-        image: values.image,
-      })),
+      // Loaded when a repository is named: git, docker and the connection are not a fixture run's.
+      (found = import('../repository-run').then(({ checkRepositoryRun, localCredentialsFile, taskText }) =>
+        checkRepositoryRun({
+          path,
+          task: taskText(values.task, values['task-file']),
+          base: values.base,
+          credentialsFile: localCredentialsFile(settings),
+          settings,
+          read: repositoryRead(values.backend as 'local' | 'docker', values['trust-repository']),
+          image: values.image,
+        }),
+      )),
     );
   return found;
 }
