@@ -30,7 +30,7 @@ import { temporalBinary } from '../host/temporal-bin';
 import { collectHistories } from '../scripts/support/histories';
 
 const SEED = Number(process.env.SOAK_SEED ?? 20251202);
-const RUNS = Number(process.env.SOAK_RUNS ?? 20);
+const RUNS = Number(process.env.SOAK_RUNS ?? 12);
 const CONCURRENCY = Number(process.env.SOAK_CONCURRENCY ?? 4);
 /**
  * A canonical run takes about 2 s alone and 5 to 8 s with four at a time on two cores: kills up
