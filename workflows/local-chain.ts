@@ -59,10 +59,9 @@ export class LocalChains {
    * Nothing in it depends on the caller's scope: a scope that cannot be cancelled passes no
    * cancellation to what runs in it.
    */
-  private readonly shield: wf.CancellationScope | null;
+  private readonly shield = new wf.CancellationScope({ cancellable: false });
 
   constructor(private readonly enabled: boolean) {
-    this.shield = enabled ? new wf.CancellationScope({ cancellable: false }) : null;
     // Not cancellable: a cancel request must not end the loop that closes chains.
     if (enabled) void wf.CancellationScope.nonCancellable(() => this.closeEach());
   }
@@ -73,7 +72,7 @@ export class LocalChains {
     this.open ??= { time: workflowTime(), figures: figuresNow() };
     this.inFlight++;
     try {
-      return await this.shield!.run(activity);
+      return await this.shield.run(activity);
     } finally {
       this.inFlight--;
     }
