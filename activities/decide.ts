@@ -11,8 +11,8 @@ import type { PromptTexts } from '../core/prompt';
 import { withTaskIds } from '../core/tasks';
 import { isOrchestrationTool } from '../core/tools';
 import type { TraceEvent } from '../core/trace';
-import { brief, type CallView, type DecisionView, type PendingEntry, type TranscriptEntry } from '../core/transcript';
-import { validateCall } from '../core/validate';
+import { brief, resultView, type CallView, type DecisionView, type PendingEntry, type TranscriptEntry } from '../core/transcript';
+import { validateCall, type Validation } from '../core/validate';
 import { buildId } from '../host/build';
 import { digestJson } from '../host/digest';
 import { faultAfter, faultPoint } from '../host/faults';
@@ -20,6 +20,7 @@ import { liveDecide } from '../models/live';
 import { loadPrompt } from '../models/prompt';
 import { replayNext } from '../models/replay';
 import type { Kit } from './kit';
+import { readAhead } from './tools';
 
 /** Parsed replays a worker keeps (most recently used). */
 const REPLAYS_KEPT = 16;
@@ -70,11 +71,12 @@ class Decider {
     decision: Exclude<Decision, { kind: 'model_error' }>,
     input: { run_id: string; turn: number; orchestrating?: boolean },
     reply: string | null,
+    validated?: Validation,
   ): DecisionView {
     const store = this.store;
     const ref = store.put('decision', decision);
     if (decision.kind !== 'tool') return { kind: decision.kind, text: brief(decision.text) as string, ref, reply };
-    const validation = validateCall(decision.call, `call-${input.turn}`, input.orchestrating ?? false);
+    const validation = validated ?? validateCall(decision.call, `call-${input.turn}`, input.orchestrating ?? false);
     if (!validation.ok) return { kind: 'tool', ref, raw: brief(decision.call), call: null, invalid: validation.result, reply };
     const call = validation.call;
     const path = 'path' in call.arguments && typeof call.arguments.path === 'string' ? call.arguments.path : null;
@@ -93,21 +95,29 @@ class Decider {
     return { kind: 'tool', ref, raw: brief(decision.call), call: view, invalid: null, reply };
   }
 
-  /** The next decision of a stored replay. One transaction: the transcript entries, the request and the decision cost one sync. */
-  replayDecide(input: ReplayInput): DecideResult {
+  /**
+   * The next decision of a stored replay and, asked with `read_ahead`, the result of a valid
+   * read-only call it makes (core/activities.ts). One transaction: the transcript entries, the
+   * request, the decision and the result cost one sync.
+   */
+  async replayDecide(input: ReplayInput): Promise<DecideResult> {
     const store = this.store;
+    const { run_id, source, cursor, turn, tools_enabled, read_ahead } = input;
+    const next = replayNext(this.storedReplay(source.digest), cursor);
+    const decision = next === undefined || next.kind === 'model_error' || !input.tasks ? next : withTaskIds(next, input.tasks);
+    const validation = decision?.kind === 'tool' ? validateCall(decision.call, `call-${turn}`, input.orchestrating ?? false) : undefined;
+    const ran =
+      read_ahead && validation?.ok ? await readAhead(this.kit, read_ahead.ref, validation.call, read_ahead.timeout_ms) : null;
     return store.batch((): DecideResult => {
       const head = this.appendTranscript(input.transcript);
-      const { run_id, source, cursor, turn, tools_enabled } = input;
       store.put('model_request', { run_id, source, cursor, turn, tools_enabled, transcript: head });
-      const next = replayNext(this.storedReplay(input.source.digest), input.cursor);
-      if (next === undefined) return { kind: 'exhausted', head, usage: null };
-      if (next.kind === 'model_error') {
-        const ref = store.put('decision', next);
-        const detail = `the replay's model_error (${next.transient ? 'transient' : 'permanent'})`;
+      if (decision === undefined) return { kind: 'exhausted', head, usage: null };
+      if (decision.kind === 'model_error') {
+        const ref = store.put('decision', decision);
+        const detail = `the replay's model_error (${decision.transient ? 'transient' : 'permanent'})`;
         return {
           kind: 'model_error',
-          transient: next.transient,
+          transient: decision.transient,
           cut_off: false,
           retry_after_ms: null,
           detail,
@@ -117,8 +127,9 @@ class Decider {
           usage: null,
         };
       }
-      const decision = this.decisionView(input.tasks ? withTaskIds(next, input.tasks) : next, input, null);
-      return { kind: 'decisions', decisions: [decision], cursor: cursor + 1, head, usage: null };
+      const view = this.decisionView(decision, input, null, validation);
+      if (ran !== null && view.kind === 'tool' && view.call !== null) view.ran = resultView(ran, store.put('result', ran));
+      return { kind: 'decisions', decisions: [view], cursor: cursor + 1, head, usage: null };
     });
   }
 
@@ -168,7 +179,7 @@ export function decideActivities(kit: Kit) {
       const result =
         input.source.kind === 'provider'
           ? await decider.liveNext({ ...input, source: input.source })
-          : decider.replayDecide({ ...input, source: input.source });
+          : await decider.replayDecide({ ...input, source: input.source });
       return { ...result, build: buildId() };
     },
 
@@ -179,7 +190,7 @@ export function decideActivities(kit: Kit) {
     async localDecide(hostQueue: string | null, input: DecideInput): Promise<DecideResult | Elsewhere> {
       if (input.source.kind !== 'replay') throw nonRetryable('ProtocolError', 'a live decision is never a local activity');
       if (!kit.onThisHost(hostQueue)) return kit.elsewhere();
-      const result = { ...decider.replayDecide({ ...input, source: input.source }), build: buildId() };
+      const result = { ...(await decider.replayDecide({ ...input, source: input.source })), build: buildId() };
       faultAfter('after_local_activity');
       return result;
     },

@@ -54,6 +54,20 @@ export function toolActivities(kit: Kit) {
   };
 }
 
+/**
+ * A read-only call run with its decision (activities/decide.ts, `read_ahead`): its result, for
+ * the caller to store in its own commit; null when the call is not read-only or its handler
+ * threw (the run then runs it as a step of its own, which reports that).
+ */
+export async function readAhead(kit: Kit, ref: RunRef, call: ValidCall, timeoutMs: number): Promise<ToolResult | null> {
+  if (!READ_ONLY_TOOLS.has(call.name)) return null;
+  try {
+    return await runTool(kit.toolContext(ref, timeoutMs), call);
+  } catch {
+    return null;
+  }
+}
+
 /** The table's handler of a read or a test; a write or an orchestration tool is never this activity's. */
 async function runTool(ctx: ToolContext, call: ValidCall): Promise<ToolResult> {
   const kind = toolKind(call.name);

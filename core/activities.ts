@@ -62,6 +62,13 @@ export interface DecideInput {
    * and what its tasks spent or hold). A request that could cost more is not sent.
    */
   cost_room_usd?: number;
+  /**
+   * A replay's decision that is a valid read-only call (read_file, search, show_diff) is run with
+   * it, in the same activity and store commit, and its result comes back as the decision's `ran`:
+   * a read-only step is then one activity, not two. The run still decides whether the result is
+   * taken (budgets, an interrupt); one it does not take changed nothing, the call being read-only.
+   */
+  read_ahead?: { ref: RunRef; timeout_ms: number };
 }
 
 /** How a live reply was had (absent for a replay and when no reply came). */

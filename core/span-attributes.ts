@@ -116,15 +116,20 @@ export function activityResultAttributes(type: string, result: unknown): SpanAtt
   if (r.kind === 'elsewhere') return { [ATTR.outcome]: 'elsewhere' };
   const [activityType] = asRemote(type, []);
   switch (activityType) {
-    case 'decide':
+    case 'decide': {
+      // A read-only call run with the decision (`read_ahead`): the span says what a tool's would.
+      const first = Array.isArray(r.decisions) ? obj(r.decisions[0]) : null;
+      const ran = obj(first?.ran);
       return {
         ...defined({
           [ATTR.outcome]: str(r.kind),
-          [ATTR.errorCode]: r.kind === 'model_error' ? 'model_error' : r.kind === 'refused' ? 'model_refused' : undefined,
+          [ATTR.errorCode]: r.kind === 'model_error' ? 'model_error' : r.kind === 'refused' ? 'model_refused' : str(ran?.error),
           [ATTR.compacted]: r.compacted === true ? true : undefined,
         }),
+        ...(ran ? callAttributes(first?.call) : {}),
         ...usageAttributes(r.usage),
       };
+    }
     case 'executeTool':
       return defined({ [ATTR.errorCode]: str(r.error), [ATTR.outcome]: r.ok === true ? 'ok' : r.ok === false ? 'error' : undefined });
     case 'preparePatch':

@@ -43,7 +43,18 @@ export interface ResultView extends ToolResult {
 /** A decision as the workflow sees it; the raw decision is in the store under `ref`. */
 export type DecisionView = (
   | { kind: 'plan' | 'final'; text: string; ref: string }
-  | { kind: 'tool'; ref: string; raw: unknown; call: CallView; invalid: null }
+  | {
+      kind: 'tool';
+      ref: string;
+      raw: unknown;
+      call: CallView;
+      invalid: null;
+      /**
+       * A read-only call's result, when the call was run with its decision (a replay's decision
+       * asked with `read_ahead`, core/activities.ts): the run takes it instead of running the call.
+       */
+      ran?: ResultView;
+    }
   | { kind: 'tool'; ref: string; raw: unknown; call: null; invalid: ToolResult }
 ) & {
   /** Digest of the provider's raw response this decision came in (several calls share one), or null for a replay. */

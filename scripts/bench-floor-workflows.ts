@@ -8,9 +8,13 @@ import * as wf from '@temporalio/workflow';
 const { noop } = wf.proxyLocalActivities<{ noop(): Promise<void> }>({ startToCloseTimeout: '10 seconds' });
 const regular = wf.proxyActivities<{ noop(): Promise<void> }>({ startToCloseTimeout: '10 seconds' });
 
-/** `steps` steps of two no-op local activities each (a read-only step makes two: decide, then the tool). */
-export async function noopSteps(steps: number): Promise<void> {
-  for (let i = 0; i < 2 * steps; i++) await noop();
+/**
+ * `steps` steps of `locals` no-op local activities each: two, the issue's floor of a read-only
+ * step (a decision, then the tool), or one, what a replay's read-only step now makes (the tool
+ * runs with its decision).
+ */
+export async function noopSteps(steps: number, locals = 2): Promise<void> {
+  for (let i = 0; i < locals * steps; i++) await noop();
 }
 
 /**

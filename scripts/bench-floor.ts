@@ -1,8 +1,9 @@
 /**
  * `npm run bench`'s floor figure, in a process of its own (so its worker and bundler weigh
  * nothing on the harness worker's memory): on the bench's dev server, steps of two no-op local
- * activities, the SDK's own cost of a read-only step. Prints the milliseconds per step of each
- * repeat, and the CPU time this process spent per step (every thread), as JSON. With ACTIVITIES
+ * activities, the SDK's own cost of a read-only step as the issue set it. Prints the milliseconds
+ * per step of each repeat, and the CPU time this process spent per step (every thread), with two
+ * and with one local activity a step, as JSON. With ACTIVITIES
  * and LOCALS, also the milliseconds of a run of that many no-op regular and local activities
  * (`noopRun`), per repeat: the canonical run's Temporal work with nothing in it.
  *
@@ -33,19 +34,21 @@ async function main(): Promise<void> {
   try {
     const perStep = await worker.runUntil(async () => {
       let n = 0;
-      const timed = async (count: number) => {
+      const timed = async (count: number, locals = 2) => {
         const t = performance.now();
         const cpu = process.cpuUsage();
-        await client.workflow.execute('noopSteps', { taskQueue, workflowId: `${taskQueue}-${++n}`, args: [count] });
+        await client.workflow.execute('noopSteps', { taskQueue, workflowId: `${taskQueue}-${++n}`, args: [count, locals] });
         const used = process.cpuUsage(cpu);
         return { ms: performance.now() - t, cpu: (used.user + used.system) / 1000 };
       };
       await timed(1);
-      const out: { ms: number[]; cpu: number[]; run: number[] } = { ms: [], cpu: [], run: [] };
+      const out: { ms: number[]; cpu: number[]; cpuOne: number[]; run: number[] } = { ms: [], cpu: [], cpuOne: [], run: [] };
       for (let r = 0; r < repeats; r++) {
         const [a, b] = [await timed(steps), await timed(0)];
         out.ms.push((a.ms - b.ms) / steps);
         out.cpu.push((a.cpu - b.cpu) / steps);
+        const one = await timed(steps, 1);
+        out.cpuOne.push((one.cpu - b.cpu) / steps);
         if (activitiesArg !== undefined) {
           const t = performance.now();
           const args = [Number(activitiesArg), Number(localsArg)];

@@ -373,7 +373,7 @@ async function sdkFloor(
   address: string,
   o: BenchOptions,
   run?: { activities: number; locals: number },
-): Promise<{ ms: number[]; cpu: number[]; run: number[] }> {
+): Promise<{ ms: number[]; cpu: number[]; cpuOne: number[]; run: number[] }> {
   const { stdout } = await promisify(execFile)(process.execPath, [
     join(__dirname, 'bench-floor.js'),
     address,
@@ -381,7 +381,7 @@ async function sdkFloor(
     String(o.repeats),
     ...(run ? [String(run.activities), String(run.locals)] : []),
   ]);
-  return JSON.parse(stdout) as { ms: number[]; cpu: number[]; run: number[] };
+  return JSON.parse(stdout) as { ms: number[]; cpu: number[]; cpuOne: number[]; run: number[] };
 }
 
 /** A read-only step through Temporal, a long run against a short one, beside the SDK's floor and the handler alone. */
@@ -403,7 +403,8 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
   const floor = await sdkFloor(rig.env.address, o);
   const floorFigure = figure('SDK floor: two no-op local activities per step (another process, same server)', 'ms/step', floor.ms);
   const floorCpu = figure('SDK floor: its worker CPU per step (every thread)', 'ms/step', floor.cpu);
-  figure('read-only step through Temporal (decide + tool, local activities)', 'ms/step', perStep);
+  const oneCpu = figure('SDK floor with one no-op local activity per step: its worker CPU per step', 'ms/step', floor.cpuOne);
+  figure('read-only step through Temporal (a replay decision with its read, one local activity)', 'ms/step', perStep);
   figure('the same read_file handler in-process', 'ms/call', inProcess);
   const cpuFigure = figure('worker CPU per read-only step (every thread)', 'ms/step', cpuPerStep);
   figure(
@@ -414,9 +415,10 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
       op: '<=',
       limit: 1.25,
       why: () =>
-        `the floor's two no-op local activities cost ${fmt(floorCpu.median)} ms of CPU a step and the harness's step ${fmt(cpuFigure.median)} ms; the rest is the harness's own: the workflow code's promises (each one hooked by the SDK), the step's payloads across the worker's threads, two store commits, validation and trace events`,
+        `the floor's two no-op local activities cost ${fmt(floorCpu.median)} ms of CPU a step and the harness's step ${fmt(cpuFigure.median)} ms, one local activity (a replay's decision with its read) against one no-op local activity's ${fmt(oneCpu.median)} ms; the rest is the harness's own: the workflow code's promises (each one hooked by the SDK), the step's payloads across the worker's threads, one store commit, validation and trace events`,
     },
   );
+  figure("worker CPU per read-only step / one no-op local activity's", 'x', cpuPerStep.map((v) => v / oneCpu.median));
   figure(
     'orchestration cost per step (difference)',
     'ms/step',
@@ -425,7 +427,7 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
       op: '<=',
       limit: 5,
       why: () =>
-        `a step is two local activities (decide, then the tool), and two that do nothing already take ${fmt(floorFigure.median)} ms and ${fmt(floorCpu.median)} ms of CPU on this SDK and machine; the harness's worker spends ${fmt(cpuFigure.median)} ms of CPU (every thread) per step, about the step's own time, so a step is bound by CPU: the SDK's share is the floor's, the harness's the rest (a store commit with its WAL sync for each of the two activities, the step's payloads, validation and trace events)`,
+        `a replay's read-only step is one local activity (the decision with its read), and one that does nothing already takes ${fmt(oneCpu.median)} ms of CPU on this SDK and machine (two: ${fmt(floorFigure.median)} ms and ${fmt(floorCpu.median)} ms of CPU); the harness's worker spends ${fmt(cpuFigure.median)} ms of CPU (every thread) per step, about the step's own time, so a step is bound by CPU: the SDK's share is the floor's, the harness's the rest (the step's store commit with its WAL sync, its payloads, validation and trace events)`,
     },
   );
 }

@@ -430,6 +430,53 @@ describe('local activities (read-only steps without a server round trip)', () =>
     expect(store.transcript(steerLink)).toEqual([{ message: 'steer' }]);
   });
 
+  it("run a replay's read-only call with its decision when asked, and nothing else", async () => {
+    const { store, activities, ref } = hostActivities('q@host-a');
+    const env = new MockActivityEnvironment();
+    const tool = (call_id: string, name: string, args: object) => ({ kind: 'tool', call: { call_id, name, arguments: args } });
+    const decisions = [
+      tool('r-ok', 'read_file', { path: 'src/linkcheck.py' }),
+      tool('r-missing', 'read_file', { path: 'src/none.py' }),
+      tool('r-escape', 'read_file', { path: '../outside.py' }),
+      tool('r-bad', 'read_file', { path: 7 }),
+      tool('s-ok', 'search', { query: 'def ' }),
+      tool('d-ok', 'show_diff', {}),
+      tool('t-run', 'run_tests', {}),
+      tool('p-write', 'apply_patch', { path: 'src/linkcheck.py', old: 'return 1', new: 'return 2', version: 'x' }),
+      tool('n-unknown', 'rm_rf', {}),
+      { kind: 'plan', text: 'then' },
+    ];
+    const source = { kind: 'replay' as const, digest: store.put('replay', { schema_version: 1, decisions }) };
+    type Decided = { kind: string; decisions: { call: CallView | null; ran?: ResultView }[] };
+    const ask = async (cursor: number, readAhead: boolean, host = 'q@host-a'): Promise<Decided> =>
+      (await env.run(activities.localDecide, host, {
+        run_id: ref.run_id,
+        source,
+        cursor,
+        turn: cursor + 1,
+        retry: 0,
+        tools_enabled: true,
+        transcript: { head: null, append: [] },
+        facts: null,
+        ...(readAhead ? { read_ahead: { ref, timeout_ms: 5000 } } : {}),
+      })) as unknown as Decided;
+    const ran = async (cursor: number) => (await ask(cursor, true)).decisions[0].ran;
+    // A valid read-only call runs; its result, errors included, is the tool's own, stored whole.
+    const read = (await ran(0))!;
+    expect(read).toMatchObject({ call_id: 'r-ok', ok: true, error: null });
+    expect(store.get<{ data: { text: string } }>(read.ref!).data.text).toBe(SRC);
+    expect(await ran(1)).toMatchObject({ call_id: 'r-missing', ok: false, error: 'not_found' });
+    expect(await ran(4)).toMatchObject({ call_id: 's-ok', ok: true });
+    expect(await ran(5)).toMatchObject({ call_id: 'd-ok', ok: true });
+    // An invalid call (a path out of the workspace, a wrong type), a test run, a write, an unknown
+    // tool and a plan do not run.
+    for (const cursor of [2, 3, 6, 7, 8, 9]) expect(await ran(cursor)).toBeUndefined();
+    expect((await ask(2, true)).decisions[0]).toMatchObject({ call: null, invalid: { call_id: 'r-escape', ok: false } });
+    // Not asked, or asked on another host: nothing runs.
+    expect((await ask(0, false)).decisions[0].ran).toBeUndefined();
+    expect(await ask(0, true, 'q@host-b')).toEqual({ kind: 'elsewhere', host_queue: 'q@host-a' });
+  });
+
   it('refuse what must stay a regular activity: run_tests and a live decision', async () => {
     const { activities, ref, call } = hostActivities('q@host-a');
     const env = new MockActivityEnvironment();

@@ -305,11 +305,15 @@ class AgentRun implements StartupRun, DecideRun, WriteRun, EndRun, SignalRun, Ta
     const attempts = kind === 'test' ? { retry: { ...ACTIVITY_OPTIONS.retry, maximumAttempts: TEST_ATTEMPTS } } : {};
     const remote = () =>
       this.act.executeTool.executeWithOptions({ ...options, ...attempts, heartbeatTimeout: '10 seconds' }, [this.ref, call, timeout]);
-    const result = await this.interruptible(() =>
-      kind === 'read'
-        ? this.readOnly(() => local.localTool.executeWithOptions(options, [this.state.host_queue, this.ref, call, timeout]), remote)
-        : remote(),
-    );
+    // A read-only call a replay's decision came with has run already (core/activities.ts, `read_ahead`).
+    const result =
+      kind === 'read' && decision.ran
+        ? decision.ran
+        : await this.interruptible(() =>
+            kind === 'read'
+              ? this.readOnly(() => local.localTool.executeWithOptions(options, [this.state.host_queue, this.ref, call, timeout]), remote)
+              : remote(),
+          );
     // Cut off by an interrupt: a test run's process tree is gone (the activity waits for that).
     if (result === null) return interruptedResult(callId, this.takeInterrupt(), 'cut off');
     if (kind === 'test' && result.error === 'tests_failed' && !this.state.wrote_writable) this.view.red_observed = true;
