@@ -106,8 +106,7 @@ class Decider {
     const next = replayNext(this.storedReplay(source.digest), cursor);
     const decision = next === undefined || next.kind === 'model_error' || !input.tasks ? next : withTaskIds(next, input.tasks);
     const validation = decision?.kind === 'tool' ? validateCall(decision.call, `call-${turn}`, input.orchestrating ?? false) : undefined;
-    const ran =
-      read_ahead && validation?.ok ? await readAhead(this.kit, read_ahead.ref, validation.call, read_ahead.timeout_ms) : null;
+    const ran = read_ahead && validation?.ok ? await readAhead(this.kit, read_ahead.ref, validation.call, read_ahead.timeout_ms) : null;
     return store.batch((): DecideResult => {
       const head = this.appendTranscript(input.transcript);
       store.put('model_request', { run_id, source, cursor, turn, tools_enabled, transcript: head });

@@ -418,7 +418,11 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
         `the floor's two no-op local activities cost ${fmt(floorCpu.median)} ms of CPU a step and the harness's step ${fmt(cpuFigure.median)} ms, one local activity (a replay's decision with its read) against one no-op local activity's ${fmt(oneCpu.median)} ms; the rest is the harness's own: the workflow code's promises (each one hooked by the SDK), the step's payloads across the worker's threads, one store commit, validation and trace events`,
     },
   );
-  figure("worker CPU per read-only step / one no-op local activity's", 'x', cpuPerStep.map((v) => v / oneCpu.median));
+  figure(
+    "worker CPU per read-only step / one no-op local activity's",
+    'x',
+    cpuPerStep.map((v) => v / oneCpu.median),
+  );
   figure(
     'orchestration cost per step (difference)',
     'ms/step',

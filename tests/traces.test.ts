@@ -185,12 +185,14 @@ describe('traces exported over OTLP/HTTP', () => {
     expect(decide.map((s) => s.attributes['agent.turn']).sort((x, y) => Number(x) - Number(y))).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
     // A replay's read-only call runs with its decision: that span names the tool (core/activities.ts, `read_ahead`).
     const readsWithDecision = decide.filter((s) => s.attributes['agent.tool'] !== undefined);
-    const tools = [...ofType(spans, 'RunActivity:executeTool'), ...ofType(spans, 'RunActivity:localTool'), ...readsWithDecision].map((s) => [
-      s.attributes['agent.turn'],
-      s.attributes['agent.tool'],
-      s.attributes['agent.call_id'],
-      s.attributes['agent.error_code'] ?? null,
-    ]);
+    const tools = [...ofType(spans, 'RunActivity:executeTool'), ...ofType(spans, 'RunActivity:localTool'), ...readsWithDecision].map(
+      (s) => [
+        s.attributes['agent.turn'],
+        s.attributes['agent.tool'],
+        s.attributes['agent.call_id'],
+        s.attributes['agent.error_code'] ?? null,
+      ],
+    );
     expect(tools.sort((x, y) => Number(x[0]) - Number(y[0]))).toEqual([
       [2, 'read_file', 'read-source', null],
       [4, 'run_tests', 'run-red', 'tests_failed'],

@@ -332,7 +332,12 @@ describe('agentRun on a real Temporal server', () => {
       // The read-only call after the approval (show_diff) ran with its decision there, on host A.
       const decided = events
         .filter((e) => e.activityTaskCompletedEventAttributes)
-        .map((e) => json(e.activityTaskCompletedEventAttributes!.result!.payloads![0]) as { decisions?: { call?: { name: string }; ran?: object }[] })
+        .map(
+          (e) =>
+            json(e.activityTaskCompletedEventAttributes!.result!.payloads![0]) as {
+              decisions?: { call?: { name: string }; ran?: object }[];
+            },
+        )
         .flatMap((r) => r.decisions ?? []);
       expect(decided.filter((d) => d.ran !== undefined).map((d) => d.call!.name)).toEqual(['show_diff']);
       // Host B held nothing of the run: no workspace, no write.
