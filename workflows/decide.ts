@@ -146,8 +146,8 @@ export class Decisions extends Phase<DecideRun> {
     });
     // A replay's read-only call is run with its decision, one step instead of two, while the run
     // could still take its result (the loop's toolCall decides whether it does).
-    const readAhead =
-      !live && toolsEnabled && this.used().tool_calls < this.budgets.max_tool_calls ? this.budgets.call_timeout_s * 1000 : 0;
+    const readAhead = !live && toolsEnabled && this.used().tool_calls < this.budgets.max_tool_calls;
+    const callMs = this.budgets.call_timeout_s * 1000;
     const input = {
       run_id: this.ref.run_id,
       source,
@@ -163,11 +163,11 @@ export class Decisions extends Phase<DecideRun> {
       ...(live && this.budgets.max_cost_usd !== undefined
         ? { cost_room_usd: this.budgets.max_cost_usd - (this.used().cost_usd ?? 0) }
         : {}),
-      ...(readAhead ? { read_ahead: { ref: this.ref, timeout_ms: readAhead } } : {}),
+      ...(readAhead ? { read_ahead: { ref: this.ref, timeout_ms: callMs } } : {}),
     };
     const options = {
       // A call run with the decision has its own limit besides the decision's, as when it runs alone.
-      startToCloseTimeout: callTimeoutMs(this.budgets, this.run.msLeft()) + (readAhead ? readAhead + 5000 : 0),
+      startToCloseTimeout: callTimeoutMs(this.budgets, this.run.msLeft()) + (readAhead ? callMs + 5000 : 0),
       summary: `decide turn ${this.view.counters.turns}`,
     };
     return live
