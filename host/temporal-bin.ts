@@ -29,7 +29,8 @@ export function temporalBinary(settings: Pick<Settings, 'temporalBin' | 'toolsDi
     const out = execFileSync(
       'python3',
       ['-c', 'import sysconfig, os; print(sysconfig.get_path("scripts")); print(sysconfig.get_path("scripts", os.name + "_user"))'],
-      { encoding: 'utf8' },
+      // Bounded: it runs once, at start-up, before a worker polls (the operator's own python3).
+      { encoding: 'utf8', timeout: 10_000 },
     );
     for (const dir of out.split('\n').filter(Boolean)) if (executable(join(dir, 'temporal'))) return join(dir, 'temporal');
   } catch {
