@@ -3,7 +3,8 @@
  * is read from exactly one variable with its default, malformed values stop with the variable's
  * name, and no module outside host/settings.ts reads a setting from the environment.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PROJECT_ROOT, PUBLIC_BASE_URLS, readCredential, readSettings, replayTrusted, VARIABLES, variablesTable } from '../host/settings';
 import { hostPath, toolsBinDir } from '../host/tools-env';
@@ -241,6 +242,21 @@ describe('the settings module', () => {
     const own = readSettings();
     expect(hostPath(own).startsWith(`${toolsBinDir(own)}:`)).toBe(true);
     expect(temporalBinary(settings)).toBe('/opt/temporal');
+  });
+
+  it('looks for the temporal CLI in files only: the tools environment, then PATH in order, else a precise error', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'agent-temporal-bin-'));
+    const [tools, a, b, c] = ['tools', 'a', 'b', 'c'].map((name) => join(dir, name));
+    for (const d of [join(tools, 'bin'), a, b, join(c, 'temporal')]) mkdirSync(d, { recursive: true });
+    writeFileSync(join(a, 'temporal'), 'not executable');
+    writeFileSync(join(b, 'temporal'), '#!/bin/sh\n', { mode: 0o755 });
+    // Neither a file without the execute bit nor a folder of that name is taken.
+    const settings = { toolsDir: tools, path: `${a}:${c}:${b}`, temporalBin: null };
+    expect(temporalBinary(settings)).toBe(join(b, 'temporal'));
+    writeFileSync(join(tools, 'bin', 'temporal'), '#!/bin/sh\n', { mode: 0o755 });
+    expect(temporalBinary(settings)).toBe(join(tools, 'bin', 'temporal'));
+    expect(() => temporalBinary({ ...settings, toolsDir: join(dir, 'none'), path: a })).toThrow(/temporal CLI was not found/);
+    rmSync(dir, { recursive: true, force: true });
   });
 });
 
