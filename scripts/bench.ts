@@ -128,8 +128,11 @@ function readOptions(env: NodeJS.ProcessEnv = process.env): BenchOptions {
 /** Whether a section of the bench runs (BENCH_ONLY). */
 const runs = (o: BenchOptions, name: Section) => o.only === null || o.only.has(name);
 
-/** Read-only steps of a long run against a short one. */
-const READS = 40;
+/**
+ * Read-only steps of a long run against a short one: enough that the machine's noise in two
+ * runs' CPU time is small against the steps' own (at 40 a round's ratio to the floor moved by ±0.5).
+ */
+const READS = 160;
 
 async function main(): Promise<void> {
   const o = readOptions();
@@ -324,7 +327,7 @@ const STOP = { kind: 'model_error', transient: false };
 const replayInput = (decisions: unknown[], overrides: object = {}) =>
   canonicalInput('canonical', {
     source: { kind: 'replay', path: writeReplay(decisions), trusted: true },
-    budgets: { max_turns: 100, max_tool_calls: 100 },
+    budgets: { max_turns: READS + 10, max_tool_calls: READS + 10 },
     ...overrides,
   });
 
@@ -371,36 +374,52 @@ async function benchSteps(o: BenchOptions, settings: Settings): Promise<void> {
 /** The SDK's own cost of a read-only step, per repeat: no-op local activities in a process of their own (scripts/bench-floor.ts). */
 async function sdkFloor(
   address: string,
-  o: BenchOptions,
+  repeats: number,
   run?: { activities: number; locals: number },
 ): Promise<{ ms: number[]; cpu: number[]; cpuOne: number[]; run: number[] }> {
   const { stdout } = await promisify(execFile)(process.execPath, [
     join(__dirname, 'bench-floor.js'),
     address,
     String(READS),
-    String(o.repeats),
+    String(repeats),
     ...(run ? [String(run.activities), String(run.locals)] : []),
   ]);
   return JSON.parse(stdout) as { ms: number[]; cpu: number[]; cpuOne: number[]; run: number[] };
 }
 
-/** A read-only step through Temporal, a long run against a short one, beside the SDK's floor and the handler alone. */
+/**
+ * A read-only step through Temporal, a long run against a short one, beside the SDK's floor and the
+ * handler alone. Each repeat is a round of both, the harness's then the floor's, so a ratio is
+ * taken from figures of the same minute: the machine's load moves both alike.
+ */
 async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: RunInput): Promise<void> {
   const perStep: number[] = [];
   const inProcess: number[] = [];
   const cpuPerStep: number[] = [];
+  const floor: Awaited<ReturnType<typeof sdkFloor>> = { ms: [], cpu: [], cpuOne: [], run: [] };
   const t = prepareRun({ repo: LINKCHECK + '/repo' });
   for (let r = 0; r < o.repeats; r++) {
     const a = await cpuMs(() => rig.finish(long));
     const b = await cpuMs(() => rig.finish(short));
+    // A figure of a run that did not take every step would be wrong: each took its own.
+    for (const [run, calls] of [
+      [a.value, READS],
+      [b.value, 0],
+    ] as const) {
+      const { status, tool_calls } = run.outcome.record;
+      if (tool_calls !== calls) throw new Error(`a timed run made ${tool_calls} tool calls, not ${calls} (${status})`);
+    }
     perStep.push((a.value.ms - b.value.ms) / READS);
     cpuPerStep.push((a.cpu - b.cpu) / READS);
     const handlerMs = msOf(() => {
       for (let i = 0; i < READS; i++) readFile(t.ctx, `read-${i}`, { path: 'src/linkcheck.py' });
     });
     inProcess.push(handlerMs / READS);
+    const round = await sdkFloor(rig.env.address, 1);
+    floor.ms.push(...round.ms);
+    floor.cpu.push(...round.cpu);
+    floor.cpuOne.push(...round.cpuOne);
   }
-  const floor = await sdkFloor(rig.env.address, o);
   const floorFigure = figure('SDK floor: two no-op local activities per step (another process, same server)', 'ms/step', floor.ms);
   const floorCpu = figure('SDK floor: its worker CPU per step (every thread)', 'ms/step', floor.cpu);
   const oneCpu = figure('SDK floor with one no-op local activity per step: its worker CPU per step', 'ms/step', floor.cpuOne);
@@ -408,9 +427,9 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
   figure('the same read_file handler in-process', 'ms/call', inProcess);
   const cpuFigure = figure('worker CPU per read-only step (every thread)', 'ms/step', cpuPerStep);
   figure(
-    "worker CPU per read-only step / the SDK floor's",
+    "worker CPU per read-only step / the SDK floor's (each round's own)",
     'x',
-    cpuPerStep.map((v) => v / floorCpu.median),
+    cpuPerStep.map((v, r) => v / floor.cpu[r]),
     {
       op: '<=',
       limit: 1.25,
@@ -419,9 +438,9 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
     },
   );
   figure(
-    "worker CPU per read-only step / one no-op local activity's",
+    "worker CPU per read-only step / one no-op local activity's (each round's own)",
     'x',
-    cpuPerStep.map((v) => v / oneCpu.median),
+    cpuPerStep.map((v, r) => v / floor.cpuOne[r]),
   );
   figure(
     'orchestration cost per step (difference)',
@@ -512,7 +531,7 @@ async function canonicalRun(rig: Rig, o: BenchOptions, processMs: () => number):
   }
   const parts = await historyParts(canonical!);
   // The same Temporal work doing nothing, on the same server: the part of the harness time no harness avoids.
-  const floor = await sdkFloor(rig.env.address, o, { activities: parts.activities, locals: parts.localActivities });
+  const floor = await sdkFloor(rig.env.address, o.repeats, { activities: parts.activities, locals: parts.localActivities });
   const wall = figure('canonical run, wall time', 'ms', walls);
   const harness = figure(
     'canonical run, harness time (wall minus test processes)',
