@@ -374,7 +374,7 @@ export const VARIABLES: { readonly [K in keyof Settings]: Variable<Settings[K]> 
   temporalBin: {
     name: 'TEMPORAL_BIN',
     default: 'found',
-    meaning: "path of the `temporal` CLI (otherwise the tools environment, `PATH`, then Python's scripts folder)",
+    meaning: 'path of the `temporal` CLI (otherwise the tools environment, `PATH`, in that order; no process is started to find it)',
     read: given,
   },
   toolsDir: {
