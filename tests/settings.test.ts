@@ -3,12 +3,12 @@
  * is read from exactly one variable with its default, malformed values stop with the variable's
  * name, and no module outside host/settings.ts reads a setting from the environment.
  */
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PROJECT_ROOT, PUBLIC_BASE_URLS, readCredential, readSettings, replayTrusted, VARIABLES, variablesTable } from '../host/settings';
 import { hostPath, toolsBinDir } from '../host/tools-env';
 import { temporalBinary } from '../host/temporal-bin';
+import { tempDir } from './helpers/run-dir';
 
 describe('the settings module', () => {
   it('is exactly the table of variables in docs/configuration.md, row for row', () => {
@@ -245,7 +245,7 @@ describe('the settings module', () => {
   });
 
   it('looks for the temporal CLI in files only: the tools environment, then PATH in order, else a precise error', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'agent-temporal-bin-'));
+    const dir = tempDir('agent-temporal-bin');
     const [tools, a, b, c] = ['tools', 'a', 'b', 'c'].map((name) => join(dir, name));
     for (const d of [join(tools, 'bin'), a, b, join(c, 'temporal')]) mkdirSync(d, { recursive: true });
     writeFileSync(join(a, 'temporal'), 'not executable');
