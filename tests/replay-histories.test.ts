@@ -15,6 +15,7 @@ import { installRuntime } from '../host/runtime';
 import { workerTelemetry } from '../worker/telemetry';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import { PROJECT_ROOT } from './helpers/run-dir';
+import { ARRIVALS_PATCH, SEGMENT_START_PATCH } from '../workflows/changes';
 
 type HistoryEvent = Record<string, any>;
 type HistoryJson = { events: HistoryEvent[] };
@@ -50,12 +51,11 @@ async function replayError(json: HistoryJson, workflowId: string) {
 }
 
 /**
- * Removes events as if the old workflow version never issued their commands, renumbering the
- * remaining events and every `...EventId` reference so the history stays well formed.
+ * The events given, numbered anew from 1, with every `...EventId` reference moved with the event
+ * it names (an event added without an id is numbered in its place; its references name old ids).
  */
-function dropEvents(json: HistoryJson, drop: (e: HistoryEvent) => boolean): HistoryJson {
-  const kept = json.events.filter((e) => !drop(e));
-  const newId = new Map(kept.map((e, i) => [String(e.eventId), String(i + 1)]));
+function renumbered(events: HistoryEvent[]): HistoryJson {
+  const newId = new Map(events.flatMap((e, i) => (e.eventId === undefined ? [] : [[String(e.eventId), String(i + 1)]])));
   const renumber = (value: unknown): unknown => {
     if (Array.isArray(value)) return value.map(renumber);
     if (value === null || typeof value !== 'object') return value;
@@ -66,8 +66,58 @@ function dropEvents(json: HistoryJson, drop: (e: HistoryEvent) => boolean): Hist
       ]),
     );
   };
-  return { events: kept.map((e) => ({ ...(renumber(e) as HistoryEvent), eventId: newId.get(String(e.eventId)) })) };
+  return { events: events.map((e, i) => ({ ...(renumber(e) as HistoryEvent), eventId: String(i + 1) })) };
 }
+
+/** Removes events as if the old workflow version never issued their commands. */
+const dropEvents = (json: HistoryJson, drop: (e: HistoryEvent) => boolean): HistoryJson => renumbered(json.events.filter((e) => !drop(e)));
+
+const base64Json = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64');
+const JSON_PLAIN = Buffer.from('json/plain').toString('base64');
+
+/**
+ * The history as a build with `patch` would have recorded it: the patch's marker, and the SDK's
+ * upsert of the patches so far, right after the segment's first patch (workflows/changes.ts).
+ */
+function withPatchAtStart(json: HistoryJson, patch: string): HistoryJson {
+  const at = json.events.findIndex((e) => e.eventType === 'EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES');
+  const first = json.events[at - 1];
+  expect(patchId(first)).toBe(SEGMENT_START_PATCH);
+  const task = first.markerRecordedEventAttributes.workflowTaskCompletedEventId as string;
+  const marker = {
+    eventType: 'EVENT_TYPE_MARKER_RECORDED',
+    markerRecordedEventAttributes: {
+      markerName: 'core_patch',
+      details: { 'patch-data': { payloads: [{ metadata: { encoding: JSON_PLAIN }, data: base64Json({ id: patch, deprecated: false }) }] } },
+      workflowTaskCompletedEventId: task,
+    },
+  };
+  const upsert = {
+    eventType: 'EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES',
+    upsertWorkflowSearchAttributesEventAttributes: {
+      workflowTaskCompletedEventId: task,
+      searchAttributes: {
+        indexedFields: {
+          TemporalChangeVersion: {
+            metadata: { type: Buffer.from('KeywordList').toString('base64'), encoding: JSON_PLAIN },
+            data: base64Json([patch, SEGMENT_START_PATCH].sort()),
+          },
+        },
+      },
+    },
+  };
+  return renumbered([...json.events.slice(0, at + 1), marker, upsert, ...json.events.slice(at + 1)]);
+}
+
+const marker = (e: HistoryEvent) => e.markerRecordedEventAttributes?.markerName as string | undefined;
+const patchId = (e: HistoryEvent) =>
+  marker(e) === 'core_patch'
+    ? (
+        JSON.parse(Buffer.from(e.markerRecordedEventAttributes.details['patch-data'].payloads[0].data, 'base64').toString('utf8')) as {
+          id: string;
+        }
+      ).id
+    : null;
 
 describe('committed histories', () => {
   it('include the canonical run and the failure runs', () => {
@@ -78,15 +128,6 @@ describe('committed histories', () => {
 
   it("include a run whose reply-event marker an answered Query moved into the workflow task after its local activity's", () => {
     const { events } = load('found/reply-event-after-query');
-    const marker = (e: HistoryEvent) => e.markerRecordedEventAttributes?.markerName as string | undefined;
-    const patchId = (e: HistoryEvent) =>
-      marker(e) === 'core_patch'
-        ? (
-            JSON.parse(Buffer.from(e.markerRecordedEventAttributes.details['patch-data'].payloads[0].data, 'base64').toString('utf8')) as {
-              id: string;
-            }
-          ).id
-        : null;
     const at = events.findIndex((e) => patchId(e) === 'reply-event');
     // The workflow task before it ended with the local decision's marker; a new one was forced at once.
     expect(events.slice(at - 4, at + 1).map((e) => marker(e) ?? e.eventType)).toEqual([
@@ -104,6 +145,58 @@ describe('committed histories', () => {
     for await (const { workflowId, error } of Worker.runReplayHistories(bundles[kind], histories))
       results.push({ workflowId, error: error?.message ?? null });
     expect(results).toEqual(names.map((workflowId) => ({ workflowId, error: null })));
+  });
+});
+
+describe("a task's outcome in the workflow task of the run's own result", () => {
+  /**
+   * Found by the history check on an orchestrating run (the run tree over max_cost_usd, in
+   * tests/untrusted-repository/settings.test.ts), cut after the workflow task it is about: the
+   * run's decision came back over its budget, and a task's outcome came in the same workflow task.
+   * The run went on at once, as a task had ended; the traced bundle, where more promise steps lie
+   * between an activity's result and the code after it, took the outcome first and waited for
+   * another task to end (workflows/local-chain.ts).
+   */
+  const NAME = 'before-arrivals/task-outcome-with-decision';
+  /** The workflow id it ran under: its tasks' ids are made of it. */
+  const WORKFLOW_ID = 'run-22707-10-run';
+  const histories = (json: HistoryJson) => [{ workflowId: WORKFLOW_ID, history: historyFromJSON(json) }];
+  const replayOn = async (kind: BundleKind, json: HistoryJson) => {
+    const errors = [];
+    for await (const { error } of Worker.runReplayHistories(bundles[kind], histories(json))) errors.push(error);
+    return errors[0];
+  };
+
+  it('is a decision over its budget and a task outcome brought by one workflow task, which scheduled the next decision', () => {
+    const { events } = load(NAME);
+    const json = (e: HistoryEvent) =>
+      JSON.parse(Buffer.from(e.activityTaskCompletedEventAttributes.result.payloads[0].data, 'base64').toString('utf8'));
+    expect(events.slice(-8).map((e) => e.eventType.replace('EVENT_TYPE_', ''))).toEqual([
+      'WORKFLOW_TASK_COMPLETED',
+      'ACTIVITY_TASK_STARTED',
+      'ACTIVITY_TASK_COMPLETED',
+      'CHILD_WORKFLOW_EXECUTION_COMPLETED',
+      'WORKFLOW_TASK_SCHEDULED',
+      'WORKFLOW_TASK_STARTED',
+      'WORKFLOW_TASK_COMPLETED',
+      'ACTIVITY_TASK_SCHEDULED',
+    ]);
+    expect(json(events.at(-6)!)).toMatchObject({ kind: 'over_budget' });
+    expect(events.at(-1)!.activityTaskScheduledEventAttributes.activityType.name).toBe('decide');
+    expect(events.filter((e) => patchId(e) !== null).map(patchId)).toEqual([SEGMENT_START_PATCH]);
+  });
+
+  it('as its build recorded it (before ARRIVALS_PATCH): replays on the bundle it ran on, and not on the other', async () => {
+    expect(await replayOn('plain', load(NAME))).toBeUndefined();
+    const error = await replayOn('traced', load(NAME));
+    expect(error).toBeInstanceOf(DeterminismViolationError);
+    expect(error!.message).toContain(`No command scheduled for event HistoryEvent(id: ${load(NAME).events.length}, ActivityTaskScheduled)`);
+  });
+
+  it.each(['traced', 'plain'] as const)('as this build records it (with ARRIVALS_PATCH): replays on the %s bundle', async (kind) => {
+    const json = withPatchAtStart(load(NAME), ARRIVALS_PATCH);
+    expect(json.events.filter((e) => patchId(e) !== null).map(patchId)).toEqual([SEGMENT_START_PATCH, ARRIVALS_PATCH]);
+    expect(await replayOn(kind, json)).toBeUndefined();
   });
 });
 

@@ -120,7 +120,7 @@ class AgentRun implements StartupRun, DecideRun, WriteRun, EndRun, SignalRun, Ta
   /** Which changes this segment's history holds: asked before any other command (workflows/changes.ts). */
   readonly changes = new Changes();
   /** The run's chains of local activities, and what reaches the run meanwhile (workflows/local-chain.ts). */
-  readonly chains = new LocalChains(this.changes.current);
+  readonly chains = new LocalChains(this.changes.current, this.changes.arrivalsSettled);
   /** Whether the last read-only step ran here as a local activity (not elsewhere's answer). */
   private ranLocally = false;
   /** The phases, each in its own module. */
@@ -144,6 +144,11 @@ class AgentRun implements StartupRun, DecideRun, WriteRun, EndRun, SignalRun, Ta
    */
   receive(effect: () => void): void {
     this.chains.receive(effect);
+  }
+
+  /** The effect of what reached the run by a promise (a task's outcome, the deadline's timer): once the workflow task's promises have settled. */
+  arrive(effect: () => void): void {
+    this.chains.arrive(effect);
   }
 
   get view(): RunView {

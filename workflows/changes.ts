@@ -19,6 +19,11 @@ import * as wf from '@temporalio/workflow';
 
 /** The patch that says every change below holds, and that nothing is asked after a segment's start. */
 export const SEGMENT_START_PATCH = 'changes-at-segment-start';
+/**
+ * Asked beside it: what reaches the run by a promise (a task's outcome, the deadline timer's
+ * firing) takes effect once the workflow task's promises have settled (workflows/local-chain.ts).
+ */
+export const ARRIVALS_PATCH = 'arrivals-after-the-path';
 /*
  * Changes that came with it, and so are held by `current` alone: the candidate tests' run on the
  * untouched base before a run's first write (`beforeFirstWrite`, an activity no older build
@@ -43,12 +48,15 @@ export type LegacyChange = (typeof LEGACY_CHANGES)[keyof typeof LEGACY_CHANGES];
 export class Changes {
   /** True when this segment was started by a build that asks its changes at the start (every run of this one). */
   readonly current: boolean;
+  /** True when this segment takes what reaches it by a promise once the task's promises have settled (`ARRIVALS_PATCH`). */
+  readonly arrivalsSettled: boolean;
   /** The legacy changes a history of an older build was found to hold. */
   private readonly taken = new Set<LegacyChange>();
 
   /** Call before the segment issues any other command. */
   constructor() {
     this.current = wf.patched(SEGMENT_START_PATCH);
+    this.arrivalsSettled = this.current && wf.patched(ARRIVALS_PATCH);
   }
 
   /**

@@ -35,7 +35,8 @@ export interface EndRun extends RunBase {
   readonly hostLost: boolean;
   /** Set as the run records its end: a message arriving later is not taken. */
   ended: boolean;
-  receive(effect: () => void): void;
+  /** Applies the effect of what reached the run by a promise (the deadline timer's firing) once the workflow task's promises have settled. */
+  arrive(effect: () => void): void;
   interruptible<T>(step: () => Promise<T>): Promise<T | null>;
   takeInterrupt(): string;
   finalInterrupted(reason: string, during: 'decision' | 'verification'): void;
@@ -169,11 +170,11 @@ export class Ending extends Phase<EndRun> {
     timerScope
       .run(async () => {
         // The deadline bounds the agent's working time: it does not run while a write waits for its approval.
-        // What the timer's firing means is decided where a Signal would take effect (receive).
+        // What the timer's firing means is decided once the workflow task's promises have settled (arrive).
         for (;;) {
           await wf.sleep(Math.max(1, this.run.msLeft()));
           const next = await new Promise<'wait' | 'end' | 'again'>((resolve) =>
-            this.run.receive(() => resolve(this.state.waiting_since !== null ? 'wait' : this.run.msLeft() <= 0 ? 'end' : 'again')),
+            this.run.arrive(() => resolve(this.state.waiting_since !== null ? 'wait' : this.run.msLeft() <= 0 ? 'end' : 'again')),
           );
           if (next === 'wait') await wf.condition(() => this.state.waiting_since === null);
           else if (next === 'end') return;

@@ -21,6 +21,16 @@
  * The chain closes when the activation it left off in ends with no local activity in flight.
  * Only runs of a build that asks its changes at a segment's start (workflows/changes.ts) work so;
  * an older history replays as it ran (`enabled` false).
+ *
+ * Hazard, the same in every workflow task: what reaches the run by a promise (a task's outcome,
+ * the deadline timer's firing) and the run path's own result (an activity's) can come in one
+ * workflow task. The SDK resolves both promises, then runs what follows each; which runs first
+ * depends on how many promise steps lie between (the traced bundle's interceptors add some to an
+ * activity's, none to a child's or a timer's), so a run of one bundle and its replay on the other
+ * could see the task's outcome before or after the path read the tasks. Such an effect is
+ * therefore taken only once the workflow task's promises have settled (a condition, which the SDK
+ * checks after them): the path has gone as far as its results take it, on either bundle, having
+ * seen none of it (`settled`; for runs of a build before `ARRIVALS_PATCH` it takes effect as it did).
  */
 import * as wf from '@temporalio/workflow';
 import { workflowTime } from './time';
@@ -52,6 +62,8 @@ export class LocalChains {
   private inFlight = 0;
   private open: ChainStart | null = null;
   private readonly held: (() => void)[] = [];
+  /** What reached the run by a promise in the workflow task being processed, not taken yet. */
+  private readonly arrived: (() => void)[] = [];
   /**
    * The one scope every local activity of the run's path runs in: not cancellable, so neither is
    * the activity. One for the run rather than one per activity: a scope costs a few promises
@@ -61,9 +73,13 @@ export class LocalChains {
    */
   private readonly shield = new wf.CancellationScope({ cancellable: false });
 
-  constructor(private readonly enabled: boolean) {
-    // Not cancellable: a cancel request must not end the loop that closes chains.
+  constructor(
+    private readonly enabled: boolean,
+    private readonly settled: boolean,
+  ) {
+    // Not cancellable: a cancel request must not end the loops that close chains and take arrivals.
     if (enabled) void wf.CancellationScope.nonCancellable(() => this.closeEach());
+    if (settled) void wf.CancellationScope.nonCancellable(() => this.takeArrivals());
   }
 
   /** Runs one local activity of the run's path, in the chain open now or a new one. */
@@ -84,6 +100,12 @@ export class LocalChains {
     else effect();
   }
 
+  /** The effect of what reached the run by a promise: taken (as `receive` takes it) once the workflow task's promises have settled. */
+  arrive(effect: () => void): void {
+    if (this.settled) this.arrived.push(effect);
+    else this.receive(effect);
+  }
+
   /** The run path's clock. */
   now(): number {
     return this.open?.time ?? workflowTime();
@@ -99,6 +121,13 @@ export class LocalChains {
       await wf.condition(() => this.open !== null && this.inFlight === 0);
       this.open = null;
       for (const effect of this.held.splice(0)) effect();
+    }
+  }
+
+  private async takeArrivals(): Promise<never> {
+    for (;;) {
+      await wf.condition(() => this.arrived.length > 0);
+      for (const effect of this.arrived.splice(0)) this.receive(effect);
     }
   }
 }

@@ -52,8 +52,10 @@ export interface TaskOwner {
   beforeFirstWrite(): Promise<void>;
   /** What counts against the run's budgets, its tasks' spending and holdings included. */
   used(): BudgetUse;
-  /** Applies the effect of something that reached the run (a task's news or outcome) where a Signal's would take effect. */
+  /** Applies the effect of a task's news (a Signal) where a Signal's would take effect. */
   receive(effect: () => void): void;
+  /** Applies the effect of a task's outcome (a child's result) once the workflow task's promises have settled. */
+  arrive(effect: () => void): void;
 }
 
 const STRICTNESS: Record<PolicyDecision, number> = { allow: 0, ask: 1, deny: 2 };
@@ -284,9 +286,9 @@ export class Orchestration {
     }
     if (task.status === 'starting') task.status = 'running';
     void handle.result().then(
-      (outcome) => this.owner.receive(() => this.finished(task.task_id, outcome as RunOutcome)),
+      (outcome) => this.owner.arrive(() => this.finished(task.task_id, outcome as RunOutcome)),
       (err: unknown) =>
-        this.owner.receive(() =>
+        this.owner.arrive(() =>
           this.ended(task.task_id, {
             // A run that ended without its record: cancelled before it could make one (a run that
             // began before stops were taken from loading on), or failed.
