@@ -323,20 +323,23 @@ describe('a setup phase behind the egress proxy', () => {
     expect(readFileSync(join(stateDir, 'runs', runId, 'workspace', 'gen', 'values.py'), 'utf8')).toBe('ANSWER = 42\n');
   });
 
-  it.each([
-    [
-      'changes a file of the base tree',
-      'open("greeter.py", "a").write("# touched\\n")',
-      /the setup changed greeter\.py, a file of the base tree/,
-    ],
-    ['removes a file of the base tree', 'import os\nos.remove("tests/test_greeter.py")', /the setup removed tests\/test_greeter\.py/],
-    ['leaves a .git folder', 'import os\nos.makedirs("vendor/.git")', /vendor\/\.git.*a \.git segment/],
-  ])('refuses a setup that %s, naming the path', async (_what, code, detail) => {
-    const repo = pythonRepo({ setup: { commands: [python(code)], timeout_s: 60 } });
-    const { outcome } = await runOnce(env, repoInput(repo), { settings: settings() });
-    // Nothing of a refused setup stays in the workspace.
-    expect(outcome.record).toMatchObject({ status: 'failed', reason: 'setup_failed', egress: { allowed: 0, denied: 0 }, diff_paths: [] });
-    expect(outcome.state.detail).toMatch(detail);
+  it('refuses a setup that changes a file of the base tree, removes one, or leaves a .git folder, naming the path (three runs at once)', async () => {
+    const cases: [string, RegExp][] = [
+      ['open("greeter.py", "a").write("# touched\\n")', /the setup changed greeter\.py, a file of the base tree/],
+      ['import os\nos.remove("tests/test_greeter.py")', /the setup removed tests\/test_greeter\.py/],
+      ['import os\nos.makedirs("vendor/.git")', /vendor\/\.git.*a \.git segment/],
+    ];
+    const outcomes = await Promise.all(
+      cases.map(async ([code]) => {
+        const repo = pythonRepo({ setup: { commands: [python(code)], timeout_s: 60 } });
+        return (await runOnce(env, repoInput(repo), { settings: settings() })).outcome;
+      }),
+    );
+    for (const [i, outcome] of outcomes.entries()) {
+      // Nothing of a refused setup stays in the workspace.
+      expect(outcome.record).toMatchObject({ status: 'failed', reason: 'setup_failed', egress: { allowed: 0, denied: 0 }, diff_paths: [] });
+      expect(outcome.state.detail).toMatch(cases[i][1]);
+    }
   });
 
   it('ends infrastructure_error naming the script to run when the proxy image is missing, with nothing left behind', async () => {
