@@ -123,6 +123,8 @@ export interface ReplayReport {
   /** Servers that could not be read before they stopped, with the test that stopped them. */
   unreachable: string[];
   failures: ReplayFailure[];
+  /** Of those replayed, the histories where one workflow task brought an activity's result with a task's outcome or a timer's firing. */
+  together: number;
   /** Seconds spent replaying (not waiting for lines). */
   seconds: number;
   /** Seconds the suites spent fetching the histories, before their servers stopped. */
@@ -150,6 +152,41 @@ export function buildsOf(history: History): Set<string> {
     if (build) builds.add(build);
   }
   return builds;
+}
+
+const EventType = temporal.api.enums.v1.EventType;
+const RESULTS = new Set([
+  EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+  EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+  EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+  EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+]);
+const ARRIVALS = new Set([
+  EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED,
+  EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_FAILED,
+  EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_CANCELED,
+  EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TERMINATED,
+  EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_TIMED_OUT,
+  EventType.EVENT_TYPE_TIMER_FIRED,
+]);
+
+/**
+ * Whether one workflow task brought an activity's result together with a child's outcome or a
+ * timer's firing: the coincidence whose order the two bundles would see differently but for
+ * workflows/local-chain.ts's `arrive`.
+ */
+export function resultWithArrival(history: History): boolean {
+  let result = false;
+  let arrival = false;
+  for (const e of history.events ?? []) {
+    const type = e.eventType ?? EventType.EVENT_TYPE_UNSPECIFIED;
+    if (type === EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED) {
+      if (result && arrival) return true;
+      result = arrival = false;
+    } else if (RESULTS.has(type)) result = true;
+    else if (ARRIVALS.has(type)) arrival = true;
+  }
+  return false;
 }
 
 /** Why a history is not replayed, or null when it is. */
@@ -213,7 +250,16 @@ export async function replayLines(
   options: ReplayWorkerOptions,
   build: string,
 ): Promise<ReplayReport> {
-  const report: ReplayReport = { histories: 0, replayed: 0, skipped: {}, unreachable: [], failures: [], seconds: 0, collect_seconds: 0 };
+  const report: ReplayReport = {
+    histories: 0,
+    replayed: 0,
+    skipped: {},
+    unreachable: [],
+    failures: [],
+    together: 0,
+    seconds: 0,
+    collect_seconds: 0,
+  };
   // Results come back one per history, in order. The workflow id is the run's own: the workflow
   // code reads it (a task's id derives from its parent's).
   const origins: Pick<SinkLine, 'test' | 'workflow_id' | 'run_id'>[] = [];
@@ -238,6 +284,7 @@ export async function replayLines(
         continue;
       }
       origins.push({ test: line.test, workflow_id: line.workflow_id, run_id: line.run_id });
+      if (resultWithArrival(history)) report.together++;
       yield { workflowId: line.workflow_id, history };
     }
   };

@@ -56,6 +56,7 @@ async function historyCheck(dir: string, replayers: ChildProcess[]): Promise<voi
   const skipped = Object.entries(report.skipped).map(([why, n]) => `${n} ${why}`);
   process.stdout.write(
     `\nhistory check: ${report.replayed} workflow histories the suites made replayed on both workflow bundles` +
+      `, ${report.together} of them with an activity's result and a task's outcome or a timer in one workflow task` +
       ` (fetched in ${report.collect_seconds.toFixed(1)} s of the suites; ${report.seconds.toFixed(1)} s of replay beside them, ${waited.toFixed(1)} s after the last suite)` +
       `${skipped.length ? `; ${report.histories} fetched, left out: ${skipped.join(', ')}` : ''}: ` +
       `${report.failures.length === 0 ? 'no nondeterminism' : `${report.failures.length} failed`}\n`,
