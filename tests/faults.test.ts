@@ -100,90 +100,116 @@ const attemptsOf = async (crash: Crash, type: string) =>
 const entriesOf = (crash: Crash) => withLedger(crash.stateDir, (ledger) => ledger.entries(crash.runId));
 
 describe('each crash window recovers on a fresh worker with exactly two writes and two receipts', () => {
-  it('before_write: killed after the approval was recorded, before the write; the retry writes once', async () => {
-    const crash = await runUntilFault('before_write');
-    expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
-    expect(entriesOf(crash)).toBe(0); // no intent yet
-    expect(crash.digestOf(ADDED_TEST)).toBe('absent');
+  /**
+   * Five windows run at once, each on its own queue, state folder and worker processes: each
+   * waits out its killed activity's 10 s timeout, so one after another they took five times that.
+   */
+  const windows: [string, () => Promise<void>][] = [
+    [
+      'before_write: killed after the approval was recorded, before the write; the retry writes once',
+      async () => {
+        const crash = await runUntilFault('before_write');
+        expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
+        expect(entriesOf(crash)).toBe(0); // no intent yet
+        expect(crash.digestOf(ADDED_TEST)).toBe('absent');
 
-    const outcome = await finishOnFreshWorker(crash);
-    expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
-    expect(ledgerReceipts(crash.stateDir, crash.runId).map((r) => r.recovered)).toEqual([false, false]);
-    expect(await attemptsOf(crash, 'writePatch')).toEqual([2, 1]);
-  });
+        const outcome = await finishOnFreshWorker(crash);
+        expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
+        expect(ledgerReceipts(crash.stateDir, crash.runId).map((r) => r.recovered)).toEqual([false, false]);
+        expect(await attemptsOf(crash, 'writePatch')).toEqual([2, 1]);
+      },
+    ],
+    [
+      'after_temp_write: killed before the rename; recovery finds the target as before and writes it',
+      async () => {
+        const crash = await runUntilFault('after_temp_write');
+        expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
+        expect(entriesOf(crash)).toBe(1); // the intent, no receipt
+        expect(readdirSync(runPaths(crash.stateDir, crash.runId).tmp).filter((n) => n.endsWith('.tmp'))).toHaveLength(1);
+        expect(crash.digestOf(ADDED_TEST)).toBe('absent');
 
-  it('after_temp_write: killed before the rename; recovery finds the target as before and writes it', async () => {
-    const crash = await runUntilFault('after_temp_write');
-    expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
-    expect(entriesOf(crash)).toBe(1); // the intent, no receipt
-    expect(readdirSync(runPaths(crash.stateDir, crash.runId).tmp).filter((n) => n.endsWith('.tmp'))).toHaveLength(1);
-    expect(crash.digestOf(ADDED_TEST)).toBe('absent');
+        const outcome = await finishOnFreshWorker(crash);
+        expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
+        expect(ledgerReceipts(crash.stateDir, crash.runId).map((r) => r.recovered)).toEqual([false, false]);
+        expect(await attemptsOf(crash, 'writePatch')).toEqual([2, 1]);
+      },
+    ],
+    [
+      'after_rename: killed before the receipt; recovery only records the receipt, marked recovered',
+      async () => {
+        const crash = await runUntilFault('after_rename');
+        expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
+        expect(entriesOf(crash)).toBe(1);
+        const writtenDigest = crash.digestOf(ADDED_TEST);
+        expect(writtenDigest).not.toBe('absent');
 
-    const outcome = await finishOnFreshWorker(crash);
-    expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
-    expect(ledgerReceipts(crash.stateDir, crash.runId).map((r) => r.recovered)).toEqual([false, false]);
-    expect(await attemptsOf(crash, 'writePatch')).toEqual([2, 1]);
-  });
+        const outcome = await finishOnFreshWorker(crash);
+        expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
+        const receipts = ledgerReceipts(crash.stateDir, crash.runId);
+        expect(receipts.map((r) => [r.path, r.recovered])).toEqual([
+          [ADDED_TEST, true],
+          [SOURCE, false],
+        ]);
+        expect(receipts[0].after).toBe(writtenDigest); // the file was not written a second time
+        const written = traceIn(crash.stateDir, crash.runId)
+          .filter((e) => e.type === 'action_written')
+          .map((e) => e.data as { path: string; recovered: boolean });
+        expect(written.map((d) => [d.path, d.recovered])).toEqual([
+          [ADDED_TEST, true],
+          [SOURCE, false],
+        ]);
+      },
+    ],
+    [
+      'after_receipt: killed before the activity completed; the retry finds the receipt and writes nothing',
+      async () => {
+        const crash = await runUntilFault('after_receipt');
+        expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
+        const atDeath = ledgerReceipts(crash.stateDir, crash.runId);
+        expect(atDeath.map((r) => [r.path, r.recovered])).toEqual([[ADDED_TEST, false]]);
+        expect(crash.digestOf(ADDED_TEST)).toBe(atDeath[0].after);
 
-  it('after_rename: killed before the receipt; recovery only records the receipt, marked recovered', async () => {
-    const crash = await runUntilFault('after_rename');
-    expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
-    expect(entriesOf(crash)).toBe(1);
-    const writtenDigest = crash.digestOf(ADDED_TEST);
-    expect(writtenDigest).not.toBe('absent');
+        const outcome = await finishOnFreshWorker(crash);
+        expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
+        expect(await attemptsOf(crash, 'writePatch')).toEqual([2, 1]);
+        expect(
+          traceIn(crash.stateDir, crash.runId)
+            .filter((e) => e.type === 'action_written')
+            .map((e) => (e.data as { recovered: boolean }).recovered),
+        ).toEqual([false, false]);
+      },
+    ],
+    [
+      'in_verifier: killed after the model said final; recovery re-enters the verifier and consumes no decision',
+      async () => {
+        const crash = await runUntilFault('in_verifier');
+        expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
+        expect(ledgerReceipts(crash.stateDir, crash.runId)).toHaveLength(2);
 
-    const outcome = await finishOnFreshWorker(crash);
-    expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
-    const receipts = ledgerReceipts(crash.stateDir, crash.runId);
-    expect(receipts.map((r) => [r.path, r.recovered])).toEqual([
-      [ADDED_TEST, true],
-      [SOURCE, false],
-    ]);
-    expect(receipts[0].after).toBe(writtenDigest); // the file was not written a second time
-    const written = traceIn(crash.stateDir, crash.runId)
-      .filter((e) => e.type === 'action_written')
-      .map((e) => e.data as { path: string; recovered: boolean });
-    expect(written.map((d) => [d.path, d.recovered])).toEqual([
-      [ADDED_TEST, true],
-      [SOURCE, false],
-    ]);
-  });
+        const outcome = await finishOnFreshWorker(crash);
+        expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
+        const count = (type: string) => traceIn(crash.stateDir, crash.runId).filter((e) => e.type === type).length;
+        // An uninterrupted canonical run asks once per decision of the replay.
+        expect(count('model_requested')).toBe(CANONICAL_DECISIONS);
+        // Each decision taken once, at its first attempt (a replay's decisions are local activities).
+        expect([...(await attemptsOf(crash, 'decide')), ...(await attemptsOf(crash, 'localDecide'))]).toEqual(
+          new Array(CANONICAL_DECISIONS).fill(1),
+        );
+        expect(await attemptsOf(crash, 'verify')).toEqual([2]);
+        expect([count('verification_started'), count('verification_passed')]).toEqual([1, 1]);
+      },
+    ],
+  ];
 
-  it('after_receipt: killed before the activity completed; the retry finds the receipt and writes nothing', async () => {
-    const crash = await runUntilFault('after_receipt');
-    expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
-    const atDeath = ledgerReceipts(crash.stateDir, crash.runId);
-    expect(atDeath.map((r) => [r.path, r.recovered])).toEqual([[ADDED_TEST, false]]);
-    expect(crash.digestOf(ADDED_TEST)).toBe(atDeath[0].after);
-
-    const outcome = await finishOnFreshWorker(crash);
-    expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
-    expect(await attemptsOf(crash, 'writePatch')).toEqual([2, 1]);
-    expect(
-      traceIn(crash.stateDir, crash.runId)
-        .filter((e) => e.type === 'action_written')
-        .map((e) => (e.data as { recovered: boolean }).recovered),
-    ).toEqual([false, false]);
-  });
-
-  it('in_verifier: killed after the model said final; recovery re-enters the verifier and consumes no decision', async () => {
-    const crash = await runUntilFault('in_verifier');
-    expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
-    expect(ledgerReceipts(crash.stateDir, crash.runId)).toHaveLength(2);
-
-    const outcome = await finishOnFreshWorker(crash);
-    expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
-    const count = (type: string) => traceIn(crash.stateDir, crash.runId).filter((e) => e.type === type).length;
-    // An uninterrupted canonical run asks once per decision of the replay.
-    expect(count('model_requested')).toBe(CANONICAL_DECISIONS);
-    // Each decision taken once, at its first attempt (a replay's decisions are local activities).
-    expect([...(await attemptsOf(crash, 'decide')), ...(await attemptsOf(crash, 'localDecide'))]).toEqual(
-      new Array(CANONICAL_DECISIONS).fill(1),
+  it(`recovers in every window, the five at once: ${windows.map(([name]) => name.split(':')[0]).join(', ')}`, async () => {
+    const settled = await Promise.allSettled(windows.map(([, body]) => body()));
+    const failed = settled.flatMap((r, i) =>
+      r.status === 'rejected' ? [`${windows[i][0]}\n${String((r.reason as Error)?.stack ?? r.reason)}`] : [],
     );
-    expect(await attemptsOf(crash, 'verify')).toEqual([2]);
-    expect([count('verification_started'), count('verification_passed')]).toEqual([1, 1]);
-  });
+    if (failed.length > 0) throw new Error(failed.join('\n\n'));
+  }, 300_000);
 
+  // Alone: a fresh worker of another window would reap the killed worker's test tree (its owner is dead) before this one sees it.
   it('during_tests: killed while a test process tree runs; the orphaned tree is reaped and none of it remains', async () => {
     const marker = `4242.${process.pid}${Date.now() % 100_000}`;
     const crash = await runUntilFault('during_tests', canonicalInput('canonical', { fixture: fixtureWithSleepingChild(marker) }));

@@ -11,7 +11,8 @@
  * receipts say, and the worker process that lived through the fault still running.
  *
  * The partition lasts 2 minutes, longer than every activity timeout (10 s): the dev server's and
- * the cluster's are cut at once, so the suite waits those 2 minutes once.
+ * the cluster's are cut at once, and the flapping link's case runs meanwhile on a link of its own,
+ * so the suite waits those 2 minutes once. Each SIGKILL is made on both servers at once too.
  */
 import { NamespaceNotFoundError } from '@temporalio/common';
 import { execFileSync } from 'node:child_process';
@@ -74,36 +75,69 @@ async function partitionCase(server: ServerUnderTest) {
   }
 }
 
-it('with the worker cut off from the frontend for 2 minutes during a test run (the dev server and the cluster at once): each run completes once the link is back', async () => {
+/** The worker on a flapping, slow link to the server while its test run is in flight. */
+async function flappingCase(server: ServerUnderTest) {
+  const link = await networkLink(server.address);
+  try {
+    const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'flapping', 'during_tests');
+    workers.push(worker);
+    await worker.ready;
+    await link.latency(150, 100);
+    const handle = await startCanonical(server, taskQueue);
+    await holding(worker, 'during_tests');
+    for (let i = 0; i < 3; i++) {
+      await link.cut();
+      await sleep(4000);
+      await link.heal();
+      await sleep(2000);
+    }
+    return { end: await endOf(handle, stateDir), worker: alive(worker) };
+  } finally {
+    await link.close();
+  }
+}
+
+// The flapping link's case runs meanwhile, on its own link to the dev server: the suite waits the 2 minutes once for both.
+it('with the worker cut off from the frontend for 2 minutes during a test run (the dev server and the cluster at once): each run completes once the link is back; and, meanwhile, with a flapping, slow link between another worker and the dev server', async () => {
   const expected = { during: 'RUNNING', end: CLEAN_FINISH, worker: [null, null] };
-  expect(await Promise.all(KINDS.map((kind) => partitionCase(servers.get(kind)!)))).toEqual([expected, expected]);
+  const [partitioned, flapping] = await Promise.all([
+    Promise.all(KINDS.map((kind) => partitionCase(servers.get(kind)!))),
+    flappingCase(servers.get('dev')!),
+  ]);
+  expect(partitioned).toEqual([expected, expected]);
+  expect(flapping).toEqual({ end: CLEAN_FINISH, worker: [null, null] });
 }, 360_000);
 
-describe.each(KINDS)('the Temporal server (%s) SIGKILLed in the middle of a step', (kind) => {
+/** A run whose worker holds still at `point` while the server is SIGKILLed, left dead, and started again. */
+async function killCase(server: ServerUnderTest, kind: ServerKind, point: FaultPoint) {
+  const { stateDir, taskQueue, worker } = caseWorker(server, `server-kill-${kind}`, point);
+  workers.push(worker);
+  await worker.ready;
+  const handle = await startCanonical(server, taskQueue);
+  await holding(worker, point);
+  await server.kill();
+  await sleep(DOWN_MS);
+  await server.start();
+  return { end: await endOf(handle, stateDir), worker: alive(worker) };
+}
+
+it.each<[string, FaultPoint]>([
+  ['a write (the target holds the new content, its receipt not yet recorded)', 'after_rename'],
+  ['a test run (the candidate tests just spawned)', 'during_tests'],
+])(
+  'with the Temporal server SIGKILLed during %s (the dev server and the cluster at once): each run completes with one write and one receipt per approved action',
+  async (_what, point) => {
+    const expected = { end: CLEAN_FINISH, worker: [null, null] };
+    expect(await Promise.all(KINDS.map((kind) => killCase(servers.get(kind)!, kind, point)))).toEqual([expected, expected]);
+  },
+  240_000,
+);
+
+describe.each(KINDS)('the Temporal server (%s)', (kind) => {
   let server: ServerUnderTest;
   beforeAll(() => {
     server = servers.get(kind)!;
   });
-
-  it.each<[string, FaultPoint]>([
-    ['a write (the target holds the new content, its receipt not yet recorded)', 'after_rename'],
-    ['a test run (the candidate tests just spawned)', 'during_tests'],
-  ])(
-    'during %s: the run completes with one write and one receipt per approved action',
-    async (_what, point) => {
-      const { stateDir, taskQueue, worker } = caseWorker(server, `server-kill-${kind}`, point);
-      workers.push(worker);
-      await worker.ready;
-      const handle = await startCanonical(server, taskQueue);
-      await holding(worker, point);
-      await server.kill();
-      await sleep(DOWN_MS);
-      await server.start();
-      expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
-      expect(alive(worker)).toEqual([null, null]);
-    },
-    240_000,
-  );
 
   if (kind === 'cluster') {
     it('with PostgreSQL restarted during a test run: the run completes with one write and one receipt per approved action', async () => {
@@ -119,28 +153,6 @@ describe.each(KINDS)('the Temporal server (%s) SIGKILLed in the middle of a step
   }
 
   if (kind === 'dev') {
-    it('with a flapping, slow link between the worker and the server: the run completes with one write and one receipt per approved action', async () => {
-      const link = await networkLink(server.address);
-      try {
-        const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'flapping', 'during_tests');
-        workers.push(worker);
-        await worker.ready;
-        await link.latency(150, 100);
-        const handle = await startCanonical(server, taskQueue);
-        await holding(worker, 'during_tests');
-        for (let i = 0; i < 3; i++) {
-          await link.cut();
-          await sleep(4000);
-          await link.heal();
-          await sleep(2000);
-        }
-        expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
-        expect(alive(worker)).toEqual([null, null]);
-      } finally {
-        await link.close();
-      }
-    }, 240_000);
-
     it('a start asked while the server is dead is made once the server is back', async () => {
       await server.kill();
       const taskQueue = uniqueQueue('start-away');
