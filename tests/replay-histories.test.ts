@@ -32,7 +32,6 @@ const found = jsonIn(join(HISTORIES, 'found')).map((name) => `found/${name}`);
 const names = [...recorded, ...found];
 const load = (name: string): HistoryJson => JSON.parse(readFileSync(join(HISTORIES, `${name}.json`), 'utf8'));
 
-let options: ReplayWorkerOptions;
 const bundles = {} as Record<BundleKind, ReplayWorkerOptions>;
 beforeAll(async () => {
   // The negative tests make Core warn about the nondeterminism they provoke; keep the output to errors.
@@ -40,13 +39,13 @@ beforeAll(async () => {
   // The workflow spans' sink as a worker registers it (it drops them while replaying).
   for (const kind of ['traced', 'plain'] as const)
     bundles[kind] = { workflowBundle: await workflowBundle(kind), sinks: workerTelemetry(null).sinks };
-  options = bundles.traced;
 });
 
-/** Replays one history and returns its error (undefined when it replayed cleanly). */
-async function replayError(json: HistoryJson, workflowId: string) {
+/** Replays one history on one bundle (the traced one unless said) and returns its error (undefined when it replayed cleanly). */
+async function replayError(json: HistoryJson, workflowId: string, kind: BundleKind = 'traced') {
   const results = [];
-  for await (const result of Worker.runReplayHistories(options, [{ workflowId, history: historyFromJSON(json) }])) results.push(result);
+  for await (const result of Worker.runReplayHistories(bundles[kind], [{ workflowId, history: historyFromJSON(json) }]))
+    results.push(result);
   expect(results).toHaveLength(1);
   return results[0].error;
 }
@@ -161,13 +160,6 @@ describe("a task's outcome in the workflow task of the run's own result", () => 
   const NAME = 'before-arrivals/task-outcome-with-decision';
   /** The workflow id it ran under: its tasks' ids are made of it. */
   const WORKFLOW_ID = 'run-22707-10-run';
-  const histories = (json: HistoryJson) => [{ workflowId: WORKFLOW_ID, history: historyFromJSON(json) }];
-  const replayOn = async (kind: BundleKind, json: HistoryJson) => {
-    const errors = [];
-    for await (const { error } of Worker.runReplayHistories(bundles[kind], histories(json))) errors.push(error);
-    return errors[0];
-  };
-
   it('is a decision over its budget and a task outcome brought by one workflow task, which scheduled the next decision', () => {
     const { events } = load(NAME);
     const json = (e: HistoryEvent) =>
@@ -191,8 +183,8 @@ describe("a task's outcome in the workflow task of the run's own result", () => 
   });
 
   it('as its build recorded it (before ARRIVALS_PATCH): replays on the bundle it ran on, and not on the other', async () => {
-    expect(await replayOn('plain', load(NAME))).toBeUndefined();
-    const error = await replayOn('traced', load(NAME));
+    expect(await replayError(load(NAME), WORKFLOW_ID, 'plain')).toBeUndefined();
+    const error = await replayError(load(NAME), WORKFLOW_ID, 'traced');
     expect(error).toBeInstanceOf(DeterminismViolationError);
     expect(error!.message).toContain(`No command scheduled for event HistoryEvent(id: ${load(NAME).events.length}, ActivityTaskScheduled)`);
   });
@@ -200,7 +192,7 @@ describe("a task's outcome in the workflow task of the run's own result", () => 
   it.each(['traced', 'plain'] as const)('as this build records it (with ARRIVALS_PATCH): replays on the %s bundle', async (kind) => {
     const json = withPatchAtStart(load(NAME), ARRIVALS_PATCH);
     expect(json.events.filter((e) => patchId(e) !== null).map(patchId)).toEqual([SEGMENT_START_PATCH, ARRIVALS_PATCH]);
-    expect(await replayOn(kind, json)).toBeUndefined();
+    expect(await replayError(json, WORKFLOW_ID, kind)).toBeUndefined();
   });
 });
 
