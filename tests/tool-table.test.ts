@@ -23,7 +23,9 @@ describe('the tool table', () => {
     expect(Object.keys(HANDLERS)).toEqual(NAMES);
     const shape = (h: unknown) => (typeof h === 'function' ? 'run' : h === 'workflow' ? 'workflow' : 'prepare+write');
     const byKind = { read: 'run', test: 'run', write: 'prepare+write', orchestration: 'workflow' } as const;
-    for (const name of NAMES) expect([name, shape(HANDLERS[name])]).toEqual([name, byKind[TOOLS[name].kind]]);
+    // merge_task is carried out by the workflow, and its outcome is a write: its halves are in the map.
+    const expected = (name: ToolName) => (name === 'merge_task' ? 'prepare+write' : byKind[TOOLS[name].kind]);
+    for (const name of NAMES) expect([name, shape(HANDLERS[name])]).toEqual([name, expected(name)]);
     expect([...READ_ONLY_TOOLS]).toEqual(['read_file', 'search', 'show_diff']);
 
     // Validation knows exactly the table's tools: a listed name gets to its arguments, another is unknown.
@@ -106,8 +108,8 @@ describe('the compiler holds the table and its dispatchers together', () => {
     [
       'a handler without a tool',
       'tools/index.ts',
-      "  merge_task: 'workflow',\n",
-      "  merge_task: 'workflow',\n  shell: 'workflow',\n",
+      "  stop_task: 'workflow',\n",
+      "  stop_task: 'workflow',\n  shell: 'workflow',\n",
       [/'shell' does not exist in type 'ToolHandlers'/],
     ],
     [
@@ -116,6 +118,13 @@ describe('the compiler holds the table and its dispatchers together', () => {
       HANDLER,
       "  show_diff: 'workflow',\n",
       [/not assignable to type 'RunHandler<"show_diff">'/],
+    ],
+    [
+      'merge_task without its write halves',
+      'tools/index.ts',
+      '  merge_task: { prepare: prepareMerge, write: writeMerge },\n',
+      "  merge_task: 'workflow',\n",
+      [/not assignable to type 'MergeHandler'/],
     ],
     ['the carriers as they are', 'workflows/subruns.ts', CARRIER, CARRIER, []],
     ['an orchestration tool without a carrier', 'workflows/subruns.ts', CARRIER, '', [/Property 'stop_task' is missing in type/]],

@@ -3,13 +3,15 @@
  * refuses a tool without a handler and a handler without a tool.
  * - `read` and `test`: the function the tool activity runs (activities/tools.ts);
  * - `write`: the write path's two halves (activities/writes.ts);
- * - `orchestration`: carried out by the workflow on its sub-runs (workflows/subruns.ts); a
- *   merge's two halves are tools/merge_task.ts, run by activities/merge.ts.
+ * - `orchestration`: carried out by the workflow on its sub-runs (workflows/subruns.ts); the one
+ *   whose outcome is a write, `merge_task`, gives the workflow its two halves here, as a write does
+ *   (run by activities/merge.ts).
  */
 import type { ToolResult } from '../core/contracts';
 import { TOOLS, type ToolArgsByName, type ToolName } from '../core/tools';
 import { preparePatch, writePatch } from './apply_patch';
 import type { ToolContext } from './context';
+import { prepareMerge, writeMerge } from './merge_task';
 import { readFile } from './read_file';
 import { runTests } from './run_tests';
 import { search } from './search';
@@ -22,18 +24,28 @@ export type RunHandler<N extends ToolName> = (
   args: ToolArgsByName[N],
 ) => ToolResult | Promise<ToolResult>;
 
-/** A write: prepared without side effect, written once approved. */
-export interface WriteHandler {
-  prepare: typeof preparePatch;
-  write: typeof writePatch;
+/** A write's two halves: prepared without side effect, written once approved. */
+export interface WriteHalves<P, W> {
+  prepare: P;
+  write: W;
 }
+
+export type WriteHandler = WriteHalves<typeof preparePatch, typeof writePatch>;
 
 /** The workflow carries the tool out. */
 export type WorkflowHandler = 'workflow';
 
+/** merge_task: the workflow carries it out, and its outcome is a write, with these two halves. */
+export type MergeHandler = WriteHalves<typeof prepareMerge, typeof writeMerge>;
+
 type KindOf<N extends ToolName> = (typeof TOOLS)[N]['kind'];
-export type HandlerOf<N extends ToolName> =
-  KindOf<N> extends 'read' | 'test' ? RunHandler<N> : KindOf<N> extends 'write' ? WriteHandler : WorkflowHandler;
+export type HandlerOf<N extends ToolName> = N extends 'merge_task'
+  ? MergeHandler
+  : KindOf<N> extends 'read' | 'test'
+    ? RunHandler<N>
+    : KindOf<N> extends 'write'
+      ? WriteHandler
+      : WorkflowHandler;
 
 export type ToolHandlers = { [N in ToolName]: HandlerOf<N> };
 
@@ -47,7 +59,7 @@ export const HANDLERS: ToolHandlers = {
   message_task: 'workflow',
   stop_task: 'workflow',
   task_status: 'workflow',
-  merge_task: 'workflow',
+  merge_task: { prepare: prepareMerge, write: writeMerge },
 };
 
 /** The function the tool activity runs for `name`, or null when the tool is not the activity's. */
