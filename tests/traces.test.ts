@@ -12,9 +12,10 @@ import { cpSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
+import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Worker } from '@temporalio/worker';
-import { workflowBundle, type BundleKind } from '../worker';
+import { bundleWorkflowCode, Worker } from '@temporalio/worker';
+import { workflowBundle, workflowBundleOptions, type BundleKind } from '../worker';
 import type { RunRecord } from '../core/contracts';
 import { workerTelemetry } from '../worker/telemetry';
 import { launchChromium } from './helpers/browser';
@@ -286,6 +287,45 @@ describe('traces exported over OTLP/HTTP', () => {
     } finally {
       plain.close();
     }
+  });
+
+  it("adds no storage of trace contexts to the workflow thread for each run in the worker's cache", async () => {
+    // On Node 20 every enabled AsyncLocalStorage of a thread stamps each promise made in it, so a
+    // storage per cached run costs every promise one stamp per run (workflows/trace-context.ts).
+    // The traced bundle's interceptors, around a workflow that waits, in this test's own thread
+    // (debugMode) so that a promise made here shows the thread's stamps.
+    const { code } = await bundleWorkflowCode({
+      ...workflowBundleOptions('traced'),
+      workflowsPath: require.resolve('./helpers/parked-workflow'),
+      logger: { trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m), log() {} },
+    });
+    const taskQueue = uniqueQueue('stamps');
+    const worker = await Worker.create({
+      connection: env.nativeConnection,
+      taskQueue,
+      workflowBundle: { code },
+      debugMode: true,
+      sinks: workerTelemetry(null).sinks,
+      maxCachedWorkflows: 100,
+    });
+    const stamps = () => Object.getOwnPropertySymbols(Promise.resolve()).filter((s) => s.description === 'kResourceStore').length;
+    const handles: WorkflowHandle[] = [];
+    const cacheUpTo = async (n: number) => {
+      while (handles.length < n) {
+        const h = await env.client.workflow.start('parked', { taskQueue, workflowId: `${taskQueue}-${handles.length}` });
+        handles.push(h);
+        await waitFor('the run waiting', () => h.query<boolean>('waiting'));
+      }
+      return stamps();
+    };
+    await worker.runUntil(async () => {
+      const few = await cacheUpTo(5);
+      const many = await cacheUpTo(25);
+      // With a storage of trace contexts per workflow, each of the 20 runs added one stamp.
+      expect(many - few).toBe(0);
+      await Promise.all(handles.map((h) => h.signal('go')));
+      await Promise.all(handles.map((h) => h.result()));
+    });
   });
 
   it('gives each run of a batch a trace of its own, named in timings.json and report.html, never in report.json', async () => {

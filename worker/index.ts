@@ -65,7 +65,9 @@ export type BundleKind = keyof typeof WORKFLOW_BUNDLES;
  * garbage each time an evicted run is replayed.
  * Hazard: a module listed here (and everything it imports) must keep no state at its module
  * scope, since one instance serves every workflow of the thread; the SDK deep-freezes its
- * exports. core/ is pure by rule; nothing from @temporalio/workflow belongs here.
+ * exports. core/ is pure by rule; nothing from @temporalio/workflow belongs here. The traced
+ * bundle adds workflows/trace-context.ts, whose one state is on purpose: the thread's storage of
+ * trace contexts.
  * workflows/stack-traces.ts is the one module kept for its effect: the sandbox's stack format.
  */
 export const SHARED_WORKFLOW_MODULES = [
@@ -79,7 +81,9 @@ export const SHARED_WORKFLOW_MODULES = [
 export function workflowBundleOptions(kind: BundleKind) {
   return {
     workflowsPath: require.resolve('../workflows'),
-    preloadModules: SHARED_WORKFLOW_MODULES,
+    // The traced bundle's one storage of trace contexts for the thread (workflows/trace-context.ts).
+    preloadModules:
+      kind === 'traced' ? [...SHARED_WORKFLOW_MODULES, require.resolve('../workflows/trace-context')] : SHARED_WORKFLOW_MODULES,
     workflowInterceptorModules: kind === 'traced' ? [require.resolve('../workflows/interceptors')] : [],
   };
 }

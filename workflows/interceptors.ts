@@ -35,6 +35,11 @@ import type {
 import type { RunRecord } from '../core/contracts';
 import { activityArgsAttributes, ATTR, runAttributes } from '../core/span-attributes';
 import { AGENT_EVAL, AGENT_RUN } from './messages';
+import { SharedContextManager } from './trace-context';
+
+// Each workflow's OpenTelemetry API keeps the first context manager registered: ours, over the
+// thread's one storage, registered as this module loads, before the interceptors below make theirs.
+otel.context.setGlobalContextManager(new SharedContextManager(otel.ROOT_CONTEXT));
 
 /** OpenTelemetry's, less the span of each Query: runs are queried every second by whoever follows them. */
 class Inbound extends OpenTelemetryInboundInterceptor {
