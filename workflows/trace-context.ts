@@ -6,8 +6,8 @@
  * made in that thread, whichever workflow made it, and the promise hook walks them all. The
  * interceptors' own context manager makes one storage per workflow, so with C runs in the cache
  * each promise carried about C such properties, and the cache held C times as many promises: a
- * cost that grows with the square of the cache (measured in docs/benchmarks.md, "Parked runs and
- * the thread's storages"). One shared storage costs each promise one property.
+ * cost that grows with the square of the cache (docs/benchmarks.md, "The hot path, fifth
+ * round"). One shared storage costs each promise one property.
  *
  * Sharing is safe: a context is only ever set by `with`, for the async work it starts, and a
  * workflow's activation begins outside any `with`; so a workflow reads either a context its own
