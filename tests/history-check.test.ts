@@ -13,7 +13,7 @@ import { bundleWorkflowCode } from '@temporalio/worker';
 import { buildId } from '../host/build';
 import { startRun } from '../client/run-access';
 import { buildsOf, decodeHistory, encodeHistory, HistorySink, replaySinks, type SinkLine } from '../scripts/support/histories';
-import { SHARED_WORKFLOW_MODULES, workflowBundle } from '../worker';
+import { quietLogger, SHARED_WORKFLOW_MODULES, workflowBundle } from '../worker';
 import { workerTelemetry } from '../worker/telemetry';
 import { freePort, tempDir } from './helpers/run-dir';
 import { canonicalInput, inProcessWorker, pendingApproval, runOnce, startServer, uniqueQueue } from './helpers/temporal';
@@ -74,7 +74,7 @@ describe('the history check', () => {
     const changed = await bundleWorkflowCode({
       workflowsPath: require.resolve('./helpers/versioning-workflows'),
       preloadModules: SHARED_WORKFLOW_MODULES,
-      logger: { trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m), log() {} },
+      logger: quietLogger,
     });
     const caught = await replaySinks(dir, { changed: { workflowBundle: { code: changed.code }, sinks } }, buildId());
     expect(

@@ -15,7 +15,7 @@ import { promisify } from 'node:util';
 import type { WorkflowHandle } from '@temporalio/client';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, Worker } from '@temporalio/worker';
-import { workflowBundle, workflowBundleOptions, type BundleKind } from '../worker';
+import { quietLogger, workflowBundle, workflowBundleOptions, type BundleKind } from '../worker';
 import type { RunRecord } from '../core/contracts';
 import { workerTelemetry } from '../worker/telemetry';
 import { launchChromium } from './helpers/browser';
@@ -297,7 +297,7 @@ describe('traces exported over OTLP/HTTP', () => {
     const { code } = await bundleWorkflowCode({
       ...workflowBundleOptions('traced'),
       workflowsPath: require.resolve('./helpers/parked-workflow'),
-      logger: { trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m), log() {} },
+      logger: quietLogger,
     });
     const taskQueue = uniqueQueue('stamps');
     const worker = await Worker.create({

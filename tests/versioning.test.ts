@@ -24,7 +24,7 @@ import { processAlive, processEnded } from '../host/processes';
 import { temporalBinary } from '../host/temporal-bin';
 import { LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from '../scripts/support/run-dir';
 import { describeVersion } from '../worker/deployment';
-import { SHARED_WORKFLOW_MODULES, WORKFLOW_BUNDLES } from '../worker';
+import { quietLogger, SHARED_WORKFLOW_MODULES, WORKFLOW_BUNDLES } from '../worker';
 import { clusterEnvironment, type ServerKind } from '../scripts/support/servers';
 import { killed, pendingApproval, startServer, traceIn, uniqueQueue, waitFor, writeReplay } from './helpers/temporal';
 
@@ -73,7 +73,7 @@ async function buildB(): Promise<{ root: string; bundle: string }> {
   const { code } = await bundleWorkflowCode({
     workflowsPath: require.resolve('./helpers/versioning-workflows'),
     preloadModules: SHARED_WORKFLOW_MODULES,
-    logger: { trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m), log() {} },
+    logger: quietLogger,
   });
   // Both of the build's bundles: a worker takes one or the other by whether it exports traces.
   for (const kind of ['plain', 'traced'] as const)

@@ -14,7 +14,7 @@ import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import { startConsole, type RunningConsole } from '../client/console/server';
 import { startRun, wedgedTask, runHandle } from '../client/run-access';
 import { buildId } from '../host/build';
-import { SHARED_WORKFLOW_MODULES } from '../worker';
+import { quietLogger, SHARED_WORKFLOW_MODULES } from '../worker';
 import { SseClient } from './helpers/sse';
 import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { canonicalInput, killed, spawnWorker, startServer, uniqueQueue, waitFor } from './helpers/temporal';
@@ -50,7 +50,7 @@ describe('a run whose workflow task fails on nondeterminism', () => {
     const { code } = await bundleWorkflowCode({
       workflowsPath: require.resolve('./helpers/versioning-workflows'),
       preloadModules: SHARED_WORKFLOW_MODULES,
-      logger: { trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m), log() {} },
+      logger: quietLogger,
     });
     const other = await Worker.create({
       connection: env.nativeConnection,

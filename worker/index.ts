@@ -101,7 +101,8 @@ export function workflowBundle(kind: BundleKind): Promise<WorkflowBundleOption> 
   return bundle;
 }
 
-const quietLogger = { trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m), log() {} };
+/** The bundler's logger wherever workflow code is bundled: its errors only. */
+export const quietLogger = { trace() {}, debug() {}, info() {}, warn() {}, error: (m: string) => console.error(m), log() {} };
 
 export interface WorkerOptions {
   connection: NativeConnection;
