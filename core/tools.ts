@@ -16,11 +16,15 @@ import { z } from 'zod';
  * - `test`: runs the candidate tests (an activity; what it changes in the workspace is undone);
  * - `write`: a change through the write path (prepare, approval, write, receipt);
  * - `orchestration`: carried out by the workflow on its sub-runs (`subruns` enabled).
+ * An entry with `writes: true` is one whose outcome goes through the write path though its kind
+ * is not `write` (merge_task: the workflow carries it out, and the merge is one approved write).
  */
 export type ToolKind = 'read' | 'test' | 'write' | 'orchestration';
 
-interface ToolEntry<K extends ToolKind, S extends z.ZodType> {
+interface ToolEntry<K extends ToolKind, S extends z.ZodType, W extends boolean> {
   kind: K;
+  /** Its outcome is a write through the write path (prepare, approval, write, receipt). */
+  writes?: W;
   args: S;
   /** What the model reads about the tool (the newest prompt version's tools.json holds it). */
   description: string;
@@ -29,7 +33,7 @@ interface ToolEntry<K extends ToolKind, S extends z.ZodType> {
 }
 
 /** A table row; the compiler holds that every argument has its text and no other. */
-const tool = <K extends ToolKind, S extends z.ZodType>(entry: ToolEntry<K, S>): ToolEntry<K, S> => entry;
+const tool = <K extends ToolKind, S extends z.ZodType, W extends boolean = false>(entry: ToolEntry<K, S, W>): ToolEntry<K, S, W> => entry;
 
 const taskId = z.string().min(1).max(200);
 const TASK_ID_TEXT = 'The task_id exactly as dispatch_task returned it.';
@@ -155,6 +159,7 @@ const ORCHESTRATION_TOOLS = {
   }),
   merge_task: tool({
     kind: 'orchestration',
+    writes: true,
     args: z.strictObject({ task_id: taskId }),
     description:
       "Merge a task's verified change into your workspace as one write: it waits for the task to end, needs an approval like apply_patch, and fails with merge_conflict naming the paths when your files changed underneath.",

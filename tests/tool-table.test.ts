@@ -23,8 +23,9 @@ describe('the tool table', () => {
     expect(Object.keys(HANDLERS)).toEqual(NAMES);
     const shape = (h: unknown) => (typeof h === 'function' ? 'run' : h === 'workflow' ? 'workflow' : 'prepare+write');
     const byKind = { read: 'run', test: 'run', write: 'prepare+write', orchestration: 'workflow' } as const;
-    // merge_task is carried out by the workflow, and its outcome is a write: its halves are in the map.
-    const expected = (name: ToolName) => (name === 'merge_task' ? 'prepare+write' : byKind[TOOLS[name].kind]);
+    // An orchestration tool whose row says `writes: true` (merge_task): its halves are in the map.
+    const expected = (name: ToolName) =>
+      (TOOLS[name] as { writes?: boolean }).writes === true ? 'prepare+write' : byKind[TOOLS[name].kind];
     for (const name of NAMES) expect([name, shape(HANDLERS[name])]).toEqual([name, expected(name)]);
     expect([...READ_ONLY_TOOLS]).toEqual(['read_file', 'search', 'show_diff']);
 
@@ -78,9 +79,10 @@ describe('the compiler holds the table and its dispatchers together', () => {
   const cache = new Map<string, ts.SourceFile | undefined>();
   let previous: ts.Program | undefined;
 
-  /** The diagnostics of `file` (and what it imports) with `from` replaced by `to` in it. */
-  function diagnostics(file: string, from: string, to: string): string[] {
+  /** The diagnostics of `seen` (by default `file`, and what it imports) with `from` replaced by `to` in `file`. */
+  function diagnostics(file: string, from: string, to: string, seen = file): string[] {
     const target = join(PROJECT_ROOT, file);
+    const checkedFile = join(PROJECT_ROOT, seen);
     const text = readFileSync(target, 'utf8');
     expect(text.split(from)).toHaveLength(2);
     const host = ts.createCompilerHost(options);
@@ -90,11 +92,11 @@ describe('the compiler holds the table and its dispatchers together', () => {
       if (!cache.has(name)) cache.set(name, read(name, language));
       return cache.get(name);
     };
-    previous = ts.createProgram({ rootNames: [target], options, host, oldProgram: previous });
-    // The edited file's own diagnostics: the checker reads what it imports as far as it needs to.
+    previous = ts.createProgram({ rootNames: [checkedFile], options, host, oldProgram: previous });
+    // The seen file's own diagnostics: the checker reads what it imports as far as it needs to.
     const checked = [
-      ...previous.getSyntacticDiagnostics(previous.getSourceFile(target)),
-      ...previous.getSemanticDiagnostics(previous.getSourceFile(target)),
+      ...previous.getSyntacticDiagnostics(previous.getSourceFile(checkedFile)),
+      ...previous.getSemanticDiagnostics(previous.getSourceFile(checkedFile)),
     ];
     // What a removal leaves unused (6133, "declared but never read") follows from the error itself.
     return checked.filter((d) => d.code !== 6133).map((d) => ts.flattenDiagnosticMessageText(d.messageText, ' '));
@@ -139,5 +141,16 @@ describe('the compiler holds the table and its dispatchers together', () => {
     const found = diagnostics(file, from, to);
     expect(found).toHaveLength(expected.length);
     expected.forEach((pattern, i) => expect(found[i]).toMatch(pattern));
+  });
+
+  it("gives write halves only to a row that says it writes (merge_task's `writes: true` taken out)", () => {
+    const found = diagnostics(
+      'core/tools.ts',
+      "    kind: 'orchestration',\n    writes: true,\n",
+      "    kind: 'orchestration',\n",
+      'tools/index.ts',
+    );
+    expect(found).toHaveLength(1);
+    expect(found[0]).toMatch(/not assignable to type '"workflow"'/);
   });
 });

@@ -3,9 +3,9 @@
  * refuses a tool without a handler and a handler without a tool.
  * - `read` and `test`: the function the tool activity runs (activities/tools.ts);
  * - `write`: the write path's two halves (activities/writes.ts);
- * - `orchestration`: carried out by the workflow on its sub-runs (workflows/subruns.ts); the one
- *   whose outcome is a write, `merge_task`, gives the workflow its two halves here, as a write does
- *   (run by activities/merge.ts).
+ * - `orchestration`: carried out by the workflow on its sub-runs (workflows/subruns.ts); one whose
+ *   table row says `writes: true` (merge_task) gives the workflow its two halves here, as a write
+ *   does (run by activities/merge.ts).
  */
 import type { ToolResult } from '../core/contracts';
 import { TOOLS, type ToolArgsByName, type ToolName } from '../core/tools';
@@ -35,17 +35,19 @@ export type WriteHandler = WriteHalves<typeof preparePatch, typeof writePatch>;
 /** The workflow carries the tool out. */
 export type WorkflowHandler = 'workflow';
 
-/** merge_task: the workflow carries it out, and its outcome is a write, with these two halves. */
+/** An orchestration tool whose outcome is a write (`writes: true`, merge_task): its two halves. */
 export type MergeHandler = WriteHalves<typeof prepareMerge, typeof writeMerge>;
 
 type KindOf<N extends ToolName> = (typeof TOOLS)[N]['kind'];
-export type HandlerOf<N extends ToolName> = N extends 'merge_task'
-  ? MergeHandler
-  : KindOf<N> extends 'read' | 'test'
+type Writes<N extends ToolName> = (typeof TOOLS)[N] extends { writes?: true } ? true : false;
+export type HandlerOf<N extends ToolName> =
+  KindOf<N> extends 'read' | 'test'
     ? RunHandler<N>
     : KindOf<N> extends 'write'
       ? WriteHandler
-      : WorkflowHandler;
+      : Writes<N> extends true
+        ? MergeHandler
+        : WorkflowHandler;
 
 export type ToolHandlers = { [N in ToolName]: HandlerOf<N> };
 

@@ -39,7 +39,8 @@ export class SharedContextManager implements ContextManager {
     thisArg?: ThisParameterType<F>,
     ...args: A
   ): ReturnType<F> {
-    const call = thisArg === undefined ? fn : (fn.bind(thisArg) as F);
+    // As OpenTelemetry's own managers: bound unless thisArg is null or undefined.
+    const call = thisArg == null ? fn : (fn.bind(thisArg) as F);
     return storage.run(context, call, ...args);
   }
 
