@@ -55,7 +55,17 @@ export async function baselineKey(o: {
   });
 }
 
-const inflight = new Map<string, Promise<StoredBaseline | null>>();
+/**
+ * The base runs under way, by the cache (the host store) their outcomes go to: a run waits for
+ * another's only when both keep results in one store, since what it gets back is a reference into
+ * that store. (A process may hold several workers over several state folders: the tests' do.)
+ */
+const underWay = new WeakMap<BaselineCache, Map<string, Promise<StoredBaseline | null>>>();
+function inflightOf(cache: BaselineCache): Map<string, Promise<StoredBaseline | null>> {
+  let runs = underWay.get(cache);
+  if (runs === undefined) underWay.set(cache, (runs = new Map()));
+  return runs;
+}
 
 /** The base's outcomes: from the cache, from a run of this worker under way, or run now. */
 export async function baseOutcomes(
@@ -77,6 +87,7 @@ export async function baseOutcomes(
   });
   const kept = opts.cache.get(key);
   if (kept !== null) return found(kept, true);
+  const inflight = inflightOf(opts.cache);
   const running = inflight.get(key);
   if (running !== undefined) {
     // Another run of this worker runs the same tests: its heartbeat is not ours.

@@ -1,4 +1,4 @@
-import { cpSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildId } from '../host/build';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -13,6 +13,7 @@ import {
   runOnce,
   startServer,
   uniqueQueue,
+  waitFor,
   writeReplay,
   type RunOnceOptions,
 } from './helpers/temporal';
@@ -284,6 +285,39 @@ describe('agentRun on a real Temporal server', () => {
     expect(ledger.receipts(runId)).toHaveLength(1);
     ledger.close();
     expect(existsSync(join(runPaths(stateDir, runId).workspace, 'ledger.sqlite'))).toBe(false);
+  });
+
+  it('runs the base tests of each state folder itself: two workers of one process over two folders, one fixture, at once', async () => {
+    // Every test process of this fixture says it is there, then waits for the test's go.
+    const dir = join(tempDir('shared-base'), 'linkcheck-nested');
+    cpSync(LINKCHECK, dir, { recursive: true });
+    const gate = tempDir('gate');
+    const held = [
+      'import os, time',
+      `open(os.path.join(${JSON.stringify(gate)}, "waiting-%d" % os.getpid()), "w").close()`,
+      'for _ in range(1200):',
+      `    if os.path.exists(${JSON.stringify(join(gate, 'go'))}):`,
+      '        break',
+      '    time.sleep(0.05)',
+      '',
+    ].join('\n');
+    writeFileSync(join(dir, 'repo', 'tests', 'conftest.py'), held);
+    const input = canonicalInput('canonical', {
+      fixture: dir,
+      source: { kind: 'replay', path: join(dir, 'replays', 'canonical.json'), trusted: true },
+    });
+    const both = Promise.all([run(input), run(input)]);
+    try {
+      // A base run is shared only by the runs of one host store: each folder's own is under way.
+      await waitFor(
+        'two base test runs under way',
+        async () => readdirSync(gate).filter((n) => n.startsWith('waiting-')).length >= 2,
+        60_000,
+      );
+    } finally {
+      writeFileSync(join(gate, 'go'), '');
+    }
+    for (const { outcome } of await both) expect(outcome.record).toEqual(CANONICAL_RECORD);
   });
 
   it('runs the read-only steps of a run held by another host on that host: the local activity answers elsewhere', async () => {

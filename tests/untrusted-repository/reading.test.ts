@@ -6,7 +6,7 @@
  * measured (its gauge `agent_event_loop_delay_max_seconds`, read every 250 ms) while it meets the
  * attack and completes a canonical run.
  */
-import { execFile, execFileSync, type ChildProcess } from 'node:child_process';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -29,7 +29,7 @@ const REPLAY = join(LINKCHECK, 'replays', 'canonical.json');
 const FINAL = writeReplay([{ kind: 'final', text: 'Nothing to change.' }]);
 const settings = readSettings();
 const docker = new Dockerode();
-/** The largest event-loop stall the worker may show while it meets an attack. */
+/** The largest event-loop stall the worker may show while it meets an attack, beyond what an idle process shows beside it. */
 const STALL_MS = 250;
 
 let env: TestWorkflowEnvironment;
@@ -118,13 +118,40 @@ function repoInput(dir: string, replay = FINAL, backend: RunInput['backend'] = '
 }
 
 /**
+ * An idle process's largest event-loop delay (ms) while `during` runs: how long this machine,
+ * loaded by whatever else runs, keeps a process that has nothing to do from its next turn.
+ */
+async function machineDelay(during: Promise<unknown>): Promise<number> {
+  const probe = spawn(
+    process.execPath,
+    [
+      '-e',
+      "const h = require('node:perf_hooks').monitorEventLoopDelay({ resolution: 10 }); h.enable();" +
+        "process.stdin.resume(); process.stdin.on('end', () => { h.disable(); process.stdout.write(String(h.max / 1e6)); });",
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  let out = '';
+  probe.stdout!.on('data', (d) => (out += d));
+  const exited = new Promise((resolve) => probe.on('exit', resolve));
+  await during.catch(() => undefined);
+  probe.stdin!.end();
+  await exited;
+  return Number(out);
+}
+
+/**
  * Runs `attack` while the worker completes a canonical run, measuring the worker's event loop
- * over both: the largest stall, and the canonical run's record.
+ * over both: its largest stall beyond an idle process's largest delay in the same window (what
+ * the machine's load adds to any process is not the attack's), and the canonical run's record.
  */
 async function meanwhile<T>(attack: () => Promise<T>): Promise<{ value: T; stallMs: number; canonical: RunOutcome['record'] }> {
   const both = Promise.all([runOnWorker(canonicalInput('canonical')), attack()]);
-  const stallMs = await largestStall(both);
-  console.log(`largest event-loop stall ${stallMs.toFixed(0)} ms: ${expect.getState().currentTestName}`);
+  const [largest, machine] = await Promise.all([largestStall(both), machineDelay(both)]);
+  const stallMs = Math.max(0, largest - machine);
+  console.log(
+    `largest event-loop stall ${largest.toFixed(0)} ms, an idle process's ${machine.toFixed(0)} ms: ${expect.getState().currentTestName}`,
+  );
   const [canonical, value] = await both;
   return { value, stallMs, canonical: canonical.outcome.record };
 }
