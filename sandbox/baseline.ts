@@ -67,7 +67,7 @@ function inflightOf(cache: BaselineCache): Map<string, Promise<StoredBaseline | 
   return runs;
 }
 
-/** The base's outcomes: from the cache, from a run of this worker under way, or run now. */
+/** The base's outcomes: from the cache, from a run under way for the same host store, or run now. */
 export async function baseOutcomes(
   opts: TestRunOptions & { paths: RunPaths; cache: BaselineCache; image: string | null; testPatch: string | null },
 ): Promise<BaseOutcomes> {
@@ -90,7 +90,7 @@ export async function baseOutcomes(
   const inflight = inflightOf(opts.cache);
   const running = inflight.get(key);
   if (running !== undefined) {
-    // Another run of this worker runs the same tests: its heartbeat is not ours.
+    // Another run of this host store runs the same tests: its heartbeat is not ours.
     const beat = setInterval(() => opts.onProgress?.(), 1000);
     const shared = await running.finally(() => clearInterval(beat));
     if (shared !== null) return found(shared, true);

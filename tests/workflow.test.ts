@@ -307,17 +307,17 @@ describe('agentRun on a real Temporal server', () => {
       source: { kind: 'replay', path: join(dir, 'replays', 'canonical.json'), trusted: true },
     });
     const both = Promise.all([run(input), run(input)]);
-    try {
-      // A base run is shared only by the runs of one host store: each folder's own is under way.
-      await waitFor(
-        'two base test runs under way',
-        async () => readdirSync(gate).filter((n) => n.startsWith('waiting-')).length >= 2,
-        60_000,
-      );
-    } finally {
-      writeFileSync(join(gate, 'go'), '');
-    }
-    for (const { outcome } of await both) expect(outcome.record).toEqual(CANONICAL_RECORD);
+    // A base run is shared only by the runs of one host store: each folder's own is under way.
+    const underWay = waitFor(
+      'two base test runs under way',
+      async () => readdirSync(gate).filter((n) => n.startsWith('waiting-')).length >= 2,
+      60_000,
+    ).finally(() => writeFileSync(join(gate, 'go'), ''));
+    // Both settle before the test ends, whichever fails.
+    const [runs, waited] = await Promise.allSettled([both, underWay]);
+    if (waited.status === 'rejected') throw waited.reason;
+    if (runs.status === 'rejected') throw runs.reason;
+    for (const { outcome } of runs.value) expect(outcome.record).toEqual(CANONICAL_RECORD);
   });
 
   it('runs the read-only steps of a run held by another host on that host: the local activity answers elsewhere', async () => {
