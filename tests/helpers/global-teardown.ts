@@ -1,34 +1,38 @@
 /**
  * Jest's global tear-down. A test that failed midway may leave a worker or a command it started
- * running, and its pipes would keep jest from exiting. Tests run in jest's own process
- * (`maxWorkers: 1`), so such processes are its children: each one of the project's (a worker or
- * the command line) still alive is killed and named, so the leak is seen, not waited on.
+ * running. Tests run in jest's worker processes, which end before this hook, so such a process
+ * may have been handed to another parent: it is found by the environment every process of this
+ * test run inherits (the history folder the global set-up names), and each one of the project's
+ * (a worker or the command line) still alive is killed and named, so the leak is seen, not left
+ * running.
  *
  * Then the history check ends: the replay processes of the global set-up finish the histories
  * the suites collected, and a nondeterminism on either workflow bundle fails the run, naming the
  * workflow and the test that started it (scripts/support/histories.ts).
  */
-import { execFileSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { type ChildProcess } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { mergeReports, type ReplayReport } from '../../scripts/support/histories';
 import { REPLAYERS } from './global-setup';
 
 const OURS = /dist\/(worker\/main|client\/cli)\.js/;
 
-function killLeftovers(): void {
-  let listing = '';
-  try {
-    listing = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(process.pid)], { encoding: 'utf8' });
-  } catch {
-    return; // no children: ps exits 1
-  }
-  for (const line of listing.split('\n')) {
-    const match = /^\s*(\d+)\s+(.*)$/.exec(line);
-    if (!match || !OURS.test(match[2])) continue;
+function killLeftovers(dir: string): void {
+  const mark = `AGENT_TEST_HISTORIES=${dir}`;
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    let args: string;
+    let environ: string[];
     try {
-      process.kill(Number(match[1]), 'SIGKILL');
-      process.stderr.write(`global tear-down: killed process ${match[1]} left running by a test: ${match[2]}\n`);
+      args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+      environ = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+    } catch {
+      continue; // it ended meanwhile, or it is not this user's
+    }
+    if (!OURS.test(args) || !environ.includes(mark)) continue;
+    try {
+      process.kill(Number(pid), 'SIGKILL');
+      process.stderr.write(`global tear-down: killed process ${pid} left running by a test: ${args}\n`);
     } catch {
       // it ended meanwhile
     }
@@ -72,8 +76,8 @@ async function historyCheck(dir: string, replayers: ChildProcess[]): Promise<voi
 }
 
 export default async function globalTeardown(): Promise<void> {
-  killLeftovers();
   const dir = process.env.AGENT_TEST_HISTORIES;
+  if (dir) killLeftovers(dir);
   const replayers = (globalThis as Record<symbol, unknown>)[REPLAYERS] as ChildProcess[] | undefined;
   if (dir && replayers) await historyCheck(dir, replayers);
 }
