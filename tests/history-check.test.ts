@@ -4,8 +4,10 @@
  * that started each workflow, replay on both workflow bundles; a deliberately non-deterministic
  * change of the workflow code (helpers/versioning-workflows: a timer before agentRun's first step)
  * is caught, naming the workflow and the test; another build's histories and workflow types the
- * bundles do not hold are counted and left out; a server that cannot be read is named.
+ * bundles do not hold are counted and left out; a server that cannot be read is named. And the
+ * tear-down's other job: what a test left running of this run is killed, wherever its parent.
  */
+import { spawn } from 'node:child_process';
 import { appendFileSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -15,6 +17,7 @@ import { startRun } from '../client/run-access';
 import { buildsOf, decodeHistory, encodeHistory, HistorySink, replaySinks, type SinkLine } from '../scripts/support/histories';
 import { quietLogger, SHARED_WORKFLOW_MODULES, workflowBundle } from '../worker';
 import { workerTelemetry } from '../worker/telemetry';
+import { killLeftovers } from './helpers/global-teardown';
 import { freePort, tempDir } from './helpers/run-dir';
 import { canonicalInput, inProcessWorker, pendingApproval, runOnce, startServer, uniqueQueue } from './helpers/temporal';
 
@@ -118,5 +121,32 @@ describe('the history check', () => {
     expect(report.failures).toEqual([]);
     expect(report.replayed).toBe(report.histories - 2);
     expect(report.unreachable).toEqual([expect.stringContaining(`${closed} (${TEST})`)]);
+  });
+});
+
+describe('the global tear-down', () => {
+  it('kills the project’s processes this run left running, found by its history folder, and no other run’s', async () => {
+    // Each stands for a command line a test left running: its arguments name dist/client/cli.js.
+    const leftover = (historyDir: string) =>
+      spawn(process.execPath, ['-e', 'setTimeout(() => {}, 600000)', 'dist/client/cli.js'], {
+        env: { ...process.env, AGENT_TEST_HISTORIES: historyDir },
+        stdio: 'ignore',
+      });
+    const [ours, theirs] = [tempDir('histories-ours'), tempDir('histories-theirs')];
+    const mine = leftover(ours);
+    const other = leftover(theirs);
+    try {
+      const ended = new Promise<string | null>((resolve) => {
+        mine.once('exit', (_code, signal) => resolve(signal));
+        setTimeout(() => resolve('still running after 10 s'), 10_000).unref();
+      });
+      killLeftovers(ours);
+      expect(await ended).toBe('SIGKILL');
+      expect(other.exitCode).toBeNull();
+      expect(other.signalCode).toBeNull();
+    } finally {
+      mine.kill('SIGKILL');
+      other.kill('SIGKILL');
+    }
   });
 });

@@ -18,7 +18,8 @@ import { REPLAYERS } from './global-setup';
 
 const OURS = /dist\/(worker\/main|client\/cli)\.js/;
 
-function killLeftovers(dir: string): void {
+/** Kills and names the project's processes still running whose environment names `dir` as the run's history folder. */
+export function killLeftovers(dir: string): void {
   const mark = `AGENT_TEST_HISTORIES=${dir}`;
   for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
     let args: string;
