@@ -122,9 +122,11 @@ async function gone(id: string): Promise<boolean> {
 }
 
 /**
- * `docker ps -a` of sandbox containers, minus those of another process that is still running
- * (on a shared machine, someone else's run may be in flight). Ours, orphans of dead processes and
- * containers without an owner all count.
+ * `docker ps -a` of the sandbox containers this suite made, and of those nobody owns. The suite
+ * makes its containers in this process (its worker runs here), so they carry its pid; every
+ * container the backend makes carries an owner. A container of another process, alive or dead, is
+ * not this suite's leak: suites run side by side, and another's killed worker leaves containers
+ * that its next worker removes.
  */
 function leftContainers(): string[] {
   const lines = execFileSync('docker', ['ps', '-a', '--filter', LABEL, '--format', `{{.ID}} {{.Label "${OWNER_LABEL}"}}`], {
@@ -135,14 +137,7 @@ function leftContainers(): string[] {
     .filter(Boolean)
     .filter((line) => {
       const [, owner = ''] = line.split(' ');
-      const [host, pid] = [owner.slice(0, owner.lastIndexOf(':')), Number(owner.slice(owner.lastIndexOf(':') + 1))];
-      if (host !== hostname() || !(pid > 0) || pid === process.pid) return true;
-      try {
-        process.kill(pid, 0);
-        return false; // alive: its own run, not a leftover
-      } catch {
-        return true;
-      }
+      return owner === '' || owner === `${hostname()}:${process.pid}`;
     });
 }
 

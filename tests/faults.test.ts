@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { defaultProcessDir, ProcessGroups } from '../sandbox/backends/local';
 import type { FaultPoint } from '../host/faults';
@@ -45,11 +45,14 @@ afterAll(async () => {
   await env?.teardown();
 });
 
-/** Starts a run on a worker with AGENT_FAULT=point and waits for that worker to die. */
-async function runUntilFault(point: FaultPoint, input: RunInput = canonicalInput('canonical')) {
+/**
+ * Starts a run on a worker with AGENT_FAULT=point and waits for that worker to die. `workerEnv`
+ * is given to it and to the fresh worker that finishes the run.
+ */
+async function runUntilFault(point: FaultPoint, input: RunInput = canonicalInput('canonical'), workerEnv: Record<string, string> = {}) {
   const stateDir = tempDir('agent-state');
   const taskQueue = uniqueQueue(`fault-${point}`);
-  const doomed = startWorker(env, taskQueue, stateDir, point);
+  const doomed = startWorker(env, taskQueue, stateDir, point, workerEnv);
   const handle = await startRun(env.client, input, { taskQueue, workflowId: `${taskQueue}-run` });
   const death = await deathOf(doomed).catch((err: unknown) => {
     doomed.child.kill('SIGKILL'); // it never reached the point: do not leave it polling
@@ -60,6 +63,7 @@ async function runUntilFault(point: FaultPoint, input: RunInput = canonicalInput
   return {
     stateDir,
     taskQueue,
+    workerEnv,
     handle,
     runId,
     death,
@@ -73,7 +77,7 @@ type Crash = Awaited<ReturnType<typeof runUntilFault>>;
 
 /** A fresh worker without a fault finishes the run. */
 async function finishOnFreshWorker(crash: Crash): Promise<RunOutcome> {
-  const fresh = startWorker(env, crash.taskQueue, crash.stateDir);
+  const fresh = startWorker(env, crash.taskQueue, crash.stateDir, undefined, crash.workerEnv);
   try {
     return (await crash.handle.result()) as RunOutcome;
   } finally {
@@ -81,13 +85,13 @@ async function finishOnFreshWorker(crash: Crash): Promise<RunOutcome> {
   }
 }
 
-/** Records in the host-wide group folder (shared with any other worker of this user) naming `pid` as owner. */
-function groupRecordsOwnedBy(pid: number | undefined): string[] {
-  return readdirSync(defaultProcessDir())
+/** Records in a group folder (shared by the workers that use it) naming `pid` as owner. */
+function groupRecordsOwnedBy(dir: string, pid: number | undefined): string[] {
+  return readdirSync(dir)
     .filter((name) => name.endsWith('.json'))
     .filter((name) => {
       try {
-        return (JSON.parse(readFileSync(join(defaultProcessDir(), name), 'utf8')) as { owner: { pid: number } }).owner.pid === pid;
+        return (JSON.parse(readFileSync(join(dir, name), 'utf8')) as { owner: { pid: number } }).owner.pid === pid;
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false; // another worker's group ended meanwhile
         throw err;
@@ -209,21 +213,31 @@ describe('each crash window recovers on a fresh worker with exactly two writes a
     if (failed.length > 0) throw new Error(failed.join('\n\n'));
   }, 300_000);
 
-  // Alone: a fresh worker of another window would reap the killed worker's test tree (its owner is dead) before this one sees it.
+  /**
+   * Alone, and with a group folder of its own: any other worker of this user (a fresh worker of
+   * another window, or of a suite running beside this one) would reap the killed worker's test
+   * tree, its owner being dead, before this test sees it. The folder is the default one under the
+   * workers' own temporary folder, so both workers of the case share it as workers on one host do.
+   */
   it('during_tests: killed while a test process tree runs; the orphaned tree is reaped and none of it remains', async () => {
     const marker = `4242.${process.pid}${Date.now() % 100_000}`;
-    const crash = await runUntilFault('during_tests', canonicalInput('canonical', { fixture: fixtureWithSleepingChild(marker) }));
+    const hostTmp = tempDir('fault-host-tmp');
+    const crash = await runUntilFault('during_tests', canonicalInput('canonical', { fixture: fixtureWithSleepingChild(marker) }), {
+      TMPDIR: hostTmp,
+    });
     expect(crash.death).toEqual({ code: null, signal: 'SIGKILL' });
     // The first test process of a run is the base's, before its first write.
     expect(ledgerReceipts(crash.stateDir, crash.runId)).toEqual([]);
     // The test tree outlives its worker: it runs in its own process group.
     await waitFor('the killed worker’s test child', async () => processesRunning(`sleep ${marker}`).length > 0, 15_000);
+    const groupDir = join(hostTmp, basename(defaultProcessDir()));
+    expect(groupRecordsOwnedBy(groupDir, crash.doomedPid)).toHaveLength(1); // recorded where only this case's workers look
 
     const outcome = await finishOnFreshWorker(crash);
     expect(finishedState(outcome, crash.stateDir, crash.runId)).toEqual(CLEAN_FINISH);
     expect(await attemptsOf(crash, 'baselineTests')).toEqual([2]); // the interrupted base run, retried
     expect(processesRunning(`sleep ${marker}`)).toEqual([]);
-    expect(groupRecordsOwnedBy(crash.doomedPid)).toEqual([]);
+    expect(groupRecordsOwnedBy(groupDir, crash.doomedPid)).toEqual([]);
   });
 });
 
