@@ -18,9 +18,8 @@ import type { RunOutcome } from '../core/run-view';
 import type { TraceEvent, TurnState } from '../core/trace';
 import { runPaths, workspaceDigest } from '../workspace/workspace';
 import { createWorker } from '../worker';
-import { createSandbox } from '../worker/sandbox';
 import { addEndpoint, endpointOf, reply, servedPerTest, type ReplyCall } from './helpers/provider-server';
-import { LINKCHECK, SETTINGS, tempDir } from './helpers/run-dir';
+import { LINKCHECK, tempDir, requireDockerSandbox } from './helpers/run-dir';
 import { canonicalInput, CANONICAL_RECORD, startServer, uniqueQueue } from './helpers/temporal';
 
 let env: TestWorkflowEnvironment;
@@ -230,8 +229,7 @@ describe('a fork of a live run', () => {
   process.env[KEY_ENV] = 'sk-test-fork-3b9d';
 
   it("goes on with the same model from the run's first turns: its first request carries their conversation", async () => {
-    const evidence = await createSandbox({}, SETTINGS).isolation();
-    if (!evidence.verified) throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'})`);
+    await requireDockerSandbox();
     // The canonical session, one call a reply; the fork after turn 3 is answered from reply 4 on.
     const decisions = JSON.parse(readFileSync(join(LINKCHECK, 'replays', 'canonical.json'), 'utf8')).decisions as {
       kind: string;

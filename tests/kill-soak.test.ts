@@ -30,10 +30,9 @@ import { startRun } from '../client/run-access';
 import type { RunInput } from '../core/contracts';
 import type { RunOutcome } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
-import { createSandbox } from '../worker/sandbox';
 import { finishedState, seededRandom, startWorker, type WorkerProcess } from './helpers/faults';
 import { addEndpoint, endpointOf, ProviderServer, reply, type ReplyCall } from './helpers/provider-server';
-import { LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from './helpers/run-dir';
+import { LINKCHECK, PROJECT_ROOT, tempDir, requireDockerSandbox } from './helpers/run-dir';
 import { SseClient, type Received } from './helpers/sse';
 import { startServer, traceIn, uniqueQueue, writeReplay } from './helpers/temporal';
 
@@ -496,9 +495,7 @@ describe(`worker processes SIGKILLed at seeded random moments of every kind of r
     env = await startServer(['--dynamic-config-value', `limit.historyCount.suggestContinueAsNew=${SUGGEST_CAN_EVENTS}`]);
     let live: { providers: string; endpoint: string } | null = null;
     if (KINDS.includes('live')) {
-      const evidence = await createSandbox({}, SETTINGS).isolation();
-      if (!evidence.verified)
-        throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+      await requireDockerSandbox();
       // Each request is answered by the conversation so far, so a request asked again after a kill gets the same reply.
       provider = await new ProviderServer((req) => {
         const turn = (req.body.messages as { role: string }[]).filter((m) => m.role === 'assistant').length;

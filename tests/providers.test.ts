@@ -13,9 +13,8 @@ import { Store } from '../store/store';
 import { exportReplay } from '../client/export-replay';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
-import { createSandbox } from '../worker/sandbox';
 import { historyJson } from './helpers/leaks';
-import { LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
+import { LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS, requireDockerSandbox } from './helpers/run-dir';
 import {
   addEndpoint,
   endpointOf,
@@ -51,9 +50,7 @@ process.env[KEY_ENV] = KEY;
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
-  const evidence = await createSandbox({}, SETTINGS).isolation();
-  if (!evidence.verified)
-    throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+  await requireDockerSandbox();
   env = await startServer();
 });
 afterAll(async () => {

@@ -9,10 +9,9 @@ import { join } from 'node:path';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { sha256 } from '../host/digest';
 import { BUILTIN_PROTECTED, INSTRUCTIONS_CAP_BYTES } from '../core/repo-settings';
-import { createSandbox } from '../worker/sandbox';
 import { git, sampleRepo } from './helpers/git-repo';
 import { addEndpoint, endpointOf, ProviderServer, reply } from './helpers/provider-server';
-import { LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
+import { LINKCHECK, PROJECT_ROOT, tempDir, requireDockerSandbox } from './helpers/run-dir';
 import { runOnce, startServer, writeReplay } from './helpers/temporal';
 
 const KEY_ENV = 'AGENT_TEST_INSTRUCTIONS_KEY';
@@ -22,9 +21,7 @@ const TASK = JSON.parse(readFileSync(join(LINKCHECK, 'fixture.json'), 'utf8')).t
 
 let env: TestWorkflowEnvironment;
 beforeAll(async () => {
-  const evidence = await createSandbox({}, SETTINGS).isolation();
-  if (!evidence.verified)
-    throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+  await requireDockerSandbox();
   env = await startServer();
 });
 afterAll(async () => {

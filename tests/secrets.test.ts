@@ -13,11 +13,10 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { buildReport } from '../client/report/report';
 import type { RunInput } from '../core/contracts';
 import { traceLine, writeOutputs } from '../client/eval';
-import { createSandbox } from '../worker/sandbox';
 import { fragments, historyJson, leaks } from './helpers/leaks';
 import { GUARD_PORT_ENV } from './helpers/network-guard';
 import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type Script } from './helpers/provider-server';
-import { LINKCHECK, tempDir, SETTINGS } from './helpers/run-dir';
+import { LINKCHECK, tempDir, requireDockerSandbox } from './helpers/run-dir';
 import { killed, spawnWorker, startServer, traceIn, uniqueQueue } from './helpers/temporal';
 import { startRunWithArgs } from '../client/run-access';
 import type { RunOutcome } from '../core/run-view';
@@ -37,9 +36,7 @@ const providersFile = join(tempDir('providers'), 'providers.json');
 const servers: ProviderServer[] = [];
 
 beforeAll(async () => {
-  const evidence = await createSandbox({}, SETTINGS).isolation();
-  if (!evidence.verified)
-    throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+  await requireDockerSandbox();
   env = await startServer();
   stateDir = tempDir('secrets-state');
   logFile = join(stateDir, 'worker.log');

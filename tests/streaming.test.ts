@@ -22,9 +22,8 @@ import { anthropicAdapter } from '../models/anthropic';
 import { classify } from '../models/errors';
 import { openaiAdapter } from '../models/openai';
 import type { ProviderAdapter } from '../models/types';
-import { createSandbox } from '../worker/sandbox';
 import { SseClient } from './helpers/sse';
-import { LINKCHECK, SETTINGS, tempDir } from './helpers/run-dir';
+import { LINKCHECK, tempDir, requireDockerSandbox } from './helpers/run-dir';
 import {
   addEndpoint,
   endpointOf,
@@ -156,9 +155,7 @@ describe.each(['openai', 'anthropic'] as const)('a %s reply streamed through the
 let env: TestWorkflowEnvironment | undefined;
 const liveEnv = async (): Promise<TestWorkflowEnvironment> => {
   if (env) return env;
-  const evidence = await createSandbox({}, SETTINGS).isolation();
-  if (!evidence.verified)
-    throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+  await requireDockerSandbox();
   return (env = await startServer());
 };
 afterAll(async () => {

@@ -15,9 +15,8 @@ import type { RunOutcome, RunView } from '../core/run-view';
 import type { TraceEvent } from '../core/trace';
 import { readSettings } from '../host/settings';
 import { createWorker } from '../worker';
-import { createSandbox } from '../worker/sandbox';
 import { addEndpoint, endpointOf, ProviderServer, reply, type Api, type ReplyCall } from './helpers/provider-server';
-import { PROJECT_ROOT, tempDir, SETTINGS } from './helpers/run-dir';
+import { PROJECT_ROOT, tempDir, requireDockerSandbox } from './helpers/run-dir';
 import { killed, runOnce, spawnWorker, startServer, traceIn, uniqueQueue, type RunOnceOptions } from './helpers/temporal';
 
 const FIXTURE = join(PROJECT_ROOT, 'fixtures', 'py-two-modules');
@@ -295,9 +294,7 @@ describe('a live orchestration', () => {
   it.each(['openai', 'anthropic'] as const)(
     'through the %s SDK: the orchestration tools declared, two dispatches and two merges each answered together',
     async (api: Api) => {
-      const evidence = await createSandbox({}, SETTINGS).isolation();
-      if (!evidence.verified)
-        throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+      await requireDockerSandbox();
       const canonical = JSON.parse(readFileSync(replay('canonical'), 'utf8')).decisions as {
         kind: string;
         call?: { call_id: string; name: string; arguments: unknown };

@@ -14,10 +14,9 @@ import { runHandle } from '../../client/run-access';
 import type { RunInput, Usage } from '../../core/contracts';
 import type { TraceEvent } from '../../core/trace';
 import { readSettings } from '../../host/settings';
-import { createSandbox } from '../../worker/sandbox';
 import { git, sampleRepo } from '../helpers/git-repo';
 import { addEndpoint, endpointOf, ProviderServer, reply } from '../helpers/provider-server';
-import { freePort, LINKCHECK, PROJECT_ROOT, tempDir, SETTINGS } from '../helpers/run-dir';
+import { freePort, LINKCHECK, PROJECT_ROOT, tempDir, requireDockerSandbox } from '../helpers/run-dir';
 import { runOnce, startServer, type RunOnceOptions } from '../helpers/temporal';
 import type { RunOutcome } from '../../core/run-view';
 
@@ -264,9 +263,7 @@ describe('a run tree over max_cost_usd', () => {
   });
 
   it('dispatches at most what the budget funds out of 50 tasks, and the whole tree spends no more than the budget', async () => {
-    const evidence = await createSandbox({}, SETTINGS).isolation();
-    if (!evidence.verified)
-      throw new Error(`docker sandbox not usable (${evidence.reason_detail ?? 'probe failed'}); run scripts/ensure-docker.sh`);
+    await requireDockerSandbox();
     const firstUser = (body: any): string => body.messages.find((m: { role: string }) => m.role === 'user').content as string;
     const steps = (body: any) => body.messages.filter((m: { role: string }) => m.role === 'assistant').length;
     // Every reply is priced from the request's own size, as a provider counts it (about four characters a token).
