@@ -4,6 +4,7 @@
  * beside the harness's.
  */
 import * as wf from '@temporalio/workflow';
+import { STATUS_ATTRIBUTE } from '../core/search-attributes';
 
 const { noop } = wf.proxyLocalActivities<{ noop(): Promise<void> }>({ startToCloseTimeout: '10 seconds' });
 const regular = wf.proxyActivities<{ noop(): Promise<void> }>({ startToCloseTimeout: '10 seconds' });
@@ -25,4 +26,23 @@ export async function noopSteps(steps: number, locals = 2): Promise<void> {
 export async function noopRun(activities: number, locals: number): Promise<void> {
   for (let i = 0; i < activities; i++) await regular.noop();
   for (let i = 0; i < locals; i++) await noop();
+}
+
+/** What ends a `noopParked` run. */
+export const releaseSignal = wf.defineSignal('release');
+
+/**
+ * A run parked on a person, doing nothing else: the Temporal work a harness run does before it
+ * parks (`activities` regular and `locals` local activities, no-ops), the status a parked run
+ * shows (the AgentStatus search attribute, which the bench counts parked runs by), then a wait
+ * for a Signal.
+ */
+export async function noopParked(activities: number, locals: number): Promise<void> {
+  let released = false;
+  wf.setHandler(releaseSignal, () => {
+    released = true;
+  });
+  await noopRun(activities, locals);
+  wf.upsertSearchAttributes([{ key: STATUS_ATTRIBUTE, value: 'awaiting_approval' }]);
+  await wf.condition(() => released);
 }

@@ -8,12 +8,62 @@
  * (`noopRun`), per repeat: the canonical run's Temporal work with nothing in it.
  *
  *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS [ACTIVITIES LOCALS]
+ *
+ * With `park`, the floor of the parked runs instead: a worker of `noopParked` runs (the workflow
+ * bundle made beforehand by the bench, in BUNDLE, as the harness's worker loads its bundle from the build) with
+ * the harness worker's cache, started like the harness's worker (host/worker-launch.ts) and
+ * serving until SIGTERM; when the settings name a trace receiver, it traces as the harness's
+ * worker does (OpenTelemetry's interceptors, the spans exported over OTLP).
+ *
+ *   node dist/scripts/bench-floor.js park ADDRESS TASK_QUEUE BUNDLE
  */
 import { Client, Connection } from '@temporalio/client';
+import {
+  makeWorkflowExporter,
+  OpenTelemetryActivityInboundInterceptor,
+  OpenTelemetryActivityOutboundInterceptor,
+} from '@temporalio/interceptors-opentelemetry';
 import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
 import { installRuntime } from '../host/runtime';
+import { readSettings } from '../host/settings';
+import { startTracing } from '../host/tracing';
+
+async function parkWorker(address: string, taskQueue: string, bundle: string): Promise<void> {
+  const settings = readSettings();
+  installRuntime('WARN');
+  const connection = await NativeConnection.connect({ address });
+  const tracing = startTracing(settings, 'coding-agent-worker');
+  const worker = await Worker.create({
+    connection,
+    taskQueue,
+    workflowBundle: { codePath: bundle },
+    activities: { async noop() {} },
+    maxCachedWorkflows: settings.maxCachedWorkflows,
+    ...(tracing && {
+      interceptors: {
+        activity: [
+          (ctx) => ({
+            inbound: new OpenTelemetryActivityInboundInterceptor(ctx),
+            outbound: new OpenTelemetryActivityOutboundInterceptor(ctx),
+          }),
+        ],
+      },
+      sinks: { exporter: makeWorkflowExporter(tracing.processor, tracing.resource) },
+    }),
+  });
+  try {
+    await worker.run(); // until SIGTERM: the runtime shuts its workers down on it
+  } finally {
+    await tracing?.shutdown();
+    await connection.close();
+  }
+}
 
 async function main(): Promise<void> {
+  if (process.argv[2] === 'park') {
+    const [address, taskQueue, bundle] = process.argv.slice(3);
+    return parkWorker(address, taskQueue, bundle);
+  }
   const [address, stepsArg, repeatsArg, activitiesArg, localsArg] = process.argv.slice(2);
   const steps = Number(stepsArg);
   const repeats = Number(repeatsArg);

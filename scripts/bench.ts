@@ -10,7 +10,7 @@
  * server and a worker: `onWorker`; a tree of numbered files: `numberedFiles`), and each group of
  * figures is one function.
  */
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
 import { cpSync, lstatSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
@@ -40,7 +40,9 @@ import { manyPathsCommit } from './support/git';
 import { OtlpReceiver } from './support/otlp-receiver';
 import { CLUSTER_BIN, clusterBuilt, environmentOf, startBackend, type ServerKind, type ServerUnderTest } from './support/servers';
 import { type Settings } from '../host/settings';
-import { createWorker, type WorkerOptions } from '../worker';
+import { createWorker, quietLogger, type WorkerOptions } from '../worker';
+import { WORKER_NODE_ARGS, workerProcessEnv } from '../host/worker-launch';
+import { bundleWorkflowCode } from '@temporalio/worker';
 import type { RunOutcome } from '../core/run-view';
 import {
   queryState,
@@ -589,29 +591,130 @@ function residentBytes(pid: number): number {
   return Number(line[1]) * 1024;
 }
 
+/** What a parked-runs measure is taken on: a worker process, its first run, and how a run is parked on it. */
+interface ParkedSubject {
+  label: string;
+  /** A worker process polling `taskQueue` on `env`'s server. */
+  spawn(env: TestWorkflowEnvironment, taskQueue: string): ChildProcess;
+  /** Starts a run that ends by itself (the worker polls and has run once), and one that parks. */
+  start(env: TestWorkflowEnvironment, taskQueue: string, workflowId: string, kind: 'once' | 'park'): Promise<WorkflowHandle>;
+}
+
+/** A parked measure's memory, in bytes: idle after one run, right after the last run parked, and `SETTLE_MS` later. */
+interface ParkedMemory {
+  idle: number;
+  busy: number;
+  settled: number;
+}
+
+/** The floor's memory, and what its runs did before they parked. */
+interface ParkedFloor extends ParkedMemory {
+  before: { activities: number; locals: number };
+}
+
+const TRACES = (receiver: OtlpReceiver) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url });
+
+/** The harness's worker (`dist/worker/main.js`, as an operator runs it), its runs parked on an approval. */
+function harnessSubject(label: string, extraEnv: Record<string, string>): ParkedSubject {
+  const add = { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' };
+  const park = replayInput([{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: add } }, STOP], {
+    approver: 'interactive',
+  });
+  return {
+    label,
+    spawn: (env, taskQueue) => spawnWorker(env, taskQueue, tempDir('bench-parked'), { AGENT_ALLOW_LOCAL: '1', ...extraEnv }),
+    async start(env, taskQueue, workflowId, kind) {
+      const handle = await startRun(env.client, kind === 'park' ? park : replayInput([STOP]), { taskQueue, workflowId });
+      if (kind === 'once') await runOutcome(handle, null);
+      return handle;
+    },
+  };
+}
+
+/**
+ * The SDK's floor of a parked run: a worker of `noopParked` runs (scripts/bench-floor.ts), each
+ * doing the Temporal work a harness run does before it parks, with nothing in it, then waiting.
+ */
+function floorSubject(
+  label: string,
+  extraEnv: Record<string, string>,
+  bundle: string,
+  before: { activities: number; locals: number },
+): ParkedSubject {
+  return {
+    label,
+    spawn: (env, taskQueue) =>
+      spawn(process.execPath, [...WORKER_NODE_ARGS, join(__dirname, 'bench-floor.js'), 'park', env.address, taskQueue, bundle], {
+        env: workerProcessEnv({ ...process.env, ...extraEnv }),
+        stdio: ['ignore', 'ignore', 'pipe'],
+      }),
+    async start(env, taskQueue, workflowId, kind) {
+      const args = [before.activities, before.locals];
+      if (kind === 'once') {
+        await env.client.workflow.execute('noopRun', { taskQueue, workflowId, args });
+        return env.client.workflow.getHandle(workflowId);
+      }
+      return env.client.workflow.start('noopParked', { taskQueue, workflowId, args });
+    },
+  };
+}
+
+/** `noopParked`'s bundle options: a traced floor has the traced bundle's context manager and OpenTelemetry's interceptors. */
+function parkedFloorBundleOptions(traced: boolean) {
+  return {
+    workflowsPath: require.resolve('./bench-floor-workflows'),
+    preloadModules: traced ? [require.resolve('../workflows/trace-context')] : [],
+    workflowInterceptorModules: traced ? [require.resolve('./bench-floor-interceptors')] : [],
+  };
+}
+
+/** The floor's workflow bundle of each kind, made here once, as the build makes the harness's. */
+async function floorBundle(traced: boolean): Promise<string> {
+  const file = join(tempDir('bench-floor-bundle'), 'bundle.js');
+  writeFileSync(file, (await bundleWorkflowCode({ ...parkedFloorBundleOptions(traced), logger: quietLogger })).code);
+  return file;
+}
+
 /**
  * Parked runs and the worker's memory, without traces and with traces exported: for each, a worker
- * process of its own (`dist/worker/main.js`, as an operator runs it) on a fresh dev server, its
- * resident memory idle after one run, with `o.parked` runs parked on an approval (started
- * `PARK_STARTS_AT_ONCE` at a time) and once they have sat a while. The traced worker exports to a
- * local OTLP receiver, and the spans it received are counted.
+ * process of its own on a fresh dev server, its resident memory idle after one run, with `o.parked`
+ * runs parked on an approval (started `PARK_STARTS_AT_ONCE` at a time) and once they have sat a
+ * while. Then the same for the SDK's floor, a worker that parks runs doing the same Temporal work
+ * with nothing in it, so that a miss of the harness's target can be set against what a worker of
+ * the SDK holds for as many parked runs. The traced workers export to a local OTLP receiver, and
+ * the spans it received are counted.
  */
 async function benchParked(o: BenchOptions): Promise<void> {
   const receiver = await new OtlpReceiver().start();
   try {
-    const plain = await parkedOn('without traces', {}, o);
-    await parkedOn('with traces exported', { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url }, o, receiver);
+    const floors = new Map<boolean, ParkedFloor>();
+    const plain = await parkedOn(harnessSubject('without traces', {}), o, undefined, () => floors.get(false));
+    await parkedOn(harnessSubject('with traces exported', TRACES(receiver)), o, receiver, () => floors.get(true));
+    const activities = [...plain.parts.run.values()].reduce((n, ms) => n + ms.length, 0) / plain.parts.sampled;
+    const before = { activities: Math.round(activities), locals: medianOf(plain.parts.locals) };
+    for (const traced of [false, true]) {
+      const label = `SDK floor, ${traced ? 'with traces exported' : 'without traces'}`;
+      process.stderr.write(
+        `the SDK floor's parked run: ${before.activities} no-op activities, ${before.locals} no-op local activities, then a wait\n`,
+      );
+      const subject = floorSubject(label, traced ? TRACES(receiver) : {}, await floorBundle(traced), before);
+      const { memory } = await parkedOn(subject, o, traced ? receiver : undefined);
+      floors.set(traced, { ...memory, before });
+    }
     figure(`approve ${plain.approved} of the parked runs (signal, write, end; 16 at a time)`, 's', [plain.approveMs / 1000]);
   } finally {
     await receiver.close();
   }
 }
 
-async function parkedOn(label: string, extraEnv: Record<string, string>, o: BenchOptions, receiver?: OtlpReceiver) {
-  process.stderr.write(`${o.parked} runs parked on an approval, ${label}\n`);
+async function parkedOn(subject: ParkedSubject, o: BenchOptions, receiver?: OtlpReceiver, floor?: () => ParkedFloor | undefined) {
+  const { label } = subject;
+  const harness = floor !== undefined;
+  process.stderr.write(`${o.parked} runs parked, ${label}\n`);
   const env = await startServer();
   const taskQueue = uniqueQueue('parked');
-  const worker = spawnWorker(env, taskQueue, tempDir('bench-parked'), { AGENT_ALLOW_LOCAL: '1', ...extraEnv });
+  const worker = subject.spawn(env, taskQueue);
+  const spansBefore = receiver?.spans.length ?? 0;
   let said = '';
   worker.stderr?.on('data', (c: Buffer) => (said = (said + c.toString()).slice(-4000)));
   worker.once('exit', (code) => {
@@ -619,14 +722,9 @@ async function parkedOn(label: string, extraEnv: Record<string, string>, o: Benc
   });
   try {
     let n = 0;
-    const start = (input: RunInput) => startRun(env.client, input, { taskQueue, workflowId: `parked-${++n}` });
-    await runOutcome(await start(replayInput([STOP])), null); // the worker polls and has run once
+    await subject.start(env, taskQueue, `parked-${++n}`, 'once');
     await sleep(5000);
     const idle = residentBytes(worker.pid!);
-    const add = { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' };
-    const park = replayInput([{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: add } }, STOP], {
-      approver: 'interactive',
-    });
     const parked: WorkflowHandle[] = [];
     const t0 = performance.now();
     await Promise.all(
@@ -634,7 +732,7 @@ async function parkedOn(label: string, extraEnv: Record<string, string>, o: Benc
         while (parked.length < o.parked) {
           const slot = parked.length;
           parked.push(null as unknown as WorkflowHandle);
-          parked[slot] = await start(park);
+          parked[slot] = await subject.start(env, taskQueue, `parked-${++n}`, 'park');
         }
       }),
     );
@@ -646,31 +744,40 @@ async function parkedOn(label: string, extraEnv: Record<string, string>, o: Benc
     process.stderr.write(`  started in ${(started / 1000).toFixed(1)} s, all parked after ${(parkedMs / 1000).toFixed(1)} s\n`);
     const busy = residentBytes(worker.pid!);
     const parts = await parkingParts(parked, PARTS_SAMPLED);
-    for (const [type, ms] of parts.run) {
-      figure(`before a run parks, ${label}: ${type}, start to completion (${parts.sampled} runs' histories)`, 'ms', ms);
-      figure(`before a run parks, ${label}: ${type}, schedule to start`, 'ms', parts.wait.get(type)!);
+    if (harness) {
+      for (const [type, ms] of parts.run) {
+        figure(`before a run parks, ${label}: ${type}, start to completion (${parts.sampled} runs' histories)`, 'ms', ms);
+        figure(`before a run parks, ${label}: ${type}, schedule to start`, 'ms', parts.wait.get(type)!);
+      }
+      figure(
+        `before a run parks, ${label}: its workflow tasks, start to completion, summed (${parts.locals[0]} local activities)`,
+        'ms',
+        parts.tasks,
+      );
     }
-    figure(
-      `before a run parks, ${label}: its workflow tasks, start to completion, summed (${parts.locals[0]} local activities)`,
-      'ms',
-      parts.tasks,
-    );
     await sleep(SETTLE_MS);
-    const settled = residentBytes(worker.pid!);
+    const memory = { idle, busy, settled: residentBytes(worker.pid!) };
     figure(`parking ${o.parked} runs, ${label} (${PARK_STARTS_AT_ONCE} starts at a time, until each waits)`, 'runs/s', [
       o.parked / (parkedMs / 1000),
     ]);
     figure(`worker resident memory, idle, ${label}`, 'MiB', [idle / 2 ** 20]);
     const busyFigure = figure(`worker resident memory, ${o.parked} runs parked, ${label}`, 'MiB', [busy / 2 ** 20]);
     const later = figure(`worker resident memory, ${o.parked} runs parked, ${SETTLE_MS / 1000} s later, ${label}`, 'MiB', [
-      settled / 2 ** 20,
+      memory.settled / 2 ** 20,
     ]);
-    if (receiver) figure(`spans the receiver took, ${label}`, 'spans', [receiver.spans.length]);
-    const why = () =>
-      `the worker went from ${fmt(idle / 2 ** 20)} MiB idle to ${fmt(busyFigure.median)} MiB with ${o.parked} runs parked (${fmt((busy - idle) / o.parked / 1024)} KiB a run) and was at ${fmt(later.median)} MiB ${SETTLE_MS / 1000} s later: what stays is the garbage of ${o.parked} starts in the workflow thread's V8 heap and glibc's arenas (a parked run is evicted from the cache of ${SETTINGS.maxCachedWorkflows} and holds nothing in the worker)`;
-    figure(`parked / idle memory, right after the last run parked, ${label}`, 'x', [busy / idle], { op: '<', limit: 1.5, why });
-    figure(`parked / idle memory, ${SETTLE_MS / 1000} s later, ${label}`, 'x', [settled / idle], { op: '<', limit: 1.5, why });
-    if (receiver) return { approved: 0, approveMs: 0 };
+    if (receiver) figure(`spans the receiver took, ${label}`, 'spans', [receiver.spans.length - spansBefore]);
+    const ratio = (at: 'busy' | 'settled', m: ParkedMemory) => fmt(m[at] / m.idle);
+    const why = (at: 'busy' | 'settled') => () => {
+      const f = floor?.();
+      const against = f
+        ? `; the SDK's floor, a worker parking as many runs that do the same Temporal work with nothing in it (${f.before.activities} activities and ${f.before.locals} local activities before the wait), held ${ratio(at, f)}x its idle memory (${fmt(f.idle / 2 ** 20)} MiB idle) at the same moment, and this worker ${ratio(at, memory)}x`
+        : '';
+      return `the worker went from ${fmt(idle / 2 ** 20)} MiB idle to ${fmt(busyFigure.median)} MiB with ${o.parked} runs parked (${fmt((busy - idle) / o.parked / 1024)} KiB a run) and was at ${fmt(later.median)} MiB ${SETTLE_MS / 1000} s later: what stays is the garbage of ${o.parked} starts in the workflow thread's V8 heap and glibc's arenas (a parked run is evicted from the cache of ${SETTINGS.maxCachedWorkflows} and holds nothing in the worker)${against}`;
+    };
+    const target = (at: 'busy' | 'settled') => (harness ? { op: '<' as const, limit: 1.5, why: why(at) } : undefined);
+    figure(`parked / idle memory, right after the last run parked, ${label}`, 'x', [busy / idle], target('busy'));
+    figure(`parked / idle memory, ${SETTLE_MS / 1000} s later, ${label}`, 'x', [memory.settled / idle], target('settled'));
+    if (receiver || !harness) return { memory, parts, approved: 0, approveMs: 0 };
     // Approving goes through the real Signal: the run is replayed (it was evicted), writes and ends.
     const approve = parked.slice(0, Math.min(APPROVED, parked.length));
     const approved = await timed(async () => {
@@ -686,7 +793,7 @@ async function parkedOn(label: string, extraEnv: Record<string, string>, o: Benc
         }),
       );
     });
-    return { approved: approve.length, approveMs: approved.ms };
+    return { memory, parts, approved: approve.length, approveMs: approved.ms };
   } finally {
     worker.kill('SIGTERM');
     await killed(worker);
