@@ -76,8 +76,8 @@ async function largestStall(during: Promise<unknown>): Promise<number> {
   return largest;
 }
 
-/** `npm run agent -- <args>` on a fresh embedded default: exit code, stderr lines, and how long it took to answer. */
-async function agent(...args: string[]): Promise<{ code: number; lines: string[]; ms: number }> {
+/** `npm run agent -- <args>` on a fresh embedded default, stopped after 60 s: exit code and stderr lines. */
+async function agent(...args: string[]): Promise<{ code: number; lines: string[] }> {
   const childEnv: NodeJS.ProcessEnv = {
     ...process.env,
     AGENT_STATE_DIR: tempDir('agent-refused'),
@@ -85,12 +85,11 @@ async function agent(...args: string[]): Promise<{ code: number; lines: string[]
     AGENT_DEV_UI_PORT: String(await freePort()),
   };
   delete childEnv.TEMPORAL_ADDRESS;
-  const started = Date.now();
   const ended = await exec(process.execPath, [CLI, ...args], { env: childEnv, cwd: PROJECT_ROOT, timeout: 60_000 }).then(
     () => ({ code: 0, stderr: '' }),
     (e: { code: number; stderr: string }) => e,
   );
-  return { code: ended.code, lines: ended.stderr.split('\n').filter(Boolean), ms: Date.now() - started };
+  return { code: ended.code, lines: ended.stderr.split('\n').filter(Boolean) };
 }
 
 /** The command line's own check of `dir` in the sandbox (docker) and, trusted, on this machine. */
@@ -159,9 +158,8 @@ async function meanwhile<T>(attack: () => Promise<T>): Promise<{ value: T; stall
 const COMPLETED = { status: 'completed', writes: 2, receipts: 2 };
 
 /**
- * `dir` refused with `refusal` by the command line's check (reading in the container, answering
- * within 10 s) and by the worker, whose event loop stays within its bound while a canonical run
- * completes on it.
+ * `dir` refused with `refusal` by the command line's check (reading in the container) and by the
+ * worker, whose event loop stays within its bound while a canonical run completes on it.
  */
 async function refusedMeanwhile(dir: string, refusal: string): Promise<void> {
   const { value, stallMs, canonical } = await meanwhile(async () => ({
@@ -169,7 +167,6 @@ async function refusedMeanwhile(dir: string, refusal: string): Promise<void> {
     worker: (await runOnWorker(repoInput(dir))).outcome,
   }));
   expect([value.sandboxed.code, value.sandboxed.lines]).toEqual([2, [refusal]]);
-  expect(value.sandboxed.ms).toBeLessThan(10_000);
   expect(value.worker.state.detail).toBe(refusal);
   expect(stallMs).toBeLessThanOrEqual(STALL_MS);
   expect(canonical).toMatchObject(COMPLETED);
@@ -218,7 +215,6 @@ describe('a repository that makes git run a command', () => {
       }));
       expect([value.sandboxed.code, value.sandboxed.lines]).toEqual([2, [refusal]]);
       expect([value.trusted.code, value.trusted.lines]).toEqual([2, [refusal]]);
-      expect(value.sandboxed.ms).toBeLessThan(10_000);
       expect(value.worker.record).toMatchObject({ status: 'failed', reason: 'invalid_input' });
       expect(value.worker.state.detail).toBe(refusal);
       expect(existsSync(mark)).toBe(false);
@@ -278,9 +274,9 @@ describe('a repository whose reading would stall or grow without end', () => {
     const stalled = `${dir}: git rev-parse read nothing for 5 s (AGENT_REPOSITORY_LIMITS.idle_s): something in the repository's git folder stalls a read (a FIFO, say)`;
     expect(value.sandboxed.lines).toEqual([stalled]);
     expect(value.trusted.lines).toEqual([stalled]);
+    // The message names the limit that ended each: the idle one (5 s), not a reading's whole time
+    // (600 s); how long the command took besides is the machine's (a container to start, under load).
     expect([value.sandboxed.code, value.trusted.code]).toEqual([2, 2]);
-    expect(value.sandboxed.ms).toBeLessThan(10_000);
-    expect(value.trusted.ms).toBeLessThan(10_000);
     expect(value.worker.record).toMatchObject({ status: 'failed', reason: 'invalid_input' });
     expect(value.worker.state.detail).toBe(stalled);
     expect(stallMs).toBeLessThanOrEqual(STALL_MS);
