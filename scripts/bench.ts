@@ -33,6 +33,7 @@ import { readFile } from '../tools/read_file';
 import { workspaceDigest } from '../workspace/workspace';
 import { temporalBinary } from '../host/temporal-bin';
 import type { RunInput } from '../core/contracts';
+import { DEFAULT_MAX_BUDGETS } from '../core/budgets';
 import { plannedRun, planSize, runWorkflowId, type EvalPlan } from '../core/batch-plan';
 import { LINKCHECK, PROJECT_ROOT, prepareRun, tempDir, writeFiles, SETTINGS } from './support/run-dir';
 import { canonicalInput, killed, spawnWorker, startServer, uniqueQueue, writeReplay } from './support/temporal';
@@ -617,8 +618,12 @@ const TRACES = (receiver: OtlpReceiver) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: recei
 /** The harness's worker (`dist/worker/main.js`, as an operator runs it), its runs parked on an approval. */
 function harnessSubject(label: string, extraEnv: Record<string, string>): ParkedSubject {
   const add = { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' };
+  // The operator's longest deadline: a run's deadline timer is not cancelled while it waits for
+  // its approval, so with the fixture's 900 s every run parked for that long wakes once (and is
+  // replayed, evicted) at that moment, and at 10,000 runs parking takes longer than that.
   const park = replayInput([{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: add } }, STOP], {
     approver: 'interactive',
+    budgets: { max_turns: READS + 10, max_tool_calls: READS + 10, deadline_s: DEFAULT_MAX_BUDGETS.deadline_s },
   });
   return {
     label,
