@@ -700,7 +700,7 @@ async function benchParked(o: BenchOptions): Promise<void> {
     for (const traced of [false, true]) {
       const label = `SDK floor, ${traced ? 'with traces exported' : 'without traces'}`;
       process.stderr.write(
-        `the SDK floor's parked run: ${before.activities} no-op activities, ${before.locals} no-op local activities, then a wait\n`,
+        `the SDK floor's parked run: ${before.activities} no-op activities and ${before.locals} no-op local activities, then a wait\n`,
       );
       const subject = floorSubject(label, traced ? TRACES(receiver) : {}, await floorBundle(traced), before);
       const { memory } = await parkedOn(subject, o, traced ? receiver : undefined);
@@ -775,7 +775,7 @@ async function parkedOn(subject: ParkedSubject, o: BenchOptions, receiver?: Otlp
     const why = (at: 'busy' | 'settled') => () => {
       const f = floor?.();
       const against = f
-        ? `; the SDK's floor, a worker parking as many runs that do the same Temporal work with nothing in it (${f.before.activities} activities and ${f.before.locals} local activities before the wait), held ${ratio(at, f)}x its idle memory (${fmt(f.idle / 2 ** 20)} MiB idle) at the same moment, and this worker ${ratio(at, memory)}x`
+        ? `; the SDK's floor, a worker parking as many runs that do the same Temporal work with nothing in it (${f.before.activities} no-op activities and ${f.before.locals} no-op local activities before the wait), held ${ratio(at, f)}x its idle memory (${fmt(f.idle / 2 ** 20)} MiB idle) at the same moment, and this worker ${ratio(at, memory)}x`
         : '';
       return `the worker went from ${fmt(idle / 2 ** 20)} MiB idle to ${fmt(busyFigure.median)} MiB with ${o.parked} runs parked (${fmt((busy - idle) / o.parked / 1024)} KiB a run) and was at ${fmt(later.median)} MiB ${SETTLE_MS / 1000} s later: what stays is the garbage of ${o.parked} starts in the workflow thread's V8 heap and glibc's arenas (a parked run is evicted from the cache of ${SETTINGS.maxCachedWorkflows} and holds nothing in the worker)${against}`;
     };
