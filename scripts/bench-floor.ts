@@ -9,11 +9,11 @@
  *
  *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS [ACTIVITIES LOCALS]
  *
- * With `park`, the floor of the parked runs instead: a worker of `noopParked` runs (the workflow
- * bundle made beforehand by the bench, in BUNDLE, as the harness's worker loads its bundle from the build) with
- * the harness worker's cache, started like the harness's worker (host/worker-launch.ts) and
- * serving until SIGTERM; when the settings name a trace receiver, it traces as the harness's
- * worker does (OpenTelemetry's interceptors, the spans exported over OTLP).
+ * With `park`, the floor of the parked runs instead: a worker of `noopParked` runs with the
+ * harness worker's cache, started like the harness's worker (host/worker-launch.ts) and serving
+ * until SIGTERM. Its workflow bundle is made beforehand by the bench, in BUNDLE, as the harness's
+ * worker loads its bundle from the build. When the settings name a trace receiver, it traces as
+ * the harness's worker does (OpenTelemetry's interceptors, the spans exported over OTLP).
  *
  *   node dist/scripts/bench-floor.js park ADDRESS TASK_QUEUE BUNDLE
  */
