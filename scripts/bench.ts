@@ -695,8 +695,9 @@ async function benchParked(o: BenchOptions): Promise<void> {
     const floors = new Map<boolean, ParkedFloor>();
     const plain = await parkedOn(harnessSubject('without traces', {}), o, undefined, () => floors.get(false));
     await parkedOn(harnessSubject('with traces exported', TRACES(receiver)), o, receiver, () => floors.get(true));
-    const activities = [...plain.parts.run.values()].reduce((n, ms) => n + ms.length, 0) / plain.parts.sampled;
-    const before = { activities: Math.round(activities), locals: medianOf(plain.parts.locals) };
+    const parts = plain.parts!;
+    const activities = [...parts.run.values()].reduce((n, ms) => n + ms.length, 0) / parts.sampled;
+    const before = { activities: Math.round(activities), locals: medianOf(parts.locals) };
     for (const traced of [false, true]) {
       const label = `SDK floor, ${traced ? 'with traces exported' : 'without traces'}`;
       process.stderr.write(
@@ -748,8 +749,9 @@ async function parkedOn(subject: ParkedSubject, o: BenchOptions, receiver?: Otlp
     const parkedMs = performance.now() - t0;
     process.stderr.write(`  started in ${(started / 1000).toFixed(1)} s, all parked after ${(parkedMs / 1000).toFixed(1)} s\n`);
     const busy = residentBytes(worker.pid!);
-    const parts = await parkingParts(parked, PARTS_SAMPLED);
-    if (harness) {
+    // What a harness run does before it parks (the floor's runs do what it says, and nothing else).
+    const parts = harness ? await parkingParts(parked, PARTS_SAMPLED) : null;
+    if (parts) {
       for (const [type, ms] of parts.run) {
         figure(`before a run parks, ${label}: ${type}, start to completion (${parts.sampled} runs' histories)`, 'ms', ms);
         figure(`before a run parks, ${label}: ${type}, schedule to start`, 'ms', parts.wait.get(type)!);
