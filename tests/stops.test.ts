@@ -129,14 +129,22 @@ describe('stops', () => {
     expect(outcome.record.tool_errors).toEqual({});
   });
 
-  it('does not count time waiting for a person against the deadline', async () => {
+  it('does not count time waiting for a person against the deadline, and its timer does not run meanwhile', async () => {
+    let waited: { fired: number; cancelled: number } | undefined;
     const { outcome } = await run(canonicalInput('canonical', { approver: 'interactive', budgets: { deadline_s: 8 } }), async (h) => {
       await pendingApproval(h);
       await new Promise((r) => setTimeout(r, 10_000)); // longer than the whole deadline
+      const events = (await h.fetchHistory()).events!;
+      waited = {
+        fired: events.filter((e) => e.timerFiredEventAttributes).length,
+        cancelled: events.filter((e) => e.timerCanceledEventAttributes).length,
+      };
       await approveAll(h);
     });
     expect(outcome.record).toMatchObject({ status: 'completed', writes: 2 });
     expect(outcome.state.deadline_reached).toBe(false);
+    // The wait cancelled the deadline's timer; none fired in a wait longer than the deadline.
+    expect(waited).toEqual({ fired: 0, cancelled: 1 });
   });
 
   it('ends a write nobody approves at approval_timeout_s, with its own reason, the call answered', async () => {

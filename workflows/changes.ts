@@ -24,6 +24,11 @@ export const SEGMENT_START_PATCH = 'changes-at-segment-start';
  * firing) takes effect once the workflow task's promises have settled (workflows/local-chain.ts).
  */
 export const ARRIVALS_PATCH = 'arrivals-after-the-path';
+/**
+ * Asked beside them: the deadline's timer is cancelled while the run waits for a person and started
+ * again, for the time left, when the wait ends (a parked run does no work at its deadline).
+ */
+export const DEADLINE_PAUSE_PATCH = 'deadline-paused-while-waiting';
 /*
  * Changes that came with it, and so are held by `current` alone: the candidate tests' run on the
  * untouched base before a run's first write (`beforeFirstWrite`, an activity no older build
@@ -50,6 +55,8 @@ export class Changes {
   readonly current: boolean;
   /** True when this segment takes what reaches it by a promise once the task's promises have settled (`ARRIVALS_PATCH`). */
   readonly arrivalsSettled: boolean;
+  /** True when this segment's deadline timer does not run while the run waits for a person (`DEADLINE_PAUSE_PATCH`). */
+  readonly deadlinePaused: boolean;
   /** The legacy changes a history of an older build was found to hold. */
   private readonly taken = new Set<LegacyChange>();
 
@@ -57,6 +64,7 @@ export class Changes {
   constructor() {
     this.current = wf.patched(SEGMENT_START_PATCH);
     this.arrivalsSettled = this.current && wf.patched(ARRIVALS_PATCH);
+    this.deadlinePaused = this.arrivalsSettled && wf.patched(DEADLINE_PAUSE_PATCH);
   }
 
   /**

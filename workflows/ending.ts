@@ -171,12 +171,17 @@ export class Ending extends Phase<EndRun> {
       .run(async () => {
         // The deadline bounds the agent's working time: it does not run while a write waits for its approval.
         // What the timer's firing means is decided once the workflow task's promises have settled (arrive).
+        const waiting = () => this.state.waiting_since !== null;
         for (;;) {
-          await wf.sleep(Math.max(1, this.run.msLeft()));
+          if (this.changes.deadlinePaused) {
+            // The timer is cancelled when a wait begins, and started again for the time left when it ends.
+            if (waiting()) await wf.condition(() => !waiting());
+            if (await wf.condition(waiting, Math.max(1, this.run.msLeft()))) continue;
+          } else await wf.sleep(Math.max(1, this.run.msLeft()));
           const next = await new Promise<'wait' | 'end' | 'again'>((resolve) =>
-            this.run.arrive(() => resolve(this.state.waiting_since !== null ? 'wait' : this.run.msLeft() <= 0 ? 'end' : 'again')),
+            this.run.arrive(() => resolve(waiting() ? 'wait' : this.run.msLeft() <= 0 ? 'end' : 'again')),
           );
-          if (next === 'wait') await wf.condition(() => this.state.waiting_since === null);
+          if (next === 'wait') await wf.condition(() => !waiting());
           else if (next === 'end') return;
         }
       })
