@@ -231,10 +231,14 @@ export interface RunReading {
  * `tail` trace events come with it. `noAnswer` runs once when the Queries find no worker (e.g.
  * starts one), and then they are asked again.
  */
-export async function readRun(handle: RunHandle, o: { tail?: number; noAnswer?: () => Promise<void> } = {}): Promise<RunReading> {
+export async function readRun(
+  handle: RunHandle,
+  o: { tail?: number; viewOnly?: boolean; noAnswer?: () => Promise<void> } = {},
+): Promise<RunReading> {
   if (!(await isRunning(handle))) return { view: (await runOutcome(handle)).state, trace: [], running: false };
   const ask = async () => {
     const view = await queryState(handle);
+    if (o.viewOnly) return { view, trace: [], running: true };
     const trace = o.tail === undefined ? (await traceSince(handle)).events : (await queryTrace(handle, { tail: o.tail })).events;
     return { view, trace, running: true };
   };

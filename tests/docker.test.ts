@@ -330,7 +330,6 @@ describe('containment of candidate tests', () => {
       timeout_s: 3,
     });
     const seen = new Set<string>();
-    const started = Date.now();
     const { trace, outcome } = await run(fixture.input('docker'), { drive: (_h, running) => watchContainers(seen)(running) });
 
     const result = observed(trace, 'run');
@@ -341,8 +340,7 @@ describe('containment of candidate tests', () => {
       candidate_tests: { discovered: 0, passed: 0, failed: 0 },
     });
     expect(outcome.state.verification!.candidate_tests.status).toBe('timeout');
-    // Two timed-out test runs (tool and verifier) and one acceptance run, well under any minute.
-    expect(Date.now() - started).toBeLessThan(60_000);
+    // Two timed-out test runs (tool and verifier) and one acceptance run: each ended by its limit (status timeout).
     expect(seen.size).toBeGreaterThanOrEqual(2);
     for (const id of seen) expect(await gone(id)).toBe(true);
   });

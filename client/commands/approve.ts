@@ -1,7 +1,7 @@
 /** `approve` and `reject`: the approval Signal for the pending action, with its digests. */
 import { command, type Values } from '../command';
 import type { Session } from '../session';
-import { access, handleFor, out, principal, readRunWithTrace } from './shared';
+import { access, handleFor, out, principal, readRunView } from './shared';
 
 const options = {
   principal: { kind: 'string', value: 'NAME' },
@@ -16,7 +16,7 @@ async function answerApproval(
   answer: 'approve' | 'reject',
 ): Promise<number> {
   const handle = await handleFor(session, positionals);
-  const { view } = await readRunWithTrace(session, handle);
+  const view = await readRunView(session, handle);
   const pending = view.pending_approval;
   if (!pending) {
     process.stderr.write(`no approval is pending for ${handle.workflowId} (status ${view.status})\n`);

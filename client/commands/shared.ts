@@ -39,18 +39,7 @@ export function webUi(session: Session): string | null {
  * running run holds. `full` resolves the references in events to the stored contents.
  */
 export async function readRunWithTrace(session: Session, handle: RunHandle, full = false): Promise<{ view: RunView; trace: TraceEvent[] }> {
-  const { readRun, NoWorkerAnswered, WedgedRun } = await access();
-  let live;
-  try {
-    // Embedded default: the background worker may not run (yet); start it and ask again.
-    live = await readRun(handle, { noAnswer: session.embedded ? async () => void (await session.ensureWorker()) : undefined });
-  } catch (err) {
-    // A wedged run is named as such: another worker would fail its task alike.
-    if (err instanceof WedgedRun) throw new Error(err.message);
-    if (err instanceof NoWorkerAnswered)
-      throw new Error(`${err.message} on task queue ${session.settings.taskQueue}; start one with npm run worker`);
-    throw err;
-  }
+  const live = await readLive(session, handle, false);
   const store = openStore(session.settings.stateDir);
   if (store === null) return { view: live.view, trace: live.trace };
   try {
@@ -58,6 +47,25 @@ export async function readRunWithTrace(session: Session, handle: RunHandle, full
     return { view: live.view, trace: full ? trace.map((e) => fullEvent(store, e)) : trace };
   } finally {
     store.close();
+  }
+}
+
+/** State of a run alone, as `readRunWithTrace` reads it (no trace asked, no host store opened). */
+export async function readRunView(session: Session, handle: RunHandle): Promise<RunView> {
+  return (await readLive(session, handle, true)).view;
+}
+
+async function readLive(session: Session, handle: RunHandle, viewOnly: boolean) {
+  const { readRun, NoWorkerAnswered, WedgedRun } = await access();
+  try {
+    // Embedded default: the background worker may not run (yet); start it and ask again.
+    return await readRun(handle, { viewOnly, noAnswer: session.embedded ? async () => void (await session.ensureWorker()) : undefined });
+  } catch (err) {
+    // A wedged run is named as such: another worker would fail its task alike.
+    if (err instanceof WedgedRun) throw new Error(err.message);
+    if (err instanceof NoWorkerAnswered)
+      throw new Error(`${err.message} on task queue ${session.settings.taskQueue}; start one with npm run worker`);
+    throw err;
   }
 }
 
