@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { CancelledFailure } from '@temporalio/common';
 import type { RunRef } from '../core/activities';
-import type { BaseTests, TestCase, VerifierFindings } from '../core/contracts';
+import type { BaseTests, Decision, TestCase, VerifierFindings } from '../core/contracts';
 import { baseOutcomes, type BaselineCache, type StoredBaseline } from '../sandbox/baseline';
 import { verify as runVerifier, type TaskVerdictInput } from '../sandbox/verifier';
 import { offThread } from '../workspace/thread';
@@ -31,9 +31,9 @@ export function verificationActivities(kit: Kit) {
     /**
      * The verifier's findings, for history; a repository run's verified change is kept in the
      * control folder for `branch` and `patch` (each file checked against the digest the verifier
-     * saw as it is copied), never returned.
+     * saw as it is copied), with the text of the `final` it judged, never returned.
      */
-    async verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings> {
+    async verify(ref: RunRef, timeoutMs: number, finalRef?: string): Promise<VerifierFindings> {
       const ctx = kit.toolContext(ref, timeoutMs);
       const { findings, change } = await runVerifier({
         ...ctx,
@@ -45,7 +45,12 @@ export function verificationActivities(kit: Kit) {
         allowTestConfig: ref.allow_test_config_change === true,
       }).catch(infrastructure);
       cancelled(ctx.signal, 'verification');
-      if (change !== null) await offThread('keepChange', [ctx.paths, change], { key: ctx.paths.workspace, onProgress: ctx.heartbeat });
+      if (change !== null) {
+        // A verify scheduled by a build before `finalRef` has none: its commit message is the default one.
+        const final = finalRef === undefined ? null : kit.store.get<Decision>(finalRef);
+        const kept = { ...change, summary: final?.kind === 'final' ? final.text : '' };
+        await offThread('keepChange', [ctx.paths, kept], { key: ctx.paths.workspace, onProgress: ctx.heartbeat });
+      }
       return findings;
     },
 

@@ -6,7 +6,6 @@
  * and every other ref stay as they are; a refusal changes nothing.
  */
 import { runInputSchema, type ParsedRunInput } from '../core/contracts';
-import type { Decision } from '../core/contracts';
 import { repositoryRead } from '../core/repo-settings';
 import { withRepository } from '../workspace/repository';
 import { readVerifiedChange, VerifiedChangeError, type ChangeEntryWithBytes, type VerifiedChange } from '../workspace/verified-change';
@@ -16,8 +15,6 @@ import { hostPath } from '../host/tools-env';
 import { GitSandboxUnavailable, sandboxRefusal, type RepositoryRead } from '../sandbox/git-sandbox';
 import { repositoryReaders } from './repository-run';
 import type { Session } from './session';
-import { openStore } from '../store/store';
-import type { RunOutcome } from '../core/run-view';
 
 /** Why no branch or patch comes of a run: exit status 1, with this line. */
 export class NoBranch extends Error {
@@ -37,23 +34,6 @@ interface RunChange {
 export function commitMessage(summary: string, workflowId: string, model: string): string {
   const text = summary.trim() === '' ? `Change made by coding-agent run ${workflowId}` : summary.trim();
   return `${text}\n\nAgent-Run: ${workflowId}\nAgent-Model: ${model}\n`;
-}
-
-/** The final summary of a run, from this machine's host store (the `final` decision, whole). */
-function finalSummary(session: Session, outcome: RunOutcome, workflowId: string): string {
-  const store = openStore(session.settings.stateDir);
-  if (store === null)
-    throw new NoBranch(`no host store in ${session.settings.stateDir}: run this on the worker host that ran ${workflowId}`);
-  try {
-    const finals = store
-      .transcript(outcome.transcript)
-      .filter((e): e is { decision: string } => 'decision' in e)
-      .map((e) => store.get<Decision>(e.decision))
-      .filter((d): d is Extract<Decision, { kind: 'final' }> => d.kind === 'final');
-    return finals.at(-1)?.text ?? '';
-  } finally {
-    store.close();
-  }
 }
 
 /**
@@ -94,7 +74,7 @@ async function runChange(session: Session, workflowId: string, anyEnd = false): 
     path: input.repo.path,
     read: repositoryRead(input.backend, input.repo.trusted),
     change,
-    message: commitMessage(finalSummary(session, outcome, workflowId), workflowId, model),
+    message: commitMessage(change.summary, workflowId, model),
   };
 }
 

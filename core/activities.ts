@@ -359,8 +359,11 @@ export interface Activities {
   writePatch(ref: RunRef, action: PendingAction, view: CallView): Promise<WriteOutcome & Written>;
   /** The candidate tests at the untouched base (once per tree and command on a host): taken before the run's first write. */
   baselineTests(ref: RunRef, timeoutMs: number): Promise<BaseTests>;
-  /** The host verifier: what "done" means. */
-  verify(ref: RunRef, timeoutMs: number): Promise<VerifierFindings>;
+  /**
+   * The host verifier: what "done" means. `finalRef`: the `final` decision it judges, in the host
+   * store; a repository run keeps its text with the verified change (the commit message of `branch`).
+   */
+  verify(ref: RunRef, timeoutMs: number, finalRef?: string): Promise<VerifierFindings>;
   /** Changed paths of a run that ended before verification (empty when no workspace exists). */
   diffPaths(ref: { run_id: string }): Promise<string[]>;
 }

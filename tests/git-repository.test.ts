@@ -170,12 +170,13 @@ describe.each(['host', 'sandbox'] as const)('read through git on the %s', (read)
       expect(diff).toContain('Binary files a/assets/more/data.bin and b/assets/more/data.bin differ\n');
       expect(diff).toContain('new file mode 120000\n');
       expect(diff).toContain('+symlink -> ../src/linkcheck.py');
-      keepVerifiedChange(paths, { base_commit: head, changes });
+      keepVerifiedChange(paths, { base_commit: head, changes, summary: 'Fix the checker' });
       // What the run's tests do afterwards is not part of the verified change.
       writeFileSync(join(ws, 'src', 'linkcheck.py'), 'changed after verification\n');
       const kept = readVerifiedChange(paths);
+      expect(kept.summary).toBe('Fix the checker');
       // Bytes other than those whose digests the verifier saw are never kept: the kept change stays.
-      expect(() => keepVerifiedChange(paths, { base_commit: head, changes })).toThrow(
+      expect(() => keepVerifiedChange(paths, { base_commit: head, changes, summary: 'other' })).toThrow(
         new VerifiedChangeError('src/linkcheck.py changed while the verified change was kept'),
       );
       expect(readVerifiedChange(paths)).toEqual(kept);

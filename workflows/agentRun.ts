@@ -266,7 +266,7 @@ class AgentRun implements StartupRun, DecideRun, WriteRun, EndRun, SignalRun, Ta
           await this.noteReply(decision, fromLocal);
           this.state.transcript.append.push({ decision: decision.ref, reply: decision.reply });
           const interrupted = this.state.prompt_messages ? this.turnInterrupt() : null;
-          if (interrupted === null) return this.ending.verify(decision.text);
+          if (interrupted === null) return this.ending.verify(decision.text, decision.ref);
           this.finalInterrupted(interrupted, 'decision');
           return null;
         }

@@ -60,13 +60,13 @@ export class Ending extends Phase<EndRun> {
   }
 
   /** The host verifier's judgement of a `final`; null when an interrupt cut it off and the run goes on. */
-  async verify(finalText: string): Promise<RunStop | null> {
+  async verify(finalText: string, finalRef: string): Promise<RunStop | null> {
     this.view.final_summary = brief(finalText) as string;
     this.run.setStatus('verifying');
     this.trace.add('verification_started', { final: finalText });
     const timeout = Math.max(1000, this.run.msLeft());
     const findings = await this.run.interruptible(() =>
-      this.act.verify.executeWithOptions(testStepOptions(timeout, 'verify'), [this.ref, timeout]),
+      this.act.verify.executeWithOptions(testStepOptions(timeout, 'verify'), [this.ref, timeout, finalRef]),
     );
     if (findings === null) {
       this.run.setStatus('running');

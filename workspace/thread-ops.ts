@@ -13,7 +13,7 @@ import { lendTree, giveBackTree, type Owners } from './lend';
 import { changedEntries, changedPaths, manifest, type ManifestEntry, manifestDigest, workspaceDigest, workspaceState } from './manifest';
 import { copyForTests, prepareCopy, type ConfigChange } from './verification-tree';
 import { beginTree, finishTree, writeBaselineManifest, writeFiles, writeLinks, type FileBatch } from './tree-write';
-import { keepVerifiedChange, type VerifiedChange } from './verified-change';
+import { keepVerifiedChange, type KeptChange } from './verified-change';
 import { baselineManifest, copyTree, prepareWorkspace, type RunPaths } from './workspace';
 
 export const OPS = {
@@ -66,7 +66,7 @@ export const OPS = {
   writeLinks: (root: string, links: { path: string; target: string }[]) => writeLinks(root, links),
   finishTree: (paths: RunPaths) => finishTree(paths),
   writeBaselineManifest: (paths: RunPaths) => writeBaselineManifest(paths),
-  keepChange: (paths: RunPaths, change: VerifiedChange) => keepVerifiedChange(paths, change),
+  keepChange: (paths: RunPaths, change: KeptChange) => keepVerifiedChange(paths, change),
   lendTree: (root: string, uid: number, gid: number) => lendTree(root, uid, gid),
   giveBackTree: (root: string, owners: Owners) => giveBackTree(root, owners),
 };

@@ -1,7 +1,8 @@
 /**
  * A repository run's verified change: what the verifier saw between the baseline and the
- * workspace. The verifier returns it; its activity keeps it in the control folder (`change.json`
- * and a copy of each changed file), from which `branch` and `patch` make their commit.
+ * workspace. The verifier returns it; its activity keeps it in the control folder (`change.json`,
+ * with the text of the `final` it judged, and a copy of each changed file), from which `branch`
+ * and `patch` make their commit: their one source.
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -29,9 +30,15 @@ export interface VerifiedChange<Entry extends ChangeEntry = ChangeEntry> {
   changes: Entry[];
 }
 
-/** The verified change as kept in `change.json`. */
-interface KeptChange extends VerifiedChange {
+/** The verified change as kept: with the run's final text, which `branch` makes its commit message of ('' when none). */
+export interface KeptChange<Entry extends ChangeEntry = ChangeEntry> extends VerifiedChange<Entry> {
+  summary: string;
+}
+
+/** `change.json` (a change kept by a build before `summary` has none). */
+interface ChangeFile extends VerifiedChange {
   schema_version: 1;
+  summary?: string;
 }
 
 const changeFolder = (paths: RunPaths) => join(paths.control, 'verified');
@@ -63,7 +70,7 @@ export function changeEntries(base: ManifestEntry[], current: ManifestEntry[]): 
  * each copy's digest the one the verifier saw. A file whose bytes are not those is refused, and
  * the change kept before stays as it was.
  */
-export function keepVerifiedChange(paths: RunPaths, change: VerifiedChange): void {
+export function keepVerifiedChange(paths: RunPaths, change: KeptChange): void {
   const dir = changeFolder(paths);
   const next = `${dir}.next`;
   rmSync(next, { recursive: true, force: true });
@@ -77,7 +84,7 @@ export function keepVerifiedChange(paths: RunPaths, change: VerifiedChange): voi
       if (copyRegular(join(paths.workspace, c.path), to, c.path) !== c.digest)
         throw new VerifiedChangeError(`${c.path} changed while the verified change was kept`);
     }
-    const kept: KeptChange = { schema_version: 1, base_commit: change.base_commit, changes: change.changes };
+    const kept: ChangeFile = { schema_version: 1, base_commit: change.base_commit, changes: change.changes, summary: change.summary };
     writeFileAtomic(join(next, 'change.json'), JSON.stringify(kept), { tmpDir: paths.tmp });
   } catch (err) {
     rmSync(next, { recursive: true, force: true });
@@ -92,18 +99,18 @@ export class VerifiedChangeError extends Error {
 }
 
 /** The verified change with each file's bytes, checked against the digests the verifier recorded. */
-export function readVerifiedChange(paths: RunPaths): VerifiedChange<ChangeEntryWithBytes> {
+export function readVerifiedChange(paths: RunPaths): KeptChange<ChangeEntryWithBytes> {
   const file = join(changeFolder(paths), 'change.json');
   if (!existsSync(file))
     throw new VerifiedChangeError(
       `no verified change in ${changeFolder(paths)}: the run's state folder is not on this machine, or its run was not verified`,
     );
-  const change = JSON.parse(readFileSync(file, 'utf8')) as KeptChange;
+  const change = JSON.parse(readFileSync(file, 'utf8')) as ChangeFile;
   const changes = change.changes.map((c): ChangeEntryWithBytes => {
     if (c.kind !== 'file') return c;
     const bytes = readFileSync(join(changeFolder(paths), 'files', c.path));
     if (sha256(bytes) !== c.digest) throw new VerifiedChangeError(`${c.path} in the kept change differs from what was verified`);
     return { ...c, bytes };
   });
-  return { base_commit: change.base_commit, changes };
+  return { base_commit: change.base_commit, changes, summary: change.summary ?? '' };
 }
