@@ -148,7 +148,13 @@ export class Kit {
     return backend;
   }
 
+  /** A tool handler's context: the step's, with the ledger its writes go through. */
   toolContext(ref: RunRef, timeoutMs: number): ToolContext {
+    return { ...this.stepContext(ref, timeoutMs), ledger: this.ledger };
+  }
+
+  /** A step's context without the ledger, for the steps that never write (the verifier, the base run). */
+  stepContext(ref: RunRef, timeoutMs: number): Omit<ToolContext, 'ledger'> {
     const ctx = Context.current();
     const paths = this.paths(ref.run_id);
     return {
@@ -158,7 +164,6 @@ export class Kit {
       acceptanceDir: acceptanceDirOf(ref, paths),
       baseCommit: ref.repository?.base_commit ?? null,
       limits: this.config.limits,
-      ledger: this.ledger,
       backend: this.backendFor(ref.backend, ref.image),
       timeoutMs,
       signal: ctx.cancellationSignal,

@@ -34,7 +34,7 @@ export function verificationActivities(kit: Kit) {
      * saw as it is copied), with the text of the `final` it judged, never returned.
      */
     async verify(ref: RunRef, timeoutMs: number, finalRef?: string): Promise<VerifierFindings> {
-      const ctx = kit.toolContext(ref, timeoutMs);
+      const ctx = kit.stepContext(ref, timeoutMs);
       const { findings, change } = await runVerifier({
         ...ctx,
         onProgress: ctx.heartbeat,
@@ -55,7 +55,7 @@ export function verificationActivities(kit: Kit) {
     },
 
     async baselineTests(ref: RunRef, timeoutMs: number): Promise<BaseTests> {
-      const ctx = kit.toolContext(ref, timeoutMs);
+      const ctx = kit.stepContext(ref, timeoutMs);
       const { tests: _tests, ...base } = await baseOutcomes({
         ...ctx,
         onProgress: ctx.heartbeat,
