@@ -85,7 +85,7 @@ export interface FollowOptions {
   log: (line: string) => void;
   pollMs?: number;
   /** The run's stored trace (host store), for the events the run no longer holds. */
-  stored?: (runId: string) => TraceEvent[];
+  stored?: (runId: string) => TraceEvent[] | null;
   /**
    * What this machine shows when nothing answers (the state folder's file system full, say), or
    * null: named beside the server's or worker's error, and while it holds the follower waits up
@@ -171,9 +171,11 @@ class Printer {
     public printed: number,
   ) {}
 
-  print(events: TraceEvent[]): void {
+  /** `contiguous`: stops at a gap (what is missing is printed later, from the host store), never skipping it. */
+  print(events: TraceEvent[], contiguous = false): void {
     for (const e of events) {
       if (e.seq <= this.printed) continue;
+      if (contiguous && e.seq !== this.printed + 1) return;
       this.log(describeEvent(e));
       this.printed = e.seq;
     }
@@ -226,14 +228,16 @@ async function pollRun(handle: RunHandle, opts: FollowOptions, printer: Printer)
   let runId: string | null = null;
   const flush = async () => {
     const page = await traceSince(handle, printer.printed);
-    if (page.oldest !== null && page.oldest > printer.printed + 1 && opts.stored) {
+    if (page.oldest !== null && page.oldest > printer.printed + 1) {
       runId ??= (await queryState(handle)).run_id;
-      printer.print(opts.stored(runId));
-      // Events the host store does not give yet are printed at a later poll (or from the store at
-      // the run's end), never skipped for the window's newer ones.
-      if (page.oldest > printer.printed + 1) return;
+      const stored = opts.stored?.(runId) ?? null;
+      // Without this machine's host store, what the run no longer holds cannot be printed: skipped.
+      if (stored === null) return printer.print(page.events);
+      printer.print(stored, true);
     }
-    printer.print(page.events);
+    // Events the host store does not give yet are printed at a later poll (or from the store at
+    // the run's end), never skipped for the window's newer ones.
+    printer.print(page.events, true);
   };
   const patience = new Patience(opts);
   const retried = new Set<string>();

@@ -76,12 +76,12 @@ export function mergeTrace(stored: TraceEvent[], live: TraceEvent[]): TraceEvent
   return [...bySeq.values()].sort((a, b) => a.seq - b.seq);
 }
 
-/** The stored trace of a run in this machine's host store (none when the store is elsewhere). */
-export function storedTraceOf(session: Session): (runId: string) => TraceEvent[] {
+/** The stored trace of a run in this machine's host store (null when the store is elsewhere). */
+export function storedTraceOf(session: Session): (runId: string) => TraceEvent[] | null {
   return (runId) => {
     const store = openStore(session.settings.stateDir);
     try {
-      return store ? storedTrace(store, runId) : [];
+      return store ? storedTrace(store, runId) : null;
     } finally {
       store?.close();
     }
