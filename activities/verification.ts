@@ -46,8 +46,8 @@ export function verificationActivities(kit: Kit) {
       }).catch(infrastructure);
       cancelled(ctx.signal, 'verification');
       if (change !== null) {
-        // A verify scheduled by a build before `finalRef` has none: its commit message is the default one.
-        const final = finalRef === undefined ? null : kit.store.get<Decision>(finalRef);
+        // A verify scheduled by a build before `finalRef` has none (nor a store that lost it): its commit message is the default one.
+        const final = finalRef !== undefined && kit.store.has(finalRef) ? kit.store.get<Decision>(finalRef) : null;
         const kept = { ...change, summary: final?.kind === 'final' ? final.text : '' };
         await offThread('keepChange', [ctx.paths, kept], { key: ctx.paths.workspace, onProgress: ctx.heartbeat });
       }

@@ -108,8 +108,9 @@ export async function traceSince(
     events.push(...page.events);
     if (page.next === null) return { events, oldest, newest: page.newest };
     page = await queryTrace(handle, { after: page.next }, ms);
-    // Asked across a continue-as-new, a page can begin past events the new segment no longer holds
-    // (they are in the host store): the events returned end before such a gap.
+    // Between two pages the run may have stored events and dropped them from memory, or continued
+    // as new: a page can begin past events it no longer holds (they are in the host store), and the
+    // events returned end before such a gap.
     if (page.events.length > 0 && page.events[0].seq !== events.at(-1)!.seq + 1) return { events, oldest, newest: page.newest };
   }
 }
