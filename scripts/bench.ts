@@ -618,9 +618,9 @@ const TRACES = (receiver: OtlpReceiver) => ({ OTEL_EXPORTER_OTLP_ENDPOINT: recei
 /** The harness's worker (`dist/worker/main.js`, as an operator runs it), its runs parked on an approval. */
 function harnessSubject(label: string, extraEnv: Record<string, string>): ParkedSubject {
   const add = { path: 'tests/test_agent_parked.py', version: 'absent', old: '', new: 'def test_x():\n    assert True\n' };
-  // The operator's longest deadline: a run's deadline timer is not cancelled while it waits for
-  // its approval, so with the fixture's 900 s every run parked for that long wakes once (and is
-  // replayed, evicted) at that moment, and at 10,000 runs parking takes longer than that.
+  // The operator's longest deadline: parking 10,000 runs takes longer than the fixture's 900 s, and
+  // a parked run should meet no deadline on any build (one before `deadline-paused-while-waiting`
+  // keeps its timer while it waits, and wakes at it, replayed once evicted).
   const park = replayInput([{ kind: 'tool', call: { call_id: 'add', name: 'apply_patch', arguments: add } }, STOP], {
     approver: 'interactive',
     budgets: { max_turns: READS + 10, max_tool_calls: READS + 10, deadline_s: DEFAULT_MAX_BUDGETS.deadline_s },
