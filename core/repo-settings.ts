@@ -190,15 +190,18 @@ export function parseRepoSettings(text: string | null): SettingsOutcome {
   return { ok: true, settings: parsed.data };
 }
 
-/** What the base tree looks like to the detector: its paths, and the text of a few small files. */
-/** The files `detectTests` reads (the others it only looks for). */
+/**
+ * What `detectTests` asks of a base tree, all of it known before the tree is read: the files it
+ * reads whole, the files it only looks for, and the pattern of a Python test file's path.
+ */
 export const DETECTION_FILES = ['pyproject.toml', 'setup.cfg', 'package.json'] as const;
+export const DETECTION_MARKERS = ['pytest.ini'] as const;
+export const PYTHON_TEST_FILE = /^tests?\/(.*\/)?(test_[^/]*|[^/]*_test|conftest)\.py$/;
 
+/** The base tree as the detector sees it: whether it has a path, whether some path matches, and a few small files' text. */
 export interface TreeView {
   has(path: string): boolean;
-  /** True when some path lies below this folder. */
-  hasFolder(path: string): boolean;
-  paths(): Iterable<string>;
+  someMatches(pattern: RegExp): boolean;
   /** The text of a small file of the tree, or null. */
   read(path: string): string | null;
 }
@@ -225,8 +228,7 @@ export function detectTests(tree: TreeView): Detection {
   const setupCfg = tree.read('setup.cfg');
   if (setupCfg !== null && /^\s*\[tool:pytest\]/m.test(setupCfg))
     return { ok: true, tests: PYTEST, detected: 'pytest ([tool:pytest] in setup.cfg)' };
-  const pythonTests = [...tree.paths()].some((p) => /^tests?\/(.*\/)?(test_[^/]*|[^/]*_test|conftest)\.py$/.test(p));
-  if (pythonTests) return { ok: true, tests: PYTEST, detected: 'pytest (Python test files under tests/)' };
+  if (tree.someMatches(PYTHON_TEST_FILE)) return { ok: true, tests: PYTEST, detected: 'pytest (Python test files under tests/)' };
   if (pyproject !== null && /\bpytest\b/.test(pyproject)) return { ok: true, tests: PYTEST, detected: 'pytest (named in pyproject.toml)' };
 
   const pkg = tree.read('package.json');

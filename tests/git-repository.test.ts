@@ -94,26 +94,34 @@ describe.each(['host', 'sandbox'] as const)('read through git on the %s', (read)
       expect(repoPicture(dir)).toEqual(before);
     });
 
-    it("refuses a tree past each of the operator's limits while its listing streams, naming the limit", async () => {
-      const { dir, head } = sampleRepo(LINKCHECK);
-      const refusal = async (limits: Partial<typeof DEFAULT_REPOSITORY_LIMITS>) => {
-        const err = await gitError(() => withRepository(open, dir, { ...DEFAULT_REPOSITORY_LIMITS, ...limits }, (r) => r.lsTree(head)));
-        return `${err.kind}: ${err.message}`;
-      };
-      expect(await refusal({ files: 3 })).toBe('too_large: the base tree has more than 3 files (AGENT_REPOSITORY_LIMITS.files)');
-      expect(await refusal({ bytes: 100 })).toBe(
-        "too_large: the base tree's files hold more than 100 bytes (AGENT_REPOSITORY_LIMITS.bytes)",
-      );
-      expect(await refusal({ blob_bytes: 60 })).toMatch(
-        /^too_large: "[^"]+" in the base tree has \d+ bytes, over 60 \(AGENT_REPOSITORY_LIMITS\.blob_bytes\)$/,
-      );
-      expect(await refusal({ path_bytes: 12 })).toBe(
-        'too_large: a path of the base tree is longer than 12 bytes (AGENT_REPOSITORY_LIMITS.path_bytes)',
-      );
-      expect(await refusal({ depth: 0 })).toBe(
-        'too_large: a path of the base tree is more than 0 folders deep (AGENT_REPOSITORY_LIMITS.depth)',
-      );
-    });
+    it.each(['listed on this side', 'judged in a workspace thread'])(
+      "refuses a tree past each of the operator's limits, naming the limit, when its listing is %s",
+      async (where) => {
+        const { dir, head } = sampleRepo(LINKCHECK);
+        const refusal = async (limits: Partial<typeof DEFAULT_REPOSITORY_LIMITS>) => {
+          const within = { ...DEFAULT_REPOSITORY_LIMITS, ...limits };
+          if (where === 'listed on this side') {
+            const err = await gitError(() => withRepository(open, dir, within, (r) => r.lsTree(head)));
+            return `${err.kind}: ${err.message}`;
+          }
+          const inspected = await withRepository(open, dir, within, (r) => inspectBase(r, { path: dir, base_commit: head, task: 't' }));
+          return inspected.ok ? 'accepted' : inspected.detail;
+        };
+        expect(await refusal({ files: 3 })).toBe('too_large: the base tree has more than 3 files (AGENT_REPOSITORY_LIMITS.files)');
+        expect(await refusal({ bytes: 100 })).toBe(
+          "too_large: the base tree's files hold more than 100 bytes (AGENT_REPOSITORY_LIMITS.bytes)",
+        );
+        expect(await refusal({ blob_bytes: 60 })).toMatch(
+          /^too_large: "[^"]+" in the base tree has \d+ bytes, over 60 \(AGENT_REPOSITORY_LIMITS\.blob_bytes\)$/,
+        );
+        expect(await refusal({ path_bytes: 12 })).toBe(
+          'too_large: a path of the base tree is longer than 12 bytes (AGENT_REPOSITORY_LIMITS.path_bytes)',
+        );
+        expect(await refusal({ depth: 0 })).toBe(
+          'too_large: a path of the base tree is more than 0 folders deep (AGENT_REPOSITORY_LIMITS.depth)',
+        );
+      },
+    );
 
     it('refuses a tree with a path it may not write, naming it', async () => {
       const { dir } = sampleRepo(LINKCHECK);

@@ -23,8 +23,7 @@ function tree(files: Record<string, string>): TreeView {
   const paths = Object.keys(files);
   return {
     has: (p) => p in files,
-    hasFolder: (p) => paths.some((x) => x.startsWith(`${p}/`)),
-    paths: () => paths,
+    someMatches: (pattern) => paths.some((x) => pattern.test(x)),
     read: (p) => files[p] ?? null,
   };
 }

@@ -385,13 +385,54 @@ function quotePath(path: string): string {
   return `"${escaped}"`;
 }
 
+/** The longest record a tree listing may hold: a path at the limit and its entry's fields. */
+const maxListingRecord = (l: RepositoryLimits) => l.path_bytes + 256;
+const pathTooLong = (l: RepositoryLimits) =>
+  new GitError('too_large', `a path of the base tree is longer than ${l.path_bytes} bytes (${limitName('path_bytes')})`);
+const tooManyFiles = (l: RepositoryLimits) =>
+  new GitError('too_large', `the base tree has more than ${l.files} files (${limitName('files')})`);
+
+/**
+ * Reads the records of `ls-tree -r -z -l` (each without its NUL), in order, as entries checked
+ * against the limits together with the entries before them: the first over one is a `too_large`
+ * GitError naming it, and a record that is no entry is `failed`.
+ */
+export class ListingReader {
+  private count = 0;
+  private bytes = 0;
+  constructor(private readonly limits: RepositoryLimits) {}
+
+  entry(record: Buffer): TreeEntry {
+    const l = this.limits;
+    const tab = record.indexOf(0x09);
+    const [mode, type, oid, sizeText] = record.subarray(0, tab).toString('latin1').split(/ +/);
+    const path = record.subarray(tab + 1).toString('utf8');
+    if (tab < 0 || !/^[0-7]{6}$/.test(mode) || !['blob', 'commit', 'tree'].includes(type) || !/^[0-9a-f]{40,64}$/.test(oid))
+      throw new GitError('failed', 'git ls-tree printed a line that is not an entry');
+    const size = sizeText === '-' ? 0 : Number(sizeText);
+    if (++this.count > l.files) throw tooManyFiles(l);
+    if (record.length - tab - 1 > l.path_bytes) throw pathTooLong(l);
+    if (path.split('/').length - 1 > l.depth)
+      throw new GitError('too_large', `a path of the base tree is more than ${l.depth} folders deep (${limitName('depth')})`);
+    if (type === 'blob' && size > l.blob_bytes)
+      throw new GitError(
+        'too_large',
+        `${JSON.stringify(path)} in the base tree has ${size} bytes, over ${l.blob_bytes} (${limitName('blob_bytes')})`,
+      );
+    this.bytes += type === 'blob' ? size : 0;
+    if (this.bytes > l.bytes)
+      throw new GitError('too_large', `the base tree's files hold more than ${l.bytes} bytes (${limitName('bytes')})`);
+    return { mode, type: type as TreeEntry['type'], oid, size, path };
+  }
+}
+
 export class GitRepository {
   private constructor(
     readonly runner: GitRunner,
     /** The repository's git folder as the runner sees it. */
     readonly gitDir: string,
     readonly bare: boolean,
-    private readonly limits: RepositoryLimits,
+    readonly limits: RepositoryLimits,
   ) {}
 
   /**
@@ -459,46 +500,56 @@ export class GitRepository {
 
   /**
    * Every entry of a commit's tree, recursively (trees themselves are not listed), checked
-   * against the limits as the listing streams: the first entry over one stops it.
+   * against the limits as the listing streams: the first entry over one stops it. The entries are
+   * parsed on the caller's thread: for a tree a run already accepted (`listing` is the read that
+   * judges an untrusted one, off the event loop).
    */
   async lsTree(commit: string): Promise<TreeEntry[]> {
-    const l = this.limits;
     const entries: TreeEntry[] = [];
-    let bytes = 0;
-    const split = new RecordSplitter(
-      0,
-      l.path_bytes + 256,
-      () => new GitError('too_large', `a path of the base tree is longer than ${l.path_bytes} bytes (${limitName('path_bytes')})`),
-    );
-    const take = (record: Buffer) => {
-      const tab = record.indexOf(0x09);
-      const [mode, type, oid, sizeText] = record.subarray(0, tab).toString('latin1').split(/ +/);
-      const path = record.subarray(tab + 1).toString('utf8');
-      if (tab < 0 || !/^[0-7]{6}$/.test(mode) || !['blob', 'commit', 'tree'].includes(type) || !/^[0-9a-f]{40,64}$/.test(oid))
-        throw new GitError('failed', 'git ls-tree printed a line that is not an entry');
-      const size = sizeText === '-' ? 0 : Number(sizeText);
-      if (entries.length >= l.files)
-        throw new GitError('too_large', `the base tree has more than ${l.files} files (${limitName('files')})`);
-      if (record.length - tab - 1 > l.path_bytes)
-        throw new GitError('too_large', `a path of the base tree is longer than ${l.path_bytes} bytes (${limitName('path_bytes')})`);
-      if (path.split('/').length - 1 > l.depth)
-        throw new GitError('too_large', `a path of the base tree is more than ${l.depth} folders deep (${limitName('depth')})`);
-      if (type === 'blob' && size > l.blob_bytes)
-        throw new GitError(
-          'too_large',
-          `${JSON.stringify(path)} in the base tree has ${size} bytes, over ${l.blob_bytes} (${limitName('blob_bytes')})`,
-        );
-      bytes += type === 'blob' ? size : 0;
-      if (bytes > l.bytes) throw new GitError('too_large', `the base tree's files hold more than ${l.bytes} bytes (${limitName('bytes')})`);
-      entries.push({ mode, type: type as TreeEntry['type'], oid, size, path });
-    };
+    const reader = new ListingReader(this.limits);
+    const split = new RecordSplitter(0, maxListingRecord(this.limits), () => pathTooLong(this.limits));
     await this.git(['ls-tree', '-r', '-z', '-l', '--full-tree', commit], {
       onStdout: (chunk) => {
-        for (const record of split.push(chunk)) take(record);
+        for (const record of split.push(chunk)) entries.push(reader.entry(record));
       },
     });
     if (split.pending) throw new GitError('failed', 'git ls-tree ended in the middle of an entry');
     return entries;
+  }
+
+  /**
+   * A commit's tree listing (`ls-tree -r -z -l`) as bytes, for `readListing` in a workspace
+   * thread. Only what costs nothing per entry is done here: the records are counted (the first
+   * past the files limit stops the command) and none may be longer than a path allows, so what is
+   * held is bounded by the limits before anything is parsed.
+   */
+  async listing(commit: string): Promise<Uint8Array> {
+    const l = this.limits;
+    const max = maxListingRecord(l);
+    const chunks: Buffer[] = [];
+    let [size, records, open] = [0, 0, 0];
+    await this.git(['ls-tree', '-r', '-z', '-l', '--full-tree', commit], {
+      onStdout: (chunk) => {
+        let start = 0;
+        for (let at = chunk.indexOf(0); at >= 0; at = chunk.indexOf(0, start)) {
+          if (open + at - start > max) throw pathTooLong(l);
+          if (++records > l.files) throw tooManyFiles(l);
+          [open, start] = [0, at + 1];
+        }
+        open += chunk.length - start;
+        if (open > max) throw pathTooLong(l);
+        chunks.push(chunk);
+        size += chunk.length;
+      },
+    });
+    if (open > 0) throw new GitError('failed', 'git ls-tree ended in the middle of an entry');
+    const bytes = new Uint8Array(size);
+    let at = 0;
+    for (const chunk of chunks) {
+      bytes.set(chunk, at);
+      at += chunk.length;
+    }
+    return bytes;
   }
 
   /** One blob's bytes. */

@@ -6,8 +6,9 @@
  * the local backend. Nothing here writes to the repository.
  *
  * Hazards: a tree's paths and sizes come from whoever made the commit. A path with an empty, `.`,
- * `..` or `.git` segment refuses the run, and so does a tree over the operator's limits (checked
- * while the listing streams, before anything is written); the files a run reads whole (settings,
+ * `..` or `.git` segment refuses the run, and so does a tree over the operator's limits (its
+ * entries counted while the listing streams, each checked in a workspace thread, workspace/listing.ts,
+ * before anything is written); the files a run reads whole (settings,
  * instructions, the test detector's, an expected.json) are refused past METADATA_BYTES. The
  * workspace is written in a workspace thread (tree-write.ts), in batches as the bytes arrive.
  */
@@ -18,6 +19,8 @@ import { formatIssues } from '../core/validate';
 import {
   capInstructions,
   DETECTION_FILES,
+  DETECTION_MARKERS,
+  PYTHON_TEST_FILE,
   detectTests,
   INSTRUCTIONS_FILE,
   parseRepoSettings,
@@ -30,6 +33,7 @@ import {
 } from '../core/repo-settings';
 import type { RepositoryLimits } from '../core/limits';
 import { GitError, GitRepository, requireFolder, type GitRunner, type TreeEntry } from './git';
+import { unsafeRefusal, unsafeTreePath, type ListingAnswer, type ListingQuery } from './listing';
 import { sha256 } from '../host/digest';
 import { offThread } from './thread';
 import type { FileBatch } from './tree-write';
@@ -54,25 +58,14 @@ export type InspectedBase =
     }
   | { ok: false; detail: string };
 
-/** Why a path of a tree may not be written into a workspace, or null. */
-export function unsafeTreePath(path: string): string | null {
-  if (path === '' || path.startsWith('/') || /[\0]/.test(path)) return 'an empty or absolute path';
-  for (const segment of path.split('/')) {
-    if (segment === '' || segment === '.' || segment === '..') return `a ${JSON.stringify(segment)} segment`;
-    if (segment.toLowerCase() === '.git') return 'a .git segment';
-  }
-  return null;
-}
-
 const isBlob = (e: TreeEntry) => e.type === 'blob' && (e.mode === '100644' || e.mode === '100755');
 const below = (dir: string, path: string) => path.startsWith(`${dir}/`);
 
 /** The first unsafe path of a listing, as a refusal, or null. */
 function unsafeListing(entries: TreeEntry[]): string | null {
   for (const e of entries) {
-    const unsafe = unsafeTreePath(e.path);
-    if (unsafe !== null)
-      return `the base tree has a path with ${unsafe} (${JSON.stringify(e.path)}); it cannot be written into a workspace`;
+    const why = unsafeTreePath(e.path);
+    if (why !== null) return unsafeRefusal(e.path, why);
   }
   return null;
 }
@@ -102,8 +95,8 @@ export async function withRepository<T>(
 }
 
 /** The small files of the base tree that decide the run, read in one batch (each at most METADATA_BYTES). */
-async function readSmall(repo: GitRepository, byPath: Map<string, TreeEntry>, paths: string[]): Promise<Map<string, Buffer>> {
-  const wanted = paths.map((p) => byPath.get(p)).filter((e): e is TreeEntry => e !== undefined && isBlob(e));
+async function readSmall(repo: GitRepository, entries: TreeEntry[]): Promise<Map<string, Buffer>> {
+  const wanted = entries.filter(isBlob);
   for (const e of wanted)
     if (e.size > METADATA_BYTES)
       throw new GitError(
@@ -115,31 +108,62 @@ async function readSmall(repo: GitRepository, byPath: Map<string, TreeEntry>, pa
   return new Map(wanted.map((e) => [e.path, byOid.get(e.oid)!]));
 }
 
+/** What the run reads of every base tree: the settings, the instructions and the test detector's files. */
+const BASE_QUERY: ListingQuery = {
+  paths: [SETTINGS_FILE, INSTRUCTIONS_FILE, ...DETECTION_FILES, ...DETECTION_MARKERS],
+  patterns: [PYTHON_TEST_FILE.source],
+  apart: null,
+};
+
+/** Reads the listing of `listing` in a workspace thread; a GitError for a tree over the limits or a refusal. */
+const askListing = (repo: GitRepository, listing: Uint8Array, query: ListingQuery) =>
+  offThread('readListing', [listing, repo.limits, query]);
+
+/** The detector's view of a base tree, from the answer to BASE_QUERY: a question it did not ask is this code's mistake. */
+function detectorView(base: Extract<ListingAnswer, { ok: true }>, small: Map<string, Buffer>): TreeView {
+  const asked = (path: string) => {
+    if (!BASE_QUERY.paths.includes(path)) throw new Error(`the base tree's listing was not asked about ${path}`);
+    return path;
+  };
+  const found = new Set(base.entries.map((e) => e.path));
+  return {
+    has: (path) => found.has(asked(path)),
+    someMatches: (pattern) => {
+      const i = BASE_QUERY.patterns.indexOf(pattern.source);
+      if (i < 0) throw new Error(`the base tree's listing was not asked about ${pattern}`);
+      return base.matched[i];
+    },
+    read: (path) => small.get(asked(path))?.toString('utf8') ?? null,
+  };
+}
+
 /**
  * Reads what the base commit says and makes the run's rules, or says why the run cannot start.
  * Used by the command line (to refuse before any workflow starts) and by `loadRun` (the worker's
- * own check, on the same commit).
+ * own check, on the same commit). The tree's listing is judged in a workspace thread; this side
+ * holds its bytes and the few entries it asked about.
  */
 export async function inspectBase(repo: GitRepository, source: RepoSource): Promise<InspectedBase> {
-  let entries: TreeEntry[];
+  let listing: Uint8Array;
+  let base: ListingAnswer;
   try {
-    entries = await repo.lsTree(source.base_commit);
+    listing = await repo.listing(source.base_commit);
+    base = await askListing(repo, listing, BASE_QUERY);
   } catch (err) {
     if (err instanceof GitError && err.kind === 'too_large') return { ok: false, detail: `too_large: ${err.message}` };
     if (err instanceof GitError) return { ok: false, detail: `cannot read the tree of ${source.base_commit}: ${err.message}` };
     throw err;
   }
-  const unsafe = unsafeListing(entries);
-  if (unsafe !== null) return { ok: false, detail: unsafe };
-  const byPath = new Map(entries.map((e) => [e.path, e]));
-  const folders = new Set<string>();
-  for (const e of entries) for (let i = e.path.lastIndexOf('/'); i > 0; i = e.path.lastIndexOf('/', i - 1)) folders.add(e.path.slice(0, i));
+  if (!base.ok) return base;
 
-  const settingsEntry = byPath.get(SETTINGS_FILE);
+  const settingsEntry = base.entries.find((e) => e.path === SETTINGS_FILE);
   if (settingsEntry && !isBlob(settingsEntry)) return { ok: false, detail: `${SETTINGS_FILE} in the base tree is not a regular file` };
   let small: Map<string, Buffer>;
   try {
-    small = await readSmall(repo, byPath, [SETTINGS_FILE, INSTRUCTIONS_FILE, ...DETECTION_FILES]);
+    small = await readSmall(
+      repo,
+      base.entries.filter((e) => !(DETECTION_MARKERS as readonly string[]).includes(e.path)),
+    );
   } catch (err) {
     if (err instanceof GitError && err.kind === 'too_large') return { ok: false, detail: `too_large: ${err.message}` };
     throw err;
@@ -148,24 +172,19 @@ export async function inspectBase(repo: GitRepository, source: RepoSource): Prom
   const parsed = parseRepoSettings(settingsBytes === null ? null : settingsBytes.toString('utf8'));
   if (!parsed.ok) return { ok: false, detail: parsed.detail };
   const settings = parsed.settings;
-  const tree: TreeView = {
-    has: (p) => byPath.has(p),
-    hasFolder: (p) => folders.has(p),
-    paths: () => byPath.keys(),
-    read: (p) => small.get(p)?.toString('utf8') ?? null,
-  };
 
   let tests: TestsSpec;
   let testsSource: string;
   if (source.tests) [tests, testsSource] = [source.tests, 'task'];
   else if (settings?.tests) [tests, testsSource] = [settings.tests, 'settings'];
   else {
-    const detected = detectTests(tree);
+    const detected = detectTests(detectorView(base, small));
     if (!detected.ok) return { ok: false, detail: detected.detail };
     [tests, testsSource] = [detected.tests, `detected: ${detected.detected}`];
   }
 
   let acceptance: AcceptanceSpec | null = null;
+  let files = base.files;
   let treeDir: string | null = null;
   let hostDir: string | null = null;
   if (source.acceptance) {
@@ -175,24 +194,26 @@ export async function inspectBase(repo: GitRepository, source: RepoSource): Prom
     [acceptance, hostDir] = [spec, dir];
   } else if (settings?.acceptance) {
     const { dir, ...spec } = settings.acceptance;
-    const expected = byPath.get(`${dir}/expected.json`);
+    const apart = await askListing(repo, listing, { paths: [`${dir}/expected.json`], patterns: [], apart: dir });
+    if (!apart.ok) return apart;
+    const expected = apart.entries[0];
     if (!expected || !isBlob(expected))
       return { ok: false, detail: `${SETTINGS_FILE}: acceptance.dir: the base tree has no ${dir}/expected.json` };
     let text: string;
     try {
-      text = (await readSmall(repo, byPath, [expected.path])).get(expected.path)!.toString('utf8');
+      text = (await readSmall(repo, [expected])).get(expected.path)!.toString('utf8');
     } catch (err) {
       if (err instanceof GitError && err.kind === 'too_large') return { ok: false, detail: `too_large: ${err.message}` };
       throw err;
     }
     const problem = expectedProblem(() => text);
     if (problem !== null) return { ok: false, detail: `${dir}/expected.json: ${problem}` };
-    [acceptance, treeDir] = [spec, dir];
+    [acceptance, treeDir, files] = [spec, dir, apart.files];
   }
 
   const agentsBytes = small.get(INSTRUCTIONS_FILE) ?? null;
   const instructions = agentsBytes === null ? null : capInstructions(agentsBytes);
-  const submodules = entries.filter((e) => e.type === 'commit').map((e) => e.path);
+  const submodules = base.submodules;
   const extraProtected = [...submodules.flatMap((p) => [p, `${p}/**`]), ...(treeDir ? [treeDir, `${treeDir}/**`] : [])];
   const name = source.id ?? repositoryName(resolve(source.path));
   const spec = repositorySpec({ id: name, task: source.task, settings, tests, acceptance, extraProtected });
@@ -211,7 +232,7 @@ export async function inspectBase(repo: GitRepository, source: RepoSource): Prom
       acceptance: source.acceptance ? 'task' : settings?.acceptance ? 'settings' : null,
       instructions: agentsBytes === null ? null : { digest: sha256(agentsBytes), bytes: agentsBytes.length, cut: instructions!.cut },
       submodules,
-      files: entries.filter((e) => e.type === 'blob' && !(treeDir && below(treeDir, e.path))).length,
+      files,
       setup: settings?.setup ?? null,
       egress: settings?.egress ?? null,
     },

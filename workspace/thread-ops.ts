@@ -14,6 +14,8 @@ import { changedEntries, changedPaths, manifest, type ManifestEntry, manifestDig
 import { copyForTests, prepareCopy, type ConfigChange } from './verification-tree';
 import { beginTree, finishTree, writeBaselineManifest, writeFiles, writeLinks, type FileBatch } from './tree-write';
 import { keepVerifiedChange, type KeptChange } from './verified-change';
+import { readListing, type ListingQuery } from './listing';
+import type { RepositoryLimits } from './git';
 import { baselineManifest, copyTree, prepareWorkspace, type RunPaths } from './workspace';
 
 export const OPS = {
@@ -61,6 +63,7 @@ export const OPS = {
   guard: (paths: RunPaths) => guard(paths),
   /** Restores, and tells what was undone with `earlier` (what `guard` settled first). */
   restore: (paths: RunPaths, earlier: string[]) => undoneOf(earlier, restore(paths)),
+  readListing: (listing: Uint8Array, limits: RepositoryLimits, query: ListingQuery) => readListing(listing, limits, query),
   beginTree: (paths: RunPaths) => beginTree(paths),
   writeFiles: (root: string, batch: FileBatch) => writeFiles(root, batch),
   writeLinks: (root: string, links: { path: string; target: string }[]) => writeLinks(root, links),

@@ -15,13 +15,15 @@
  *   ends when that call returns) and the call fails. The operations are written so that one cut
  *   off halfway is finished or started over by the next (undo's record, prepared.json last).
  * - Errors cross the boundary by name: the classes callers tell apart (a full disk, a Temporal
- *   failure, a refusal of the workspace) are made again on this side with their fields.
+ *   failure, a refusal of the workspace, a tree over the limits) are made again on this side with
+ *   their fields.
  * - Threads are unref'd: an idle pool never keeps a process alive.
  */
 import { Worker } from 'node:worker_threads';
 import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { DiskFullError } from '../host/disk';
+import { GitError, type GitErrorKind } from './git';
 import type { OPS } from './thread-ops';
 
 type Ops = typeof OPS;
@@ -64,6 +66,7 @@ export function toWire(err: unknown): WireError {
 /** Classes a caller tells apart, made again from their wire form; the rest are plain errors with the same fields. */
 const rebuilders: Record<string, (w: WireError) => Error> = {
   DiskFullError: (w) => new DiskFullError(w.fields.owner as never, w.fields.place as string, w.fields.code as string),
+  GitError: (w) => new GitError(w.fields.kind as GitErrorKind, w.message),
   ApplicationFailure: (w) =>
     ApplicationFailure.create({
       type: w.fields.type as string,
@@ -72,11 +75,6 @@ const rebuilders: Record<string, (w: WireError) => Error> = {
       ...(Array.isArray(w.fields.details) ? { details: w.fields.details } : {}),
     }),
 };
-
-/** Lets another module make its own class again on this side (one registered by name). */
-export function rebuildErrorsNamed(name: string, make: (message: string, fields: Record<string, unknown>) => Error): void {
-  rebuilders[name] = (w) => make(w.message, w.fields);
-}
 
 export function fromWire(w: WireError): Error {
   const make = rebuilders[w.name];

@@ -40,7 +40,7 @@ import tar from 'tar-stream';
 import { writeFileAtomic } from '../../host/files';
 import { engineError, MOUNT_WORKSPACE, removeContainer } from '../backends/docker';
 import { copyRegular } from '../../workspace/hostile-read';
-import { unsafeTreePath } from '../../workspace/repository';
+import { unsafeTreePath } from '../../workspace/listing';
 import type { ManifestEntry, RunPaths } from '../../workspace/workspace';
 import { offThread } from '../../workspace/thread';
 
