@@ -79,6 +79,8 @@ interface BenchOptions {
   setup: boolean;
   /** The sections to run; null: all of them. */
   only: Set<string> | null;
+  /** Which parked workers run: without traces (false), exporting them (true), or both in that order. */
+  parkedTraces: boolean[];
 }
 
 interface Variable<T> {
@@ -118,6 +120,17 @@ const VARIABLES: { readonly [K in keyof BenchOptions]: Variable<BenchOptions[K]>
     default: 'all',
     meaning: `comma-separated sections to run (${SECTIONS.join(', ')}), written to bench/results.<sections>.json; all: bench/results.json`,
     read: (value) => (value ? new Set(value.split(',').map((s) => s.trim())) : null),
+  },
+  parkedTraces: {
+    name: 'BENCH_PARKED_TRACES',
+    default: 'both',
+    meaning: 'which parked workers run, the harness and its floor alike: without (traces), with (traces exported) or both',
+    read: (value) => {
+      const choices: Record<string, boolean[]> = { both: [false, true], without: [false], with: [true] };
+      const chosen = choices[value ?? 'both'];
+      if (!chosen) throw new Error(`BENCH_PARKED_TRACES must be both, without or with, not ${JSON.stringify(value)}`);
+      return chosen;
+    },
   },
 };
 
@@ -693,13 +706,19 @@ async function benchParked(o: BenchOptions): Promise<void> {
   const receiver = await new OtlpReceiver().start();
   try {
     const floors = new Map<boolean, ParkedFloor>();
-    const plain = await parkedOn(harnessSubject('without traces', {}), o, undefined, () => floors.get(false));
-    await parkedOn(harnessSubject('with traces exported', TRACES(receiver)), o, receiver, () => floors.get(true));
-    const parts = plain.parts!;
+    const traceLabel = (traced: boolean) => (traced ? 'with traces exported' : 'without traces');
+    const harness: Awaited<ReturnType<typeof parkedOn>>[] = [];
+    for (const traced of o.parkedTraces)
+      harness.push(
+        await parkedOn(harnessSubject(traceLabel(traced), traced ? TRACES(receiver) : {}), o, traced ? receiver : undefined, () =>
+          floors.get(traced),
+        ),
+      );
+    const parts = harness[0].parts!;
     const activities = [...parts.run.values()].reduce((n, ms) => n + ms.length, 0) / parts.sampled;
     const before = { activities: Math.round(activities), locals: medianOf(parts.locals) };
-    for (const traced of [false, true]) {
-      const label = `SDK floor, ${traced ? 'with traces exported' : 'without traces'}`;
+    for (const traced of o.parkedTraces) {
+      const label = `SDK floor, ${traceLabel(traced)}`;
       process.stderr.write(
         `the SDK floor's parked run: ${before.activities} no-op activities and ${before.locals} no-op local activities, then a wait\n`,
       );
@@ -707,7 +726,8 @@ async function benchParked(o: BenchOptions): Promise<void> {
       const { memory } = await parkedOn(subject, o, traced ? receiver : undefined);
       floors.set(traced, { ...memory, before });
     }
-    figure(`approve ${plain.approved} of the parked runs (signal, write, end; 16 at a time)`, 's', [plain.approveMs / 1000]);
+    const plain = harness.find((h) => h.approveMs > 0);
+    if (plain) figure(`approve ${plain.approved} of the parked runs (signal, write, end; 16 at a time)`, 's', [plain.approveMs / 1000]);
   } finally {
     await receiver.close();
   }
