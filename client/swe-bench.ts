@@ -18,7 +18,7 @@ import { applyUnifiedDiff, patchPaths, PatchError } from '../core/unified-diff';
 import { formatIssues } from '../core/validate';
 import { writeFileAtomic } from '../host/files';
 import { GitError, type GitRepository } from '../workspace/git';
-import { withRepository } from '../workspace/repository';
+import { entriesOf, withRepository } from '../workspace/repository';
 import type { Settings } from '../host/settings';
 import type { RepositoryRead } from '../sandbox/git-sandbox';
 import { RefusedInput } from './command';
@@ -175,7 +175,9 @@ export async function patchReplay(repo: GitRepository, baseCommit: string, patch
   try {
     const wanted = new Set(patchPaths(patch));
     const oids = new Map<string, string>();
-    for (const e of await repo.lsTree(baseCommit)) if (e.type === 'blob' && wanted.has(e.path)) oids.set(e.oid, e.path);
+    const listed = await entriesOf(repo, baseCommit, [...wanted]);
+    if (!listed.ok) throw new RefusedInput(`${what}: ${listed.detail}`);
+    for (const e of listed.entries) if (e.type === 'blob') oids.set(e.oid, e.path);
     await repo.readBlobs([...oids.keys()], (oid, bytes) => void before.set(oids.get(oid)!, bytes.toString('utf8')));
     files = applyUnifiedDiff(patch, (path) => before.get(path) ?? null);
   } catch (err) {

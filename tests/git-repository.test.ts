@@ -5,7 +5,7 @@
  * branch or a patch, with nothing else of the repository touched.
  */
 import { execFileSync } from 'node:child_process';
-import { chmodSync, mkdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Dockerode from 'dockerode';
 import { inspectBase, prepareRepositoryWorkspace, withRepository } from '../workspace/repository';
@@ -94,34 +94,78 @@ describe.each(['host', 'sandbox'] as const)('read through git on the %s', (read)
       expect(repoPicture(dir)).toEqual(before);
     });
 
-    it.each(['listed on this side', 'judged in a workspace thread'])(
-      "refuses a tree past each of the operator's limits, naming the limit, when its listing is %s",
-      async (where) => {
-        const { dir, head } = sampleRepo(LINKCHECK);
-        const refusal = async (limits: Partial<typeof DEFAULT_REPOSITORY_LIMITS>) => {
-          const within = { ...DEFAULT_REPOSITORY_LIMITS, ...limits };
-          if (where === 'listed on this side') {
-            const err = await gitError(() => withRepository(open, dir, within, (r) => r.lsTree(head)));
-            return `${err.kind}: ${err.message}`;
-          }
-          const inspected = await withRepository(open, dir, within, (r) => inspectBase(r, { path: dir, base_commit: head, task: 't' }));
-          return inspected.ok ? 'accepted' : inspected.detail;
-        };
-        expect(await refusal({ files: 3 })).toBe('too_large: the base tree has more than 3 files (AGENT_REPOSITORY_LIMITS.files)');
-        expect(await refusal({ bytes: 100 })).toBe(
-          "too_large: the base tree's files hold more than 100 bytes (AGENT_REPOSITORY_LIMITS.bytes)",
-        );
-        expect(await refusal({ blob_bytes: 60 })).toMatch(
-          /^too_large: "[^"]+" in the base tree has \d+ bytes, over 60 \(AGENT_REPOSITORY_LIMITS\.blob_bytes\)$/,
-        );
-        expect(await refusal({ path_bytes: 12 })).toBe(
-          'too_large: a path of the base tree is longer than 12 bytes (AGENT_REPOSITORY_LIMITS.path_bytes)',
-        );
-        expect(await refusal({ depth: 0 })).toBe(
-          'too_large: a path of the base tree is more than 0 folders deep (AGENT_REPOSITORY_LIMITS.depth)',
-        );
-      },
-    );
+    it('keeps an acceptance folder the settings name out of the workspace, in the control folder, and protected', async () => {
+      const hidden = {
+        'hidden/expected.json': readFileSync(join(LINKCHECK, 'acceptance', 'expected.json'), 'utf8'),
+        'hidden/check.py': readFileSync(join(LINKCHECK, 'acceptance', 'check.py'), 'utf8'),
+      };
+      const settings = { schema_version: 1, acceptance: { dir: 'hidden', command: ['python3', '{acceptance}/check.py'], timeout_s: 60 } };
+      const { dir, head } = sampleRepo(LINKCHECK, { '.coding-agent.json': JSON.stringify(settings), ...hidden });
+      const inspected = await onRepo(dir, (repo) => inspectBase(repo, { path: dir, base_commit: head, task: 'fix it' }));
+      if (!inspected.ok) throw new Error(inspected.detail);
+      expect(inspected.facts.acceptance).toBe('settings');
+      expect(inspected.ref.acceptance_tree_dir).toBe('hidden');
+      expect(inspected.spec.protected).toEqual(expect.arrayContaining(['hidden', 'hidden/**']));
+      const listed = git(dir, 'ls-tree', '-r', '--name-only', head).trim().split('\n');
+      expect(inspected.facts.files).toBe(listed.filter((p) => !p.startsWith('hidden/')).length);
+
+      const paths = runPaths(tempDir('agent-state'), 'run-1');
+      await prepareRepositoryWorkspace(paths, inspected.ref, open, DEFAULT_REPOSITORY_LIMITS);
+      expect(manifest(paths.workspace).some((e) => e.path === 'hidden' || e.path.startsWith('hidden/'))).toBe(false);
+      for (const [path, text] of Object.entries(hidden))
+        expect(readFileSync(join(paths.control, 'acceptance', path.slice('hidden/'.length)), 'utf8')).toBe(text);
+      expect(existsSync(join(paths.control, 'import-plan.json'))).toBe(false); // the plan went with the import
+    });
+
+    it("refuses a tree past each of the operator's limits, naming the limit (its listing judged in a workspace thread)", async () => {
+      const { dir, head } = sampleRepo(LINKCHECK);
+      const refusal = async (limits: Partial<typeof DEFAULT_REPOSITORY_LIMITS>) => {
+        const within = { ...DEFAULT_REPOSITORY_LIMITS, ...limits };
+        const inspected = await withRepository(open, dir, within, (r) => inspectBase(r, { path: dir, base_commit: head, task: 't' }));
+        return inspected.ok ? 'accepted' : inspected.detail;
+      };
+      expect(await refusal({})).toBe('accepted');
+      expect(await refusal({ files: 3 })).toBe('too_large: the base tree has more than 3 files (AGENT_REPOSITORY_LIMITS.files)');
+      expect(await refusal({ bytes: 100 })).toBe(
+        "too_large: the base tree's files hold more than 100 bytes (AGENT_REPOSITORY_LIMITS.bytes)",
+      );
+      expect(await refusal({ blob_bytes: 60 })).toMatch(
+        /^too_large: "[^"]+" in the base tree has \d+ bytes, over 60 \(AGENT_REPOSITORY_LIMITS\.blob_bytes\)$/,
+      );
+      expect(await refusal({ path_bytes: 12 })).toBe(
+        'too_large: a path of the base tree is longer than 12 bytes (AGENT_REPOSITORY_LIMITS.path_bytes)',
+      );
+      expect(await refusal({ depth: 0 })).toBe(
+        'too_large: a path of the base tree is more than 0 folders deep (AGENT_REPOSITORY_LIMITS.depth)',
+      );
+    });
+
+    it("refuses a tree whose settings or submodules would make the run's rules larger than the history should carry", async () => {
+      const over =
+        /^too_large: the base tree's settings and submodules make \d+ bytes of the run's rules, over 131072 \(they travel in the run's history and the model's context\)$/;
+      const inspect = async (dir: string, commit: string) => {
+        const inspected = await onRepo(dir, (repo) => inspectBase(repo, { path: dir, base_commit: commit, task: 't' }));
+        return inspected.ok ? 'accepted' : inspected.detail;
+      };
+      // 5,000 patterns in the settings, each one valid.
+      const patterns = Array.from({ length: 5000 }, (_, i) => `generated/file-${String(i).padStart(5, '0')}.txt`);
+      const settings = { schema_version: 1, tests: { command: ['true'], format: 'pytest', timeout_s: 60 }, protected: patterns };
+      const many = sampleRepo(LINKCHECK, { '.coding-agent.json': JSON.stringify(settings) });
+      expect(await inspect(many.dir, many.head)).toMatch(over);
+      // Submodules: gitlinks beside the base tree's entries, whose commits live elsewhere.
+      const { dir, head } = sampleRepo(LINKCHECK);
+      const withSubmodules = (n: number) => {
+        const gitlinks = Array.from({ length: n }, (_, i) => `160000 commit ${head}\tsubmodule-with-a-long-name-${i}\n`);
+        const listing = git(dir, 'ls-tree', 'HEAD') + gitlinks.join('');
+        const tree = execFileSync('git', ['mktree', '--missing'], { cwd: dir, input: listing }).toString().trim();
+        return git(dir, 'commit-tree', tree, '-p', head, '-m', `${n} submodules`).trim();
+      };
+      expect(await inspect(dir, withSubmodules(5000))).toMatch(over);
+      // A tenth of either is a run.
+      const few = sampleRepo(LINKCHECK, { '.coding-agent.json': JSON.stringify({ ...settings, protected: patterns.slice(0, 500) }) });
+      expect(await inspect(few.dir, few.head)).toBe('accepted');
+      expect(await inspect(dir, withSubmodules(500))).toBe('accepted');
+    });
 
     it('refuses a tree with a path it may not write, naming it', async () => {
       const { dir } = sampleRepo(LINKCHECK);

@@ -5,10 +5,12 @@
  * same code reads and writes through either; what a runner hands back is read as hostile.
  *
  * Reading: `rev-parse`, `ls-tree` and `cat-file --batch`, each streamed and bounded while it
- * streams (files, bytes, one blob, path length and depth: `RepositoryLimits`), in time linear in
- * what it reads. A change is built in a scratch repository that borrows the repository's objects
- * as an alternate (`git fast-import` from the base commit), so building it reads no setting of
- * the repository and writes nothing to it; a branch then takes that change's objects as a pack
+ * streams, in time linear in what it reads: the listing's entries counted and their length
+ * bounded here, each one checked against `RepositoryLimits` (files, bytes, one blob, path length
+ * and depth) by `ListingReader` in a workspace thread (workspace/listing.ts). A change is built
+ * in a scratch repository that borrows the repository's objects as an alternate (`git
+ * fast-import` from the base commit), so building it reads no setting of the repository and
+ * writes nothing to it; a branch then takes that change's objects as a pack
  * (`unpack-objects`) and one `update-ref` whose expected old value is the null id, with the
  * machine's git.
  *
@@ -499,25 +501,6 @@ export class GitRepository {
   }
 
   /**
-   * Every entry of a commit's tree, recursively (trees themselves are not listed), checked
-   * against the limits as the listing streams: the first entry over one stops it. The entries are
-   * parsed on the caller's thread: for a tree a run already accepted (`listing` is the read that
-   * judges an untrusted one, off the event loop).
-   */
-  async lsTree(commit: string): Promise<TreeEntry[]> {
-    const entries: TreeEntry[] = [];
-    const reader = new ListingReader(this.limits);
-    const split = new RecordSplitter(0, maxListingRecord(this.limits), () => pathTooLong(this.limits));
-    await this.git(['ls-tree', '-r', '-z', '-l', '--full-tree', commit], {
-      onStdout: (chunk) => {
-        for (const record of split.push(chunk)) entries.push(reader.entry(record));
-      },
-    });
-    if (split.pending) throw new GitError('failed', 'git ls-tree ended in the middle of an entry');
-    return entries;
-  }
-
-  /**
    * A commit's tree listing (`ls-tree -r -z -l`) as bytes, for `readListing` in a workspace
    * thread. Only what costs nothing per entry is done here: the records are counted (the first
    * past the files limit stops the command) and none may be longer than a path allows, so what is
@@ -565,15 +548,23 @@ export class GitRepository {
    * Streams the blobs `oids` through one `cat-file --batch`, calling `onBlob` for each in order
    * (its promise holds the stream); a missing object is an error, never an empty file.
    */
-  async readBlobs(oids: string[], onBlob: (oid: string, bytes: Buffer) => void | Promise<void>): Promise<void> {
-    if (oids.length === 0) return;
-    let count = 0;
+  readBlobs(oids: string[], onBlob: (oid: string, bytes: Buffer) => void | Promise<void>): Promise<void> {
+    return this.readBlobStream(Buffer.from(oids.map((o) => `${o}\n`).join('')), oids.length, onBlob);
+  }
+
+  /** `readBlobs` of `count` blobs whose ids `input` lists, one a line (as a workspace thread planned them). */
+  async readBlobStream(input: Uint8Array, count: number, onBlob: (oid: string, bytes: Buffer) => void | Promise<void>): Promise<void> {
+    if (count === 0) return;
+    let read = 0;
     const stream = new BlobStream(this.limits.blob_bytes, (oid, bytes) => {
-      count++;
+      read++;
       return onBlob(oid, bytes);
     });
-    await this.git(['cat-file', '--batch'], { input: oids.map((o) => `${o}\n`).join(''), onStdout: (chunk) => stream.push(chunk) });
-    if (!stream.done || count !== oids.length) throw new GitError('failed', 'git cat-file ended in the middle of an object');
+    await this.git(['cat-file', '--batch'], {
+      input: Buffer.from(input.buffer, input.byteOffset, input.byteLength),
+      onStdout: (chunk) => stream.push(chunk),
+    });
+    if (!stream.done || read !== count) throw new GitError('failed', 'git cat-file ended in the middle of an object');
   }
 
   private objects: Promise<string> | null = null;

@@ -1,7 +1,8 @@
 /**
  * A base tree's listing judged in a workspace thread (`readListing`, an operation of
- * thread-ops.ts): every entry parsed and checked against the operator's limits and the paths a
- * workspace may hold, and only what the caller asked about handed back. The event loop has only
+ * thread-ops.ts, and the import's plan, workspace/tree-write.ts, through `eachEntry`): every entry
+ * parsed and checked against the operator's limits and the paths a workspace may hold, and only
+ * what the caller asked about handed back. The event loop has only
  * collected the listing's bytes (`GitRepository.listing`, bounded by the limits as they stream), so
  * a tree of any shape costs the worker's other runs nothing.
  *
@@ -50,13 +51,21 @@ export type ListingAnswer =
   | { ok: false; detail: string };
 
 /**
- * Reads `listing` (as `GitRepository.listing` collected it) in order: the first entry over a
- * limit, or that is no entry, throws its GitError; a tree within them with an unsafe path is
- * refused naming its first.
+ * Calls `visit` with each entry of `listing` (as `GitRepository.listing` collected it), in order:
+ * the first entry over a limit, or that is no entry, throws its GitError.
  */
-export function readListing(listing: Uint8Array, limits: RepositoryLimits, query: ListingQuery): ListingAnswer {
+export function eachEntry(listing: Uint8Array, limits: RepositoryLimits, visit: (e: TreeEntry) => void): void {
   const reader = new ListingReader(limits);
   const bytes = Buffer.from(listing.buffer, listing.byteOffset, listing.byteLength);
+  let start = 0;
+  for (let at = bytes.indexOf(0); at >= 0; at = bytes.indexOf(0, start)) {
+    visit(reader.entry(bytes.subarray(start, at)));
+    start = at + 1;
+  }
+}
+
+/** Reads `listing` for `query`; a tree within the limits with an unsafe path is refused naming its first. */
+export function readListing(listing: Uint8Array, limits: RepositoryLimits, query: ListingQuery): ListingAnswer {
   const wanted = new Set(query.paths);
   const patterns = query.patterns.map((p) => new RegExp(p));
   const answer = {
@@ -67,16 +76,13 @@ export function readListing(listing: Uint8Array, limits: RepositoryLimits, query
     files: 0,
   };
   let unsafe: string | null = null;
-  let start = 0;
-  for (let at = bytes.indexOf(0); at >= 0; at = bytes.indexOf(0, start)) {
-    const e = reader.entry(bytes.subarray(start, at));
-    start = at + 1;
+  eachEntry(listing, limits, (e) => {
     const why = unsafe === null ? unsafeTreePath(e.path) : null;
     if (why !== null) unsafe = unsafeRefusal(e.path, why);
     if (wanted.has(e.path)) answer.entries.push(e);
     patterns.forEach((p, i) => (answer.matched[i] ||= p.test(e.path)));
     if (e.type === 'commit') answer.submodules.push(e.path);
     if (e.type === 'blob' && !(query.apart !== null && e.path.startsWith(`${query.apart}/`))) answer.files++;
-  }
+  });
   return unsafe === null ? answer : { ok: false, detail: unsafe };
 }

@@ -7,9 +7,10 @@
  *
  * Hazards: a tree's paths and sizes come from whoever made the commit. A path with an empty, `.`,
  * `..` or `.git` segment refuses the run, and so does a tree over the operator's limits (its
- * entries counted while the listing streams, each checked in a workspace thread, workspace/listing.ts,
- * before anything is written); the files a run reads whole (settings,
- * instructions, the test detector's, an expected.json) are refused past METADATA_BYTES. The
+ * entries counted while the listing streams and each checked in a workspace thread,
+ * workspace/listing.ts, before anything is written). The files a run reads whole (settings,
+ * instructions, the test detector's, an expected.json) are refused past METADATA_BYTES, and so is
+ * a tree whose settings and submodules would make the run's rules larger than RULES_BYTES. The
  * workspace is written in a workspace thread (tree-write.ts), in batches as the bytes arrive.
  */
 import { existsSync, readFileSync } from 'node:fs';
@@ -33,15 +34,20 @@ import {
 } from '../core/repo-settings';
 import type { RepositoryLimits } from '../core/limits';
 import { GitError, GitRepository, requireFolder, type GitRunner, type TreeEntry } from './git';
-import { unsafeRefusal, unsafeTreePath, type ListingAnswer, type ListingQuery } from './listing';
+import type { ListingAnswer, ListingQuery } from './listing';
 import { sha256 } from '../host/digest';
-import { offThread } from './thread';
-import type { FileBatch } from './tree-write';
+import { offThread, type CallOptions } from './thread';
+import type { BlobReads, PlannedAt } from './tree-write';
 import type { RunPaths } from './workspace';
 import type { PreparedWorkspace, RepositoryFacts, RepositoryRef } from '../core/activities';
 
 /** Files of the base tree read whole (settings, instructions, the detector's, expected.json): at most this many bytes. */
 export const METADATA_BYTES = 4 * 1024 * 1024;
+/**
+ * Bytes the base tree may add to the run's rules and facts, which travel in the workflow's
+ * history and the model's context: its settings as parsed and its submodules' paths, as JSON.
+ */
+export const RULES_BYTES = 128 * 1024;
 
 /** Opens a runner on a repository folder of this machine (the caller decides where git runs). */
 export type OpenRunner = (hostPath: string) => Promise<GitRunner>;
@@ -59,16 +65,6 @@ export type InspectedBase =
   | { ok: false; detail: string };
 
 const isBlob = (e: TreeEntry) => e.type === 'blob' && (e.mode === '100644' || e.mode === '100755');
-const below = (dir: string, path: string) => path.startsWith(`${dir}/`);
-
-/** The first unsafe path of a listing, as a refusal, or null. */
-function unsafeListing(entries: TreeEntry[]): string | null {
-  for (const e of entries) {
-    const why = unsafeTreePath(e.path);
-    if (why !== null) return unsafeRefusal(e.path, why);
-  }
-  return null;
-}
 
 /**
  * Opens `path` through a runner of `open`, runs `fn` on it and closes the runner, whatever
@@ -118,6 +114,11 @@ const BASE_QUERY: ListingQuery = {
 /** Reads the listing of `listing` in a workspace thread; a GitError for a tree over the limits or a refusal. */
 const askListing = (repo: GitRepository, listing: Uint8Array, query: ListingQuery) =>
   offThread('readListing', [listing, repo.limits, query]);
+
+/** The entries of `paths` in the tree of `commit`, its listing judged in a workspace thread. */
+export async function entriesOf(repo: GitRepository, commit: string, paths: string[]): Promise<ListingAnswer> {
+  return askListing(repo, await repo.listing(commit), { paths, patterns: [], apart: null });
+}
 
 /** The detector's view of a base tree, from the answer to BASE_QUERY: a question it did not ask is this code's mistake. */
 function detectorView(base: Extract<ListingAnswer, { ok: true }>, small: Map<string, Buffer>): TreeView {
@@ -172,6 +173,12 @@ export async function inspectBase(repo: GitRepository, source: RepoSource): Prom
   const parsed = parseRepoSettings(settingsBytes === null ? null : settingsBytes.toString('utf8'));
   if (!parsed.ok) return { ok: false, detail: parsed.detail };
   const settings = parsed.settings;
+  const ruleBytes = Buffer.byteLength(JSON.stringify({ settings, submodules: base.submodules }));
+  if (ruleBytes > RULES_BYTES)
+    return {
+      ok: false,
+      detail: `too_large: the base tree's settings and submodules make ${ruleBytes} bytes of the run's rules, over ${RULES_BYTES} (they travel in the run's history and the model's context)`,
+    };
 
   let tests: TestsSpec;
   let testsSource: string;
@@ -213,8 +220,7 @@ export async function inspectBase(repo: GitRepository, source: RepoSource): Prom
 
   const agentsBytes = small.get(INSTRUCTIONS_FILE) ?? null;
   const instructions = agentsBytes === null ? null : capInstructions(agentsBytes);
-  const submodules = base.submodules;
-  const extraProtected = [...submodules.flatMap((p) => [p, `${p}/**`]), ...(treeDir ? [treeDir, `${treeDir}/**`] : [])];
+  const extraProtected = [...base.submodules.flatMap((p) => [p, `${p}/**`]), ...(treeDir ? [treeDir, `${treeDir}/**`] : [])];
   const name = source.id ?? repositoryName(resolve(source.path));
   const spec = repositorySpec({ id: name, task: source.task, settings, tests, acceptance, extraProtected });
   return {
@@ -231,7 +237,7 @@ export async function inspectBase(repo: GitRepository, source: RepoSource): Prom
       tests,
       acceptance: source.acceptance ? 'task' : settings?.acceptance ? 'settings' : null,
       instructions: agentsBytes === null ? null : { digest: sha256(agentsBytes), bytes: agentsBytes.length, cut: instructions!.cut },
-      submodules,
+      submodules: base.submodules,
       files,
       setup: settings?.setup ?? null,
       egress: settings?.egress ?? null,
@@ -305,59 +311,45 @@ function expectedProblem(read: () => string): string | null {
   }
 }
 
-/** Bytes of files one batch carries to the workspace thread, and files: the memory a tree import holds at once. */
+/** Bytes of blobs one batch carries to the workspace thread, and blobs: the memory a tree import holds at once. */
 const BATCH_BYTES = 8 * 1024 * 1024;
 const BATCH_FILES = 1024;
 
 /**
- * Writes the entries that `keep` selects of `entries` below `root` (renamed by `rename`) in the
- * workspace thread: regular files with their executable bit as their bytes stream, symlinks as
- * links (their target as committed, never followed) once every file is written, submodules
- * skipped.
+ * Streams the blobs `reads` names from git to the workspace thread, in batches, for it to write
+ * where the plan says (`writePlanned`, workspace/tree-write.ts).
  */
-async function writeTree(
-  repo: GitRepository,
-  entries: TreeEntry[],
-  root: string,
-  rename: (path: string) => string,
-  onProgress?: () => void,
-): Promise<void> {
-  const call = { key: root, onProgress };
-  const files = new Map<string, TreeEntry[]>();
-  for (const e of entries) {
-    if (!isBlob(e)) continue;
-    const same = files.get(e.oid);
-    if (same) same.push(e);
-    else files.set(e.oid, [e]);
-  }
-  let batch: { oid: string; bytes: Buffer }[] = [];
-  let size = 0;
+async function streamPlanned(repo: GitRepository, reads: BlobReads, at: Omit<PlannedAt, 'from'>, call: CallOptions): Promise<void> {
+  let batch: { oids: string[]; bytes: Buffer[]; size: number } = { oids: [], bytes: [], size: 0 };
+  let from = 0;
   const flush = async () => {
-    if (batch.length === 0) return;
-    const data = new Uint8Array(size);
-    const out: FileBatch['files'] = [];
+    if (batch.oids.length === 0) return;
+    const data = new Uint8Array(batch.size);
     let offset = 0;
-    for (const { oid, bytes } of batch) {
-      data.set(bytes, offset);
-      for (const e of files.get(oid) ?? [])
-        out.push({ path: rename(e.path), mode: e.mode === '100755' ? 0o755 : 0o644, offset, length: bytes.length });
-      offset += bytes.length;
-    }
-    batch = [];
-    size = 0;
-    await offThread('writeFiles', [root, { files: out, data }], { ...call, transfer: [data.buffer] });
+    const lengths = batch.bytes.map((b) => {
+      data.set(b, offset);
+      offset += b.length;
+      return b.length;
+    });
+    const oids = batch.oids;
+    batch = { oids: [], bytes: [], size: 0 };
+    await offThread(
+      'writePlanned',
+      [
+        { ...at, from },
+        { oids, lengths, data },
+      ],
+      { ...call, transfer: [data.buffer] },
+    );
+    from += oids.length;
   };
-  await offThread('makeFolder', [root], call);
-  await repo.readBlobs([...files.keys()], async (oid, bytes) => {
-    batch.push({ oid, bytes });
-    size += bytes.length;
-    if (size >= BATCH_BYTES || batch.length >= BATCH_FILES) await flush();
+  await repo.readBlobStream(reads.input, reads.count, async (oid, bytes) => {
+    batch.oids.push(oid);
+    batch.bytes.push(bytes);
+    batch.size += bytes.length;
+    if (batch.size >= BATCH_BYTES || batch.oids.length >= BATCH_FILES) await flush();
   });
   await flush();
-  const links = entries.filter((e) => e.type === 'blob' && e.mode === '120000');
-  const targets = new Map<string, string>();
-  await repo.readBlobs([...new Set(links.map((e) => e.oid))], (oid, bytes) => void targets.set(oid, bytes.toString('utf8')));
-  await offThread('writeLinks', [root, links.map((e) => ({ path: rename(e.path), target: targets.get(e.oid)! }))], call);
 }
 
 /**
@@ -377,25 +369,14 @@ export async function prepareRepositoryWorkspace(
   const call = { key: paths.workspace, onProgress };
   await offThread('beginTree', [paths], call);
   await withRepository(open, ref.path, limits, async (repo) => {
-    const entries = await repo.lsTree(ref.base_commit);
-    const unsafe = unsafeListing(entries);
-    if (unsafe !== null) throw new GitError('failed', unsafe);
-    const accDir = ref.acceptance_tree_dir;
-    await writeTree(
-      repo,
-      entries.filter((e) => !(accDir && below(accDir, e.path))),
-      paths.workspace,
-      (p) => p,
-      onProgress,
-    );
-    if (accDir)
-      await writeTree(
-        repo,
-        entries.filter((e) => below(accDir, e.path)),
-        join(paths.control, 'acceptance'),
-        (p) => p.slice(accDir.length + 1),
-        onProgress,
-      );
+    // The plan is made and kept in a workspace thread: this side streams blobs, never entries.
+    const plan = await offThread('planImport', [paths, await repo.listing(ref.base_commit), limits, ref.acceptance_tree_dir], call);
+    for (const [i, { root, files, links }] of plan.roots.entries()) {
+      await offThread('makeFolder', [root], call);
+      // Links last, once every file of the root is written: no write can follow one.
+      await streamPlanned(repo, files, { file: plan.file, id: plan.id, root: i, kind: 'files' }, call);
+      await streamPlanned(repo, links, { file: plan.file, id: plan.id, root: i, kind: 'links' }, call);
+    }
   });
   return offThread('finishTree', [paths], call);
 }

@@ -12,7 +12,7 @@ import type { MergeEntry } from '../core/activities';
 import { lendTree, giveBackTree, type Owners } from './lend';
 import { changedEntries, changedPaths, manifest, type ManifestEntry, manifestDigest, workspaceDigest, workspaceState } from './manifest';
 import { copyForTests, prepareCopy, type ConfigChange } from './verification-tree';
-import { beginTree, finishTree, writeBaselineManifest, writeFiles, writeLinks, type FileBatch } from './tree-write';
+import { beginTree, finishTree, planImport, writeBaselineManifest, writePlanned, type BlobBatch, type PlannedAt } from './tree-write';
 import { keepVerifiedChange, type KeptChange } from './verified-change';
 import { readListing, type ListingQuery } from './listing';
 import type { RepositoryLimits } from './git';
@@ -65,8 +65,9 @@ export const OPS = {
   restore: (paths: RunPaths, earlier: string[]) => undoneOf(earlier, restore(paths)),
   readListing: (listing: Uint8Array, limits: RepositoryLimits, query: ListingQuery) => readListing(listing, limits, query),
   beginTree: (paths: RunPaths) => beginTree(paths),
-  writeFiles: (root: string, batch: FileBatch) => writeFiles(root, batch),
-  writeLinks: (root: string, links: { path: string; target: string }[]) => writeLinks(root, links),
+  planImport: (paths: RunPaths, listing: Uint8Array, limits: RepositoryLimits, acceptanceDir: string | null) =>
+    planImport(paths, listing, limits, acceptanceDir),
+  writePlanned: (at: PlannedAt, batch: BlobBatch) => writePlanned(at, batch),
   finishTree: (paths: RunPaths) => finishTree(paths),
   writeBaselineManifest: (paths: RunPaths) => writeBaselineManifest(paths),
   keepChange: (paths: RunPaths, change: KeptChange) => keepVerifiedChange(paths, change),
