@@ -501,8 +501,8 @@ export class GitRepository {
   }
 
   /**
-   * A commit's tree listing (`ls-tree -r -z -l`) as bytes, for `readListing` in a workspace
-   * thread. Only what costs nothing per entry is done here: the records are counted (the first
+   * A commit's tree listing (`ls-tree -r -z -l`) as bytes, for a workspace thread to judge
+   * (`readListing`) or plan an import from (`planImport`). Only what costs nothing per entry is done here: the records are counted (the first
    * past the files limit stops the command) and none may be longer than a path allows, so what is
    * held is bounded by the limits before anything is parsed.
    */

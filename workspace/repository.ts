@@ -111,7 +111,7 @@ const BASE_QUERY: ListingQuery = {
   apart: null,
 };
 
-/** Reads the listing of `listing` in a workspace thread; a GitError for a tree over the limits or a refusal. */
+/** `listing` judged in a workspace thread for `query`: the answer (a refusal for an unsafe path), or a GitError for a tree over the limits. */
 const askListing = (repo: GitRepository, listing: Uint8Array, query: ListingQuery) =>
   offThread('readListing', [listing, repo.limits, query]);
 
