@@ -68,6 +68,13 @@ export interface TreeEntry {
   path: string;
 }
 
+/** What an entry is in a workspace: a regular file, a link, or nothing (a submodule). */
+export function entryKind(e: TreeEntry): 'file' | 'link' | null {
+  if (e.type !== 'blob') return null;
+  if (e.mode === '100644' || e.mode === '100755') return 'file';
+  return e.mode === '120000' ? 'link' : null;
+}
+
 /** How one command is fed and read. */
 export interface GitIO {
   input?: Buffer | string;
@@ -502,9 +509,10 @@ export class GitRepository {
 
   /**
    * A commit's tree listing (`ls-tree -r -z -l`) as bytes, for a workspace thread to judge
-   * (`readListing`) or plan an import from (`planImport`). Only what costs nothing per entry is done here: the records are counted (the first
-   * past the files limit stops the command) and none may be longer than a path allows, so what is
-   * held is bounded by the limits before anything is parsed.
+   * (`readListing`) or plan an import from (`planImport`). Only what costs nothing per entry is
+   * done here: the records are counted (the first past the files limit stops the command) and
+   * none may be longer than a path allows, so what is held is bounded by the limits before
+   * anything is parsed.
    */
   async listing(commit: string): Promise<Uint8Array> {
     const l = this.limits;

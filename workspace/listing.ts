@@ -2,9 +2,9 @@
  * A base tree's listing judged in a workspace thread (`readListing`, an operation of
  * thread-ops.ts, and the import's plan, workspace/tree-write.ts, through `eachEntry`): every entry
  * parsed and checked against the operator's limits and the paths a workspace may hold, and only
- * what the caller asked about handed back. The event loop has only
- * collected the listing's bytes (`GitRepository.listing`, bounded by the limits as they stream), so
- * a tree of any shape costs the worker's other runs nothing.
+ * what the caller asked about handed back. The event loop has only collected the listing's bytes
+ * (`GitRepository.listing`, bounded by the limits as they stream), so a tree of any shape costs
+ * the worker's other runs nothing.
  *
  * Hazards: a path comes from whoever made the commit. One with an empty, `.`, `..` or `.git`
  * segment is never written into a workspace (`unsafeTreePath`), and a tree holding one is refused.

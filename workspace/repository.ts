@@ -33,7 +33,7 @@ import {
   type TreeView,
 } from '../core/repo-settings';
 import type { RepositoryLimits } from '../core/limits';
-import { GitError, GitRepository, requireFolder, type GitRunner, type TreeEntry } from './git';
+import { entryKind, GitError, GitRepository, requireFolder, type GitRunner, type TreeEntry } from './git';
 import type { ListingAnswer, ListingQuery } from './listing';
 import { sha256 } from '../host/digest';
 import { offThread, type CallOptions } from './thread';
@@ -64,7 +64,7 @@ export type InspectedBase =
     }
   | { ok: false; detail: string };
 
-const isBlob = (e: TreeEntry) => e.type === 'blob' && (e.mode === '100644' || e.mode === '100755');
+const isBlob = (e: TreeEntry) => entryKind(e) === 'file';
 
 /**
  * Opens `path` through a runner of `open`, runs `fn` on it and closes the runner, whatever

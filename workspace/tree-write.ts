@@ -28,7 +28,7 @@ import {
 import { dirname, join } from 'node:path';
 import type { PreparedWorkspace } from '../core/activities';
 import { writeFileAtomic } from '../host/files';
-import { GitError, type RepositoryLimits } from './git';
+import { entryKind, GitError, type RepositoryLimits } from './git';
 import { eachEntry, unsafeRefusal, unsafeTreePath } from './listing';
 import { copyTree, manifest, manifestDigest, type RunPaths } from './workspace';
 
@@ -105,8 +105,9 @@ export function planImport(paths: RunPaths, listing: Uint8Array, limits: Reposit
   eachEntry(listing, limits, (e) => {
     const why = unsafeTreePath(e.path);
     if (why !== null) throw new GitError('failed', unsafeRefusal(e.path, why));
-    const kind = e.type !== 'blob' ? null : e.mode === '120000' ? 'links' : e.mode === '100644' || e.mode === '100755' ? 'files' : null;
-    if (kind === null) return;
+    const what = entryKind(e);
+    if (what === null) return;
+    const kind = what === 'file' ? 'files' : 'links';
     const [at, path] = below(e.path) ? [roots[1], e.path.slice(acceptanceDir!.length + 1)] : [roots[0], e.path];
     const blobs = at[kind];
     const blob = blobs.get(e.oid) ?? { oid: e.oid, to: [] };
