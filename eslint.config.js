@@ -1,6 +1,7 @@
 // Lint rules that guard the hazards of this codebase: workflow code stays deterministic (no
 // Node built-ins, no wall clock, no randomness), no promise floats unobserved anywhere, and the
-// imports follow the house's arrows with no circle (scripts/eslint-house.js).
+// imports follow the house's arrows with no circle (scripts/eslint-house.js), and a client
+// connection is made where it is safe to close.
 'use strict';
 const tseslint = require('typescript-eslint');
 const { builtinModules } = require('node:module');
@@ -23,6 +24,23 @@ module.exports = tseslint.config(
       // The house's arrows (docs/architecture.md): which folder may import which, and no import circle.
       'house/arrows': 'error',
       'house/no-cycle': 'error',
+    },
+  },
+  {
+    // A client connection of the SDK's gRPC transport is made in one place, whose retries are safe
+    // to close under (host/connection.ts): the SDK's own retry threw from a timer once closed.
+    files: ['**/*.ts'],
+    ignores: ['host/connection.ts', 'scripts/support/temporal.ts'],
+    rules: {
+      'no-restricted-properties': [
+        'error',
+        ...['connect', 'lazy'].map((property) => ({ object: 'Connection', property, message: 'use connectClient (host/connection.ts)' })),
+        ...['createFromExistingServer', 'createLocal', 'createTimeSkipping'].map((property) => ({
+          object: 'TestWorkflowEnvironment',
+          property,
+          message: 'use testEnvironment (scripts/support/temporal.ts)',
+        })),
+      ],
     },
   },
   {

@@ -29,6 +29,14 @@ import {
   type ClientConfigProfile,
   type ConfigDataSource,
 } from '@temporalio/envconfig';
+import { Metadata, status, type Interceptor } from '@grpc/grpc-js';
+import {
+  Connection,
+  defaultGrpcRetryOptions,
+  makeGrpcRetryInterceptor,
+  type ConnectionOptions,
+  type ConnectionPlugin,
+} from '@temporalio/client';
 import { NativeConnection } from '@temporalio/worker';
 import type { Settings } from './settings';
 
@@ -280,4 +288,50 @@ async function diagnose(
       detail: `the server does not speak TLS (${code}); TLS is on because of ${typeof tls === 'object' ? 'the TLS settings' : 'an API key'} (set tls.disabled = true for a plaintext server)`,
     };
   return { fault: 'tls', detail: `the TLS handshake failed (${code})` };
+}
+
+/**
+ * A connection of the SDK's gRPC client (`Connection`, not the worker's native one), with the
+ * SDK's retry of a failed call (UNAVAILABLE and the like) made safe to close under. That retry
+ * runs from a timer, and a retry that found its connection closed threw "Channel has been shut
+ * down" from the timer: an uncaught exception that ended the process, and its caller never
+ * answered. Here such a retry ends the call with CANCELLED instead, so its caller's promise
+ * rejects and nothing else happens.
+ */
+export function connectClient(options: ConnectionOptions): Promise<Connection> {
+  return Connection.connect({ ...options, plugins: [CLOSE_SAFE_CALLS, ...(options.plugins ?? [])] });
+}
+
+/** The same, for connections the SDK makes itself (a `TestWorkflowEnvironment`'s): pass it in `plugins`. */
+export const CLOSE_SAFE_CALLS: ConnectionPlugin = {
+  name: 'close-safe-calls',
+  configureConnection: (options) => ({ ...options, interceptors: [closeSafeRetry(), ...(options.interceptors ?? [])] }),
+};
+
+function closeSafeRetry(): Interceptor {
+  const retry = makeGrpcRetryInterceptor(defaultGrpcRetryOptions());
+  return (options, nextCall) =>
+    retry(options, (opts) => {
+      try {
+        return nextCall(opts);
+      } catch (err) {
+        return endedCall(firstLine((err as Error).message));
+      }
+    });
+}
+
+/** A call that was never made: it answers CANCELLED with `details` as soon as it starts. */
+function endedCall(details: string): ReturnType<Parameters<Interceptor>[1]> {
+  return {
+    start: (_metadata, listener) => {
+      setImmediate(() => listener?.onReceiveStatus?.({ code: status.CANCELLED, details, metadata: new Metadata() }));
+    },
+    cancelWithStatus: () => undefined,
+    getPeer: () => '',
+    sendMessageWithContext: () => undefined,
+    sendMessage: () => undefined,
+    startRead: () => undefined,
+    halfClose: () => undefined,
+    getAuthContext: () => null,
+  };
 }

@@ -9,7 +9,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, openSync, closeSync } from 'node:fs';
 import { join } from 'node:path';
-import { Connection } from '@temporalio/client';
+import type { Connection } from '@temporalio/client';
+import { connectClient } from './connection';
 import { SEARCH_ATTRIBUTES } from '../core/search-attributes';
 import { writeFileAtomic } from './files';
 import type { Settings } from './settings';
@@ -70,7 +71,7 @@ export function devServerArgs(o: DevServerOptions): string[] {
 
 async function tryConnect(address: string): Promise<Connection | null> {
   try {
-    const connection = await Connection.connect({ address, connectTimeout: 1000 });
+    const connection = await connectClient({ address, connectTimeout: 1000 });
     await connection.workflowService.getSystemInfo({});
     return connection;
   } catch {

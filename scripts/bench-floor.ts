@@ -17,7 +17,8 @@
  *
  *   node dist/scripts/bench-floor.js park ADDRESS TASK_QUEUE BUNDLE
  */
-import { Client, Connection } from '@temporalio/client';
+import { Client } from '@temporalio/client';
+import { connectClient } from '../host/connection';
 import {
   makeWorkflowExporter,
   OpenTelemetryActivityInboundInterceptor,
@@ -69,7 +70,7 @@ async function main(): Promise<void> {
   const repeats = Number(repeatsArg);
   installRuntime('WARN');
   const connection = await NativeConnection.connect({ address });
-  const clientConnection = await Connection.connect({ address });
+  const clientConnection = await connectClient({ address });
   const client = new Client({ connection: clientConnection });
   const taskQueue = `bench-floor-${process.pid}`;
   const worker = await Worker.create({

@@ -4,7 +4,8 @@
  * server that the project's launcher started. The worker process and the command line connect
  * through the profile and the canonical run completes; a wrong CA, an unknown profile, a wrong
  * key and an address that does not answer each end with one line saying which (exit 2); the key
- * is in no output, log, history or stored file. Then the rules of the embedded default.
+ * is in no output, log, history or stored file. A client connection closed while a call on it
+ * waits to be retried ends the call, nothing more. Then the rules of the embedded default.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
@@ -205,6 +206,30 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
     expect(history).toContain('tls-canonical');
     const hits = leaks([KEY, ...fragments(KEY)], { texts: { ...outputs, history }, dirs: [stateDir], files: [workerLog] });
     expect(hits).toEqual([]);
+  });
+});
+
+describe('a client connection closed while a call on it waits to be retried', () => {
+  let env: TestWorkflowEnvironment;
+  beforeAll(async () => {
+    env = await startServer();
+  });
+  afterAll(async () => {
+    await env?.teardown();
+  });
+  const closeUnderRetry = (how: 'sdk' | 'ours') =>
+    new Promise<unknown>((resolve, reject) =>
+      execFile(
+        process.execPath,
+        [join(PROJECT_ROOT, 'dist', 'tests', 'helpers', 'close-under-retry.js'), env.address, how],
+        (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout))),
+      ),
+    );
+
+  it("ends the call with an error (connectClient), where the SDK's own retry threw from its timer and the call never answered", async () => {
+    const [sdk, ours] = await Promise.all([closeUnderRetry('sdk'), closeUnderRetry('ours')]);
+    expect(sdk).toEqual({ answer: 'no answer', uncaught: 'Channel has been shut down' });
+    expect(ours).toEqual({ answer: 'rejected', uncaught: null });
   });
 });
 

@@ -5,7 +5,8 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
-import { Client, Connection } from '@temporalio/client';
+import { Client } from '@temporalio/client';
+import { connectClient } from '../host/connection';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { temporalBinary } from '../host/temporal-bin';
@@ -225,7 +226,7 @@ describe('the embedded default', () => {
       (err: { code: number; stdout: string; stderr: string }) => err,
     );
     // Meanwhile a second client reads the run as `status`, `follow` and the console do, and keeps the largest answer.
-    const connection = await Connection.connect({ address: `127.0.0.1:${env.AGENT_DEV_SERVER_PORT}` });
+    const connection = await connectClient({ address: `127.0.0.1:${env.AGENT_DEV_SERVER_PORT}` });
     let largest = 0;
     let reads = 0;
     let finished: number | null = null;

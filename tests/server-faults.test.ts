@@ -23,7 +23,7 @@ import type { FaultPoint } from '../host/faults';
 import { CLEAN_FINISH, startWorker, type WorkerProcess } from './helpers/faults';
 import { SETTINGS, tempDir } from './helpers/run-dir';
 import { temporalBinary } from '../host/temporal-bin';
-import { endOf, holding, startCanonical } from './helpers/server-faults';
+import { CaseSteps, endOf, holding, startCanonical } from './helpers/server-faults';
 import { networkLink, startBackend, type ServerKind, type ServerUnderTest } from '../scripts/support/servers';
 import { canonicalInput, uniqueQueue } from './helpers/temporal';
 
@@ -56,42 +56,60 @@ afterAll(async () => {
 }, 60_000);
 
 /** The worker cut off from the server's frontend for 2 minutes while its test run is in flight. */
-async function partitionCase(server: ServerUnderTest) {
+async function partitionCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
+  const step = (what: string) => steps.step(`partition (${server.kind})`, what);
+  step('the link starting');
   const link = await networkLink(server.address);
   try {
     const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'partition', 'during_tests');
     workers.push(worker);
+    step('the worker starting');
     await worker.ready;
+    step('the run starting');
     const handle = await startCanonical(server, taskQueue);
+    step('waiting for the worker to hold in its test run');
     await holding(worker, 'during_tests');
+    step('the link being cut');
     await link.cut();
+    step('cut for 2 minutes');
     await sleep(120_000);
     // The run waited for the worker all along: still running, its test run's attempt timed out.
     const during = (await handle.describe()).status.name;
+    step('the link healing');
     await link.heal();
-    return { during, end: await endOf(handle, stateDir), worker: alive(worker) };
+    step('waiting for the run to end');
+    return { during, end: await endOf(handle, stateDir, worker, by), worker: alive(worker) };
   } finally {
     await link.close();
   }
 }
 
 /** The worker on a flapping, slow link to the server while its test run is in flight. */
-async function flappingCase(server: ServerUnderTest) {
+async function flappingCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
+  const step = (what: string) => steps.step('flapping (dev)', what);
+  step('the link starting');
   const link = await networkLink(server.address);
   try {
     const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'flapping', 'during_tests');
     workers.push(worker);
+    step('the worker starting');
     await worker.ready;
+    step('the link slowed');
     await link.latency(150, 100);
+    step('the run starting');
     const handle = await startCanonical(server, taskQueue);
+    step('waiting for the worker to hold in its test run');
     await holding(worker, 'during_tests');
     for (let i = 0; i < 3; i++) {
+      step(`cut ${i + 1} of 3`);
       await link.cut();
       await sleep(4000);
+      step(`healed ${i + 1} of 3`);
       await link.heal();
       await sleep(2000);
     }
-    return { end: await endOf(handle, stateDir), worker: alive(worker) };
+    step('waiting for the run to end');
+    return { end: await endOf(handle, stateDir, worker, by), worker: alive(worker) };
   } finally {
     await link.close();
   }
@@ -100,16 +118,21 @@ async function flappingCase(server: ServerUnderTest) {
 // The flapping link's case runs meanwhile, on its own link to the dev server: the suite waits the 2 minutes once for both.
 it('with the worker cut off from the frontend for 2 minutes during a test run (the dev server and the cluster at once): each run completes once the link is back; and, meanwhile, with a flapping, slow link between another worker and the dev server', async () => {
   const expected = { during: 'RUNNING', end: CLEAN_FINISH, worker: [null, null] };
-  const [partitioned, flapping] = await Promise.all([
-    Promise.all(KINDS.map((kind) => partitionCase(servers.get(kind)!))),
-    flappingCase(servers.get('dev')!),
-  ]);
+  const by = Date.now() + 340_000;
+  const steps = new CaseSteps();
+  const [partitioned, flapping] = await steps.within(
+    Promise.all([
+      Promise.all(KINDS.map((kind) => partitionCase(servers.get(kind)!, by, steps))),
+      flappingCase(servers.get('dev')!, by, steps),
+    ]),
+    by + 5_000,
+  );
   expect(partitioned).toEqual([expected, expected]);
   expect(flapping).toEqual({ end: CLEAN_FINISH, worker: [null, null] });
 }, 360_000);
 
 /** A run whose worker holds still at `point` while the server is SIGKILLed, left dead, and started again. */
-async function killCase(server: ServerUnderTest, kind: ServerKind, point: FaultPoint) {
+async function killCase(server: ServerUnderTest, kind: ServerKind, point: FaultPoint, by: number) {
   const { stateDir, taskQueue, worker } = caseWorker(server, `server-kill-${kind}`, point);
   workers.push(worker);
   await worker.ready;
@@ -118,7 +141,7 @@ async function killCase(server: ServerUnderTest, kind: ServerKind, point: FaultP
   await server.kill();
   await sleep(DOWN_MS);
   await server.start();
-  return { end: await endOf(handle, stateDir), worker: alive(worker) };
+  return { end: await endOf(handle, stateDir, worker, by), worker: alive(worker) };
 }
 
 it.each<[string, FaultPoint]>([
@@ -128,7 +151,8 @@ it.each<[string, FaultPoint]>([
   'with the Temporal server SIGKILLed during %s (the dev server and the cluster at once): each run completes with one write and one receipt per approved action',
   async (_what, point) => {
     const expected = { end: CLEAN_FINISH, worker: [null, null] };
-    expect(await Promise.all(KINDS.map((kind) => killCase(servers.get(kind)!, kind, point)))).toEqual([expected, expected]);
+    const by = Date.now() + 220_000;
+    expect(await Promise.all(KINDS.map((kind) => killCase(servers.get(kind)!, kind, point, by)))).toEqual([expected, expected]);
   },
   240_000,
 );
@@ -141,13 +165,14 @@ describe.each(KINDS)('the Temporal server (%s)', (kind) => {
 
   if (kind === 'cluster') {
     it('with PostgreSQL restarted during a test run: the run completes with one write and one receipt per approved action', async () => {
+      const by = Date.now() + 220_000;
       const { stateDir, taskQueue, worker } = caseWorker(server, 'db-restart', 'during_tests');
       workers.push(worker);
       await worker.ready;
       const handle = await startCanonical(server, taskQueue);
       await holding(worker, 'during_tests');
       await server.restartDb();
-      expect(await endOf(handle, stateDir)).toEqual(CLEAN_FINISH);
+      expect(await endOf(handle, stateDir, worker, by)).toEqual(CLEAN_FINISH);
       expect(alive(worker)).toEqual([null, null]);
     }, 240_000);
   }

@@ -10,7 +10,7 @@
  */
 import { readdirSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { ensureDevServer } from '../host/temporal-server';
 import {
   CLEAN_FINISH,
@@ -23,7 +23,7 @@ import {
   type ExitStatus,
 } from './helpers/faults';
 import { tempDir, freePort, SETTINGS } from './helpers/run-dir';
-import { approveAll, canonicalInput, pendingApproval, startServer, uniqueQueue } from './helpers/temporal';
+import { approveAll, canonicalInput, pendingApproval, startServer, testEnvironment, uniqueQueue } from './helpers/temporal';
 import { startRun } from '../client/run-access';
 import type { RunOutcome } from '../core/run-view';
 import { temporalBinary } from '../host/temporal-bin';
@@ -157,7 +157,7 @@ describe('the Temporal dev server restarted on the same database', () => {
     const options = { temporal: temporalBinary(SETTINGS), stateDir, port, uiPort, attached: true };
     let server = await ensureDevServer(options);
     expect(server.started).toBe(true);
-    const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address });
+    const env = await testEnvironment(server.address);
     const taskQueue = uniqueQueue('restart');
     const worker = startWorker(env, taskQueue, stateDir);
     try {

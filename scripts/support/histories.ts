@@ -16,9 +16,10 @@ import { appendFileSync, closeSync, createReadStream, openSync, readdirSync, rea
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { StringDecoder } from 'node:string_decoder';
-import { Client, Connection } from '@temporalio/client';
+import { Client, type Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { Worker, type ReplayWorkerOptions } from '@temporalio/worker';
+import { connectClient } from '../../host/connection';
 import { AGENT_EVAL, AGENT_RUN } from '../../workflows/messages';
 
 /** One line of a sink: a workflow execution's whole history and where it came from. */
@@ -55,7 +56,7 @@ export class HistorySink {
     const began = Date.now();
     let connection: Connection | null = null;
     try {
-      connection = await Connection.connect({ address, connectTimeout: 5_000 });
+      connection = await connectClient({ address, connectTimeout: 5_000 });
       const client = new Client({ connection });
       const executions = [];
       for await (const e of client.workflow.list()) executions.push(e);

@@ -11,12 +11,13 @@ import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { Client, Connection } from '@temporalio/client';
-import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Client, type Connection } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { connectClient } from '../../host/connection';
 import { startDevServer, type DevServer } from '../../host/temporal-server';
 import { temporalBinary } from '../../host/temporal-bin';
 import { freePort, PROJECT_ROOT, SETTINGS, tempDir } from './run-dir';
-import { quietRuntime } from './temporal';
+import { quietRuntime, testEnvironment } from './temporal';
 import { collectHistories } from './histories';
 
 const run = promisify(execFile);
@@ -47,7 +48,7 @@ export function clusterBuilt(): boolean {
 }
 
 async function clientOf(address: string): Promise<{ client: Client; connection: Connection }> {
-  const connection = await Connection.connect({ address });
+  const connection = await connectClient({ address });
   return { client: new Client({ connection }), connection };
 }
 
@@ -204,7 +205,7 @@ export const startBackend = (kind: ServerKind) => (kind === 'dev' ? devServer() 
 /** A test environment on `server`: its client and native connection; its teardown closes the server. */
 export async function environmentOf(server: ServerUnderTest): Promise<TestWorkflowEnvironment> {
   quietRuntime();
-  const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address }).catch(async (err: unknown) => {
+  const env = await testEnvironment(server.address).catch(async (err: unknown) => {
     await server.close();
     throw err;
   });

@@ -8,6 +8,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { WorkflowHandle } from '@temporalio/client';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { CLOSE_SAFE_CALLS } from '../../host/connection';
 import type { RunInput } from '../../core/contracts';
 import { startDevServer } from '../../host/temporal-server';
 import { WORKER_NODE_ARGS, workerProcessEnv } from '../../host/worker-launch';
@@ -44,7 +45,7 @@ export async function startServer(extraArgs: string[] = []): Promise<TestWorkflo
     extraArgs,
   });
   try {
-    const env = await TestWorkflowEnvironment.createFromExistingServer({ address: server.address });
+    const env = await testEnvironment(server.address);
     const teardown = env.teardown.bind(env);
     env.teardown = async () => {
       try {
@@ -61,6 +62,10 @@ export async function startServer(extraArgs: string[] = []): Promise<TestWorkflo
     throw err;
   }
 }
+
+/** A test environment (a client and a native connection) on the server at `address`; its client's retries are safe to close under. */
+export const testEnvironment = (address: string) =>
+  TestWorkflowEnvironment.createFromExistingServer({ address, plugins: [CLOSE_SAFE_CALLS] });
 
 let queues = 0;
 export const uniqueQueue = (name: string) => `${name}-${process.pid}-${++queues}`;

@@ -23,7 +23,16 @@ import { queryState, startRunWithArgs, traceSince } from '../../client/run-acces
 import { readWorkerRecord, stopWorker } from '../../host/background-worker';
 import { collectHistories } from '../../scripts/support/histories';
 
-export { approveAll, canonicalInput, killed, spawnWorker, startServer, uniqueQueue, writeReplay } from '../../scripts/support/temporal';
+export {
+  approveAll,
+  canonicalInput,
+  killed,
+  spawnWorker,
+  startServer,
+  testEnvironment,
+  uniqueQueue,
+  writeReplay,
+} from '../../scripts/support/temporal';
 
 /** The record of the canonical replay, completed: the same on every backend and entry point. */
 export const CANONICAL_RECORD = {

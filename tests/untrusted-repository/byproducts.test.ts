@@ -10,7 +10,8 @@ import { spawn } from 'node:child_process';
 import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
-import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
+import { Client, type WorkflowHandle } from '@temporalio/client';
+import { connectClient } from '../../host/connection';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { preparePatch, writePatch } from '../../tools/apply_patch';
 import { runTests } from '../../tools/run_tests';
@@ -465,7 +466,7 @@ describe('run --wait --json while the SDK core warns', () => {
       command.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
       const exited = new Promise<number | null>((resolve) => command.once('exit', (code) => resolve(code)));
       // Once the tests run, the relay goes away long enough for the core to retry its calls many times.
-      const client = new Client({ connection: await Connection.connect({ address: server.address }) });
+      const client = new Client({ connection: await connectClient({ address: server.address }) });
       await waitFor('the run to start its tests', async () => {
         const view = await queryState(runHandle(client, id));
         return view.counters.tool_calls > 0;
