@@ -78,14 +78,39 @@ export function prepareRun(opts: {
   return { ctx, ledger, workspace: paths.workspace, digest: () => manifestDigest(manifest(paths.workspace)) };
 }
 
-/** A TCP port nobody listens on right now. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/** Ports a test hands to a server of another process are drawn from here up to the kernel's ephemeral range. */
+const PORTS_FROM = 10_000;
+
+/** The first port of the kernel's ephemeral range, from which every outgoing connection takes its own. */
+function ephemeralFrom(): number {
+  try {
+    return Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 32768;
+  } catch {
+    return 32768;
+  }
+}
+
+/**
+ * A loopback port nobody listens on right now, for a server that another process starts (a dev
+ * server, its Web UI, a proxy). It is drawn at random below the kernel's ephemeral range: a port
+ * the kernel hands out for `listen(0)` comes from that range, where any process's next outgoing
+ * connection may take it before the server binds it (a dev server's UI port was taken so, and the
+ * server exited).
+ */
+export async function freePort(): Promise<number> {
+  const below = ephemeralFrom();
+  if (below <= PORTS_FROM) throw new Error(`the ephemeral port range starts at ${below}: no room below it from ${PORTS_FROM}`);
+  for (let tries = 0; tries < 200; tries++) {
+    const port = PORTS_FROM + Math.floor(Math.random() * (below - PORTS_FROM));
+    if (await listenable(port)) return port;
+  }
+  throw new Error(`no free loopback port found between ${PORTS_FROM} and ${below}`);
+}
+
+function listenable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
-    });
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
 }
