@@ -67,6 +67,8 @@ export const FAULT_POINTS = [
    * the workflow task, which may or may not be completed by then.
    */
   'after_local_activity',
+  /** A worker's start: it polls, and is about to wait for the server to list its version's queues and make it current. */
+  'before_current',
 ] as const;
 
 export type FaultPoint = (typeof FAULT_POINTS)[number];

@@ -115,20 +115,51 @@ async function flappingCase(server: ServerUnderTest, by: number, steps: CaseStep
   }
 }
 
-// The flapping link's case runs meanwhile, on its own link to the dev server: the suite waits the 2 minutes once for both.
-it('with the worker cut off from the frontend for 2 minutes during a test run (the dev server and the cluster at once): each run completes once the link is back; and, meanwhile, with a flapping, slow link between another worker and the dev server', async () => {
+/**
+ * A worker cut off from the server right after it starts polling, while it waits for the server to
+ * list its version's queues to make it current: longer than the core's own retries of a call.
+ */
+async function cutAtStartCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
+  const step = (what: string) => steps.step('cut at start (dev)', what);
+  step('the link starting');
+  const link = await networkLink(server.address);
+  try {
+    const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'cut-at-start', 'before_current');
+    workers.push(worker);
+    step('the worker starting');
+    await worker.ready;
+    step('waiting for the worker to hold before its version is made current');
+    await holding(worker, 'before_current');
+    step('cut for 30 s');
+    await link.cut();
+    await sleep(30_000);
+    step('the link healing');
+    await link.heal();
+    step('waiting for the run to end');
+    const handle = await startCanonical(server, taskQueue);
+    const end = await endOf(handle, stateDir, worker, by);
+    return { end, worker: alive(worker), waited: worker.log().includes('is made current once it answers') };
+  } finally {
+    await link.close();
+  }
+}
+
+// The flapping link's case and the cut at a worker's start run meanwhile, each on its own link to the dev server: the suite waits the 2 minutes once for all.
+it('with the worker cut off from the frontend for 2 minutes during a test run (the dev server and the cluster at once): each run completes once the link is back; and, meanwhile, with a flapping, slow link between another worker and the dev server, and with a third worker cut off for 30 s as it starts, before its version is made current: it waits for the server and then runs a run', async () => {
   const expected = { during: 'RUNNING', end: CLEAN_FINISH, worker: [null, null] };
   const by = Date.now() + 340_000;
   const steps = new CaseSteps();
-  const [partitioned, flapping] = await steps.within(
+  const [partitioned, flapping, cutAtStart] = await steps.within(
     Promise.all([
       Promise.all(KINDS.map((kind) => partitionCase(servers.get(kind)!, by, steps))),
       flappingCase(servers.get('dev')!, by, steps),
+      cutAtStartCase(servers.get('dev')!, by, steps),
     ]),
     by + 5_000,
   );
   expect(partitioned).toEqual([expected, expected]);
   expect(flapping).toEqual({ end: CLEAN_FINISH, worker: [null, null] });
+  expect(cutAtStart).toEqual({ end: CLEAN_FINISH, worker: [null, null], waited: true });
 }, 360_000);
 
 /** A run whose worker holds still at `point` while the server is SIGKILLed, left dead, and started again. */

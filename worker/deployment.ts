@@ -10,12 +10,28 @@
  * a version made current before that would route its queues' new tasks nowhere, and a task sent
  * to a queue the version does not list yet waits in the unversioned backlog. `becomeCurrent`
  * therefore waits for the version to list every queue this worker polls.
+ *
+ * Hazard: a worker lives through its server being away (killed, restarting, its link cut) however
+ * long that lasts, and so does its wait to become current: the server away is waited out, and the
+ * wait for the listing starts again once it answers. A worker that ended there would leave its
+ * runs without a worker until someone started another.
  */
 import { temporal } from '@temporalio/proto';
 import type { NativeConnection, WorkerDeploymentOptions } from '@temporalio/worker';
 import type { WorkerDeploymentVersion } from '@temporalio/common';
+import { faultPoint } from '../host/faults';
 
 const VersionStatus = temporal.api.enums.v1.WorkerDeploymentVersionStatus;
+
+/**
+ * gRPC codes that a worker's polls retry for as long as they come (the SDK core's rule for a task
+ * poll): a cut or timed-out call (CANCELLED, DEADLINE_EXCEEDED), the server away (UNAVAILABLE), a
+ * transport error (UNKNOWN, INTERNAL), the server busy (RESOURCE_EXHAUSTED, ABORTED), OUT_OF_RANGE
+ * and DATA_LOSS. The wait to become current retries the same, so a worker lives through whatever
+ * its polls live through.
+ */
+const POLLS_RETRY = new Set([1, 2, 4, 8, 10, 11, 13, 14, 15]);
+const retried = (err: unknown) => POLLS_RETRY.has((err as { code?: unknown }).code as number);
 const QueueType = temporal.api.enums.v1.TaskQueueType;
 
 /** The options of every Temporal worker of this build: its version, PINNED unless a workflow says otherwise. */
@@ -64,7 +80,8 @@ export async function describeVersion(
  * polls in it. `ignoreMissingTaskQueues`: the version before may have polled queues this worker
  * never will (another host's own queue), which would otherwise refuse the change. A worker that
  * polls no workflow queue (a host serving only its own queue) only waits for its queues: made
- * current, its version would take new runs it cannot run.
+ * current, its version would take new runs it cannot run. `timeoutMs` counts from the server's
+ * last answer after it was away.
  */
 export async function becomeCurrent(
   connection: NativeConnection,
@@ -76,29 +93,42 @@ export async function becomeCurrent(
   timeoutMs = 60_000,
 ): Promise<'made_current' | 'already_current' | 'not_made_current'> {
   const wanted = [...queues.workflow.map((q) => `${q}/workflow`), ...queues.activity.map((q) => `${q}/activity`)];
-  const until = Date.now() + timeoutMs;
+  faultPoint('before_current');
+  let until = Date.now() + timeoutMs;
+  let away = false;
   for (;;) {
     // A worker told to stop before its version is listed stops waiting for it.
     if (stopping.aborted) return 'not_made_current';
-    const view = await describeVersion(connection, namespace, version);
-    const missing = wanted.filter((q) => !view.queues.includes(q));
-    if (missing.length === 0) {
-      if (view.status === 'CURRENT') return 'already_current';
-      if (queues.workflow.length === 0) return 'not_made_current';
-      await connection.workflowService.setWorkerDeploymentCurrentVersion({
-        namespace,
-        deploymentName: version.deploymentName,
-        buildId: version.buildId,
-        ignoreMissingTaskQueues: true,
-        identity,
-      });
-      return 'made_current';
+    try {
+      const view = await describeVersion(connection, namespace, version);
+      if (away) [away, until] = [false, Date.now() + timeoutMs];
+      const missing = wanted.filter((q) => !view.queues.includes(q));
+      if (missing.length === 0) {
+        if (view.status === 'CURRENT') return 'already_current';
+        if (queues.workflow.length === 0) return 'not_made_current';
+        // Asked again after an outage, the next description says whether this one was made.
+        await connection.workflowService.setWorkerDeploymentCurrentVersion({
+          namespace,
+          deploymentName: version.deploymentName,
+          buildId: version.buildId,
+          ignoreMissingTaskQueues: true,
+          identity,
+        });
+        return 'made_current';
+      }
+      if (Date.now() > until)
+        throw new Error(
+          `the server did not list ${missing.join(', ')} in version ${versionName(version)} within ${timeoutMs / 1000} s; is Worker Versioning enabled on it (docs/versioning.md)?`,
+        );
+    } catch (err) {
+      if (!retried(err)) throw err;
+      if (!away)
+        console.error(
+          `worker ${process.pid}: the server is away (code ${(err as { code: number }).code}, ${(err as Error).message.split('\n')[0]}); version ${versionName(version)} is made current once it answers`,
+        );
+      away = true;
     }
-    if (Date.now() > until)
-      throw new Error(
-        `the server did not list ${missing.join(', ')} in version ${versionName(version)} within ${timeoutMs / 1000} s; is Worker Versioning enabled on it (docs/versioning.md)?`,
-      );
-    await new Promise((r) => setTimeout(r, 200));
+    await new Promise((r) => setTimeout(r, away ? 1000 : 200));
   }
 }
 

@@ -313,14 +313,16 @@ async function temporalWorkers(
   const worker: HostWorkers = {
     async run() {
       const stopBoth = () => worker.shutdown();
-      const running = workers.map((w) => w.run().finally(stopBoth));
-      await Promise.all([
-        ...running,
+      // Settles once both workers have stopped: the connection they hold may close only then.
+      const ended = await Promise.allSettled([
+        ...workers.map((w) => w.run().finally(stopBoth)),
         current().catch((err: unknown) => {
           stopBoth();
           throw err;
         }),
       ]);
+      const failed = ended.find((e) => e.status === 'rejected');
+      if (failed) throw failed.reason;
     },
     runUntil: (fn) => {
       const afterCurrent = () => current().then(fn);

@@ -64,7 +64,10 @@ async function main(): Promise<void> {
     clearInterval(drain);
     close();
     await tracing?.shutdown();
-    await connection.close();
+    // A failure here is said, never in place of the one that ended the worker.
+    await connection
+      .close()
+      .catch((err: unknown) => console.error(`worker ${process.pid}: closing its connection: ${(err as Error).message}`));
   }
 }
 

@@ -34,8 +34,8 @@ export function holding(worker: WorkerProcess, point: FaultPoint, ms = 120_000):
  * comparison then prints.
  */
 export async function endOf(handle: WorkflowHandleWithFirstExecutionRunId, stateDir: string, worker: WorkerProcess, by: number) {
+  // Left behind when the run is late (the race has observed it, so its end is no unhandled rejection).
   const ending = outcomeThroughOutages(handle);
-  ending.catch(() => undefined); // left behind when the run is late; the suite's teardown ends it
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), Math.max(0, by - Date.now()))));
   try {
