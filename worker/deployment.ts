@@ -22,6 +22,7 @@ import type { WorkerDeploymentVersion } from '@temporalio/common';
 import { faultPoint } from '../host/faults';
 
 const VersionStatus = temporal.api.enums.v1.WorkerDeploymentVersionStatus;
+const QueueType = temporal.api.enums.v1.TaskQueueType;
 
 /**
  * gRPC codes that a worker's polls retry for as long as they come (the SDK core's rule for a task
@@ -32,7 +33,6 @@ const VersionStatus = temporal.api.enums.v1.WorkerDeploymentVersionStatus;
  */
 const POLLS_RETRY = new Set([1, 2, 4, 8, 10, 11, 13, 14, 15]);
 const retried = (err: unknown) => POLLS_RETRY.has((err as { code?: unknown }).code as number);
-const QueueType = temporal.api.enums.v1.TaskQueueType;
 
 /** The options of every Temporal worker of this build: its version, PINNED unless a workflow says otherwise. */
 export function deploymentOptions(version: WorkerDeploymentVersion): WorkerDeploymentOptions {
