@@ -24,7 +24,7 @@ import { CLEAN_FINISH, startWorker, type WorkerProcess } from './helpers/faults'
 import { SETTINGS, tempDir } from './helpers/run-dir';
 import { temporalBinary } from '../host/temporal-bin';
 import { CaseSteps, endOf, holding, startCanonical } from './helpers/server-faults';
-import { networkLink, startBackend, type ServerKind, type ServerUnderTest } from '../scripts/support/servers';
+import { networkLink, startBackend, type NetworkLink, type ServerKind, type ServerUnderTest } from '../scripts/support/servers';
 import { canonicalInput, uniqueQueue } from './helpers/temporal';
 
 const HOLD_MS = '4000';
@@ -55,16 +55,39 @@ afterAll(async () => {
   await Promise.all([...servers.values()].map((s) => s.close()));
 }, 60_000);
 
-/** The worker cut off from the server's frontend for 2 minutes while its test run is in flight. */
-async function partitionCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
-  const step = (what: string) => steps.step(`partition (${server.kind})`, what);
+/** What a case on a link of its own has: the link (Toxiproxy), its worker's folder and queue, the worker. */
+interface LinkedWorker {
+  link: NetworkLink;
+  stateDir: string;
+  taskQueue: string;
+  worker: WorkerProcess;
+}
+
+/** Runs `body` with a case's worker on a link of its own to `server`, started and polling; the link closed after it. */
+async function onLink<T>(
+  server: ServerUnderTest,
+  name: string,
+  point: FaultPoint,
+  step: (what: string) => void,
+  body: (c: LinkedWorker) => Promise<T>,
+): Promise<T> {
   step('the link starting');
   const link = await networkLink(server.address);
   try {
-    const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'partition', 'during_tests');
+    const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, name, point);
     workers.push(worker);
     step('the worker starting');
     await worker.ready;
+    return await body({ link, stateDir, taskQueue, worker });
+  } finally {
+    await link.close();
+  }
+}
+
+/** The worker cut off from the server's frontend for 2 minutes while its test run is in flight. */
+function partitionCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
+  const step = (what: string) => steps.step(`partition (${server.kind})`, what);
+  return onLink(server, 'partition', 'during_tests', step, async ({ link, stateDir, taskQueue, worker }) => {
     step('the run starting');
     const handle = await startCanonical(server, taskQueue);
     step('waiting for the worker to hold in its test run');
@@ -79,21 +102,13 @@ async function partitionCase(server: ServerUnderTest, by: number, steps: CaseSte
     await link.heal();
     step('waiting for the run to end');
     return { during, end: await endOf(handle, stateDir, worker, by), worker: alive(worker) };
-  } finally {
-    await link.close();
-  }
+  });
 }
 
 /** The worker on a flapping, slow link to the server while its test run is in flight. */
-async function flappingCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
+function flappingCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
   const step = (what: string) => steps.step('flapping (dev)', what);
-  step('the link starting');
-  const link = await networkLink(server.address);
-  try {
-    const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'flapping', 'during_tests');
-    workers.push(worker);
-    step('the worker starting');
-    await worker.ready;
+  return onLink(server, 'flapping', 'during_tests', step, async ({ link, stateDir, taskQueue, worker }) => {
     step('the link slowed');
     await link.latency(150, 100);
     step('the run starting');
@@ -110,24 +125,16 @@ async function flappingCase(server: ServerUnderTest, by: number, steps: CaseStep
     }
     step('waiting for the run to end');
     return { end: await endOf(handle, stateDir, worker, by), worker: alive(worker) };
-  } finally {
-    await link.close();
-  }
+  });
 }
 
 /**
  * A worker cut off from the server right after it starts polling, while it waits for the server to
  * list its version's queues to make it current: longer than the core's own retries of a call.
  */
-async function cutAtStartCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
+function cutAtStartCase(server: ServerUnderTest, by: number, steps: CaseSteps) {
   const step = (what: string) => steps.step('cut at start (dev)', what);
-  step('the link starting');
-  const link = await networkLink(server.address);
-  try {
-    const { stateDir, taskQueue, worker } = caseWorker({ address: link.address }, 'cut-at-start', 'before_current');
-    workers.push(worker);
-    step('the worker starting');
-    await worker.ready;
+  return onLink(server, 'cut-at-start', 'before_current', step, async ({ link, stateDir, taskQueue, worker }) => {
     step('waiting for the worker to hold before its version is made current');
     await holding(worker, 'before_current');
     step('cut for 30 s');
@@ -139,9 +146,7 @@ async function cutAtStartCase(server: ServerUnderTest, by: number, steps: CaseSt
     const handle = await startCanonical(server, taskQueue);
     const end = await endOf(handle, stateDir, worker, by);
     return { end, worker: alive(worker), waited: worker.log().includes('is made current once it answers') };
-  } finally {
-    await link.close();
-  }
+  });
 }
 
 // The flapping link's case and the cut at a worker's start run meanwhile, each on its own link to the dev server: the suite waits the 2 minutes once for all.
