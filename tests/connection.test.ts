@@ -207,16 +207,8 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
     const hits = leaks([KEY, ...fragments(KEY)], { texts: { ...outputs, history }, dirs: [stateDir], files: [workerLog] });
     expect(hits).toEqual([]);
   });
-});
 
-describe('a client connection closed while a call on it waits to be retried', () => {
-  let env: TestWorkflowEnvironment;
-  beforeAll(async () => {
-    env = await startServer();
-  });
-  afterAll(async () => {
-    await env?.teardown();
-  });
+  // On the same dev server, straight (not through the terminator): a relay of the script's own is cut.
   const closeUnderRetry = (how: 'sdk' | 'ours') =>
     new Promise<unknown>((resolve, reject) =>
       execFile(
@@ -226,7 +218,7 @@ describe('a client connection closed while a call on it waits to be retried', ()
       ),
     );
 
-  it("ends the call with an error (connectClient), where the SDK's own retry threw from its timer and the call never answered", async () => {
+  it("a client connection closed while a call on it waits to be retried ends the call with an error (connectClient), where the SDK's own retry threw from its timer and the call never answered", async () => {
     const [sdk, ours] = await Promise.all([closeUnderRetry('sdk'), closeUnderRetry('ours')]);
     expect(sdk).toEqual({ answer: 'no answer', uncaught: 'Channel has been shut down' });
     expect(ours).toEqual({ answer: 'rejected', uncaught: null });

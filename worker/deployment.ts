@@ -99,27 +99,11 @@ export async function becomeCurrent(
   for (;;) {
     // A worker told to stop before its version is listed stops waiting for it.
     if (stopping.aborted) return 'not_made_current';
+    let missing: string[];
     try {
       const view = await describeVersion(connection, namespace, version);
-      if (away) [away, until] = [false, Date.now() + timeoutMs];
-      const missing = wanted.filter((q) => !view.queues.includes(q));
-      if (missing.length === 0) {
-        if (view.status === 'CURRENT') return 'already_current';
-        if (queues.workflow.length === 0) return 'not_made_current';
-        // Asked again after an outage, the next description says whether this one was made.
-        await connection.workflowService.setWorkerDeploymentCurrentVersion({
-          namespace,
-          deploymentName: version.deploymentName,
-          buildId: version.buildId,
-          ignoreMissingTaskQueues: true,
-          identity,
-        });
-        return 'made_current';
-      }
-      if (Date.now() > until)
-        throw new Error(
-          `the server did not list ${missing.join(', ')} in version ${versionName(version)} within ${timeoutMs / 1000} s; is Worker Versioning enabled on it (docs/versioning.md)?`,
-        );
+      missing = wanted.filter((q) => !view.queues.includes(q));
+      if (missing.length === 0) return await makeCurrent(connection, namespace, version, queues, identity, view.status);
     } catch (err) {
       if (!retried(err)) throw err;
       if (!away)
@@ -127,9 +111,38 @@ export async function becomeCurrent(
           `worker ${process.pid}: the server is away (code ${(err as { code: number }).code}, ${(err as Error).message.split('\n')[0]}); version ${versionName(version)} is made current once it answers`,
         );
       away = true;
+      await new Promise((r) => setTimeout(r, 1000));
+      continue;
     }
-    await new Promise((r) => setTimeout(r, away ? 1000 : 200));
+    if (away) [away, until] = [false, Date.now() + timeoutMs];
+    if (Date.now() > until)
+      throw new Error(
+        `the server did not list ${missing.join(', ')} in version ${versionName(version)} within ${timeoutMs / 1000} s; is Worker Versioning enabled on it (docs/versioning.md)?`,
+      );
+    await new Promise((r) => setTimeout(r, 200));
   }
+}
+
+/** Once every queue is listed: the version made current, unless it is already or polls no workflow queue. */
+async function makeCurrent(
+  connection: NativeConnection,
+  namespace: string,
+  version: WorkerDeploymentVersion,
+  queues: PolledQueues,
+  identity: string,
+  status: string | null,
+): Promise<'made_current' | 'already_current' | 'not_made_current'> {
+  if (status === 'CURRENT') return 'already_current';
+  if (queues.workflow.length === 0) return 'not_made_current';
+  // Asked again after an outage, the next description says whether this one was made.
+  await connection.workflowService.setWorkerDeploymentCurrentVersion({
+    namespace,
+    deploymentName: version.deploymentName,
+    buildId: version.buildId,
+    ignoreMissingTaskQueues: true,
+    identity,
+  });
+  return 'made_current';
 }
 
 /** True when the server reports `version` drained: neither current nor ramping, and no open run pinned to it. */

@@ -82,13 +82,13 @@ export function prepareRun(opts: {
 const PORTS_FROM = 10_000;
 
 /** The first port of the kernel's ephemeral range, from which every outgoing connection takes its own. */
-function ephemeralFrom(): number {
+const EPHEMERAL_FROM = (() => {
   try {
     return Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || 32768;
   } catch {
     return 32768;
   }
-}
+})();
 
 /**
  * A loopback port nobody listens on right now, for a server that another process starts (a dev
@@ -98,7 +98,7 @@ function ephemeralFrom(): number {
  * server exited).
  */
 export async function freePort(): Promise<number> {
-  const below = ephemeralFrom();
+  const below = EPHEMERAL_FROM;
   if (below <= PORTS_FROM) throw new Error(`the ephemeral port range starts at ${below}: no room below it from ${PORTS_FROM}`);
   for (let tries = 0; tries < 200; tries++) {
     const port = PORTS_FROM + Math.floor(Math.random() * (below - PORTS_FROM));
