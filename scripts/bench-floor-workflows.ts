@@ -21,10 +21,15 @@ export async function noopSteps(steps: number, locals = 2): Promise<void> {
 /**
  * A run's Temporal work doing nothing: `activities` regular activities one after the other (each a
  * workflow task and a round trip through the server), then `locals` local activities (the
- * canonical run's counts, so its harness share has a floor measured beside it).
+ * canonical run's counts, so its harness share has a floor measured beside it). The last
+ * `elsewhere` of the activities go to `queue`, another worker's, as a pinned run's go to its host's
+ * queue: the SDK hands a worker an activity with its workflow task (eager dispatch) only when the
+ * activity is on the workflow's own queue, so each of those goes through the server's matching.
  */
-export async function noopRun(activities: number, locals: number): Promise<void> {
-  for (let i = 0; i < activities; i++) await regular.noop();
+export async function noopRun(activities: number, locals: number, elsewhere = 0, queue?: string): Promise<void> {
+  const onQueue =
+    queue === undefined ? regular : wf.proxyActivities<{ noop(): Promise<void> }>({ startToCloseTimeout: '10 seconds', taskQueue: queue });
+  for (let i = 0; i < activities; i++) await (i < activities - elsewhere ? regular : onQueue).noop();
   for (let i = 0; i < locals; i++) await noop();
 }
 

@@ -3,11 +3,13 @@
  * nothing on the harness worker's memory): on the bench's dev server, steps of two no-op local
  * activities, the SDK's own cost of a read-only step as the issue set it. Prints the milliseconds
  * per step of each repeat, and the CPU time this process spent per step (every thread), with two
- * and with one local activity a step, as JSON. With ACTIVITIES
- * and LOCALS, also the milliseconds of a run of that many no-op regular and local activities
- * (`noopRun`), per repeat: the canonical run's Temporal work with nothing in it.
+ * and with one local activity a step, as JSON. With ACTIVITIES, LOCALS and ELSEWHERE, also the
+ * milliseconds of a run of that many no-op regular and local activities (`noopRun`), per repeat:
+ * the canonical run's Temporal work with nothing in it, the last ELSEWHERE of its activities on a
+ * second worker's queue as a pinned run's are on its host's (`run`), and the same run with every
+ * activity on the workflow's own queue, which the SDK dispatches eagerly (`runEager`).
  *
- *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS [ACTIVITIES LOCALS]
+ *   node dist/scripts/bench-floor.js ADDRESS STEPS REPEATS [ACTIVITIES LOCALS ELSEWHERE]
  *
  * With `park`, the floor of the parked runs instead: a worker of `noopParked` runs with the
  * harness worker's cache, started like the harness's worker (host/worker-launch.ts) and serving
@@ -65,7 +67,7 @@ async function main(): Promise<void> {
     const [address, taskQueue, bundle] = process.argv.slice(3);
     return parkWorker(address, taskQueue, bundle);
   }
-  const [address, stepsArg, repeatsArg, activitiesArg, localsArg] = process.argv.slice(2);
+  const [address, stepsArg, repeatsArg, activitiesArg, localsArg, elsewhereArg] = process.argv.slice(2);
   const steps = Number(stepsArg);
   const repeats = Number(repeatsArg);
   installRuntime('WARN');
@@ -82,6 +84,11 @@ async function main(): Promise<void> {
     }),
     activities: { async noop() {} },
   });
+  // With a run to time, the second queue's worker, as a host's: activities only, on the same connection.
+  const hostQueue = `${taskQueue}-host`;
+  const host =
+    activitiesArg === undefined ? null : await Worker.create({ connection, taskQueue: hostQueue, activities: { async noop() {} } });
+  const hostRunning = host?.run();
   try {
     const perStep = await worker.runUntil(async () => {
       let n = 0;
@@ -96,24 +103,37 @@ async function main(): Promise<void> {
       await timed(steps);
       await timed(steps, 1);
       await timed(0);
-      const out: { ms: number[]; cpu: number[]; cpuOne: number[]; run: number[] } = { ms: [], cpu: [], cpuOne: [], run: [] };
+      const out: { ms: number[]; cpu: number[]; cpuOne: number[]; run: number[]; runEager: number[] } = {
+        ms: [],
+        cpu: [],
+        cpuOne: [],
+        run: [],
+        runEager: [],
+      };
+      const noopRun = async (args: unknown[]) => {
+        const t = performance.now();
+        await client.workflow.execute('noopRun', { taskQueue, workflowId: `${taskQueue}-${++n}`, args });
+        return performance.now() - t;
+      };
+      const [activities, locals, elsewhere] = [Number(activitiesArg), Number(localsArg), Number(elsewhereArg)];
+      if (host !== null) await Promise.all([noopRun([activities, locals, elsewhere, hostQueue]), noopRun([activities, locals])]);
       for (let r = 0; r < repeats; r++) {
         const [a, b] = [await timed(steps), await timed(0)];
         out.ms.push((a.ms - b.ms) / steps);
         out.cpu.push((a.cpu - b.cpu) / steps);
         const one = await timed(steps, 1);
         out.cpuOne.push((one.cpu - b.cpu) / steps);
-        if (activitiesArg !== undefined) {
-          const t = performance.now();
-          const args = [Number(activitiesArg), Number(localsArg)];
-          await client.workflow.execute('noopRun', { taskQueue, workflowId: `${taskQueue}-${++n}`, args });
-          out.run.push(performance.now() - t);
+        if (host !== null) {
+          out.run.push(await noopRun([activities, locals, elsewhere, hostQueue]));
+          out.runEager.push(await noopRun([activities, locals]));
         }
       }
       return out;
     });
     process.stdout.write(`${JSON.stringify(perStep)}\n`);
   } finally {
+    host?.shutdown();
+    await hostRunning;
     await clientConnection.close();
     await connection.close();
   }

@@ -391,16 +391,25 @@ async function benchSteps(o: BenchOptions, settings: Settings): Promise<void> {
 async function sdkFloor(
   address: string,
   repeats: number,
-  run?: { activities: number; locals: number },
-): Promise<{ ms: number[]; cpu: number[]; cpuOne: number[]; run: number[] }> {
+  run?: { activities: number; locals: number; elsewhere: number },
+): Promise<FloorFigures> {
   const { stdout } = await promisify(execFile)(process.execPath, [
     join(__dirname, 'bench-floor.js'),
     address,
     String(READS),
     String(repeats),
-    ...(run ? [String(run.activities), String(run.locals)] : []),
+    ...(run ? [String(run.activities), String(run.locals), String(run.elsewhere)] : []),
   ]);
-  return JSON.parse(stdout) as { ms: number[]; cpu: number[]; cpuOne: number[]; run: number[] };
+  return JSON.parse(stdout) as FloorFigures;
+}
+
+/** What scripts/bench-floor.ts prints: per step, and per run of the canonical run's Temporal work (with its queues, and all on one). */
+interface FloorFigures {
+  ms: number[];
+  cpu: number[];
+  cpuOne: number[];
+  run: number[];
+  runEager: number[];
 }
 
 /**
@@ -412,7 +421,7 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
   const perStep: number[] = [];
   const inProcess: number[] = [];
   const cpuPerStep: number[] = [];
-  const floor: Awaited<ReturnType<typeof sdkFloor>> = { ms: [], cpu: [], cpuOne: [], run: [] };
+  const floor: FloorFigures = { ms: [], cpu: [], cpuOne: [], run: [], runEager: [] };
   const t = prepareRun({ repo: LINKCHECK + '/repo' });
   for (let r = 0; r < o.repeats; r++) {
     const a = await cpuMs(() => rig.finish(long));
@@ -474,13 +483,21 @@ async function readOnlyStep(rig: Rig, o: BenchOptions, long: RunInput, short: Ru
 /** A history event's time on the server's clock, in milliseconds. */
 const eventMs = (e: temporal.api.history.v1.IHistoryEvent) => Number(e.eventTime?.seconds ?? 0) * 1000 + (e.eventTime?.nanos ?? 0) / 1e6;
 
-/** Where a run's time went, from its history's event times: activities and workflow tasks, schedule to completion. */
+/**
+ * Where a run's time went, from its history's event times: activities and workflow tasks, schedule
+ * to completion; the activities on another queue than the workflow's (a pinned run's host queue),
+ * and the activities' time from schedule to start, summed.
+ */
 async function historyParts(handle: WorkflowHandle) {
   const events = (await handle.fetchHistory()).events ?? [];
   const at = new Map(events.map((e) => [Number(e.eventId), eventMs(e)]));
-  const parts = { activities: 0, activityMs: 0, workflowTasks: 0, workflowTaskMs: 0, localActivities: 0 };
+  const queue = events[0]?.workflowExecutionStartedEventAttributes?.taskQueue?.name;
+  const parts = { activities: 0, elsewhere: 0, activityMs: 0, waitMs: 0, workflowTasks: 0, workflowTaskMs: 0, localActivities: 0 };
   for (const e of events) {
     const id = Number(e.eventId);
+    if (e.activityTaskScheduledEventAttributes && e.activityTaskScheduledEventAttributes.taskQueue?.name !== queue) parts.elsewhere++;
+    if (e.activityTaskStartedEventAttributes)
+      parts.waitMs += at.get(id)! - at.get(Number(e.activityTaskStartedEventAttributes.scheduledEventId))!;
     if (e.activityTaskCompletedEventAttributes) {
       parts.activities++;
       parts.activityMs += at.get(id)! - at.get(Number(e.activityTaskCompletedEventAttributes.scheduledEventId))!;
@@ -547,17 +564,27 @@ async function canonicalRun(rig: Rig, o: BenchOptions, processMs: () => number):
   }
   const parts = await historyParts(canonical!);
   // The same Temporal work doing nothing, on the same server: the part of the harness time no harness avoids.
-  const floor = await sdkFloor(rig.env.address, o.repeats, { activities: parts.activities, locals: parts.localActivities });
+  const floor = await sdkFloor(rig.env.address, o.repeats, {
+    activities: parts.activities,
+    locals: parts.localActivities,
+    elsewhere: parts.elsewhere,
+  });
   const wall = figure('canonical run, wall time', 'ms', walls);
   const harness = figure(
     'canonical run, harness time (wall minus test processes)',
     'ms',
     walls.map((w, i) => (w * shares[i]) / 100),
   );
+  figure("canonical run: its activities' schedule to start, summed (the last run)", 'ms', [parts.waitMs]);
   const floorRun = figure(
-    `SDK floor: a run of ${parts.activities} no-op activities and ${parts.localActivities} no-op local activities (another process, same server)`,
+    `SDK floor: a run of ${parts.activities} no-op activities, ${parts.elsewhere} of them on another worker's queue as a pinned run's, and ${parts.localActivities} no-op local activities (another process, same server)`,
     'ms',
     floor.run,
+  );
+  const eager = figure(
+    `SDK floor: the same run with every activity on its workflow's queue, so each is dispatched with its workflow task (eager)`,
+    'ms',
+    floor.runEager,
   );
   const floorShare = figure(
     "canonical run, that floor's share (floor run / canonical wall time)",
@@ -568,7 +595,7 @@ async function canonicalRun(rig: Rig, o: BenchOptions, processMs: () => number):
     op: '<=',
     limit: 10,
     why: () =>
-      `at 10 % of a run whose test processes take ${fmt(wall.median - harness.median)} ms the harness could spend ${fmt((wall.median - harness.median) / 9)} ms, and it spends ${fmt(harness.median)} ms; the same Temporal work doing nothing (${parts.activities} activities, ${parts.localActivities} local activities) takes ${fmt(floorRun.median)} ms, ${fmt(floorShare.median)} % of the run: the floor, and ${fmt(harness.median - floorRun.median)} ms the harness's own (in the last run, ${parts.activities} regular activities took ${fmt(parts.activityMs - canonicalExecMs)} ms beyond their test processes, and ${parts.workflowTasks} workflow tasks ${fmt(parts.workflowTaskMs)} ms)`,
+      `at 10 % of a run whose test processes take ${fmt(wall.median - harness.median)} ms the harness could spend ${fmt((wall.median - harness.median) / 9)} ms, and it spends ${fmt(harness.median)} ms; the same Temporal work doing nothing (${parts.activities} activities, ${parts.elsewhere} of them on a host's queue, ${parts.localActivities} local activities) takes ${fmt(floorRun.median)} ms, ${fmt(floorShare.median)} % of the run: the floor (${fmt(eager.median)} ms with every activity dispatched eagerly, which a pinned run's activities cannot be), and ${fmt(harness.median - floorRun.median)} ms the harness's own (in the last run, ${parts.activities} regular activities took ${fmt(parts.activityMs - canonicalExecMs)} ms beyond their test processes, ${fmt(parts.waitMs)} ms of it from schedule to start, and ${parts.workflowTasks} workflow tasks ${fmt(parts.workflowTaskMs)} ms)`,
   });
   return canonical!;
 }
