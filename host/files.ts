@@ -17,6 +17,13 @@ export interface AtomicWriteOptions {
    * one wins, and the target never exists without its whole content.
    */
   exclusive?: boolean;
+  /**
+   * false: not synced, for a record that matters only while this machine stays up (a machine crash
+   * ends everything it names, as a running process group's record). A reader still sees it whole,
+   * since it is renamed into place whole; only a machine crash can leave it torn, and its reader
+   * must take a torn one for what it then is: stale. Default true.
+   */
+  sync?: boolean;
 }
 
 export function writeFileAtomic(path: string, data: string | Buffer, options: AtomicWriteOptions = {}): void {
@@ -29,7 +36,7 @@ export function writeFileAtomic(path: string, data: string | Buffer, options: At
   const fd = openSync(tmp, 'wx', options.mode ?? 0o644);
   try {
     writeFileSync(fd, data);
-    fsyncSync(fd);
+    if (options.sync !== false) fsyncSync(fd);
   } catch (err) {
     closeSync(fd);
     rmSync(tmp, { force: true });
@@ -45,7 +52,7 @@ export function writeFileAtomic(path: string, data: string | Buffer, options: At
   } else {
     renameSync(tmp, path);
   }
-  fsyncDir(dirname(path));
+  if (options.sync !== false) fsyncDir(dirname(path));
 }
 
 export function fsyncDir(dir: string): void {

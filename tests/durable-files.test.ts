@@ -1,7 +1,8 @@
 /**
  * Small files that must survive a crash whole: written to a synced temporary file and renamed (or
  * linked) into place, never created empty and filled afterwards. The host id of a state folder is
- * one such file, made by whichever worker of the host comes first.
+ * one such file, made by whichever worker of the host comes first. A running process group's
+ * record is written whole but not synced: only a machine crash can tear it, and that ends its group.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -86,5 +87,16 @@ describe('process-group records of the local backend', () => {
     expect(statSync(join(dir, name)).mode & 0o777).toBe(0o600);
     groups.remove(4242, '0f0e0d0c-0000-4000-8000-000000000001');
     expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("are not synced, so a machine crash can tear one: reaping removes a torn record and goes on, keeping a live owner's", () => {
+    const dir = join(tempDir('groups'), 'records');
+    const groups = new ProcessGroups(dir);
+    groups.add(4243, '0f0e0d0c-0000-4000-8000-000000000002', 'pytest');
+    const torn = ['', '{"pgid": 4244, "tok', 'null', '[]', '{"pgid": 4245}', '{"pgid":4246,"token":"t","owner":{},"command":"x"}'];
+    torn.forEach((text, i) => writeFileSync(join(dir, `${4250 + i}-0f0e0d0c-0000-4000-8000-00000000001${i}.json`), text));
+    expect(readdirSync(dir)).toHaveLength(1 + torn.length);
+    expect(groups.reapOrphans()).toEqual([]);
+    expect(readdirSync(dir)).toEqual(['4243-0f0e0d0c-0000-4000-8000-000000000002.json']);
   });
 });

@@ -57,6 +57,21 @@ function markedMembers(pgid: number, token: string): number[] {
   return members;
 }
 
+/** A record's content, or null when it is not a whole record (torn by a machine crash). */
+function wholeRecord(text: string): GroupRecord | null {
+  try {
+    const record = JSON.parse(text) as Partial<GroupRecord> | null;
+    const whole =
+      typeof record?.pgid === 'number' &&
+      typeof record.token === 'string' &&
+      typeof record.owner?.pid === 'number' &&
+      typeof record.command === 'string';
+    return whole ? (record as GroupRecord) : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * The host-wide record of the process groups the local backends of all workers have running.
  * A record is written right after the spawn and removed when the group has been ended. Reaping
@@ -72,14 +87,17 @@ export class ProcessGroups {
   /**
    * Records a group this process just started, whose processes carry GROUP_MARK=<token>. The
    * token is in the file name, so a record never replaces another group's, even one that
-   * reused the same group id. Written like every small file of the harness (host/files.ts): a
-   * temporary file synced, renamed into place, the folder synced, so a reaper never reads half a
-   * record. The temporary file's name (a dot file) is one reaping never reads.
+   * reused the same group id. Written whole (host/files.ts): a temporary file renamed into place,
+   * so a reaper never reads half a record; the temporary file's name (a dot file) is one reaping
+   * never reads. Not synced: a record matters only while the machine stays up (a machine crash
+   * ends every group it names), and a sync costs each test process a few milliseconds of the
+   * event loop (docs/benchmarks.md). A record torn by a machine crash is stale, and reaping
+   * removes it.
    */
   add(pgid: number, token: string, command: string): void {
     this.ensureDir();
     const record: GroupRecord = { pgid, token, owner: this.owner, command };
-    writeFileAtomic(this.file(pgid, token), JSON.stringify(record), { mode: 0o600 });
+    writeFileAtomic(this.file(pgid, token), JSON.stringify(record), { mode: 0o600, sync: false });
   }
 
   remove(pgid: number, token: string): void {
@@ -97,12 +115,18 @@ export class ProcessGroups {
     for (const name of readdirSync(this.dir)) {
       if (!/^\d+-[0-9a-f-]+\.json$/.test(name)) continue;
       const file = join(this.dir, name);
-      let record: GroupRecord;
+      let text: string;
       try {
-        record = JSON.parse(readFileSync(file, 'utf8')) as GroupRecord;
+        text = readFileSync(file, 'utf8');
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') continue; // removed by its owner meanwhile
         throw err;
+      }
+      const record = wholeRecord(text);
+      if (record === null) {
+        // Renamed into place whole, so only a machine crash tears one; no group it named lives.
+        rmSync(file, { force: true });
+        continue;
       }
       if (processAlive(record.owner)) continue;
       if (!HAS_PROC) {
