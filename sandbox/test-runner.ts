@@ -6,7 +6,7 @@
  * verifier and the base run run them in copies of their own (`runTestsIn`). The report is read as
  * the sandbox left it: never through a link, never waiting on a FIFO, its size capped first.
  */
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { join } from 'node:path';
 import { JUNIT_PLACEHOLDER, noOutcomes, type OutcomeCounts, type TestCase, type TestsSpec } from '../core/contracts';
 import { testFile } from '../core/verdict';
@@ -157,7 +157,8 @@ export async function runTestsIn(
   try {
     return await testsIn(opts, dir, outDir, entriesBefore);
   } finally {
-    rmSync(outDir, { recursive: true, force: true });
+    // The process's HOME and TMPDIR: as many files as it may leave, removed in a workspace thread.
+    await offThread('remove', [outDir], { key: dir });
   }
 }
 

@@ -12,7 +12,7 @@
  * changed path with its digest); it writes no repository state: its activity keeps the change. A test that must pass and does not is run once more, alone where its runner can
  * choose: passing then, it is `flaky`, counted as passing and named.
  */
-import { cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, lstatSync, mkdirSync, mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { jsonEqual } from '../core/canonical';
@@ -300,7 +300,8 @@ async function runAcceptance(
     else if (result.exitCode !== 0) acceptance = failAll(`acceptance command exited ${result.exitCode}`);
     else acceptance = judgeAcceptance(result.stdout, expectedJson);
   } finally {
-    rmSync(scratch, { recursive: true, force: true });
+    // The acceptance process's HOME and TMPDIR are in it: removed in a workspace thread.
+    await offThread('remove', [scratch], { key: paths.workspace });
   }
   return acceptance;
 }
