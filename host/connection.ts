@@ -320,11 +320,19 @@ function closeSafeRetry(): Interceptor {
     });
 }
 
-/** A call that was never made: it answers CANCELLED with `details` as soon as it starts. */
+/**
+ * A call that was never made: it answers CANCELLED with `details` as soon as it starts, as a unary
+ * call of grpc-js ends without a response: no message (null) first, then the status. The SDK's
+ * retry takes the status to its caller through what the message brought, so a status alone threw
+ * from this call's first attempt (a call made on a connection already closed).
+ */
 function endedCall(details: string): ReturnType<Parameters<Interceptor>[1]> {
   return {
     start: (_metadata, listener) => {
-      setImmediate(() => listener?.onReceiveStatus?.({ code: status.CANCELLED, details, metadata: new Metadata() }));
+      setImmediate(() => {
+        listener?.onReceiveMessage?.(null);
+        listener?.onReceiveStatus?.({ code: status.CANCELLED, details, metadata: new Metadata() });
+      });
     },
     cancelWithStatus: () => undefined,
     getPeer: () => '',

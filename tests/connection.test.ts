@@ -209,11 +209,11 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
   });
 
   // On the same dev server, straight (not through the terminator): a relay of the script's own is cut.
-  const closeUnderRetry = (how: 'sdk' | 'ours') =>
+  const closeUnderRetry = (how: 'sdk' | 'ours', when: 'retry' | 'before' = 'retry') =>
     new Promise<unknown>((resolve, reject) =>
       execFile(
         process.execPath,
-        [join(PROJECT_ROOT, 'dist', 'tests', 'helpers', 'close-under-retry.js'), env.address, how],
+        [join(PROJECT_ROOT, 'dist', 'tests', 'helpers', 'close-under-retry.js'), env.address, how, when],
         (err, stdout) => (err ? reject(err) : resolve(JSON.parse(stdout))),
       ),
     );
@@ -221,6 +221,12 @@ describe('a cluster behind TLS and an API key, reached through a temporal.toml p
   it("a client connection closed while a call on it waits to be retried ends the call with an error (connectClient), where the SDK's own retry threw from its timer and the call never answered", async () => {
     const [sdk, ours] = await Promise.all([closeUnderRetry('sdk'), closeUnderRetry('ours')]);
     expect(sdk).toEqual({ answer: 'no answer', uncaught: 'Channel has been shut down' });
+    expect(ours).toEqual({ answer: 'rejected', uncaught: null });
+  });
+
+  it('a call made on a client connection already closed ends with an error, and nothing is thrown from a timer', async () => {
+    const [sdk, ours] = await Promise.all([closeUnderRetry('sdk', 'before'), closeUnderRetry('ours', 'before')]);
+    expect(sdk).toEqual({ answer: 'rejected', uncaught: null });
     expect(ours).toEqual({ answer: 'rejected', uncaught: null });
   });
 });
