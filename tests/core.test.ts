@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, sep } from 'node:path';
+import { sharedWorkflowModules, WORKFLOW_BUNDLES, type BundleKind } from '../worker';
 import { PROJECT_ROOT } from '../host/settings';
 import { PAGE_BYTES, PAGE_EVENTS, Trace, WINDOW_EVENTS } from '../core/trace';
 import { canonicalJson, jsonEqual } from '../core/canonical';
@@ -212,14 +213,25 @@ describe('schemas shared by the workflows of a worker thread', () => {
     expect(patterns(z.object({ a: z.string().regex(/x/) }))).toEqual(['$.shape.a.checks.0.pattern: /x/']);
   });
 
+  it('are every core/ module that each workflow bundle reaches, preloaded before any workflow', () => {
+    const ids = (code: string) => new Set([...code.matchAll(/"\.\/dist\/(core\/[^"]+\.js)"/g)].map((m) => m[1]));
+    for (const [kind, file] of Object.entries(WORKFLOW_BUNDLES)) {
+      const code = readFileSync(file, 'utf8');
+      const start = code.indexOf('exports.preloadModules = function preloadModules() {');
+      const preload = code.slice(start, code.indexOf('\n}', start));
+      expect({ kind, preloaded: [...ids(preload)].sort() }).toEqual({ kind, preloaded: [...ids(code)].sort() });
+      expect(ids(preload).size).toBeGreaterThan(10);
+      expect(sharedWorkflowModules(kind as BundleKind).filter((m) => m.includes(`${sep}core${sep}`))).toHaveLength(ids(preload).size);
+    }
+  });
+
   it('still parse the run input and approval Signals once deep-frozen, with the same messages', () => {
     jest.isolateModules(() => {
-      // Fresh copies, frozen as worker/index.ts SHARED_WORKFLOW_MODULES are inside a workflow thread.
+      // Fresh copies of every shared core/ module, frozen as they are inside a workflow thread.
+      deepFreeze(require('zod'));
+      for (const file of sharedWorkflowModules('traced').filter((m) => m.includes(`${sep}core${sep}`))) deepFreeze(require(file));
       const contracts = require('../core/contracts') as typeof import('../core/contracts');
       const validate = require('../core/validate') as typeof import('../core/validate');
-      deepFreeze(require('zod'));
-      deepFreeze(contracts);
-      deepFreeze(validate);
       const input = {
         fixture: 'f',
         source: { kind: 'replay', path: 'p.json', trusted: true },

@@ -15,7 +15,7 @@ import { bundleWorkflowCode } from '@temporalio/worker';
 import { buildId } from '../host/build';
 import { startRun } from '../client/run-access';
 import { buildsOf, decodeHistory, encodeHistory, HistorySink, replaySinks, type SinkLine } from '../scripts/support/histories';
-import { quietLogger, SHARED_WORKFLOW_MODULES, workflowBundle } from '../worker';
+import { quietLogger, sharedWorkflowModules, workflowBundle } from '../worker';
 import { workerTelemetry } from '../worker/telemetry';
 import { killLeftovers } from './helpers/global-teardown';
 import { freePort, tempDir } from './helpers/run-dir';
@@ -76,7 +76,7 @@ describe('the history check', () => {
 
     const changed = await bundleWorkflowCode({
       workflowsPath: require.resolve('./helpers/versioning-workflows'),
-      preloadModules: SHARED_WORKFLOW_MODULES,
+      preloadModules: sharedWorkflowModules(),
       logger: quietLogger,
     });
     const caught = await replaySinks(dir, { changed: { workflowBundle: { code: changed.code }, sinks } }, buildId());

@@ -24,7 +24,7 @@ import { processAlive, processEnded } from '../host/processes';
 import { temporalBinary } from '../host/temporal-bin';
 import { LINKCHECK, PROJECT_ROOT, SETTINGS, tempDir } from '../scripts/support/run-dir';
 import { describeVersion } from '../worker/deployment';
-import { quietLogger, SHARED_WORKFLOW_MODULES, WORKFLOW_BUNDLES } from '../worker';
+import { quietLogger, sharedWorkflowModules, WORKFLOW_BUNDLES } from '../worker';
 import { clusterEnvironment, type ServerKind } from '../scripts/support/servers';
 import { killed, pendingApproval, startServer, traceIn, uniqueQueue, waitFor, writeReplay } from './helpers/temporal';
 
@@ -72,7 +72,7 @@ async function buildB(): Promise<{ root: string; bundle: string }> {
   symlinkSync(join(PROJECT_ROOT, 'node_modules'), join(root, 'node_modules'));
   const { code } = await bundleWorkflowCode({
     workflowsPath: require.resolve('./helpers/versioning-workflows'),
-    preloadModules: SHARED_WORKFLOW_MODULES,
+    preloadModules: sharedWorkflowModules(),
     logger: quietLogger,
   });
   // Both of the build's bundles: a worker takes one or the other by whether it exports traces.

@@ -14,7 +14,7 @@ import { bundleWorkflowCode, Worker } from '@temporalio/worker';
 import { startConsole, type RunningConsole } from '../client/console/server';
 import { startRun, wedgedTask, runHandle } from '../client/run-access';
 import { buildId } from '../host/build';
-import { quietLogger, SHARED_WORKFLOW_MODULES } from '../worker';
+import { quietLogger, sharedWorkflowModules } from '../worker';
 import { SseClient } from './helpers/sse';
 import { PROJECT_ROOT, tempDir } from './helpers/run-dir';
 import { canonicalInput, killed, spawnWorker, startServer, uniqueQueue, waitFor } from './helpers/temporal';
@@ -49,7 +49,7 @@ describe('a run whose workflow task fails on nondeterminism', () => {
     // Its first workflow task completed by other code, on a worker that says it is of another build.
     const { code } = await bundleWorkflowCode({
       workflowsPath: require.resolve('./helpers/versioning-workflows'),
-      preloadModules: SHARED_WORKFLOW_MODULES,
+      preloadModules: sharedWorkflowModules(),
       logger: quietLogger,
     });
     const other = await Worker.create({

@@ -8,7 +8,7 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { PriceTable } from '../models/live';
 import { formatIssues } from '../core/validate';
-import { join } from 'node:path';
+import { dirname, join, resolve, sep } from 'node:path';
 import { NativeConnection, Worker, bundleWorkflowCode, type WorkflowBundleOption } from '@temporalio/worker';
 import { createActivities, type ActivityDeps } from '../activities';
 import type { Activities } from '../core/activities';
@@ -59,10 +59,11 @@ export type BundleKind = keyof typeof WORKFLOW_BUNDLES;
 /**
  * Modules loaded once per workflow thread and shared by every workflow in it (the SDK's
  * `preloadModules`, with everything they import, zod included); every other module is
- * instantiated again for each workflow in the cache.
+ * instantiated again for each workflow in the cache, and again each time an evicted run is
+ * replayed. Shared: every core/ module the workflow code reaches (`coreModulesOf`).
  * zod and the schemas built at the module scope of core/ cost about 1.8 MB per workflow
- * otherwise (measured: 1,905 KiB per cached agentRun, 92 KiB with these shared), and as much
- * garbage each time an evicted run is replayed.
+ * otherwise (measured: 1,905 KiB per cached agentRun, 92 KiB with core/contracts and core/validate
+ * shared); the rest of core/ another 180 KiB per workflow (docs/benchmarks.md, "tenth round").
  * Hazard: a module listed here (and everything it imports) must keep no state at its module
  * scope, since one instance serves every workflow of the thread; the SDK deep-freezes its
  * exports. core/ is pure by rule; nothing from @temporalio/workflow belongs here. The traced
@@ -70,21 +71,36 @@ export type BundleKind = keyof typeof WORKFLOW_BUNDLES;
  * trace contexts.
  * workflows/stack-traces.ts is the one module kept for its effect: the sandbox's stack format.
  */
-export const SHARED_WORKFLOW_MODULES = [
+export function sharedWorkflowModules(kind: BundleKind = 'plain'): string[] {
+  const entries = [require.resolve('../workflows'), ...interceptorModules(kind)];
   // First: it sets the sandbox's Error.prepareStackTrace before the SDK freezes the globals.
-  require.resolve('../workflows/stack-traces'),
-  require.resolve('../core/contracts'),
-  require.resolve('../core/validate'),
-];
+  const shared = [require.resolve('../workflows/stack-traces'), ...coreModulesOf(entries)];
+  return kind === 'traced' ? [...shared, require.resolve('../workflows/trace-context')] : shared;
+}
+
+const interceptorModules = (kind: BundleKind) => (kind === 'traced' ? [require.resolve('../workflows/interceptors')] : []);
+
+/** The core/ modules that the given compiled modules reach through relative imports, in a stable order. */
+function coreModulesOf(entries: string[]): string[] {
+  const core = join(__dirname, '..', 'core') + sep;
+  const seen = new Set<string>();
+  const visit = (file: string): void => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    for (const [, spec] of readFileSync(file, 'utf8').matchAll(/require\("(\.\.?\/[^"]+)"\)/g)) {
+      visit(require.resolve(resolve(dirname(file), spec!)));
+    }
+  };
+  entries.forEach(visit);
+  return [...seen].filter((file) => file.startsWith(core)).sort();
+}
 
 /** How a workflow bundle is made, here and by the build: a pre-built bundle holds its interceptors itself. */
 export function workflowBundleOptions(kind: BundleKind) {
   return {
     workflowsPath: require.resolve('../workflows'),
-    // The traced bundle's one storage of trace contexts for the thread (workflows/trace-context.ts).
-    preloadModules:
-      kind === 'traced' ? [...SHARED_WORKFLOW_MODULES, require.resolve('../workflows/trace-context')] : SHARED_WORKFLOW_MODULES,
-    workflowInterceptorModules: kind === 'traced' ? [require.resolve('../workflows/interceptors')] : [],
+    preloadModules: sharedWorkflowModules(kind),
+    workflowInterceptorModules: interceptorModules(kind),
   };
 }
 

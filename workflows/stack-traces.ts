@@ -13,7 +13,7 @@
  * the bundle instead of in the sources.
  *
  * Loaded once per workflow thread before the SDK freezes the sandbox's globals (worker/index.ts,
- * SHARED_WORKFLOW_MODULES), so no workflow can change it afterwards. It issues no command: a
+ * sharedWorkflowModules), so no workflow can change it afterwards. It issues no command: a
  * history replays the same with or without it.
  */
 
