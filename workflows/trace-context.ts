@@ -15,6 +15,14 @@
  * command.
  */
 import type { Context, ContextManager } from '@opentelemetry/api';
+import * as semanticConventions from '@opentelemetry/semantic-conventions';
+
+/**
+ * OpenTelemetry's semantic conventions, constants only, which the SDK's tracer and its resource
+ * reach in each workflow: held here, so that the thread builds them once rather than once per
+ * workflow (about 70 KiB each, docs/benchmarks.md, "tenth round").
+ */
+export const SEMANTIC_CONVENTIONS = semanticConventions;
 
 /** What is used of an AsyncLocalStorage. */
 interface Storage {
