@@ -722,6 +722,20 @@ async function floorBundle(traced: boolean): Promise<string> {
 }
 
 /**
+ * What one more workflow in a worker thread's cache costs, on each of the build's bundles
+ * (scripts/bench-new-workflows.ts, in a process of its own): the heap it keeps and the CPU of
+ * making it. A parked run keeps the first while cached; a burst of starts makes both once per run.
+ */
+function newWorkflows(o: BenchOptions): void {
+  const script = join(__dirname, 'bench-new-workflows.js');
+  const out = execFileSync(process.execPath, ['--expose-gc', script, '100', String(o.repeats)], { encoding: 'utf8' });
+  for (const [kind, { kib, cpu }] of Object.entries(JSON.parse(out) as Record<string, { kib: number[]; cpu: number[] }>)) {
+    figure(`a new workflow, ${kind} bundle: heap it keeps while cached`, 'KiB', kib);
+    figure(`a new workflow, ${kind} bundle: CPU to make it`, 'ms', cpu);
+  }
+}
+
+/**
  * Parked runs and the worker's memory, without traces and with traces exported: for each, a worker
  * process of its own on a fresh dev server, its resident memory idle after one run, with `o.parked`
  * runs parked on an approval (started `PARK_STARTS_AT_ONCE` at a time) and once they have sat a
@@ -731,6 +745,7 @@ async function floorBundle(traced: boolean): Promise<string> {
  * the spans it received are counted.
  */
 async function benchParked(o: BenchOptions): Promise<void> {
+  newWorkflows(o);
   const receiver = await new OtlpReceiver().start();
   try {
     const floors = new Map<boolean, ParkedFloor>();
