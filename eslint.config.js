@@ -61,4 +61,19 @@ module.exports = tseslint.config(
       ],
     },
   },
+  {
+    // One instance of each core/ module the workflows reach serves every workflow of a worker thread
+    // (worker/index.ts, sharedWorkflowModules): state at its module scope would pass between runs.
+    files: ['core/**/*.ts'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'no wall-clock time in workflow code or core/' },
+        {
+          selector: "Program > VariableDeclaration[kind!='const'], Program > ExportNamedDeclaration > VariableDeclaration[kind!='const']",
+          message: 'core/ keeps no state at its module scope: its modules are shared by every workflow of a worker thread',
+        },
+      ],
+    },
+  },
 );
