@@ -9,6 +9,12 @@ const house = require('./scripts/eslint-house');
 
 const builtins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
 
+/** Shared by the rules of workflow code and of core/ (a later block's rule replaces an earlier one's whole). */
+const NO_WALL_CLOCK = {
+  selector: "NewExpression[callee.name='Date'][arguments.length=0]",
+  message: 'no wall-clock time in workflow code or core/',
+};
+
 module.exports = tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', '.agent-state/**', 'fixtures/**', '*.js', 'scripts/*.js'] },
   {
@@ -55,10 +61,7 @@ module.exports = tseslint.config(
         { object: 'Date', property: 'now', message: 'workflow code reads time deterministically; core/ takes it as an argument' },
         { object: 'Math', property: 'random', message: 'no randomness in workflow code or core/' },
       ],
-      'no-restricted-syntax': [
-        'error',
-        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'no wall-clock time in workflow code or core/' },
-      ],
+      'no-restricted-syntax': ['error', NO_WALL_CLOCK],
     },
   },
   {
@@ -68,7 +71,7 @@ module.exports = tseslint.config(
     rules: {
       'no-restricted-syntax': [
         'error',
-        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'no wall-clock time in workflow code or core/' },
+        NO_WALL_CLOCK,
         {
           selector: "Program > VariableDeclaration[kind!='const'], Program > ExportNamedDeclaration > VariableDeclaration[kind!='const']",
           message: 'core/ keeps no state at its module scope: its modules are shared by every workflow of a worker thread',
